@@ -1,0 +1,304 @@
+#include "engine/make_tiny.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "base/hash.h"
+#include "base/mapped_file.h"
+#include "base/numeric.h"
+#include "base/rng.h"
+#include "base/status_macros.h"
+#include "engine/checkpoint.h"
+#include "engine/tiny_tokenizer.h"
+#include "engine/weight_names.h"
+#include "kernels/ref/fp8_block_ref.h"
+#include "nlohmann/json.hpp"
+
+namespace spar {
+namespace {
+
+absl::Status MakeDirs(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!partial.empty() && ::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        return absl::PermissionDeniedError(absl::StrCat("cannot create directory ", partial, ": ", std::strerror(errno)));
+      }
+    }
+    if (i < path.size()) partial.push_back(path[i]);
+  }
+  return absl::OkStatus();
+}
+
+// How a tensor's values are drawn: uniform in [center - spread, center + spread].
+struct Init {
+  float center = 0.0f;
+  float spread = 1.0f;
+};
+
+// Variance 1/fan_in: keeps activations O(1) through the stack. sqrt is
+// correctly rounded by IEEE-754, so this is deterministic too.
+Init LinearInit(int64_t fan_in) { return {0.0f, std::sqrt(3.0f / static_cast<float>(fan_in))}; }
+
+uint64_t TensorSeed(uint64_t seed, const std::string& name) {
+  Fnv1a64 h;
+  h.Update(name);
+  return SplitMix64(seed ^ h.Digest());
+}
+
+// Values of one tensor, already rounded to bf16 (checkpoints are bf16).
+std::vector<float> DrawValues(uint64_t seed, const std::string& name, int64_t count, Init init) {
+  Rng rng(TensorSeed(seed, name));
+  std::vector<float> v(static_cast<size_t>(count));
+  for (auto& x : v) x = RoundToBf16(init.center + init.spread * rng.Symmetric());
+  return v;
+}
+
+class TinyWriter {
+ public:
+  TinyWriter(const MakeTinyOptions& options, const ModelConfig& config)
+      : options_(options), config_(config), fp8_cache_(std::make_shared<Fp8Cache>()) {}
+
+  // A norm or other vector kept in bf16.
+  absl::Status Vector(const std::string& name, int64_t n, Init init) {
+    const uint64_t seed = options_.seed;
+    return writer_.Add(name, DType::kBF16, {n}, [=](uint8_t* dst, size_t) {
+      auto v = DrawValues(seed, name, n, init);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t b = FloatToBf16(v[i]);
+        std::memcpy(dst + 2 * i, &b, 2);
+      }
+    });
+  }
+
+  absl::Status F32Vector(const std::string& name, int64_t n, Init init) {
+    const uint64_t seed = options_.seed;
+    return writer_.Add(name, DType::kF32, {n}, [=](uint8_t* dst, size_t) {
+      Rng rng(TensorSeed(seed, name));
+      for (int64_t i = 0; i < n; ++i) {
+        const float x = init.center + init.spread * rng.Symmetric();
+        std::memcpy(dst + 4 * i, &x, 4);
+      }
+    });
+  }
+
+  // A [rows, cols] linear weight; block-FP8 when the model is FP8 and
+  // `quantizable`, else bf16.
+  absl::Status Matrix(const std::string& name, int64_t rows, int64_t cols, bool quantizable = true,
+                      std::optional<Init> init_override = std::nullopt) {
+    const Init init = init_override.value_or(LinearInit(cols));
+    const uint64_t seed = options_.seed;
+    if (!(options_.fp8 && quantizable)) {
+      return writer_.Add(name, DType::kBF16, {rows, cols}, [=](uint8_t* dst, size_t) {
+        auto v = DrawValues(seed, name, rows * cols, init);
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          const uint16_t b = FloatToBf16(v[i]);
+          std::memcpy(dst + 2 * i, &b, 2);
+        }
+      });
+    }
+    const bool ue8m0 = config_.quant.ue8m0_scales;
+    auto cache = fp8_cache_;
+    auto quantized = [=]() -> std::shared_ptr<Fp8BlockWeight> {
+      // The writer emits "x.weight" then "x.weight_scale_inv"; quantize once.
+      std::lock_guard<std::mutex> lock(cache->mu);
+      if (cache->name != name) {
+        auto v = DrawValues(seed, name, rows * cols, init);
+        cache->weight = std::make_shared<Fp8BlockWeight>(QuantizeFp8Blocks(v.data(), rows, cols, ue8m0));
+        cache->name = name;
+      }
+      return cache->weight;
+    };
+    const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
+    SPAR_RETURN_IF_ERROR(writer_.Add(name, DType::kF8E4M3, {rows, cols}, [=](uint8_t* dst, size_t n) {
+      std::memcpy(dst, quantized()->values.data(), n);
+    }));
+    return writer_.Add(names::ScaleOf(name), DType::kF32, {srows, scols}, [=](uint8_t* dst, size_t n) {
+      std::memcpy(dst, quantized()->scales.data(), n);
+    });
+  }
+
+  absl::Status Write(const std::string& dir) { return writer_.Write(dir, options_.max_shard_bytes); }
+
+ private:
+  struct Fp8Cache {
+    std::mutex mu;
+    std::string name;
+    std::shared_ptr<Fp8BlockWeight> weight;
+  };
+  const MakeTinyOptions& options_;
+  const ModelConfig& config_;
+  CheckpointWriter writer_;
+  std::shared_ptr<Fp8Cache> fp8_cache_;
+};
+
+constexpr Init kNormInit{1.0f, 0.2f};
+
+absl::Status AddLayer(TinyWriter& w, const ModelConfig& c, int i) {
+  using names::Layer;
+  const int64_t h = c.hidden_size;
+  const int64_t heads = c.num_attention_heads;
+  SPAR_RETURN_IF_ERROR(w.Vector(Layer(i, names::kInputNorm), h, kNormInit));
+  SPAR_RETURN_IF_ERROR(w.Vector(Layer(i, names::kPostAttnNorm), h, kNormInit));
+  SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kQA), c.q_lora_rank, h));
+  SPAR_RETURN_IF_ERROR(w.Vector(Layer(i, names::kQANorm), c.q_lora_rank, kNormInit));
+  SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kQB), heads * c.qk_head_dim(), c.q_lora_rank));
+  SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kKvA), c.kv_lora_rank + c.qk_rope_head_dim, h));
+  SPAR_RETURN_IF_ERROR(w.Vector(Layer(i, names::kKvANorm), c.kv_lora_rank, kNormInit));
+  SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kKvB), heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank));
+  SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kO), h, heads * c.v_head_dim));
+  if (c.indexer_types[i] == IndexerType::kFull) {
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kIdxWqB), c.index_n_heads * c.index_head_dim, c.q_lora_rank));
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kIdxWk), c.index_head_dim, h));
+    SPAR_RETURN_IF_ERROR(w.Vector(Layer(i, names::kIdxKNormW), c.index_head_dim, kNormInit));
+    SPAR_RETURN_IF_ERROR(w.Vector(Layer(i, names::kIdxKNormB), c.index_head_dim, Init{0.0f, 0.1f}));
+    // Stored bf16 even in FP8 checkpoints (the real ones leave it unconverted).
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kIdxWeights), c.index_n_heads, h, /*quantizable=*/false));
+  }
+  if (!c.is_moe_layer(i)) {
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kMlpGate), c.intermediate_size, h));
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kMlpUp), c.intermediate_size, h));
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kMlpDown), h, c.intermediate_size));
+    return absl::OkStatus();
+  }
+  SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kRouter), c.n_routed_experts, h, /*quantizable=*/false));
+  SPAR_RETURN_IF_ERROR(w.F32Vector(Layer(i, names::kRouterBias), c.n_routed_experts, Init{0.0f, 0.05f}));
+  for (int e = 0; e < c.n_routed_experts; ++e) {
+    SPAR_RETURN_IF_ERROR(w.Matrix(names::Expert(i, e, "gate_proj"), c.moe_intermediate_size, h));
+    SPAR_RETURN_IF_ERROR(w.Matrix(names::Expert(i, e, "up_proj"), c.moe_intermediate_size, h));
+    SPAR_RETURN_IF_ERROR(w.Matrix(names::Expert(i, e, "down_proj"), h, c.moe_intermediate_size));
+  }
+  if (c.n_shared_experts > 0) {
+    const int64_t inter = c.moe_intermediate_size * c.n_shared_experts;
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kSharedGate), inter, h));
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kSharedUp), inter, h));
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kSharedDown), h, inter));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
+  ModelConfig c;
+  c.arch = o.arch;
+  const bool glm = o.arch == ModelArch::kGlmMoeDsa;
+  c.model_type = std::string(ModelArchName(o.arch));
+  c.architectures = {glm ? "GlmMoeDsaForCausalLM" : "DeepseekV32ForCausalLM"};
+  const TinyTokenizerSpec tok = TinyTokenizerLayout();
+  if (o.geometry == TinyGeometry::kTiny) {
+    c.vocab_size = 320;
+    c.hidden_size = 256;
+    c.intermediate_size = 512;
+    c.moe_intermediate_size = glm ? 192 : 128;
+    c.num_hidden_layers = o.layers > 0 ? o.layers : 3;
+    c.num_attention_heads = 4;
+    c.q_lora_rank = glm ? 256 : 192;
+    c.kv_lora_rank = 512;
+    c.qk_nope_head_dim = glm ? 192 : 128;
+    c.qk_rope_head_dim = 64;
+    c.v_head_dim = glm ? 256 : 128;
+    c.index_n_heads = 8;
+    c.index_head_dim = 128;
+    c.index_topk = o.index_topk > 0 ? o.index_topk : 32;
+    c.n_routed_experts = 16;
+    c.n_shared_experts = 1;
+    c.num_experts_per_tok = 4;
+    c.n_group = glm ? 1 : 4;
+    c.topk_group = glm ? 1 : 2;
+    c.first_k_dense_replace = 1;
+    c.max_position_embeddings = glm ? 4096 : 8192;
+    c.eos_token_ids = {tok.eos_id, tok.user_id, tok.observation_id};
+    c.pad_token_id = tok.eos_id;
+  } else {
+    // GLM-5's real layer geometry (dsa-spec.md §1.1).
+    if (!glm) return absl::InvalidArgumentError("--geometry glm5-full needs --arch glm5");
+    c.vocab_size = 154880;
+    c.hidden_size = 6144;
+    c.intermediate_size = 12288;
+    c.moe_intermediate_size = 2048;
+    c.num_hidden_layers = o.layers > 0 ? o.layers : 4;
+    c.num_attention_heads = 64;
+    c.q_lora_rank = 2048;
+    c.kv_lora_rank = 512;
+    c.qk_nope_head_dim = 192;
+    c.qk_rope_head_dim = 64;
+    c.v_head_dim = 256;
+    c.index_n_heads = 32;
+    c.index_head_dim = 128;
+    c.index_topk = o.index_topk > 0 ? o.index_topk : 2048;
+    c.n_routed_experts = 256;
+    c.n_shared_experts = 1;
+    c.num_experts_per_tok = 8;
+    c.first_k_dense_replace = 3;
+    c.max_position_embeddings = 202752;
+    c.eos_token_ids = {154820, 154827, 154829};
+    c.pad_token_id = 154820;
+  }
+  c.num_key_value_heads = c.num_attention_heads;
+  c.routed_scaling_factor = 2.5;
+  c.norm_topk_prob = true;
+  c.rms_norm_eps = glm ? 1e-5 : 1e-6;
+  c.mla_rope_layout = RopeLayout::kInterleaved;
+  c.indexer_rope_layout = glm ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit;
+  if (glm) {
+    c.rope.type = RopeType::kDefault;
+    c.rope.theta = 1e6;
+  } else {
+    c.rope.type = RopeType::kYarn;
+    c.rope.theta = 1e4;
+    c.rope.factor = 40;
+    c.rope.original_max_position_embeddings = 4096;
+    c.rope.beta_fast = 32;
+    c.rope.beta_slow = 1;
+    c.rope.mscale = 1.0;
+    c.rope.mscale_all_dim = 1.0;
+    c.rope.attention_factor = 1.0;
+  }
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    c.mlp_layer_types.push_back(i < c.first_k_dense_replace ? MlpType::kDense : MlpType::kMoe);
+    c.indexer_types.push_back(IndexerType::kFull);
+  }
+  if (o.fp8) {
+    c.quant.fp8 = true;
+    c.quant.ue8m0_scales = !glm;
+    // The real GLM-5-FP8 list, including its "indexers_proj" misspelling.
+    c.quant.modules_to_not_convert = {"input_layernorm", "post_attention_layernorm", "q_a_layernorm",
+                                      "kv_a_layernorm", "model.norm", "mlp.gate", "mlp.gate.e_score_correction_bias",
+                                      "self_attn.indexer.k_norm", "self_attn.indexers_proj", "lm_head",
+                                      "model.embed_tokens"};
+  }
+  SPAR_RETURN_IF_ERROR(ValidateModelConfig(c));
+  return c;
+}
+
+absl::Status MakeTinyModel(const MakeTinyOptions& options) {
+  if (options.out_dir.empty()) return absl::InvalidArgumentError("make-tiny: --out is required");
+  SPAR_ASSIGN_OR_RETURN(ModelConfig c, TinyModelConfig(options));
+  SPAR_RETURN_IF_ERROR(MakeDirs(options.out_dir));
+  TinyWriter w(options, c);
+  SPAR_RETURN_IF_ERROR(w.Matrix(names::kEmbed, c.vocab_size, c.hidden_size, /*quantizable=*/false, Init{0.0f, 1.0f}));
+  for (int i = 0; i < c.num_hidden_layers; ++i) SPAR_RETURN_IF_ERROR(AddLayer(w, c, i));
+  SPAR_RETURN_IF_ERROR(w.Vector(names::kFinalNorm, c.hidden_size, kNormInit));
+  // Twice the unit-variance scale so the logits have a peaked distribution.
+  const Init head_init{0.0f, 2.0f * std::sqrt(3.0f / static_cast<float>(c.hidden_size))};
+  SPAR_RETURN_IF_ERROR(w.Matrix(names::kLmHead, c.vocab_size, c.hidden_size, /*quantizable=*/false, head_init));
+  SPAR_RETURN_IF_ERROR(w.Write(options.out_dir));
+  SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/config.json", ModelConfigToJson(c)));
+  nlohmann::json gen = {{"eos_token_id", c.eos_token_ids}, {"do_sample", false}, {"_from_model_config", true}};
+  if (c.pad_token_id) gen["pad_token_id"] = *c.pad_token_id;
+  SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/generation_config.json", gen.dump(2) + "\n"));
+  if (options.geometry == TinyGeometry::kTiny) {
+    SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/tokenizer.json", TinyTokenizerJson()));
+    SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/tokenizer_config.json", TinyTokenizerConfigJson()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace spar

@@ -1,0 +1,44 @@
+// `spar make-tiny`: deterministic random-weight checkpoints in the exact
+// layout of the real GLM-5 / DeepSeek-V3.2 checkpoints (names, dtypes,
+// block-FP8 scales), small enough for CPU tests but with the real kernel
+// shapes (kv_lora_rank 512, qk_rope_head_dim 64, index_head_dim 128).
+// The same seed gives the same bytes on every machine: spar's own PRNG,
+// no std:: distributions and no transcendental functions.
+#ifndef SPAR_ENGINE_MAKE_TINY_H_
+#define SPAR_ENGINE_MAKE_TINY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/model_config.h"
+
+namespace spar {
+
+enum class TinyGeometry {
+  kTiny,      // few heads, layers and experts; a byte-level vocabulary
+  kGlm5Full,  // real GLM-5 layer sizes (for GPU benchmarks), `layers` of them
+};
+
+struct MakeTinyOptions {
+  ModelArch arch = ModelArch::kGlmMoeDsa;
+  TinyGeometry geometry = TinyGeometry::kTiny;
+  bool fp8 = false;
+  uint64_t seed = 0;
+  int layers = 0;  // 0: the geometry's default
+  int index_topk = 0;  // 0: the geometry's default
+  uint64_t max_shard_bytes = 0;  // 0: one safetensors file
+  std::string out_dir;
+};
+
+// The config make-tiny writes for these options.
+absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& options);
+
+// Writes config.json, the weights, tokenizer.json, tokenizer_config.json and
+// generation_config.json into options.out_dir (created if missing).
+absl::Status MakeTinyModel(const MakeTinyOptions& options);
+
+}  // namespace spar
+
+#endif  // SPAR_ENGINE_MAKE_TINY_H_

@@ -1,0 +1,11 @@
+// Entry points of the `spar` subcommands; each returns a process exit code.
+#ifndef SPAR_SERVICES_CLI_COMMANDS_H_
+#define SPAR_SERVICES_CLI_COMMANDS_H_
+
+namespace spar {
+
+int RunMakeTiny(int argc, char** argv);
+
+}  // namespace spar
+
+#endif  // SPAR_SERVICES_CLI_COMMANDS_H_

@@ -1,0 +1,67 @@
+// spar make-tiny --arch glm5|dsv32 --out DIR [--fp8] [--seed N]
+//                [--geometry tiny|glm5-full] [--layers N] [--index-topk K]
+#include <iostream>
+
+#include "engine/make_tiny.h"
+#include "services/cli/args.h"
+#include "services/cli/commands.h"
+
+namespace spar {
+
+int RunMakeTiny(int argc, char** argv) {
+  std::string arch = "glm5", geometry = "tiny", out;
+  bool fp8 = false;
+  int64_t seed = 0, layers = 0, index_topk = 0, shard_mb = 0;
+  ArgParser args("make-tiny");
+  args.AddString("arch", &arch, "glm5 (GlmMoeDsaForCausalLM) or dsv32 (DeepseekV32ForCausalLM)");
+  args.AddString("out", &out, "output directory (created if missing)");
+  args.AddBool("fp8", &fp8, "block-FP8 e4m3 weights with 128x128 scales, as the real FP8 checkpoints");
+  args.AddInt("seed", &seed, "weight seed (same seed, same bytes on every machine)");
+  args.AddString("geometry", &geometry, "tiny (default) or glm5-full (real GLM-5 layer sizes)");
+  args.AddInt("layers", &layers, "number of decoder layers (default: 3 tiny, 4 glm5-full)");
+  args.AddInt("index-topk", &index_topk, "override index_topk (default: 32 tiny, 2048 glm5-full)");
+  args.AddInt("shard-mb", &shard_mb, "split weights into shards of at most this many MiB (0: one file)");
+  if (auto s = args.Parse(argc, argv, 2); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 2;
+  }
+  if (args.help_requested()) {
+    std::cout << args.Usage();
+    return 0;
+  }
+  MakeTinyOptions options;
+  if (arch == "glm5") {
+    options.arch = ModelArch::kGlmMoeDsa;
+  } else if (arch == "dsv32") {
+    options.arch = ModelArch::kDeepseekV32;
+  } else {
+    std::cerr << "make-tiny: --arch must be glm5 or dsv32, got \"" << arch << "\"\n";
+    return 2;
+  }
+  if (geometry == "tiny") {
+    options.geometry = TinyGeometry::kTiny;
+  } else if (geometry == "glm5-full") {
+    options.geometry = TinyGeometry::kGlm5Full;
+  } else {
+    std::cerr << "make-tiny: --geometry must be tiny or glm5-full, got \"" << geometry << "\"\n";
+    return 2;
+  }
+  if (seed < 0 || layers < 0 || index_topk < 0 || shard_mb < 0) {
+    std::cerr << "make-tiny: --seed, --layers, --index-topk and --shard-mb must not be negative\n";
+    return 2;
+  }
+  options.fp8 = fp8;
+  options.seed = static_cast<uint64_t>(seed);
+  options.layers = static_cast<int>(layers);
+  options.index_topk = static_cast<int>(index_topk);
+  options.max_shard_bytes = static_cast<uint64_t>(shard_mb) << 20;
+  options.out_dir = out;
+  if (auto s = MakeTinyModel(options); !s.ok()) {
+    std::cerr << "make-tiny: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << arch << (fp8 ? " fp8" : " bf16") << " model to " << out << "\n";
+  return 0;
+}
+
+}  // namespace spar

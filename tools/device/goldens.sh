@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs on the GPU host (device tool): writes the transformers goldens of the
+# four make-tiny variants into $OUT. Needs the bundle built by
+#   cmake --build build && ../shared/scripts/bundle.sh .bundle build/services/cli/spar
+set -euo pipefail
+source .bundle/env.sh
+export PYTHONUNBUFFERED=1
+models=$(mktemp -d)
+for arch in glm5 dsv32; do
+  for q in bf16 fp8; do
+    flag=""; [[ $q == fp8 ]] && flag="--fp8"
+    .bundle/bin/spar make-tiny --arch $arch $flag --out "$models/$arch-$q"
+    python3 tools/golden/make_goldens.py --model "$models/$arch-$q" --variant "$arch-$q" --out "$OUT/$arch-$q.json"
+  done
+done
+python3 -c 'import torch,transformers;print("torch",torch.__version__,"transformers",transformers.__version__)' | tee "$OUT/versions.txt"
