@@ -26,7 +26,7 @@ if(SPAR_HAVE_CUDA)
   # Architectures are set by the -gencode flags below, not by CMake.
   set(CMAKE_CUDA_ARCHITECTURES OFF)
   enable_language(CUDA)
-  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 knows no CUDA20 dialect for nvcc
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
   if(SPAR_CUDA_CODE STREQUAL "all")

@@ -1,0 +1,83 @@
+// Timing and roofline helpers shared by the GPU benchmarks.
+#ifndef SPAR_BENCH_COMMON_BENCH_UTIL_H_
+#define SPAR_BENCH_COMMON_BENCH_UTIL_H_
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace spar::bench {
+
+inline void CheckCuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Median time in microseconds of `fn` (which enqueues work on `stream`),
+// timed with CUDA events after `warmup` untimed calls.
+inline double MedianMicros(const std::function<void()>& fn, int warmup = 5, int reps = 50,
+                           cudaStream_t stream = nullptr) {
+  for (int i = 0; i < warmup; ++i) fn();
+  CheckCuda(cudaStreamSynchronize(stream), "warmup");
+  cudaEvent_t a, b;
+  CheckCuda(cudaEventCreate(&a), "event");
+  CheckCuda(cudaEventCreate(&b), "event");
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    CheckCuda(cudaEventRecord(a, stream), "record");
+    fn();
+    CheckCuda(cudaEventRecord(b, stream), "record");
+    CheckCuda(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    CheckCuda(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    times.push_back(ms * 1000.0);
+  }
+  CheckCuda(cudaGetLastError(), "timed kernel");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Device-to-device copy bandwidth in GB/s, counting bytes read plus written
+// (1 GiB buffers: far beyond L2), the roofline every benchmark reports against.
+inline double MeasureCopyBandwidthGBs() {
+  const size_t bytes = size_t{1} << 30;
+  void *src = nullptr, *dst = nullptr;
+  CheckCuda(cudaMalloc(&src, bytes), "malloc");
+  CheckCuda(cudaMalloc(&dst, bytes), "malloc");
+  CheckCuda(cudaMemset(src, 1, bytes), "memset");
+  const double us = MedianMicros([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); }, 3, 20);
+  cudaFree(src);
+  cudaFree(dst);
+  return 2.0 * bytes / (us * 1e-6) / 1e9;
+}
+
+// Flushes L2 between timed runs where a benchmark's inputs would fit in it.
+class L2Flusher {
+ public:
+  L2Flusher() { CheckCuda(cudaMalloc(&buf_, kBytes), "malloc"); }
+  ~L2Flusher() { cudaFree(buf_); }
+  void Flush(cudaStream_t stream = nullptr) { cudaMemsetAsync(buf_, 0, kBytes, stream); }
+
+ private:
+  static constexpr size_t kBytes = size_t{256} << 20;
+  void* buf_ = nullptr;
+};
+
+inline std::string DeviceName() {
+  cudaDeviceProp prop;
+  CheckCuda(cudaGetDeviceProperties(&prop, 0), "props");
+  return prop.name;
+}
+
+}  // namespace spar::bench
+
+#endif  // SPAR_BENCH_COMMON_BENCH_UTIL_H_
