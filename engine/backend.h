@@ -1,0 +1,157 @@
+// The op interface the layer graph (model.cc) is written against. Two
+// backends implement it: cpu (kernels/ref, fp32, the reference) and cuda
+// (the sm80 kernels). Ops are mid-level so each backend can fuse inside one:
+// the graph says "write the latent cache", the cuda backend runs one fused
+// RMSNorm+RoPE+quantize kernel for it.
+#ifndef SPAR_ENGINE_BACKEND_H_
+#define SPAR_ENGINE_BACKEND_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model_config.h"
+#include "engine/safetensors.h"
+#include "engine/step_plan.h"
+#include "engine/tensor.h"
+#include "kernels/ref/cache_ref.h"
+#include "kernels/ref/rope_ref.h"
+#include "kernels/ref/sampling_ref.h"
+
+namespace spar {
+
+// Backend-owned weights; each backend downcasts to its own types.
+class Weight {
+ public:
+  virtual ~Weight() = default;
+};
+
+// One checkpoint matrix [rows, cols]: bf16/f32, or e4m3 with block scales.
+struct MatrixSource {
+  TensorView weight;
+  std::optional<TensorView> scale_inv;  // [ceil(rows/128), ceil(cols/128)] for F8_E4M3
+  // Row range of `weight` to use (tensor/expert parallel slicing); [0, rows) by default.
+  int64_t row_begin = 0, row_end = -1;
+  int64_t rows() const { return (row_end < 0 ? weight.shape[0] : row_end) - row_begin; }
+  int64_t cols() const { return weight.shape[1]; }
+};
+
+// y = x · Wᵀ where W stacks `parts` along the output dimension.
+struct LinearSource {
+  std::vector<MatrixSource> parts;
+};
+
+struct MlpSource {
+  MatrixSource gate, up, down;
+};
+
+struct MoeSource {
+  TensorView router;                // [experts, hidden] bf16
+  TensorView correction_bias;       // [experts] f32
+  int expert_begin = 0;             // local experts [expert_begin, expert_begin + experts.size())
+  std::vector<MlpSource> experts;
+  std::optional<MlpSource> shared;  // unweighted, added to every token
+  int num_experts = 0, top_k = 0, n_group = 1, topk_group = 1;
+  bool renormalize = true;
+  float routed_scaling = 1.0f;
+};
+
+// kv_b_proj split per head into the absorption matrices (dsa-spec.md §2.4):
+// W_UK[h] = rows [h·(Dn+Dv), h·(Dn+Dv)+Dn), W_UV[h] = the next Dv rows.
+struct AbsorbSource {
+  MatrixSource kv_b;
+  int heads = 0;      // heads held by this rank
+  int head_begin = 0; // first head of this rank
+  int nope_dim = 0, v_dim = 0, kv_lora_rank = 0;
+};
+
+struct CacheSpec {
+  int num_layers = 0;  // layers held by this backend
+  int64_t num_blocks = 0;
+  ref::LatentFormat latent_format = ref::LatentFormat::kF32;
+  ref::IndexerFormat indexer_format = ref::IndexerFormat::kF32;
+};
+
+// Per-step indexer settings.
+struct IndexerSpec {
+  int heads = 0;
+  int topk = 0;
+  float weight_scale = 1.0f;  // heads^-0.5 · dim^-0.5
+  ref::RopePairs rope_pairs = ref::RopePairs::kInterleaved;
+};
+
+struct SampleRequest {
+  ref::SamplingParams params;
+  const ref::TokenHistory* history = nullptr;
+  uint64_t step = 0;     // index of the token being sampled in the output
+  int top_logprobs = 0;  // alternatives to return
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- weights (load time) ----
+  virtual absl::StatusOr<std::unique_ptr<Weight>> CreateLinear(const LinearSource& src) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Weight>> CreateVector(const TensorView& src) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Weight>> CreateEmbedding(const TensorView& src) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Weight>> CreateAbsorb(const AbsorbSource& src) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Weight>> CreateMlp(const MlpSource& src) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Weight>> CreateMoe(const MoeSource& src) = 0;
+  // RoPE tables for MLA and the indexer (same frequencies, maybe other pairs).
+  virtual absl::Status SetRope(const ref::RopeParams& params) = 0;
+
+  // ---- caches ----
+  virtual absl::Status AllocateCaches(const CacheSpec& spec) = 0;
+
+  // ---- per step ----
+  // Uploads the plan's per-token metadata; ops below refer to it.
+  virtual absl::Status BeginStep(const StepPlan& plan) = 0;
+
+  virtual absl::StatusOr<Tensor> Embed(const Weight& table) = 0;           // [T, hidden]
+  virtual absl::StatusOr<Tensor> Linear(const Tensor& x, const Weight& w) = 0;
+  virtual absl::StatusOr<Tensor> RmsNorm(const Tensor& x, const Weight& w, float eps) = 0;
+  // residual += x (residual empty: residual = x); returns RmsNorm(residual).
+  virtual absl::StatusOr<Tensor> AddRmsNorm(Tensor* residual, const Tensor& x, const Weight& w, float eps) = 0;
+  virtual absl::Status AddInPlace(Tensor* acc, const Tensor& x) = 0;
+  virtual absl::StatusOr<Tensor> Mlp(const Tensor& x, const Weight& mlp) = 0;
+  virtual absl::StatusOr<Tensor> Moe(const Tensor& x, const Weight& moe) = 0;
+  virtual absl::StatusOr<Tensor> GatherRows(const Tensor& x, const std::vector<int32_t>& rows) = 0;
+
+  // Attention pieces (layer = index among this backend's layers).
+  // kv_a: [T, 576] projection output; writes RMSNorm(c)·w ‖ RoPE(k_pe).
+  virtual absl::Status WriteLatentCache(int layer, const Tensor& kv_a, const Weight& kv_a_norm, float eps) = 0;
+  // q: [T, H·(Dn+Dr)] → [T, H·576] = q_nope·W_UK ‖ RoPE(q_pe).
+  virtual absl::StatusOr<Tensor> AbsorbQuery(const Tensor& q, const Weight& absorb) = 0;
+  // k: [T, 128] wk output; writes RoPE(LayerNorm(k)) to the indexer cache.
+  virtual absl::Status WriteIndexerCache(int layer, const Tensor& k, const Weight& norm_w, const Weight& norm_b,
+                                         float eps, const IndexerSpec& spec) = 0;
+  // q: [T, Hi·128] wq_b output (before RoPE), w: [T, Hi] weights_proj output.
+  // Returns [T, topk] int32 cache slots, -1 padded.
+  virtual absl::StatusOr<Tensor> IndexerTopK(int layer, const Tensor& q, const Tensor& w, const IndexerSpec& spec) = 0;
+  // q_abs: [T, H·576], indices: [T, topk] → [T, H·512].
+  virtual absl::StatusOr<Tensor> SparseMla(int layer, const Tensor& q_abs, const Tensor& indices, float scale) = 0;
+  // o_lat: [T, H·512] → [T, H·Dv].
+  virtual absl::StatusOr<Tensor> UnabsorbOutput(const Tensor& o_lat, const Weight& absorb) = 0;
+
+  // Logits [S, vocab] → one sample per row.
+  virtual absl::StatusOr<std::vector<SampleResult>> Sample(const Tensor& logits,
+                                                           const std::vector<SampleRequest>& requests) = 0;
+  // Host copy of a tensor as fp32 (tests, pipeline transfers).
+  virtual absl::StatusOr<std::vector<float>> ToHost(const Tensor& x) = 0;
+  // Device tensor from host fp32 rows (pipeline stage input).
+  virtual absl::StatusOr<Tensor> FromHost(const std::vector<float>& data, int64_t rows, int64_t cols) = 0;
+};
+
+}  // namespace spar
+
+#endif  // SPAR_ENGINE_BACKEND_H_

@@ -1,0 +1,92 @@
+// The in-process engine: one Model on one backend plus a block allocator
+// and a simple continuous-batching loop. `spar generate --model DIR` runs
+// it directly; the distributed runtime (services/) uses Model through the
+// worker instead.
+#ifndef SPAR_ENGINE_ENGINE_H_
+#define SPAR_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/block_allocator.h"
+#include "engine/model.h"
+
+namespace spar {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  ref::SamplingParams sampling;       // sampling.seed is used when `seed` is set
+  std::optional<uint64_t> seed;       // absent: a random seed per request
+  int max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int top_logprobs = 0;
+};
+
+struct GeneratedToken {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+enum class FinishReason { kLength, kStop };
+
+struct Generation {
+  std::vector<GeneratedToken> tokens;
+  FinishReason finish = FinishReason::kLength;
+  std::optional<int32_t> stop_token;  // the EOS / stop id that ended it (not in tokens)
+};
+
+struct EngineOptions {
+  std::string backend = "cpu";
+  ModelOptions model;
+  int64_t max_batch_tokens = 4096;  // prefill chunk budget per step
+};
+
+// Validates a request against the model: non-empty prompt, ids inside the
+// vocabulary, prompt + max_tokens within max_position_embeddings.
+absl::Status ValidateRequest(const GenerationRequest& request, const ModelConfig& config);
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const std::string& model_dir, const EngineOptions& options);
+
+  const ModelConfig& config() const { return model_->config(); }
+  Model& model() { return *model_; }
+  const BlockAllocator& allocator() const { return allocator_; }
+
+  // Runs the requests together until each finishes; on_token(i, token) is
+  // called as request i produces each token.
+  absl::StatusOr<std::vector<Generation>> Generate(
+      const std::vector<GenerationRequest>& requests,
+      const std::function<void(size_t, const GeneratedToken&)>& on_token = nullptr);
+
+  // Prefills several prompts in one step and returns, per prompt, the logits
+  // of its last `num_logits` positions (tests and tools).
+  absl::StatusOr<std::vector<std::vector<std::vector<float>>>> PromptLogits(
+      const std::vector<std::vector<int32_t>>& prompts, int num_logits, ForwardTrace* trace = nullptr,
+      std::vector<std::vector<int32_t>>* block_tables = nullptr);
+
+ private:
+  Engine(std::unique_ptr<Backend> backend, std::unique_ptr<Model> model, const EngineOptions& options)
+      : backend_(std::move(backend)), model_(std::move(model)), options_(options),
+        allocator_(options.model.num_blocks) {}
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  EngineOptions options_;
+  BlockAllocator allocator_;
+};
+
+// Creates a backend by name ("cpu", or "cuda" when built with CUDA).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name);
+
+}  // namespace spar
+
+#endif  // SPAR_ENGINE_ENGINE_H_

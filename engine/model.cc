@@ -1,0 +1,299 @@
+#include "engine/model.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "engine/weight_names.h"
+#include "kernels/ref/rope_ref.h"
+
+namespace spar {
+
+struct Model::Layer {
+  bool moe = false;
+  bool full_indexer = true;
+  std::unique_ptr<Weight> input_norm, post_norm, q_a_norm, kv_a_norm;
+  std::unique_ptr<Weight> fused_a;  // q_a ‖ kv_a (‖ indexer wk ‖ indexer weights_proj)
+  std::unique_ptr<Weight> q_b, absorb, o_proj;
+  std::unique_ptr<Weight> idx_wq_b, idx_norm_w, idx_norm_b;
+  std::unique_ptr<Weight> ffn;  // Mlp or Moe
+};
+
+Model::~Model() = default;
+
+namespace {
+
+absl::Status CheckShape(const TensorView& t, const std::vector<int64_t>& shape) {
+  if (t.shape != shape) {
+    TensorView want;
+    want.shape = shape;
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor \"", t.name, "\" has shape ", t.ShapeString(), ", expected ", want.ShapeString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MatrixSource> Matrix(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols) {
+  MatrixSource m;
+  SPAR_ASSIGN_OR_RETURN(m.weight, ck.Get(name));
+  SPAR_RETURN_IF_ERROR(CheckShape(m.weight, {rows, cols}));
+  switch (m.weight.dtype) {
+    case DType::kBF16:
+    case DType::kF16:
+    case DType::kF32:
+      return m;
+    case DType::kF8E4M3: {
+      SPAR_ASSIGN_OR_RETURN(TensorView s, ck.Get(names::ScaleOf(name)));
+      SPAR_RETURN_IF_ERROR(CheckShape(s, {(rows + 127) / 128, (cols + 127) / 128}));
+      if (s.dtype != DType::kF32) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor \"", s.name, "\" must be F32"));
+      }
+      m.scale_inv = s;
+      return m;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", name, "\" has unsupported dtype ", DTypeName(m.weight.dtype)));
+  }
+}
+
+absl::StatusOr<TensorView> Vector(const Checkpoint& ck, const std::string& name, int64_t n) {
+  SPAR_ASSIGN_OR_RETURN(TensorView t, ck.Get(name));
+  SPAR_RETURN_IF_ERROR(CheckShape(t, {n}));
+  return t;
+}
+
+absl::StatusOr<MlpSource> MlpFrom(const Checkpoint& ck, const std::string& gate, const std::string& up,
+                                  const std::string& down, int64_t hidden, int64_t inter) {
+  MlpSource m;
+  SPAR_ASSIGN_OR_RETURN(m.gate, Matrix(ck, gate, inter, hidden));
+  SPAR_ASSIGN_OR_RETURN(m.up, Matrix(ck, up, inter, hidden));
+  SPAR_ASSIGN_OR_RETURN(m.down, Matrix(ck, down, hidden, inter));
+  return m;
+}
+
+ref::RopeParams RopeParamsFor(const ModelConfig& c) {
+  ref::RopeParams p;
+  p.rotary_dim = c.qk_rope_head_dim;
+  p.theta = c.rope.theta;
+  p.yarn = c.rope.type == RopeType::kYarn;
+  p.yarn_factor = c.rope.factor;
+  p.yarn_original_max_positions = c.rope.original_max_position_embeddings;
+  p.yarn_beta_fast = c.rope.beta_fast;
+  p.yarn_beta_slow = c.rope.beta_slow;
+  p.yarn_truncate = c.rope.truncate;
+  p.attention_factor = c.rope.attention_factor;
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, Backend* backend,
+                                                   const ModelOptions& options) {
+  SPAR_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "/config.json"));
+  const int last = options.last_layer < 0 ? config.num_hidden_layers : options.last_layer;
+  SPAR_ASSIGN_OR_RETURN(auto ck, Checkpoint::Open(dir, LayerRangeFilter(options.first_layer, last,
+                                                                          options.first_layer == 0,
+                                                                          last == config.num_hidden_layers)));
+  return Load(config, *ck, backend, options);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, const Checkpoint& ck, Backend* backend,
+                                                   const ModelOptions& options) {
+  std::unique_ptr<Model> m(new Model());
+  m->config_ = config;
+  m->options_ = options;
+  m->backend_ = backend;
+  m->first_layer_ = options.first_layer;
+  m->last_layer_ = options.last_layer < 0 ? config.num_hidden_layers : options.last_layer;
+  if (m->first_layer_ < 0 || m->first_layer_ >= m->last_layer_ || m->last_layer_ > config.num_hidden_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("layer range [", m->first_layer_, ", ", m->last_layer_,
+                                                   ") is not inside [0, ", config.num_hidden_layers, ")"));
+  }
+  if (config.indexer_types[m->first_layer_] == IndexerType::kShared) {
+    return absl::InvalidArgumentError(absl::StrCat("a stage cannot start at layer ", m->first_layer_,
+                                                   ": it shares the top-k of a layer on the previous stage"));
+  }
+  if (options.index_topk_override > 0) m->config_.index_topk = options.index_topk_override;
+  const ModelConfig& c = m->config_;
+  m->indexer_.heads = c.index_n_heads;
+  m->indexer_.topk = c.index_topk;
+  m->indexer_.weight_scale = static_cast<float>(c.indexer_weight_scale());
+  m->indexer_.rope_pairs =
+      c.indexer_rope_layout == RopeLayout::kInterleaved ? ref::RopePairs::kInterleaved : ref::RopePairs::kHalfSplit;
+  if (c.kv_lora_rank != ref::kLatentNopeDim || c.qk_rope_head_dim != ref::kLatentRopeDim ||
+      c.index_head_dim != ref::kIndexerDim) {
+    return absl::InvalidArgumentError(absl::StrCat("spar needs kv_lora_rank 512, qk_rope_head_dim 64 and ",
+                                                   "index_head_dim 128 (the DSA cache layouts); got ",
+                                                   c.kv_lora_rank, ", ", c.qk_rope_head_dim, ", ", c.index_head_dim));
+  }
+  SPAR_RETURN_IF_ERROR(backend->SetRope(RopeParamsFor(c)));
+  if (m->is_first_stage()) {
+    SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, names::kEmbed, c.vocab_size, c.hidden_size));
+    SPAR_ASSIGN_OR_RETURN(m->embedding_, backend->CreateEmbedding(emb.weight));
+  }
+  for (int l = m->first_layer_; l < m->last_layer_; ++l) SPAR_RETURN_IF_ERROR(m->LoadLayer(ck, l));
+  if (m->is_last_stage()) {
+    SPAR_ASSIGN_OR_RETURN(auto norm, Vector(ck, names::kFinalNorm, c.hidden_size));
+    SPAR_ASSIGN_OR_RETURN(m->final_norm_, backend->CreateVector(norm));
+    LinearSource head;
+    SPAR_ASSIGN_OR_RETURN(auto head_m, Matrix(ck, names::kLmHead, c.vocab_size, c.hidden_size));
+    head.parts.push_back(head_m);
+    SPAR_ASSIGN_OR_RETURN(m->lm_head_, backend->CreateLinear(head));
+  }
+  CacheSpec cache;
+  cache.num_layers = m->last_layer_ - m->first_layer_;
+  cache.num_blocks = options.num_blocks;
+  cache.latent_format = options.latent_format;
+  cache.indexer_format = options.indexer_format;
+  SPAR_RETURN_IF_ERROR(backend->AllocateCaches(cache));
+  return m;
+}
+
+absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
+  using names::Layer;
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size;
+  const int heads = c.num_attention_heads;
+  auto layer = std::make_unique<Model::Layer>();
+  layer->moe = c.is_moe_layer(l);
+  layer->full_indexer = c.indexer_types[l] == IndexerType::kFull;
+  auto vec = [&](const char* name, int64_t n, std::unique_ptr<Weight>* out) -> absl::Status {
+    SPAR_ASSIGN_OR_RETURN(TensorView v, Vector(ck, Layer(l, name), n));
+    SPAR_ASSIGN_OR_RETURN(*out, backend_->CreateVector(v));
+    return absl::OkStatus();
+  };
+  auto linear = [&](std::vector<std::pair<std::string, int64_t>> parts, int64_t cols,
+                    std::unique_ptr<Weight>* out) -> absl::Status {
+    LinearSource src;
+    for (const auto& [name, rows] : parts) {
+      SPAR_ASSIGN_OR_RETURN(auto mat, Matrix(ck, Layer(l, name), rows, cols));
+      src.parts.push_back(mat);
+    }
+    SPAR_ASSIGN_OR_RETURN(*out, backend_->CreateLinear(src));
+    return absl::OkStatus();
+  };
+  SPAR_RETURN_IF_ERROR(vec(names::kInputNorm, h, &layer->input_norm));
+  SPAR_RETURN_IF_ERROR(vec(names::kPostAttnNorm, h, &layer->post_norm));
+  SPAR_RETURN_IF_ERROR(vec(names::kQANorm, c.q_lora_rank, &layer->q_a_norm));
+  SPAR_RETURN_IF_ERROR(vec(names::kKvANorm, c.kv_lora_rank, &layer->kv_a_norm));
+  // The A projections all read the same normed hidden state: one GEMM.
+  std::vector<std::pair<std::string, int64_t>> fused = {{names::kQA, c.q_lora_rank},
+                                                        {names::kKvA, c.latent_dim()}};
+  if (layer->full_indexer) {
+    fused.push_back({names::kIdxWk, c.index_head_dim});
+    fused.push_back({names::kIdxWeights, c.index_n_heads});
+  }
+  SPAR_RETURN_IF_ERROR(linear(fused, h, &layer->fused_a));
+  SPAR_RETURN_IF_ERROR(linear({{names::kQB, static_cast<int64_t>(heads) * c.qk_head_dim()}}, c.q_lora_rank, &layer->q_b));
+  SPAR_RETURN_IF_ERROR(linear({{names::kO, h}}, static_cast<int64_t>(heads) * c.v_head_dim, &layer->o_proj));
+  AbsorbSource absorb;
+  SPAR_ASSIGN_OR_RETURN(absorb.kv_b, Matrix(ck, Layer(l, names::kKvB),
+                                            static_cast<int64_t>(heads) * (c.qk_nope_head_dim + c.v_head_dim),
+                                            c.kv_lora_rank));
+  absorb.heads = heads;
+  absorb.nope_dim = c.qk_nope_head_dim;
+  absorb.v_dim = c.v_head_dim;
+  absorb.kv_lora_rank = c.kv_lora_rank;
+  SPAR_ASSIGN_OR_RETURN(layer->absorb, backend_->CreateAbsorb(absorb));
+  if (layer->full_indexer) {
+    SPAR_RETURN_IF_ERROR(linear({{names::kIdxWqB, static_cast<int64_t>(c.index_n_heads) * c.index_head_dim}},
+                                c.q_lora_rank, &layer->idx_wq_b));
+    SPAR_RETURN_IF_ERROR(vec(names::kIdxKNormW, c.index_head_dim, &layer->idx_norm_w));
+    SPAR_RETURN_IF_ERROR(vec(names::kIdxKNormB, c.index_head_dim, &layer->idx_norm_b));
+  }
+  if (!layer->moe) {
+    SPAR_ASSIGN_OR_RETURN(MlpSource mlp, MlpFrom(ck, Layer(l, names::kMlpGate), Layer(l, names::kMlpUp),
+                                                 Layer(l, names::kMlpDown), h, c.intermediate_size));
+    SPAR_ASSIGN_OR_RETURN(layer->ffn, backend_->CreateMlp(mlp));
+  } else {
+    MoeSource moe;
+    SPAR_ASSIGN_OR_RETURN(auto router, Matrix(ck, Layer(l, names::kRouter), c.n_routed_experts, h));
+    moe.router = router.weight;
+    SPAR_ASSIGN_OR_RETURN(moe.correction_bias, Vector(ck, Layer(l, names::kRouterBias), c.n_routed_experts));
+    for (int e = 0; e < c.n_routed_experts; ++e) {
+      SPAR_ASSIGN_OR_RETURN(MlpSource ex, MlpFrom(ck, names::Expert(l, e, "gate_proj"), names::Expert(l, e, "up_proj"),
+                                                  names::Expert(l, e, "down_proj"), h, c.moe_intermediate_size));
+      moe.experts.push_back(ex);
+    }
+    if (c.n_shared_experts > 0) {
+      SPAR_ASSIGN_OR_RETURN(MlpSource sh, MlpFrom(ck, Layer(l, names::kSharedGate), Layer(l, names::kSharedUp),
+                                                  Layer(l, names::kSharedDown), h,
+                                                  c.moe_intermediate_size * c.n_shared_experts));
+      moe.shared = sh;
+    }
+    moe.num_experts = c.n_routed_experts;
+    moe.top_k = c.num_experts_per_tok;
+    moe.n_group = c.n_group;
+    moe.topk_group = c.topk_group;
+    moe.renormalize = c.norm_topk_prob;
+    moe.routed_scaling = static_cast<float>(c.routed_scaling_factor);
+    SPAR_ASSIGN_OR_RETURN(layer->ffn, backend_->CreateMoe(moe));
+  }
+  layers_.push_back(std::move(layer));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Tensor& h, Tensor* shared_topk,
+                                        ForwardTrace* trace) {
+  const ModelConfig& c = config_;
+  const int64_t r = c.q_lora_rank, lat = c.latent_dim();
+  SPAR_ASSIGN_OR_RETURN(Tensor a, backend_->Linear(h, *layer.fused_a));
+  SPAR_ASSIGN_OR_RETURN(Tensor qr, backend_->RmsNorm(a.Cols(0, r), *layer.q_a_norm, c.latent_norm_eps));
+  SPAR_ASSIGN_OR_RETURN(Tensor q, backend_->Linear(qr, *layer.q_b));
+  SPAR_RETURN_IF_ERROR(backend_->WriteLatentCache(local, a.Cols(r, r + lat), *layer.kv_a_norm, c.latent_norm_eps));
+  SPAR_ASSIGN_OR_RETURN(Tensor q_abs, backend_->AbsorbQuery(q, *layer.absorb));
+  if (layer.full_indexer) {
+    const int64_t k0 = r + lat, w0 = k0 + c.index_head_dim;
+    SPAR_RETURN_IF_ERROR(backend_->WriteIndexerCache(local, a.Cols(k0, w0), *layer.idx_norm_w, *layer.idx_norm_b,
+                                                     c.indexer_norm_eps, indexer_));
+    SPAR_ASSIGN_OR_RETURN(Tensor qi, backend_->Linear(qr, *layer.idx_wq_b));
+    SPAR_ASSIGN_OR_RETURN(*shared_topk, backend_->IndexerTopK(local, qi, a.Cols(w0, w0 + c.index_n_heads), indexer_));
+  }
+  if (trace != nullptr) {
+    trace->topk = indexer_.topk;
+    const int64_t n = shared_topk->rows() * shared_topk->cols();
+    std::vector<int32_t>& out = trace->topk_slots[first_layer_ + local];
+    out.resize(n);
+    // Indices are int32; ToHost returns floats, exact for |v| < 2^24.
+    SPAR_ASSIGN_OR_RETURN(std::vector<float> host, backend_->ToHost(*shared_topk));
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(host[i]);
+  }
+  SPAR_ASSIGN_OR_RETURN(Tensor o_lat,
+                        backend_->SparseMla(local, q_abs, *shared_topk, static_cast<float>(c.softmax_scale())));
+  SPAR_ASSIGN_OR_RETURN(Tensor o, backend_->UnabsorbOutput(o_lat, *layer.absorb));
+  return backend_->Linear(o, *layer.o_proj);
+}
+
+absl::StatusOr<Tensor> Model::Forward(const StepPlan& plan, const Tensor* input, ForwardTrace* trace) {
+  SPAR_RETURN_IF_ERROR(backend_->BeginStep(plan));
+  Tensor x;
+  if (is_first_stage()) {
+    SPAR_ASSIGN_OR_RETURN(x, backend_->Embed(*embedding_));
+  } else {
+    if (input == nullptr || input->rows() != plan.num_tokens() || input->cols() != config_.hidden_size) {
+      return absl::InvalidArgumentError("stage input must be [tokens, hidden]");
+    }
+    x = *input;
+  }
+  Tensor residual, topk;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = *layers_[i];
+    SPAR_ASSIGN_OR_RETURN(Tensor h, backend_->AddRmsNorm(&residual, x, *layer.input_norm,
+                                                         static_cast<float>(config_.rms_norm_eps)));
+    SPAR_ASSIGN_OR_RETURN(Tensor attn, Attention(static_cast<int>(i), layer, h, &topk, trace));
+    SPAR_ASSIGN_OR_RETURN(h, backend_->AddRmsNorm(&residual, attn, *layer.post_norm,
+                                                  static_cast<float>(config_.rms_norm_eps)));
+    if (layer.moe) {
+      SPAR_ASSIGN_OR_RETURN(x, backend_->Moe(h, *layer.ffn));
+    } else {
+      SPAR_ASSIGN_OR_RETURN(x, backend_->Mlp(h, *layer.ffn));
+    }
+  }
+  SPAR_RETURN_IF_ERROR(backend_->AddInPlace(&residual, x));
+  if (!is_last_stage()) return residual;
+  if (plan.logit_rows.empty()) return Tensor();
+  SPAR_ASSIGN_OR_RETURN(Tensor last, backend_->GatherRows(residual, plan.logit_rows));
+  SPAR_ASSIGN_OR_RETURN(Tensor normed, backend_->RmsNorm(last, *final_norm_, static_cast<float>(config_.rms_norm_eps)));
+  return backend_->Linear(normed, *lm_head_);
+}
+
+}  // namespace spar

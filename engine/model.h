@@ -1,0 +1,76 @@
+// The layer graph of GLM-5 / DeepSeek-V3.2, written once against the
+// Backend op interface: embedding -> decoder layers (MLA + DSA indexer,
+// dense MLP or MoE) -> final norm -> lm_head. A Model holds one pipeline
+// stage's layer range; a single-stage Model holds everything.
+#ifndef SPAR_ENGINE_MODEL_H_
+#define SPAR_ENGINE_MODEL_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/checkpoint.h"
+#include "engine/model_config.h"
+
+namespace spar {
+
+struct ModelOptions {
+  int first_layer = 0;
+  int last_layer = -1;  // exclusive; -1: through the last layer
+  // Overrides index_topk (e.g. above the sequence length: dense attention).
+  int index_topk_override = 0;
+  // Cache blocks to allocate (64 tokens each) and their formats.
+  int64_t num_blocks = 256;
+  ref::LatentFormat latent_format = ref::LatentFormat::kF32;
+  ref::IndexerFormat indexer_format = ref::IndexerFormat::kF32;
+};
+
+// Per-layer top-k selections of one forward pass (cache slots), for tests.
+struct ForwardTrace {
+  std::map<int, std::vector<int32_t>> topk_slots;  // layer -> [T, topk]
+  int topk = 0;
+};
+
+class Model {
+ public:
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, Backend* backend,
+                                                     const ModelOptions& options);
+  // For an already parsed config and opened checkpoint.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                     Backend* backend, const ModelOptions& options);
+
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  bool is_first_stage() const { return first_layer_ == 0; }
+  bool is_last_stage() const { return last_layer_ == config_.num_hidden_layers; }
+  int64_t num_blocks() const { return options_.num_blocks; }
+  Backend* backend() const { return backend_; }
+
+  // Runs this stage on a finalized plan. The first stage embeds the plan's
+  // tokens; later stages take `input` [T, hidden]. Returns the hidden state
+  // [T, hidden], or on the last stage the logits [plan.logit_rows, vocab].
+  absl::StatusOr<Tensor> Forward(const StepPlan& plan, const Tensor* input, ForwardTrace* trace = nullptr);
+
+ private:
+  struct Layer;
+  Model() = default;
+  absl::Status LoadLayer(const Checkpoint& ck, int layer);
+  absl::StatusOr<Tensor> Attention(int local, const Layer& layer, const Tensor& h, Tensor* shared_topk,
+                                   ForwardTrace* trace);
+
+  ModelConfig config_;
+  ModelOptions options_;
+  Backend* backend_ = nullptr;
+  int first_layer_ = 0, last_layer_ = 0;
+  IndexerSpec indexer_;
+  std::unique_ptr<Weight> embedding_, final_norm_, lm_head_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace spar
+
+#endif  // SPAR_ENGINE_MODEL_H_
