@@ -5,6 +5,7 @@
 namespace spar {
 
 int RunMakeTiny(int argc, char** argv);
+int RunGenerate(int argc, char** argv);
 
 }  // namespace spar
 

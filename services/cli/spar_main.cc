@@ -10,6 +10,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: spar <command> [flags]\n"
     "commands:\n"
+    "  generate    run a model in-process and stream a completion\n"
     "  make-tiny   write a deterministic random-weight GLM-5 / DeepSeek-V3.2 checkpoint\n"
     "run `spar <command> --help` for its flags\n";
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   if (command == "make-tiny") return spar::RunMakeTiny(argc, argv);
+  if (command == "generate") return spar::RunGenerate(argc, argv);
   std::cerr << "spar: unknown command \"" << command << "\"\n" << kUsage;
   return 2;
 }
