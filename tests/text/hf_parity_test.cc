@@ -1,0 +1,161 @@
+// spar's tokenizer, detokenizer and chat templates against implementations
+// nobody on this team wrote: Hugging Face tokenizers (native Node binding)
+// and @huggingface/jinja. tests/npm/reference.js writes their outputs; the
+// path arrives in SPAR_TEXT_REFERENCE (set by ctest, see CMakeLists.txt).
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "text/chat_template.h"
+#include "text/detokenizer.h"
+#include "text/tokenizer.h"
+
+namespace spar {
+namespace {
+
+using json = nlohmann::json;
+
+const json& Reference() {
+  static const json* ref = [] {
+    const char* path = std::getenv("SPAR_TEXT_REFERENCE");
+    auto* j = new json();
+    if (path == nullptr) return j;
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    *j = json::parse(text.begin(), text.end(), nullptr, false);
+    return j;
+  }();
+  return *ref;
+}
+
+// No silent skips: without the reference file the test fails.
+bool HaveReference() {
+  const char* path = std::getenv("SPAR_TEXT_REFERENCE");
+  if (path == nullptr) {
+    ADD_FAILURE() << "SPAR_TEXT_REFERENCE is not set; run through ctest (fixture text_reference)";
+    return false;
+  }
+  if (Reference().is_discarded() || !Reference().contains("tokens")) {
+    ADD_FAILURE() << "cannot read reference file " << path;
+    return false;
+  }
+  return true;
+}
+
+std::string Hex(absl::string_view s) { return absl::BytesToHexString(s); }
+
+class TokenParityTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenParityTest, IdsDecodeAndStreamingMatchHuggingFace) {
+  if (!HaveReference()) return;
+  const json& ref = Reference()["tokens"][GetParam()];
+  ASSERT_TRUE(ref.is_object()) << GetParam();
+  auto tok_or = Tokenizer::FromFile(ref["tokenizer_json"].get<std::string>());
+  ASSERT_TRUE(tok_or.ok()) << tok_or.status();
+  const Tokenizer& tok = **tok_or;
+  int total = 0, id_match = 0, decode_match = 0, roundtrip = 0, stream_match = 0;
+  std::vector<std::string> failures;
+  for (const json& c : ref["cases"]) {
+    ++total;
+    const std::string input = absl::HexStringToBytes(c["input_hex"].get<std::string>());
+    const std::vector<int32_t> want = c["ids"].get<std::vector<int32_t>>();
+    auto ids = tok.Encode(input);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    if (*ids == want) {
+      ++id_match;
+    } else if (failures.size() < 10) {
+      std::ostringstream msg;
+      msg << "input " << Hex(input) << " (\"" << absl::CHexEscape(input.substr(0, 200)) << "\")\n  want";
+      for (int32_t id : want) msg << " " << id;
+      msg << "\n  got ";
+      for (int32_t id : *ids) msg << " " << id;
+      failures.push_back(msg.str());
+    }
+    // Decode HF's ids both ways and compare with HF's decode.
+    auto dec = tok.Decode(want, false);
+    auto dec_skip = tok.Decode(want, true);
+    ASSERT_TRUE(dec.ok() && dec_skip.ok());
+    if (*dec == c["decoded"].get<std::string>() && *dec_skip == c["decoded_skip_special"].get<std::string>()) {
+      ++decode_match;
+    } else if (failures.size() < 20) {
+      failures.push_back(absl::StrCat("decode of ", Hex(input), ": got \"", absl::CHexEscape(*dec), "\" want \"",
+                                      absl::CHexEscape(c["decoded"].get<std::string>()), "\""));
+    }
+    // decode(encode(x)) == x, where x is the text HF saw (lossy UTF-8).
+    auto back = tok.Decode(*ids);
+    if (back.ok() && *back == c["decoded"].get<std::string>()) ++roundtrip;
+    // Streaming deltas concatenate to Decode.
+    IncrementalDetokenizer detok(&tok, false);
+    std::string streamed;
+    for (int32_t id : want) {
+      auto delta = detok.Add(id);
+      ASSERT_TRUE(delta.ok());
+      streamed += *delta;
+    }
+    streamed += detok.Finish();
+    if (streamed == *dec) ++stream_match;
+  }
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+  std::printf("[%s] %d strings: ids equal %d, decode equal %d, decode(encode(x))==x %d, stream==decode %d\n",
+              GetParam().c_str(), total, id_match, decode_match, roundtrip, stream_match);
+  EXPECT_GE(total, 2000);
+  EXPECT_EQ(id_match, total);
+  EXPECT_EQ(decode_match, total);
+  EXPECT_EQ(roundtrip, total);
+  EXPECT_EQ(stream_match, total);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenParityTest, ::testing::Values("deepseek_v3", "qwen3"));
+
+TEST(ChatTemplateParityTest, RendersEqualHuggingFaceJinja) {
+  if (!HaveReference()) return;
+  const json& chat = Reference()["chat"];
+  const std::string dir = chat["template_dir"].get<std::string>();
+  std::map<std::string, std::unique_ptr<ChatTemplate>> templates;
+  std::map<std::string, std::pair<int, int>> per_template;  // name -> (equal, total)
+  int total = 0, equal = 0, failures = 0;
+  for (const json& c : chat["cases"]) {
+    const std::string name = c["template"].get<std::string>();
+    if (!templates.count(name)) {
+      auto t = ChatTemplate::FromFile(absl::StrCat(dir, "/", name, ".jinja"));
+      ASSERT_TRUE(t.ok()) << name << ": " << t.status();
+      templates[name] = std::move(*t);
+    }
+    ++total;
+    ++per_template[name].second;
+    auto rendered = templates[name]->Render(c["context"]);
+    bool ok;
+    if (c.contains("error")) {
+      ok = !rendered.ok();
+    } else {
+      ok = rendered.ok() && *rendered == c["rendered"].get<std::string>();
+    }
+    if (ok) {
+      ++equal;
+      ++per_template[name].first;
+    } else if (++failures <= 10) {
+      ADD_FAILURE() << name << " " << c["name"].get<std::string>() << "\n  want: "
+                    << (c.contains("error") ? "error " + c["error"].get<std::string>()
+                                            : absl::CHexEscape(c["rendered"].get<std::string>()))
+                    << "\n  got:  "
+                    << (rendered.ok() ? absl::CHexEscape(*rendered) : rendered.status().ToString());
+    }
+  }
+  for (const auto& [name, counts] : per_template) {
+    std::printf("[chat %s] %d/%d renders equal\n", name.c_str(), counts.first, counts.second);
+  }
+  std::printf("[chat] %d/%d renders equal to @huggingface/jinja\n", equal, total);
+  EXPECT_EQ(equal, total);
+}
+
+}  // namespace
+}  // namespace spar

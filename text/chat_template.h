@@ -1,0 +1,77 @@
+// Chat templates: the model's `chat_template` (a Jinja template from
+// tokenizer_config.json or chat_template.jinja) rendered the way
+// transformers' apply_chat_template does, by spar's own Jinja subset
+// interpreter (text/jinja_*.h).
+//
+// Supported: {% if/elif/else %}, {% for %} (loop.*, else, inline `if`,
+// tuple unpacking), {% set %} (namespace attributes, block form),
+// {% macro %}, {% break/continue %}, {% generation %} (ignored), comments,
+// whitespace control and transformers' trim_blocks/lstrip_blocks; Python
+// string/list/dict methods and the filters and tests chat templates use
+// (tojson, trim, length, default, map, selectattr, ...); globals range,
+// namespace, dict, raise_exception, strftime_now.
+//
+// Values print as Python's str() does (None, True), as transformers does.
+// Rendering is bounded by RenderLimits; a template that exceeds them, or
+// calls raise_exception, fails with a status naming the line.
+#ifndef SPAR_TEXT_CHAT_TEMPLATE_H_
+#define SPAR_TEXT_CHAT_TEMPLATE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "text/jinja_ast.h"
+#include "text/jinja_interpreter.h"
+
+namespace spar {
+
+using ChatTemplateLimits = jinja::RenderLimits;
+
+struct ChatTemplateOptions {
+  bool add_generation_prompt = true;
+  // OpenAI-style tool list; omitted from the context when null or empty.
+  nlohmann::json tools;
+  // Extra template variables (chat_template_kwargs), e.g.
+  // {"enable_thinking": false}. They override the defaults above.
+  nlohmann::json kwargs;
+};
+
+class ChatTemplate {
+ public:
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> Parse(absl::string_view source,
+                                                              ChatTemplateLimits limits = {});
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromFile(const std::string& path,
+                                                                 ChatTemplateLimits limits = {});
+  // Reads "chat_template" (a string, or a list of {name, template}: the one
+  // named "default") and the bos/eos tokens from tokenizer_config.json.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromTokenizerConfig(absl::string_view config_json,
+                                                                            ChatTemplateLimits limits = {});
+
+  // Renders with `context` (an object) as the template's variables.
+  // Thread-safe: each call has its own interpreter state.
+  absl::StatusOr<std::string> Render(const nlohmann::json& context) const;
+
+  // apply_chat_template: messages, tools, add_generation_prompt, the
+  // configured bos_token/eos_token, then options.kwargs.
+  absl::StatusOr<std::string> Apply(const nlohmann::json& messages, const ChatTemplateOptions& options) const;
+
+  const std::string& source() const { return source_; }
+  const std::string& bos_token() const { return bos_token_; }
+  const std::string& eos_token() const { return eos_token_; }
+
+ private:
+  ChatTemplate() = default;
+
+  std::string source_;
+  jinja::Body body_;
+  ChatTemplateLimits limits_;
+  std::string bos_token_;
+  std::string eos_token_;
+};
+
+}  // namespace spar
+
+#endif  // SPAR_TEXT_CHAT_TEMPLATE_H_
