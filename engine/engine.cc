@@ -6,13 +6,20 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "engine/cpu/cpu_backend.h"
+#ifdef SPAR_HAVE_CUDA_BACKEND
+#include "engine/cuda/cuda_backend.h"
+#endif
 
 namespace spar {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name) {
   if (name == "cpu") return CreateCpuBackend();
   if (name == "cuda") {
-    return absl::UnimplementedError("the cuda backend is not built into this binary yet (use --backend cpu)");
+#ifdef SPAR_HAVE_CUDA_BACKEND
+    return CreateCudaBackend(CudaBackendOptions());
+#else
+    return absl::UnimplementedError("this binary was built without CUDA (use --backend cpu)");
+#endif
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown backend \"", name, "\" (cpu or cuda)"));
 }

@@ -261,9 +261,20 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
     c.rope.mscale_all_dim = 1.0;
     c.rope.attention_factor = 1.0;
   }
+  if (!o.indexer_pattern.empty()) {
+    if (!glm) return absl::InvalidArgumentError("--indexer-pattern needs --arch glm5 (DeepSeek-V3.2 has no shared indexers)");
+    if (static_cast<int>(o.indexer_pattern.size()) != c.num_hidden_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("--indexer-pattern \"", o.indexer_pattern, "\" must have one letter per layer (",
+                                                     c.num_hidden_layers, ")"));
+    }
+  }
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     c.mlp_layer_types.push_back(i < c.first_k_dense_replace ? MlpType::kDense : MlpType::kMoe);
-    c.indexer_types.push_back(IndexerType::kFull);
+    const char kind = o.indexer_pattern.empty() ? 'F' : o.indexer_pattern[i];
+    if (kind != 'F' && kind != 'S') {
+      return absl::InvalidArgumentError(absl::StrCat("--indexer-pattern: letter '", std::string(1, kind), "' is not F or S"));
+    }
+    c.indexer_types.push_back(kind == 'F' ? IndexerType::kFull : IndexerType::kShared);
   }
   if (o.fp8) {
     c.quant.fp8 = true;

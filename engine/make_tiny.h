@@ -29,6 +29,9 @@ struct MakeTinyOptions {
   int layers = 0;  // 0: the geometry's default
   int index_topk = 0;  // 0: the geometry's default
   uint64_t max_shard_bytes = 0;  // 0: one safetensors file
+  // Per-layer indexer kinds as letters, F = full, S = shared (GLM-5.2 style
+  // cross-layer top-k sharing; glm5 only). Empty: every layer full.
+  std::string indexer_pattern;
   std::string out_dir;
 };
 

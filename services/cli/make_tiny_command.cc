@@ -9,7 +9,7 @@
 namespace spar {
 
 int RunMakeTiny(int argc, char** argv) {
-  std::string arch = "glm5", geometry = "tiny", out;
+  std::string arch = "glm5", geometry = "tiny", out, indexer_pattern;
   bool fp8 = false;
   int64_t seed = 0, layers = 0, index_topk = 0, shard_mb = 0;
   ArgParser args("make-tiny");
@@ -20,6 +20,7 @@ int RunMakeTiny(int argc, char** argv) {
   args.AddString("geometry", &geometry, "tiny (default) or glm5-full (real GLM-5 layer sizes)");
   args.AddInt("layers", &layers, "number of decoder layers (default: 3 tiny, 4 glm5-full)");
   args.AddInt("index-topk", &index_topk, "override index_topk (default: 32 tiny, 2048 glm5-full)");
+  args.AddString("indexer-pattern", &indexer_pattern, "per-layer indexer kinds, F = full, S = shared (glm5), e.g. FSF");
   args.AddInt("shard-mb", &shard_mb, "split weights into shards of at most this many MiB (0: one file)");
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) {
     std::cerr << s.message() << "\n";
@@ -56,6 +57,7 @@ int RunMakeTiny(int argc, char** argv) {
   options.index_topk = static_cast<int>(index_topk);
   options.max_shard_bytes = static_cast<uint64_t>(shard_mb) << 20;
   options.out_dir = out;
+  options.indexer_pattern = indexer_pattern;
   if (auto s = MakeTinyModel(options); !s.ok()) {
     std::cerr << "make-tiny: " << s.message() << "\n";
     return 1;

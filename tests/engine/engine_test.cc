@@ -185,3 +185,42 @@ INSTANTIATE_TEST_SUITE_P(Arch, EngineTest, ::testing::Values(ModelArch::kGlmMoeD
 
 }  // namespace
 }  // namespace spar
+
+namespace spar {
+namespace {
+
+TEST(SharedIndexerTest, SharedLayersReuseThePreviousFullLayersTopK) {
+  MakeTinyOptions o;
+  o.arch = ModelArch::kGlmMoeDsa;
+  o.layers = 4;
+  o.indexer_pattern = "FSFS";
+  o.out_dir = testing::TempDir("shared_indexer");
+  ASSERT_TRUE(MakeTinyModel(o).ok());
+  auto ck = Checkpoint::Open(o.out_dir);
+  ASSERT_TRUE(ck.ok());
+  EXPECT_FALSE((*ck)->Has("model.layers.1.self_attn.indexer.wk.weight"));  // shared layers carry no indexer
+  EXPECT_TRUE((*ck)->Has("model.layers.2.self_attn.indexer.wk.weight"));
+  EngineOptions eo;
+  eo.model.num_blocks = 16;
+  auto engine = Engine::Create(o.out_dir, eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ForwardTrace trace;
+  ASSERT_TRUE((*engine)->PromptLogits({RandomPrompt(120, 11)}, 1, &trace).ok());
+  EXPECT_EQ(trace.topk_slots.at(1), trace.topk_slots.at(0));
+  EXPECT_EQ(trace.topk_slots.at(3), trace.topk_slots.at(2));
+  EXPECT_NE(trace.topk_slots.at(2), trace.topk_slots.at(0));
+  // A pipeline stage may not start on a shared layer.
+  ModelOptions mo;
+  mo.first_layer = 1;
+  auto backend = CreateBackend("cpu");
+  ASSERT_TRUE(backend.ok());
+  auto stage = Model::Load(o.out_dir, backend->get(), mo);
+  ASSERT_FALSE(stage.ok());
+  EXPECT_NE(std::string(stage.status().message()).find("shares the top-k"), std::string::npos);
+  o.indexer_pattern = "SFFF";
+  o.out_dir = testing::TempDir("shared_first");
+  EXPECT_FALSE(MakeTinyModel(o).ok());
+}
+
+}  // namespace
+}  // namespace spar

@@ -13,4 +13,7 @@ for arch in glm5 dsv32; do
     python3 tools/golden/make_goldens.py --model "$models/$arch-$q" --variant "$arch-$q" --out "$OUT/$arch-$q.json"
   done
 done
+# GLM-5.2-style cross-layer top-k sharing (layers 1 and 3 reuse 0 and 2).
+.bundle/bin/spar make-tiny --arch glm5 --layers 4 --indexer-pattern FSFS --out "$models/glm5-shared"
+python3 tools/golden/make_goldens.py --model "$models/glm5-shared" --variant glm5-shared --out "$OUT/glm5-shared.json"
 python3 -c 'import torch,transformers;print("torch",torch.__version__,"transformers",transformers.__version__)' | tee "$OUT/versions.txt"
