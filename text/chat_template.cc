@@ -65,15 +65,16 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromTokenizerConfig(
   return t;
 }
 
-absl::StatusOr<std::string> ChatTemplate::Render(const json& context) const {
+absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
   if (!context.is_object()) return absl::InvalidArgumentError("chat template context must be a JSON object");
   jinja::Interpreter interpreter(limits_);
   return interpreter.Render(body_, jinja::Value::FromJson(context));
 }
 
-absl::StatusOr<std::string> ChatTemplate::Apply(const json& messages, const ChatTemplateOptions& options) const {
+absl::StatusOr<std::string> ChatTemplate::Apply(const nlohmann::ordered_json& messages,
+                                                const ChatTemplateOptions& options) const {
   if (!messages.is_array()) return absl::InvalidArgumentError("messages must be a JSON array");
-  json context = json::object();
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
   context["messages"] = messages;
   if (!options.tools.is_null() && !(options.tools.is_array() && options.tools.empty())) context["tools"] = options.tools;
   context["add_generation_prompt"] = options.add_generation_prompt;

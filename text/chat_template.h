@@ -33,10 +33,10 @@ using ChatTemplateLimits = jinja::RenderLimits;
 struct ChatTemplateOptions {
   bool add_generation_prompt = true;
   // OpenAI-style tool list; omitted from the context when null or empty.
-  nlohmann::json tools;
+  nlohmann::ordered_json tools;
   // Extra template variables (chat_template_kwargs), e.g.
   // {"enable_thinking": false}. They override the defaults above.
-  nlohmann::json kwargs;
+  nlohmann::ordered_json kwargs;
 };
 
 class ChatTemplate {
@@ -51,12 +51,15 @@ class ChatTemplate {
                                                                             ChatTemplateLimits limits = {});
 
   // Renders with `context` (an object) as the template's variables.
-  // Thread-safe: each call has its own interpreter state.
-  absl::StatusOr<std::string> Render(const nlohmann::json& context) const;
+  // Thread-safe: each call has its own interpreter state. Parse request
+  // JSON with nlohmann::ordered_json: a plain nlohmann::json sorts object
+  // keys, and tool schemas would then print in a different order than
+  // transformers prints them.
+  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context) const;
 
   // apply_chat_template: messages, tools, add_generation_prompt, the
   // configured bos_token/eos_token, then options.kwargs.
-  absl::StatusOr<std::string> Apply(const nlohmann::json& messages, const ChatTemplateOptions& options) const;
+  absl::StatusOr<std::string> Apply(const nlohmann::ordered_json& messages, const ChatTemplateOptions& options) const;
 
   const std::string& source() const { return source_; }
   const std::string& bos_token() const { return bos_token_; }

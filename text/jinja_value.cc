@@ -87,37 +87,52 @@ Value Value::Function(std::string name, NativeFunction fn) {
   return v;
 }
 
-Value Value::FromJson(const nlohmann::json& j) {
+namespace {
+
+template <typename Json>
+Value ValueFromJson(const Json& j);
+
+}  // namespace
+
+Value Value::FromJson(const nlohmann::ordered_json& j) { return ValueFromJson(j); }
+Value Value::FromJson(const nlohmann::json& j) { return ValueFromJson(j); }
+
+namespace {
+
+template <typename Json>
+Value ValueFromJson(const Json& j) {
   switch (j.type()) {
     case nlohmann::json::value_t::null:
-      return None();
+      return Value::None();
     case nlohmann::json::value_t::boolean:
-      return Bool(j.get<bool>());
+      return Value::Bool(j.template get<bool>());
     case nlohmann::json::value_t::number_integer:
-      return Int(j.get<int64_t>());
+      return Value::Int(j.template get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: {
-      const uint64_t u = j.get<uint64_t>();
-      return u > static_cast<uint64_t>(INT64_MAX) ? Float(static_cast<double>(u)) : Int(static_cast<int64_t>(u));
+      const uint64_t u = j.template get<uint64_t>();
+      return u > static_cast<uint64_t>(INT64_MAX) ? Value::Float(static_cast<double>(u)) : Value::Int(static_cast<int64_t>(u));
     }
     case nlohmann::json::value_t::number_float:
-      return Float(j.get<double>());
+      return Value::Float(j.template get<double>());
     case nlohmann::json::value_t::string:
-      return String(j.get<std::string>());
+      return Value::String(j.template get<std::string>());
     case nlohmann::json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e));
-      return Array(std::move(items));
+      for (const auto& e : j) items.push_back(ValueFromJson(e));
+      return Value::Array(std::move(items));
     }
     case nlohmann::json::value_t::object: {
-      Value v = MakeObject();
-      for (auto it = j.begin(); it != j.end(); ++it) v.object_->Set(it.key(), FromJson(it.value()));
+      Value v = Value::MakeObject();
+      for (auto it = j.begin(); it != j.end(); ++it) v.object().Set(it.key(), ValueFromJson(it.value()));
       return v;
     }
     default:
       return Value();
   }
 }
+
+}  // namespace
 
 bool Value::Truthy() const {
   switch (type_) {
@@ -219,6 +234,11 @@ std::string PyStringRepr(const std::string& s) {
 std::string Value::Str() const {
   switch (type_) {
     case Type::kUndefined:
+      return "";
+    case Type::kNone:
+      // Python prints "None"; @huggingface/jinja (and every chat template's
+      // intent, e.g. {{ message.get('content') }} on a tool-call turn whose
+      // content is null) prints nothing. spar follows the latter.
       return "";
     case Type::kString:
       return s_;
@@ -331,7 +351,7 @@ bool Value::Equals(const Value& o) const {
   }
 }
 
-nlohmann::json Value::ToJson() const {
+nlohmann::ordered_json Value::ToJson() const {
   switch (type_) {
     case Type::kUndefined:
     case Type::kNone:
@@ -346,12 +366,12 @@ nlohmann::json Value::ToJson() const {
     case Type::kString:
       return s_;
     case Type::kArray: {
-      nlohmann::json a = nlohmann::json::array();
+      nlohmann::ordered_json a = nlohmann::ordered_json::array();
       for (const Value& v : *array_) a.push_back(v.ToJson());
       return a;
     }
     case Type::kObject: {
-      nlohmann::json o = nlohmann::json::object();
+      nlohmann::ordered_json o = nlohmann::ordered_json::object();
       for (const auto& [k, v] : object_->items) o[k] = v.ToJson();
       return o;
     }

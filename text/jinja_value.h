@@ -55,6 +55,9 @@ class Value {
   static Value MakeObject();
   static Value Namespace();
   static Value Function(std::string name, NativeFunction fn);
+  // Objects keep the JSON's key order only with ordered_json (tool schemas
+  // print in the order the client sent them, as in Python).
+  static Value FromJson(const nlohmann::ordered_json& j);
   static Value FromJson(const nlohmann::json& j);
 
   Type type() const { return type_; }
@@ -88,7 +91,7 @@ class Value {
   // Deep equality with Python's rules (1 == 1.0, True == 1).
   bool Equals(const Value& other) const;
 
-  nlohmann::json ToJson() const;
+  nlohmann::ordered_json ToJson() const;
 
  private:
   Type type_ = Type::kUndefined;

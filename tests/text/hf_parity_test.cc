@@ -20,7 +20,7 @@
 namespace spar {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 const json& Reference() {
   static const json* ref = [] {
@@ -52,6 +52,15 @@ bool HaveReference() {
 }
 
 std::string Hex(absl::string_view s) { return absl::BytesToHexString(s); }
+
+// The neighbourhood of the first difference, escaped.
+std::string FirstDifference(const std::string& want, const std::string& got) {
+  size_t i = 0;
+  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+  const size_t from = i > 80 ? i - 80 : 0;
+  return absl::StrCat("first difference at byte ", i, "\n  want: ...", absl::CHexEscape(want.substr(from, 200)),
+                      "\n  got:  ...", absl::CHexEscape(got.substr(from, 200)));
+}
 
 class TokenParityTest : public ::testing::TestWithParam<std::string> {};
 
@@ -143,11 +152,15 @@ TEST(ChatTemplateParityTest, RendersEqualHuggingFaceJinja) {
       ++equal;
       ++per_template[name].first;
     } else if (++failures <= 10) {
-      ADD_FAILURE() << name << " " << c["name"].get<std::string>() << "\n  want: "
-                    << (c.contains("error") ? "error " + c["error"].get<std::string>()
-                                            : absl::CHexEscape(c["rendered"].get<std::string>()))
-                    << "\n  got:  "
-                    << (rendered.ok() ? absl::CHexEscape(*rendered) : rendered.status().ToString());
+      std::string detail;
+      if (c.contains("error")) {
+        detail = absl::StrCat("want an error (", c["error"].get<std::string>(), "), got a render");
+      } else if (!rendered.ok()) {
+        detail = rendered.status().ToString();
+      } else {
+        detail = FirstDifference(c["rendered"].get<std::string>(), *rendered);
+      }
+      ADD_FAILURE() << name << " " << c["name"].get<std::string>() << ": " << detail;
     }
   }
   for (const auto& [name, counts] : per_template) {
