@@ -114,9 +114,20 @@ function specialConversations() {
   return [
     {
       name: 'content_parts',
-      only: ['glm5', 'glm45'],
+      only: ['glm5', 'glm45', 'glm5x_patched'],
       messages: [
         { role: 'user', content: [{ type: 'text', text: 'Part one. ' }, { type: 'text', text: 'Part two.' }] },
+      ],
+    },
+    {
+      name: 'reasoning_effort_low',
+      only: ['glm5x_patched'],
+      extra: { reasoning_effort: 'low', clear_thinking: true },
+      messages: [
+        { role: 'user', content: 'Q1' },
+        { role: 'assistant', content: '<think>t1</think>A1' },
+        { role: 'user', content: 'Q2' },
+        { role: 'assistant', content: '<think>t2</think>A2' },
       ],
     },
     {
@@ -150,6 +161,7 @@ function buildChatCases(templateNames) {
           };
           if (conv.tools) ctx.tools = conv.tools;
           if (thinking !== undefined) ctx.enable_thinking = thinking;
+          if (conv.extra) Object.assign(ctx, conv.extra);
           cases.push({ template: tpl, name: `${conv.name}/agp=${agp}/thinking=${thinking}`, context: ctx });
         }
       }
