@@ -1,0 +1,408 @@
+// Indexer benchmark: paged decode logits, ragged prefill logits, top-k, and
+// decode logits + top-k back to back, on random data (never zeros).
+//
+// Examples:
+//   indexer_bench                 # every shape
+//   indexer_bench decode          # one section: decode | prefill | topk | keywrite
+//
+// Per shape: µs (median of CUDA-event timed runs after warm-up), TFLOP/s
+// (prefill: non-masked pairs only), GB/s over the cache bytes read and its
+// fraction of the copy bandwidth measured in the same run, and for one
+// small shape per section the max error against kernels/ref.
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "base/numeric.h"
+#include "base/rng.h"
+#include "bench/common/bench_util.h"
+#include "kernels/cuda/indexer/indexer.h"
+#include "kernels/ref/indexer_ref.h"
+#include "kernels/ref/topk_ref.h"
+
+namespace spar::bench {
+namespace {
+
+__device__ __forceinline__ uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Random FP8 pages: e4m3 codes (never the NaN codes) and scales in [1e-3, 2e-3).
+__global__ void FillFp8Pages(uint8_t* pages, int64_t num_pages, uint64_t seed) {
+  const int64_t words = num_pages * 8448 / 4;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < words; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t page = i / 2112, in_page = i % 2112;
+    const uint64_t h = Mix(seed ^ static_cast<uint64_t>(i));
+    uint32_t v;
+    if (in_page < 2048) {
+      v = static_cast<uint32_t>(h);
+      for (int b = 0; b < 4; ++b)
+        if (((v >> (8 * b)) & 0x7f) == 0x7f) v ^= 1u << (8 * b);
+    } else {
+      v = __float_as_uint(1e-3f + 1e-3f * static_cast<float>(h >> 40) * (1.0f / 16777216.0f));
+    }
+    reinterpret_cast<uint32_t*>(pages)[page * 2112 + in_page] = v;
+  }
+}
+
+// Random bf16 in [-1, 1) or fp32 in [lo, hi).
+__global__ void FillBf16(uint16_t* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float f = static_cast<float>(Mix(seed ^ i) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    x[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);
+  }
+}
+__global__ void FillF32(float* x, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = lo + (hi - lo) * static_cast<float>(Mix(seed ^ i) >> 40) * (1.0f / 16777216.0f);
+  }
+}
+
+template <typename T>
+struct Buf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Buf(size_t count) : n(count) { CheckCuda(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)), "malloc"); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  void Up(const std::vector<T>& h) { CheckCuda(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "h2d"); }
+  std::vector<T> Down() const {
+    std::vector<T> h(n);
+    CheckCuda(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "d2h");
+    return h;
+  }
+};
+
+void Ok(const absl::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, std::string(s.message()).c_str());
+    std::exit(1);
+  }
+}
+
+double g_copy_gbs = 0;
+std::vector<std::string> g_summary;
+
+void Summary(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void Summary(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::printf("%s\n", buf);
+  g_summary.push_back(buf);
+}
+
+// --- decode ------------------------------------------------------------------------
+
+struct DecodeSetup {
+  int batch, ctx, heads, next_n;
+  int64_t pages;
+  Buf<uint8_t> cache;
+  Buf<int32_t> table, ctx_lens;
+  Buf<uint16_t> q;
+  Buf<float> w, logits;
+  IndexerLogitsPagedParams p;
+  DecodeSetup(int b, int c, int h, int nn)
+      : batch(b), ctx(c), heads(h), next_n(nn), pages(int64_t{b} * ((c + 63) / 64)), cache(pages * 8448),
+        table(pages), ctx_lens(int64_t{b} * nn), q(int64_t{b} * nn * h * 128), w(int64_t{b} * nn * h),
+        logits(int64_t{b} * nn * c) {
+    FillFp8Pages<<<1024, 256>>>(cache.p, pages, 1234 + b + c);
+    FillBf16<<<256, 256>>>(q.p, q.n, 99 + h);
+    FillF32<<<256, 256>>>(w.p, w.n, 98, -0.02f, 0.05f);
+    CheckCuda(cudaGetLastError(), "fill");
+    // Pages scattered over the cache: a random permutation.
+    std::vector<int32_t> perm(pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    Rng rng(7);
+    for (int64_t i = pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.Below(i + 1)]);
+    table.Up(perm);
+    std::vector<int32_t> lens(int64_t{b} * nn);
+    for (int s = 0; s < b; ++s)
+      for (int j = 0; j < nn; ++j) lens[s * nn + j] = c - nn + j + 1;
+    ctx_lens.Up(lens);
+    p.num_seqs = b;
+    p.next_n = nn;
+    p.heads = h;
+    p.q = q.p;
+    p.q_stride = h * 128;
+    p.w = w.p;
+    p.w_stride = h;
+    p.context_lens = ctx_lens.p;
+    p.max_context_len = c;
+    p.block_table = table.p;
+    p.block_table_stride = (c + 63) / 64;
+    p.format = ref::IndexerFormat::kFp8;
+    p.cache = cache.p;
+    p.logits = logits.p;
+    p.logits_stride = c;
+  }
+};
+
+// Max |gpu - ref| / max|ref| over the decode logits of a small setup.
+double DecodeError(DecodeSetup& d) {
+  const std::vector<uint8_t> pages = d.cache.Down();
+  const std::vector<int32_t> table = d.table.Down(), lens = d.ctx_lens.Down();
+  std::vector<float> q(d.q.n);
+  const std::vector<uint16_t> qb = d.q.Down();
+  for (size_t i = 0; i < q.size(); ++i) q[i] = Bf16ToFloat(qb[i]);
+  const std::vector<float> w = d.w.Down(), got = d.logits.Down();
+  const int rows = d.batch * d.next_n;
+  std::vector<float> want(static_cast<size_t>(rows) * d.ctx);
+  std::vector<const int32_t*> tables(rows);
+  for (int r = 0; r < rows; ++r) tables[r] = table.data() + (r / d.next_n) * d.p.block_table_stride;
+  ref::IndexerLogitsPaged(q.data(), w.data(), rows, d.heads, {ref::IndexerFormat::kFp8, pages.data()}, tables.data(),
+                          lens.data(), want.data(), d.ctx);
+  double err = 0, mx = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int s = 0; s < lens[r]; ++s) {
+      const size_t i = static_cast<size_t>(r) * d.ctx + s;
+      err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
+      mx = std::max(mx, std::fabs(static_cast<double>(want[i])));
+    }
+  return mx > 0 ? err / mx : err;
+}
+
+void BenchDecode() {
+  std::printf("\n== paged decode logits (FP8 cache, 132 B/key) ==\n");
+  std::printf("%-28s %10s %10s %10s %8s %10s\n", "shape", "us", "TFLOP/s", "cacheGB/s", "%copy", "max_err");
+  struct Shape {
+    int batch, ctx, heads, next_n;
+  };
+  const Shape shapes[] = {{1, 4096, 32, 1},    {1, 32768, 32, 1},  {1, 131072, 32, 1}, {32, 4096, 32, 1},
+                          {32, 32768, 32, 1},  {32, 131072, 32, 1}, {64, 4096, 32, 1},  {64, 32768, 32, 1},
+                          {64, 131072, 32, 1}, {64, 131072, 32, 2}, {64, 32768, 64, 1}, {64, 131072, 64, 1},
+                          {64, 32768, 64, 2}};
+  for (const Shape& s : shapes) {
+    DecodeSetup d(s.batch, s.ctx, s.heads, s.next_n);
+    const double us = MedianMicros([&] { Ok(LaunchIndexerLogitsPaged(d.p, nullptr), "decode"); }, 3, 20);
+    const double keys = double(s.batch) * s.ctx;
+    const double cache_bytes = keys * 132;
+    const double flop = keys * s.next_n * s.heads * 256.0;
+    std::string err = "-";
+    if (s.batch == 1 && s.ctx == 4096) err = std::to_string(DecodeError(d));
+    char name[64];
+    std::snprintf(name, sizeof(name), "B%d ctx%d H%d n%d", s.batch, s.ctx, s.heads, s.next_n);
+    const double gbs = cache_bytes / (us * 1e-6) / 1e9;
+    std::printf("%-28s %10.1f %10.1f %10.0f %7.1f%% %10s\n", name, us, flop / (us * 1e-6) / 1e12, gbs,
+                100.0 * gbs / g_copy_gbs, err.c_str());
+    if (s.batch == 64 && s.ctx == 131072 && s.next_n == 1)
+      Summary("decode %-22s %8.1f us  %6.0f GB/s  %5.1f%% of copy (target >= 75%%, <= 350 us)", name, us, gbs,
+              100.0 * gbs / g_copy_gbs);
+  }
+}
+
+// --- prefill -----------------------------------------------------------------------
+
+void BenchPrefill() {
+  std::printf("\n== ragged prefill logits (FP8 contiguous keys, causal) ==\n");
+  std::printf("%-28s %10s %10s %10s\n", "shape", "us", "TFLOP/s", "max_err");
+  struct Shape {
+    int queries, keys, heads;
+  };
+  const Shape shapes[] = {{2048, 2048, 32}, {4096, 8192, 32}, {16384, 16384, 32},
+                          {2048, 2048, 64}, {4096, 8192, 64}, {16384, 16384, 64}};
+  for (const Shape& s : shapes) {
+    Buf<uint8_t> keys(int64_t{s.keys} * 128);
+    Buf<float> scale(s.keys), w(int64_t{s.queries} * s.heads), logits(int64_t{s.queries} * s.keys);
+    Buf<uint16_t> q(int64_t{s.queries} * s.heads * 128);
+    Buf<int32_t> ks(s.queries), ke(s.queries);
+    {
+      // Keys: e4m3 codes from the page filler (first 8 KB of each 8448 B page are codes).
+      Buf<uint8_t> tmp((s.keys + 63) / 64 * 8448);
+      FillFp8Pages<<<512, 256>>>(tmp.p, (s.keys + 63) / 64, 555);
+      CheckCuda(cudaGetLastError(), "fill");
+      for (int pg = 0; pg < (s.keys + 63) / 64; ++pg) {
+        const int n = std::min(64, s.keys - pg * 64);
+        CheckCuda(cudaMemcpy(keys.p + int64_t{pg} * 8192, tmp.p + int64_t{pg} * 8448, n * 128, cudaMemcpyDeviceToDevice), "cp");
+        CheckCuda(cudaMemcpy(scale.p + pg * 64, tmp.p + int64_t{pg} * 8448 + 8192, n * 4, cudaMemcpyDeviceToDevice), "cp");
+      }
+    }
+    FillBf16<<<256, 256>>>(q.p, q.n, 5 + s.heads);
+    FillF32<<<256, 256>>>(w.p, w.n, 6, -0.02f, 0.05f);
+    std::vector<int32_t> hks(s.queries, 0), hke(s.queries);
+    double pairs = 0;
+    for (int t = 0; t < s.queries; ++t) {
+      hke[t] = s.keys - s.queries + t + 1;  // the last `queries` positions of a `keys`-long sequence
+      pairs += hke[t];
+    }
+    ks.Up(hks);
+    ke.Up(hke);
+    IndexerLogitsParams p;
+    p.rows = s.queries;
+    p.heads = s.heads;
+    p.q = q.p;
+    p.q_stride = s.heads * 128;
+    p.w = w.p;
+    p.w_stride = s.heads;
+    p.format = ref::IndexerFormat::kFp8;
+    p.keys = keys.p;
+    p.k_scale = scale.p;
+    p.num_keys = s.keys;
+    p.ks = ks.p;
+    p.ke = ke.p;
+    p.logits = logits.p;
+    p.logits_stride = s.keys;
+    const double us = MedianMicros([&] { Ok(LaunchIndexerLogits(p, nullptr), "prefill"); }, 3, 10);
+    const double tflops = pairs * s.heads * 256.0 / (us * 1e-6) / 1e12;
+    std::string err = "-";
+    if (s.queries == 2048) {
+      // Check 64 spread rows against the reference.
+      const std::vector<uint8_t> kb = keys.Down();
+      const std::vector<float> ksc = scale.Down(), wv = w.Down(), got = logits.Down();
+      const std::vector<uint16_t> qb = q.Down();
+      std::vector<float> kv(kb.size());
+      for (size_t i = 0; i < kb.size(); ++i) kv[i] = E4m3ToFloat(kb[i]);
+      double e = 0, mx = 0;
+      for (int t = 5; t < s.queries; t += 32) {
+        std::vector<float> qrow(s.heads * 128), out(s.keys);
+        for (int i = 0; i < s.heads * 128; ++i) qrow[i] = Bf16ToFloat(qb[int64_t{t} * s.heads * 128 + i]);
+        ref::IndexerLogits(qrow.data(), wv.data() + int64_t{t} * s.heads, 1, s.heads, 128, kv.data(), ksc.data(),
+                           s.keys, &hks[t], &hke[t], out.data());
+        for (int k = hks[t]; k < hke[t]; ++k) {
+          e = std::max(e, std::fabs(static_cast<double>(got[int64_t{t} * s.keys + k]) - out[k]));
+          mx = std::max(mx, std::fabs(static_cast<double>(out[k])));
+        }
+      }
+      err = std::to_string(mx > 0 ? e / mx : e);
+    }
+    char name[64];
+    std::snprintf(name, sizeof(name), "%dx%d H%d", s.queries, s.keys, s.heads);
+    std::printf("%-28s %10.1f %10.1f %10s\n", name, us, tflops, err.c_str());
+    if (s.queries == 4096) Summary("prefill %-21s %8.1f us  %6.1f TFLOP/s (target >= 300)", name, us, tflops);
+  }
+}
+
+// --- top-k -------------------------------------------------------------------------
+
+void BenchTopK() {
+  std::printf("\n== top-k 2048 (fp32 logits, exact) ==\n");
+  std::printf("%-34s %10s %10s %8s\n", "shape", "us", "GB/s", "exact");
+  struct Shape {
+    int rows, len;
+    bool real_like;
+  };
+  const Shape shapes[] = {{64, 131072, true}, {1, 32768, true}, {64, 131072, false}, {1, 32768, false},
+                          {1, 131072, true},  {64, 32768, true}, {1, 200000, true},  {128, 131072, true}};
+  for (const Shape& s : shapes) {
+    Buf<float> logits(int64_t{s.rows} * s.len);
+    Buf<int32_t> out(int64_t{s.rows} * 2048);
+    if (s.real_like) {
+      // Real-like rows: the decode logits of random q / FP8 keys (32 heads).
+      DecodeSetup d(s.rows, s.len, 32, 1);
+      Ok(LaunchIndexerLogitsPaged(d.p, nullptr), "decode");
+      CheckCuda(cudaMemcpy(logits.p, d.logits.p, logits.n * 4, cudaMemcpyDeviceToDevice), "cp");
+    } else {
+      FillF32<<<1024, 256>>>(logits.p, logits.n, 77, -5.0f, 5.0f);
+    }
+    TopKParams p;
+    p.rows = s.rows;
+    p.k = 2048;
+    p.logits = logits.p;
+    p.logits_stride = s.len;
+    p.num_cols = s.len;
+    p.out = out.p;
+    p.out_stride = 2048;
+    const double us = MedianMicros([&] { Ok(LaunchTopK(p, nullptr), "topk"); }, 3, 30);
+    // Exactness against the reference on up to 4 rows.
+    const std::vector<float> h = logits.Down();
+    const std::vector<int32_t> got = out.Down();
+    std::vector<int32_t> want(2048);
+    bool exact = true;
+    for (int r = 0; r < std::min(s.rows, 4); ++r) {
+      ref::TopK(h.data() + int64_t{r} * s.len, s.len, 2048, want.data());
+      exact = exact && std::equal(want.begin(), want.end(), got.begin() + int64_t{r} * 2048);
+    }
+    char name[64];
+    std::snprintf(name, sizeof(name), "%d x %d %s", s.rows, s.len, s.real_like ? "real-like" : "uniform");
+    const double gbs = double(s.rows) * s.len * 4 / (us * 1e-6) / 1e9;
+    std::printf("%-34s %10.1f %10.0f %8s\n", name, us, gbs, exact ? "yes" : "NO");
+    if ((s.rows == 64 && s.len == 131072 && s.real_like) || (s.rows == 1 && s.len == 32768 && s.real_like))
+      Summary("topk %-29s %8.1f us  exact=%s (targets: 64x128K <= 60 us, 1x32K <= 20 us)", name, us,
+              exact ? "yes" : "NO");
+  }
+
+  std::printf("\n== decode logits + top-k back to back (FP8, H32) ==\n");
+  for (int batch : {1, 64}) {
+    for (int ctx : {32768, 131072}) {
+      DecodeSetup d(batch, ctx, 32, 1);
+      Buf<int32_t> out(int64_t{batch} * 2048);
+      TopKParams p;
+      p.rows = batch;
+      p.k = 2048;
+      p.logits = d.logits.p;
+      p.logits_stride = ctx;
+      p.row_len = d.ctx_lens.p;
+      p.num_cols = ctx;
+      p.out = out.p;
+      p.out_stride = 2048;
+      const double us = MedianMicros(
+          [&] {
+            Ok(LaunchIndexerLogitsPaged(d.p, nullptr), "decode");
+            Ok(LaunchTopK(p, nullptr), "topk");
+          },
+          3, 20);
+      std::printf("B%d ctx%d: %.1f us\n", batch, ctx, us);
+    }
+  }
+}
+
+// --- key write ---------------------------------------------------------------------
+
+void BenchKeyWrite() {
+  std::printf("\n== key write (LayerNorm + RoPE + FP8 quantize into pages) ==\n");
+  for (int tokens : {64, 4096, 16384}) {
+    Buf<uint16_t> x(int64_t{tokens} * 128);
+    Buf<float> nw(128), nb(128), cs(16384 * 32), sn(16384 * 32);
+    Buf<int32_t> pos(tokens), slots(tokens);
+    Buf<uint8_t> cache(int64_t{(tokens + 63) / 64} * 8448);
+    FillBf16<<<256, 256>>>(x.p, x.n, 3);
+    FillF32<<<1, 128>>>(nw.p, 128, 4, 0.5f, 1.5f);
+    FillF32<<<1, 128>>>(nb.p, 128, 5, -0.1f, 0.1f);
+    FillF32<<<256, 256>>>(cs.p, cs.n, 6, -1.0f, 1.0f);
+    FillF32<<<256, 256>>>(sn.p, sn.n, 7, -1.0f, 1.0f);
+    std::vector<int32_t> hp(tokens);
+    std::iota(hp.begin(), hp.end(), 0);
+    pos.Up(hp);
+    slots.Up(hp);
+    IndexerKeyWriteParams p;
+    p.tokens = tokens;
+    p.x = x.p;
+    p.norm_weight = nw.p;
+    p.norm_bias = nb.p;
+    p.positions = pos.p;
+    p.rope = {cs.p, sn.p, 16384, ref::RopePairs::kInterleaved};
+    p.slots = slots.p;
+    p.cache = cache.p;
+    const double us = MedianMicros([&] { Ok(LaunchIndexerKeyWrite(p, nullptr), "keywrite"); }, 3, 20);
+    std::printf("tokens %6d: %8.1f us\n", tokens, us);
+  }
+}
+
+}  // namespace
+}  // namespace spar::bench
+
+int main(int argc, char** argv) {
+  using namespace spar::bench;
+  const std::string only = argc > 1 ? argv[1] : "";
+  std::printf("device: %s (sm80 code)\n", DeviceName().c_str());
+  g_copy_gbs = MeasureCopyBandwidthGBs();
+  std::printf("copy bandwidth (read + write): %.0f GB/s\n", g_copy_gbs);
+  if (only.empty() || only == "decode") BenchDecode();
+  if (only.empty() || only == "prefill") BenchPrefill();
+  if (only.empty() || only == "topk") BenchTopK();
+  if (only.empty() || only == "keywrite") BenchKeyWrite();
+  std::printf("\n== summary (copy %.0f GB/s) ==\n", g_copy_gbs);
+  for (const std::string& s : g_summary) std::printf("%s\n", s.c_str());
+  return 0;
+}

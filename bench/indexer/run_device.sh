@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call: GPU tests, the benchmark, the PyTorch peer baseline, and a
+# memcheck pass over small test cases. Logs go to $OUT; a short table last.
+# Usage (repo root, on the GPU host): bash bench/indexer/run_device.sh
+source .bundle-indexer/env.sh
+B=.bundle-indexer/bin
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/indexer_out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null
+timeout ${T_TESTS:-75} $B/indexer_gpu_test > "$OUT/tests.log" 2>&1; echo "tests rc=$?" >> "$OUT/rc.txt"
+timeout ${T_BENCH:-70} $B/indexer_bench ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1; echo "bench rc=$?" >> "$OUT/rc.txt"
+timeout ${T_PEER:-60} python3 bench/indexer/peer_indexer.py ${PEER_ARGS:-} > "$OUT/peer.log" 2>&1; echo "peer rc=$?" >> "$OUT/rc.txt"
+if [[ -n "${SANITIZE:-}" ]]; then
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  timeout ${T_SAN:-30} $CS --tool memcheck --error-exitcode 9 $B/indexer_gpu_test --gtest_filter="$SANITIZE" \
+    > "$OUT/sanitizer.log" 2>&1; echo "sanitizer rc=$?" >> "$OUT/rc.txt"
+  grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$OUT/sanitizer.log" | head -20
+fi
+cat "$OUT/gpu.txt" "$OUT/rc.txt"
+echo "--- tests"
+grep -E "^\[  FAILED|^\[  PASSED|tests ran|Failure|error" "$OUT/tests.log" | head -40
+grep -B2 -A6 "Failure" "$OUT/tests.log" | head -80
+echo "--- peer"
+cat "$OUT/peer.log"
+echo "--- bench"
+cat "$OUT/bench.log"

@@ -1,0 +1,191 @@
+// Lightning-indexer kernels for sm80 (dsa-spec.md §2.5, §4.2; DESIGN.md §3-§4):
+//
+//   1. LaunchIndexerKeyWrite     k = LayerNorm(x_k) -> RoPE(first 64 dims) -> [Hadamard] -> paged cache
+//                                (FP8 e4m3 + one fp32 scale per token, or bf16)
+//   2. LaunchIndexerQueryPrep    q: RoPE(first 64 dims of every head) -> [Hadamard]; w = weights · scale
+//   3. LaunchIndexerGather       paged cache -> contiguous keys (+ scales) for the ragged prefill kernel
+//   4. LaunchIndexerLogits       ragged prefill: I[t, s] = Σ_h w[t,h]·relu(q[t,h]·k[s])·k_scale[s], s ∈ [ks, ke)
+//   5. LaunchIndexerLogitsPaged  decode: the same through block tables, next_n ≥ 1 query rows per sequence
+//   6. LaunchTopK                row-wise exact top-k (k ≤ 2048) with the tie rule of ref::TopK
+//
+// Semantics are those of kernels/ref/indexer_ref.h, kernels/ref/topk_ref.h and
+// the cache layout of kernels/ref/cache_ref.h (64-token pages; FP8 page =
+// 64×128 e4m3 values, then 64 fp32 scales; BF16 page = 64×128 bf16).
+//
+// Numerics: q and keys meet in bf16 mma.sync with fp32 accumulation (sm80 has
+// no FP8 MMA; e4m3 keys are widened to bf16 in registers, which is exact).
+// bf16 tensors are passed as uint16_t bit patterns so this header stays plain
+// C++. All launchers validate their params (InvalidArgument naming the field),
+// never synchronize, and return CUDA errors as statuses. Thread-compatible:
+// no global state besides a per-device SM-count cache.
+#ifndef SPAR_KERNELS_CUDA_INDEXER_INDEXER_H_
+#define SPAR_KERNELS_CUDA_INDEXER_INDEXER_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/ref/cache_ref.h"
+#include "kernels/ref/rope_ref.h"
+
+namespace spar {
+
+inline constexpr int kIndexerRopeDim = 64;    // RoPE acts on dims [0, 64) of the 128 (rope first)
+inline constexpr int kIndexerMaxTopK = 2048;  // largest k LaunchTopK accepts
+
+// RoPE angle tables shared by the key and query kernels: row p holds
+// cos/sin(p · inv_freq[i]) for i < 32, as ref::RopeCosSin computes them
+// (YaRN tables included: they are built on the host).
+struct IndexerRope {
+  const float* cos = nullptr;  // [rows, 32]
+  const float* sin = nullptr;  // [rows, 32]
+  int64_t rows = 0;            // every position must be < rows (not checked on the device)
+  ref::RopePairs pairs = ref::RopePairs::kInterleaved;  // GLM-5: interleaved; DeepSeek-V3.2: half-split
+};
+
+// ---------------------------------------------------------------------------
+// 1. Key write. One token per warp: LayerNorm (weight + bias, fp32 math),
+// RoPE, optional 128-point Hadamard (Sylvester order, scale 128^-0.5), then
+// FP8 (scale = max(amax, 1e-4) / 448, e4m3 round-to-nearest-even exactly as
+// spar::FloatToE4m3) or bf16 into the page slot given by `slots`.
+struct IndexerKeyWriteParams {
+  int64_t tokens = 0;
+  const uint16_t* x = nullptr;  // [tokens, x_stride] bf16: the wk projection output (128 used columns)
+  int64_t x_stride = 128;       // elements between tokens
+  const float* norm_weight = nullptr;  // [128]
+  const float* norm_bias = nullptr;    // [128]
+  float eps = 1e-6f;
+  const int32_t* positions = nullptr;  // [tokens] rope positions
+  IndexerRope rope;
+  bool hadamard = false;
+  const int32_t* slots = nullptr;  // [tokens] block * 64 + offset; negative = skip the token (padding)
+  ref::IndexerFormat format = ref::IndexerFormat::kFp8;  // kFp8 or kBF16
+  uint8_t* cache = nullptr;  // page b at cache + b * ref::IndexerPageBytes(format)
+};
+bool IndexerKeyWriteSupported(const IndexerKeyWriteParams& p);
+absl::Status LaunchIndexerKeyWrite(const IndexerKeyWriteParams& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
+// 2. Query preparation: RoPE on dims [0, 64) of every head (+ optional
+// Hadamard), bf16 in and out (q_out may alias q), and the head weights
+// w_out[t, h] = w_in[t, h] · weight_scale (weight_scale = heads^-0.5 · 128^-0.5).
+struct IndexerQueryPrepParams {
+  int64_t tokens = 0;
+  int heads = 0;
+  const uint16_t* q = nullptr;  // [tokens, q_stride] bf16, head h at columns [128h, 128h + 128)
+  int64_t q_stride = 0;         // elements between tokens (>= heads * 128)
+  uint16_t* q_out = nullptr;    // [tokens, q_out_stride] bf16 (may equal q)
+  int64_t q_out_stride = 0;
+  const int32_t* positions = nullptr;  // [tokens]
+  IndexerRope rope;
+  bool hadamard = false;
+  // Exactly one of w_in_f32 / w_in_bf16: [tokens, w_in_stride].
+  const float* w_in_f32 = nullptr;
+  const uint16_t* w_in_bf16 = nullptr;
+  int64_t w_in_stride = 0;
+  float weight_scale = 1.0f;
+  float* w_out = nullptr;  // [tokens, heads] fp32, contiguous
+};
+bool IndexerQueryPrepSupported(const IndexerQueryPrepParams& p);
+absl::Status LaunchIndexerQueryPrep(const IndexerQueryPrepParams& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
+// 3. Gather: keys [0, seq_lens[b]) of sequence b to rows [out_offsets[b], +seq_lens[b])
+// of a contiguous key array (the layout LaunchIndexerLogits reads).
+struct IndexerGatherParams {
+  int num_seqs = 0;
+  const int32_t* seq_lens = nullptr;     // [num_seqs]
+  const int32_t* out_offsets = nullptr;  // [num_seqs] first output row of each sequence
+  int max_seq_len = 0;                   // >= every seq_lens[b] (sizes the grid)
+  const int32_t* block_table = nullptr;  // [num_seqs, block_table_stride]
+  int64_t block_table_stride = 0;
+  ref::IndexerFormat format = ref::IndexerFormat::kFp8;
+  const uint8_t* cache = nullptr;
+  void* keys = nullptr;      // kFp8: [N, 128] e4m3 bytes; kBF16: [N, 128] bf16
+  float* k_scale = nullptr;  // kFp8: [N]; kBF16: unused
+};
+absl::Status LaunchIndexerGather(const IndexerGatherParams& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
+// 4. Ragged prefill logits over contiguous keys (ref::IndexerLogits):
+//   logits[t, s] = Σ_h w[t,h] · relu(q[t,h,:] · k[s,:]) · k_scale[s]   for ks[t] <= s < ke[t]
+// The head reduction happens in registers: [rows × heads × keys] never
+// touches memory. With fill_masked the other s < num_keys are written -inf
+// (ref semantics); without it they are left untouched (top-k reads only
+// [ks, ke)).
+struct IndexerLogitsParams {
+  int64_t rows = 0;
+  int heads = 0;                // 32 (GLM-5) or 64 (DeepSeek-V3.2)
+  const uint16_t* q = nullptr;  // [rows, q_stride] bf16, roped; head h at columns [128h, 128h + 128)
+  int64_t q_stride = 0;
+  const float* w = nullptr;  // [rows, w_stride]: weights with heads^-0.5 · 128^-0.5 (and any q scale) folded in
+  int64_t w_stride = 0;
+  ref::IndexerFormat format = ref::IndexerFormat::kFp8;  // kFp8: e4m3 keys + k_scale; kBF16: bf16 keys
+  const void* keys = nullptr;      // [num_keys, 128]
+  const float* k_scale = nullptr;  // [num_keys] for kFp8, nullptr for kBF16
+  int64_t num_keys = 0;
+  const int32_t* ks = nullptr;  // [rows] first key of row t
+  const int32_t* ke = nullptr;  // [rows] one past the last key (ke <= num_keys)
+  float* logits = nullptr;      // [rows, logits_stride] fp32
+  int64_t logits_stride = 0;    // >= num_keys
+  bool fill_masked = false;
+};
+bool IndexerLogitsSupported(const IndexerLogitsParams& p);
+absl::Status LaunchIndexerLogits(const IndexerLogitsParams& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
+// 5. Paged decode logits (ref::IndexerLogitsPaged): row r = b * next_n + j is
+// query token j of sequence b; it scores keys [0, context_lens[r]) of
+// sequence b's pages (for MTP, context_lens[r] = seq_len - next_n + j + 1).
+// All next_n × heads query rows of a sequence share every key load.
+// fill_tail writes -inf to [context_lens[r], logits_stride) (ref semantics);
+// otherwise those entries are left untouched.
+struct IndexerLogitsPagedParams {
+  int num_seqs = 0;
+  int next_n = 1;
+  int heads = 0;                // 32 or 64; next_n * heads <= 256
+  const uint16_t* q = nullptr;  // [num_seqs * next_n, q_stride] bf16, roped
+  int64_t q_stride = 0;
+  const float* w = nullptr;  // [num_seqs * next_n, w_stride]
+  int64_t w_stride = 0;
+  const int32_t* context_lens = nullptr;  // [num_seqs * next_n]
+  int max_context_len = 0;                // >= every context_lens[r] (sizes the grid)
+  const int32_t* block_table = nullptr;   // [num_seqs, block_table_stride]
+  int64_t block_table_stride = 0;
+  ref::IndexerFormat format = ref::IndexerFormat::kFp8;  // kFp8 or kBF16
+  const uint8_t* cache = nullptr;
+  float* logits = nullptr;  // [num_seqs * next_n, logits_stride]
+  int64_t logits_stride = 0;  // >= max_context_len
+  bool fill_tail = false;
+};
+bool IndexerLogitsPagedSupported(const IndexerLogitsPagedParams& p);
+absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
+// 6. Top-k per row (ref::TopK on logits[r, start, start + len)): the k
+// largest values, -inf and NaN never picked, ties to the lower position;
+// positions (relative to start) written in ascending order, -1 after the
+// last selected one. Exact radix select on the fp32 bit patterns (no coarse
+// keys), one CTA per row. With block_table set, position p of row r is
+// written as the cache slot block_table[(r / rows_per_seq)][p / 64] * 64 + p % 64.
+struct TopKParams {
+  int64_t rows = 0;
+  int k = 0;                      // 1 .. 2048
+  const float* logits = nullptr;  // [rows, logits_stride]
+  int64_t logits_stride = 0;
+  const int32_t* row_start = nullptr;  // [rows] or nullptr (0)
+  const int32_t* row_len = nullptr;    // [rows] or nullptr (num_cols)
+  int64_t num_cols = 0;                // row length when row_len is null; must be < 2^31
+  int32_t* out = nullptr;              // [rows, out_stride]
+  int64_t out_stride = 0;              // >= k
+  const int32_t* block_table = nullptr;  // optional [rows / rows_per_seq, block_table_stride]
+  int64_t block_table_stride = 0;
+  int rows_per_seq = 1;
+};
+bool TopKSupported(const TopKParams& p);
+absl::Status LaunchTopK(const TopKParams& p, cudaStream_t stream);
+
+}  // namespace spar
+
+#endif  // SPAR_KERNELS_CUDA_INDEXER_INDEXER_H_

@@ -1,0 +1,124 @@
+// Device helpers shared by the indexer kernels (internal to kernels/cuda/indexer).
+//
+// A 128-dim vector handled by one warp lives as 4 consecutive values per lane:
+// lane l holds dims [4l, 4l + 4). RoPE (dims [0, 64)) and the Hadamard
+// butterfly are written for that layout.
+#ifndef SPAR_KERNELS_CUDA_INDEXER_INDEXER_COMMON_CUH_
+#define SPAR_KERNELS_CUDA_INDEXER_INDEXER_COMMON_CUH_
+
+#include "kernels/cuda/common/arch.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/indexer/indexer.h"
+
+namespace spar::cuda::indexer {
+
+inline constexpr int kDim = 128;
+inline constexpr int kPage = 64;        // tokens per cache page
+inline constexpr int kRopeHalf = 32;    // rope pairs
+inline constexpr int kFp8PageBytes = kPage * (kDim + 4);
+inline constexpr int kBf16PageBytes = kPage * kDim * 2;
+
+// RoPE on dims [0, 64) of the warp's vector (ref::ApplyRope semantics, one
+// position). cs/sn: the 32 cos/sin values of the position.
+//   interleaved: pairs (2i, 2i+1) -> both in one lane;
+//   half-split:  pairs (i, i+32)  -> lane l < 8 pairs with lane l + 8.
+__device__ __forceinline__ void RopeWarp(float (&v)[4], int lane, const float* cs, const float* sn,
+                                         bool interleaved) {
+  if (interleaved) {
+    if (lane < 16) {
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int i = 2 * lane + p;
+        const float c = cs[i], s = sn[i];
+        const float x0 = v[2 * p], x1 = v[2 * p + 1];
+        v[2 * p] = x0 * c - x1 * s;
+        v[2 * p + 1] = x1 * c + x0 * s;
+      }
+    }
+  } else {
+    float other[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) other[e] = __shfl_xor_sync(0xffffffffu, v[e], 8);
+    if (lane < 16) {
+      const int base = 4 * (lane & 7);  // pair index i of element 0
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float c = cs[base + e], s = sn[base + e];
+        // lane < 8 holds x[i] (partner x[i+32]); lanes 8..15 hold x[i+32].
+        v[e] = lane < 8 ? v[e] * c - other[e] * s : v[e] * c + other[e] * s;
+      }
+    }
+  }
+}
+
+// y = H·x / sqrt(128), H the Sylvester-ordered Hadamard matrix
+// (H[i][j] = (-1)^popcount(i & j)), as fast_hadamard_transform computes it.
+__device__ __forceinline__ void HadamardWarp(float (&v)[4], int lane) {
+  // Index bits 0-1: inside the lane.
+  float a0 = v[0] + v[1], a1 = v[0] - v[1], a2 = v[2] + v[3], a3 = v[2] - v[3];
+  v[0] = a0 + a2;
+  v[1] = a1 + a3;
+  v[2] = a0 - a2;
+  v[3] = a1 - a3;
+  // Index bits 2-6: across lanes. The lower index of a pair keeps x + y, the
+  // upper one x_lower - x_upper.
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1) {
+    const bool upper = (lane & m) != 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float o = __shfl_xor_sync(0xffffffffu, v[e], m);
+      v[e] = upper ? o - v[e] : v[e] + o;
+    }
+  }
+  const float scale = 0.08838834764831845f;  // 128^-0.5
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] *= scale;
+}
+
+// float -> e4m3, round to nearest even, saturating to +-448, bit-identical
+// to spar::FloatToE4m3 (base/numeric.cc). sm80 has no cvt to e4m3.
+__device__ __forceinline__ uint32_t FloatToE4m3Rn(float f) {
+  const uint32_t sign = (__float_as_uint(f) >> 24) & 0x80u;
+  if (isnan(f)) return 0x7fu;
+  const float a = fabsf(f);
+  if (a >= 448.0f) return sign | 0x7eu;
+  if (a == 0.0f) return sign;
+  int e = static_cast<int>((__float_as_uint(a) >> 23) & 0xff) - 127;  // float subnormals -> e = -127
+  if (e < -6) {
+    // e4m3 subnormal range, quantum 2^-9 (the multiply is exact).
+    const int qi = __float2int_rn(a * 512.0f);
+    return qi >= 8 ? (sign | 0x08u) : (sign | static_cast<uint32_t>(qi));
+  }
+  // Normal: 3 mantissa bits, quantum 2^(e-3); a * 2^(3-e) is exact.
+  int q = __float2int_rn(a * __uint_as_float(static_cast<uint32_t>(3 - e + 127) << 23));
+  if (q == 16) {
+    q = 8;
+    ++e;
+  }
+  const int exp_field = e + 7;
+  const int mant = q - 8;
+  if (exp_field > 15 || (exp_field == 15 && mant == 7)) return sign | 0x7eu;
+  return sign | static_cast<uint32_t>((exp_field << 3) | mant);
+}
+
+}  // namespace spar::cuda::indexer
+
+namespace spar::indexer_internal {
+
+// Multiprocessor count of the current device (cached per device).
+int SmCount();
+
+inline absl::Status Invalid(const char* op, const char* field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", field, " ", why));
+}
+
+}  // namespace spar::indexer_internal
+
+#endif  // SPAR_KERNELS_CUDA_INDEXER_INDEXER_COMMON_CUH_

@@ -1,0 +1,318 @@
+// Paged decode logits: I[r, s] = Σ_h w[r,h] · relu(q[r,h,:] · k[s,:]) · k_scale[s].
+//
+// Work split: one CTA per (chunk of pages, sequence). The CTA holds all
+// next_n × heads query rows of its sequence, so every key byte is read from
+// memory once per sequence (MTP rows share it). Rows are cut into row groups
+// of 32 (one warp's A operand, kept in registers for the whole CTA); the 8
+// warps are (row group, key slice) pairs.
+//
+// Per 64-key page (one pipeline stage, cp.async ring of kStages pages):
+//   warp: for each of its 8-key n-tiles: 32 rows × 8 keys × 128 dims = 16 mma.sync
+//         (B fragments decoded from e4m3 in registers), relu · w, sum over its 32 rows
+//         (in-quad shuffles), · k_scale -> smem partials red[row group][key]
+//   CTA (after the next barrier): sum the row groups of each query token, store.
+//
+// K-dimension permutation: the dot product is a sum over the 128 dims, so any
+// permutation applied to both q and k leaves it unchanged. Lane (g, t) of an
+// mma takes logical k = {2t, 2t+1, 2t+8, 2t+9} of each k-step; we map k-step s
+// to physical dims 32t + 4s + {0, 1, 2, 3}. Each lane then reads one key's
+// 32 contiguous bytes (two 16-byte loads) for all 8 k-steps, and its q
+// fragments are 64 contiguous bytes per row.
+//
+// FP8 scaling: E4m3x4ToScaledBf16x4 yields value · 2^-120; q is pre-scaled by
+// 2^96 (exact in bf16), so the accumulators hold dot · 2^-24, and 2^24 is
+// folded into k_scale. This keeps every product a normal fp32 number.
+#include "kernels/cuda/common/arch.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/fp8_sm80.cuh"
+#include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/indexer/indexer.h"
+#include "kernels/cuda/indexer/indexer_common.cuh"
+
+namespace spar {
+namespace {
+
+using cuda::indexer::kDim;
+using cuda::indexer::kPage;
+using indexer_internal::Invalid;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerWarp = 32;
+constexpr int kMaxRowGroups = kWarps;
+constexpr uint16_t kBf16Pow2_96 = 0x6f80;  // 2^96
+constexpr float kPow2_24 = 16777216.0f;
+
+template <bool kFp8>
+struct PagedCfg {
+  static constexpr int kPageBytes = kFp8 ? cuda::indexer::kFp8PageBytes : cuda::indexer::kBf16PageBytes;
+  static constexpr int kStages = kFp8 ? 6 : 4;
+  static constexpr int kRedBytes = 2 * kMaxRowGroups * kPage * 4;
+  static constexpr int kSmemBytes = kStages * kPageBytes + kRedBytes;
+};
+
+// Byte offset of 16-byte chunk c of key `key` inside a staged page (XOR
+// swizzles make the fragment loads below bank-conflict free).
+template <bool kFp8>
+__device__ __forceinline__ int ChunkOffset(int key, int c) {
+  if constexpr (kFp8) {
+    return key * 128 + ((c ^ (key & 7)) << 4);  // 8 chunks per key
+  } else {
+    return key * 256 + ((c ^ ((c >> 3) & 1) ^ ((key & 1) << 1)) << 4);  // 16 chunks per key
+  }
+}
+
+template <bool kFp8>
+__device__ __forceinline__ void LoadPage(const uint8_t* src, uint8_t* dst) {
+  using Cfg = PagedCfg<kFp8>;
+  constexpr int kChunks = Cfg::kPageBytes / 16;
+  constexpr int kValueChunks = kPage * kDim * (kFp8 ? 1 : 2) / 16;
+  constexpr int kChunksPerKey = kFp8 ? 8 : 16;
+  for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+    int off;
+    if (c < kValueChunks) {
+      off = ChunkOffset<kFp8>(c / kChunksPerKey, c % kChunksPerKey);
+    } else {
+      off = c * 16;  // the fp32 scales, unswizzled
+    }
+    cuda::CpAsync16(dst + off, src + c * 16);
+  }
+}
+
+template <bool kFp8>
+static __global__ void __launch_bounds__(kThreads, 2)
+    IndexerLogitsPagedKernel(const IndexerLogitsPagedParams p, int pages_per_cta) {
+  using Cfg = PagedCfg<kFp8>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* red = reinterpret_cast<float*>(smem + Cfg::kStages * Cfg::kPageBytes);  // [2][kMaxRowGroups][64]
+
+  const int seq = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int row_groups = p.next_n * p.heads / kRowsPerWarp;
+  const int groups_per_token = p.heads / kRowsPerWarp;
+  const int slices = kWarps / row_groups;
+  const int rg = warp % row_groups, slice = warp / row_groups;
+  const bool computes = slice < slices;
+  const int64_t row0 = static_cast<int64_t>(seq) * p.next_n;
+
+  // Phase 0: this CTA's page range.
+  int ctx_max = 0;
+  for (int j = 0; j < p.next_n; ++j) ctx_max = max(ctx_max, p.context_lens[row0 + j]);
+  const int n_pages = (ctx_max + kPage - 1) / kPage;
+  const int p_begin = blockIdx.x * pages_per_cta;
+  const int p_end = min(n_pages, p_begin + pages_per_cta);
+  if (p_begin >= p_end) return;
+  const int32_t* table = p.block_table + seq * p.block_table_stride;
+
+  // Phase 1: start the page pipeline, then load q fragments and head weights.
+  for (int st = 0; st < Cfg::kStages - 1; ++st) {
+    if (p_begin + st < p_end) {
+      LoadPage<kFp8>(p.cache + static_cast<int64_t>(table[p_begin + st]) * Cfg::kPageBytes, smem + st * Cfg::kPageBytes);
+    }
+    cuda::CpAsyncCommit();
+  }
+
+  const int token = rg / groups_per_token;  // query token of this warp's rows
+  uint32_t qa[2][8][4];
+  float wgt[2][2];
+  {
+    const int head0 = (rg % groups_per_token) * kRowsPerWarp;
+    const uint16_t* qrow = p.q + (row0 + token) * p.q_stride + 32 * t;
+    const float* wrow = p.w + (row0 + token) * p.w_stride;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int head = head0 + mt * 16 + half * 8 + g;
+        wgt[mt][half] = computes ? wrow[head] : 0.0f;
+        uint32_t words[16];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          uint4 v = make_uint4(0, 0, 0, 0);
+          if (computes) v = *reinterpret_cast<const uint4*>(qrow + head * kDim + 8 * c);
+          words[4 * c + 0] = v.x;
+          words[4 * c + 1] = v.y;
+          words[4 * c + 2] = v.z;
+          words[4 * c + 3] = v.w;
+        }
+        if constexpr (kFp8) {
+          const __nv_bfloat162 k96 = __halves2bfloat162(__ushort_as_bfloat16(kBf16Pow2_96), __ushort_as_bfloat16(kBf16Pow2_96));
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&words[i]);
+            x = __hmul2(x, k96);
+            words[i] = *reinterpret_cast<uint32_t*>(&x);
+          }
+        }
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          qa[mt][s][half] = words[2 * s];          // logical k 2t, 2t+1
+          qa[mt][s][half + 2] = words[2 * s + 1];  // logical k 2t+8, 2t+9
+        }
+      }
+    }
+  }
+  const float out_scale = kFp8 ? kPow2_24 : 1.0f;
+
+  // Stores the row-group sums of page `page` (partials in red[buf]).
+  auto flush = [&](int page, int buf) {
+    for (int idx = threadIdx.x; idx < p.next_n * kPage; idx += kThreads) {
+      const int j = idx / kPage, key = idx % kPage;
+      const int s = page * kPage + key;
+      if (s >= p.context_lens[row0 + j]) continue;
+      const float* part = red + (buf * kMaxRowGroups + j * groups_per_token) * kPage + key;
+      float sum = part[0];
+      for (int q = 1; q < groups_per_token; ++q) sum += part[q * kPage];
+      p.logits[(row0 + j) * p.logits_stride + s] = sum;
+    }
+  };
+
+  // Phase 2: the page loop.
+  int i = 0;
+  for (int page = p_begin; page < p_end; ++page, ++i) {
+    cuda::CpAsyncWait<Cfg::kStages - 2>();
+    __syncthreads();
+    if (i > 0) flush(page - 1, (i - 1) & 1);
+    {
+      const int next = page + Cfg::kStages - 1;
+      if (next < p_end) {
+        LoadPage<kFp8>(p.cache + static_cast<int64_t>(table[next]) * Cfg::kPageBytes,
+                       smem + ((i + Cfg::kStages - 1) % Cfg::kStages) * Cfg::kPageBytes);
+      }
+      cuda::CpAsyncCommit();
+    }
+    if (!computes) continue;
+    const uint8_t* stage = smem + (i % Cfg::kStages) * Cfg::kPageBytes;
+    float* red_out = red + ((i & 1) * kMaxRowGroups + rg) * kPage;
+    for (int nt = slice; nt < kPage / 8; nt += slices) {
+      const int key = nt * 8 + g;
+      float acc[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+      if constexpr (kFp8) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(stage + ChunkOffset<true>(key, 2 * t));
+        const uint4 hi = *reinterpret_cast<const uint4*>(stage + ChunkOffset<true>(key, 2 * t + 1));
+        const uint32_t raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          uint32_t b[2];
+          cuda::E4m3x4ToScaledBf16x4(raw[s], b[0], b[1]);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) cuda::MmaBf16M16N8K16(acc[mt], qa[mt][s], b, acc[mt]);
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const uint4 v = *reinterpret_cast<const uint4*>(stage + ChunkOffset<false>(key, 4 * t + c));
+          const uint32_t b0[2] = {v.x, v.y}, b1[2] = {v.z, v.w};
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            cuda::MmaBf16M16N8K16(acc[mt], qa[mt][2 * c], b0, acc[mt]);
+            cuda::MmaBf16M16N8K16(acc[mt], qa[mt][2 * c + 1], b1, acc[mt]);
+          }
+        }
+      }
+      // Epilogue: relu · w over this lane's 4 rows, then over the 8 row
+      // groups g of the quad lanes (xor 4, 8, 16).
+      float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        s0 += fmaxf(acc[mt][0], 0.0f) * wgt[mt][0] + fmaxf(acc[mt][2], 0.0f) * wgt[mt][1];
+        s1 += fmaxf(acc[mt][1], 0.0f) * wgt[mt][0] + fmaxf(acc[mt][3], 0.0f) * wgt[mt][1];
+      }
+#pragma unroll
+      for (int m = 4; m < 32; m <<= 1) {
+        s0 += __shfl_xor_sync(0xffffffffu, s0, m);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, m);
+      }
+      if (g == 0) {
+        const int col = nt * 8 + 2 * t;
+        float2 v = make_float2(s0 * out_scale, s1 * out_scale);
+        if constexpr (kFp8) {
+          const float* scales = reinterpret_cast<const float*>(stage + kPage * kDim);
+          v.x *= scales[col];
+          v.y *= scales[col + 1];
+        }
+        *reinterpret_cast<float2*>(red_out + col) = v;
+      }
+    }
+  }
+  __syncthreads();
+  flush(p_end - 1, (i - 1) & 1);
+}
+
+// -inf for [context_lens[r], logits_stride): one CTA per row.
+static __global__ void __launch_bounds__(256) FillTailKernel(const int32_t* context_lens, float* logits,
+                                                             int64_t stride) {
+  const int64_t r = blockIdx.x;
+  for (int64_t s = context_lens[r] + threadIdx.x; s < stride; s += blockDim.x) logits[r * stride + s] = -INFINITY;
+}
+
+}  // namespace
+
+bool IndexerLogitsPagedSupported(const IndexerLogitsPagedParams& p) {
+  if (p.heads != 32 && p.heads != 64) return false;
+  if (p.next_n < 1 || p.next_n * p.heads > kMaxRowGroups * kRowsPerWarp) return false;
+  return p.format == ref::IndexerFormat::kFp8 || p.format == ref::IndexerFormat::kBF16;
+}
+
+absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStream_t stream) {
+  const char* op = "LaunchIndexerLogitsPaged";
+  if (p.num_seqs < 0) return Invalid(op, "num_seqs", "must be >= 0");
+  if (p.heads != 32 && p.heads != 64) return Invalid(op, "heads", "must be 32 or 64");
+  if (p.next_n < 1 || p.next_n * p.heads > kMaxRowGroups * kRowsPerWarp)
+    return Invalid(op, "next_n", "must be >= 1 with next_n * heads <= 256");
+  if (p.format != ref::IndexerFormat::kFp8 && p.format != ref::IndexerFormat::kBF16)
+    return Invalid(op, "format", "must be kFp8 or kBF16");
+  if (p.num_seqs == 0) return absl::OkStatus();
+  if (p.num_seqs > 65535) return Invalid(op, "num_seqs", "must be <= 65535");
+  if (p.max_context_len < 0) return Invalid(op, "max_context_len", "must be >= 0");
+  if (p.q == nullptr || reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return Invalid(op, "q", "must be 16-byte aligned");
+  if (p.q_stride < int64_t{p.heads} * kDim || p.q_stride % 8 != 0)
+    return Invalid(op, "q_stride", "must be >= heads * 128 and a multiple of 8");
+  if (p.w == nullptr) return Invalid(op, "w", "is null");
+  if (p.w_stride < p.heads) return Invalid(op, "w_stride", "must be >= heads");
+  if (p.context_lens == nullptr) return Invalid(op, "context_lens", "is null");
+  if (p.block_table == nullptr) return Invalid(op, "block_table", "is null");
+  if (p.block_table_stride < (p.max_context_len + kPage - 1) / kPage)
+    return Invalid(op, "block_table_stride", "is smaller than ceil(max_context_len / 64)");
+  if (p.cache == nullptr || reinterpret_cast<uintptr_t>(p.cache) % 16 != 0)
+    return Invalid(op, "cache", "must be 16-byte aligned");
+  if (p.logits == nullptr || reinterpret_cast<uintptr_t>(p.logits) % 8 != 0) return Invalid(op, "logits", "is null");
+  if (p.logits_stride < p.max_context_len) return Invalid(op, "logits_stride", "must be >= max_context_len");
+
+  const int rows = p.num_seqs * p.next_n;
+  if (p.fill_tail) {
+    FillTailKernel<<<rows, 256, 0, stream>>>(p.context_lens, p.logits, p.logits_stride);
+    SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("FillTailKernel");
+  }
+  if (p.max_context_len == 0) return absl::OkStatus();
+
+  // Grid: about two waves of 2 CTAs per SM, each sequence cut into equal chunks.
+  const int pages_per_seq = (p.max_context_len + kPage - 1) / kPage;
+  const int target_ctas = indexer_internal::SmCount() * 2 * 2;
+  const int chunks = std::max(1, std::min(pages_per_seq, target_ctas / p.num_seqs));
+  const int pages_per_cta = (pages_per_seq + chunks - 1) / chunks;
+  const dim3 grid((pages_per_seq + pages_per_cta - 1) / pages_per_cta, p.num_seqs);
+  if (p.format == ref::IndexerFormat::kFp8) {
+    constexpr int smem = PagedCfg<true>::kSmemBytes;
+    SPAR_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(IndexerLogitsPagedKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    IndexerLogitsPagedKernel<true><<<grid, kThreads, smem, stream>>>(p, pages_per_cta);
+  } else {
+    constexpr int smem = PagedCfg<false>::kSmemBytes;
+    SPAR_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(IndexerLogitsPagedKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    IndexerLogitsPagedKernel<false><<<grid, kThreads, smem, stream>>>(p, pages_per_cta);
+  }
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("IndexerLogitsPagedKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace spar
