@@ -1,0 +1,139 @@
+#include "kernels/cuda/gemm/gemm_config.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace spar::gemm {
+namespace {
+
+// Stages: decode tiles stream weights only, so they keep more stages in
+// flight (bytes in flight per SM ~ bandwidth x latency: ~32 KB on an H200);
+// the prefill tile has 24 KB stages and runs one block per SM (its 8 warps
+// need ~180 registers each; capping at 128 for two blocks spills).
+constexpr TileConfig kConfigs[kNumTileConfigs] = {
+    {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 0.30},
+    {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 0.45},
+    {TileConfigId::kT32, "T32", 32, 64, 4, 1, 6, 0.55},
+    {TileConfigId::kT64, "T64", 64, 64, 2, 2, 6, 0.65},
+    {TileConfigId::kT128, "T128", 128, 128, 4, 2, 5, 0.80},
+};
+
+// Model constants (units: one byte of DRAM traffic per SM = 1).
+// Tensor FLOP per byte of bandwidth, per SM: A100 312 TFLOP/s / 2.0 TB/s
+// = 153; H200 running mma.sync 641 / 4.2 = 152.
+constexpr double kFlopPerByte = 155.0;
+// Bytes in flight per SM needed to reach full bandwidth (Little's law).
+constexpr double kInflightBytesForPeak = 24.0 * 1024;
+// Shared memory per SM the occupancy estimate assumes (A100: 164 KB).
+constexpr int64_t kSmemPerSm = 164 * 1024;
+// Fixed cost of a block (launch, pipeline fill), in byte units.
+constexpr double kBlockOverhead = 4096.0;
+// Activation tiles mostly hit L2; count them at a quarter of DRAM cost.
+constexpr double kActivationWeight = 0.25;
+constexpr int kMaxSplits = 16;
+constexpr int kMinStagesPerSplit = 4;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int ResidentBlocks(const TileConfig& c) {
+  const int64_t by_smem = kSmemPerSm / c.smem_bytes();
+  const int64_t by_threads = 2048 / c.threads();
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_smem, by_threads, 32})));
+}
+
+}  // namespace
+
+int64_t TileConfig::smem_bytes() const {
+  const int64_t pipeline = int64_t{stages} * stage_bytes();
+  return std::max(pipeline, epilogue_bytes()) + int64_t{stages} * 2 * 4 + 16;
+}
+
+const TileConfig& GetTileConfig(TileConfigId id) { return kConfigs[static_cast<int>(id)]; }
+
+int64_t OutputColumnsPerTile(const TileConfig& c, bool silu_mul) {
+  return silu_mul ? c.block_rows / 2 : c.block_rows;
+}
+
+int64_t RowTiles(const GemmProblem& p, const TileConfig& c) {
+  int64_t tiles = 0;
+  for (int s = 0; s < p.num_segments; ++s) tiles += CeilDiv(p.segments[s].rows, OutputColumnsPerTile(c, p.silu_mul));
+  return tiles;
+}
+
+int64_t KStages(int64_t k, int weight_bytes) { return k * weight_bytes / 64; }
+
+size_t SplitWorkspaceBytes(const TileConfig& c, int64_t tiles, int splits) {
+  if (splits <= 1) return 0;
+  const size_t partials = static_cast<size_t>(splits) * tiles * c.block_tokens * c.block_rows * sizeof(float);
+  const size_t counters = static_cast<size_t>(tiles) * sizeof(int32_t);
+  return partials + ((counters + 255) / 256) * 256;
+}
+
+GemmPlan ChooseGemmPlan(const GemmProblem& p) {
+  GemmPlan best;
+  best.cost = std::numeric_limits<double>::infinity();
+  const int sms = std::max(1, p.num_sms);
+  int64_t max_kst = 0;
+  for (int s = 0; s < p.num_segments; ++s) max_kst = std::max(max_kst, KStages(p.k, p.segments[s].weight_bytes));
+  // Split-K reads the same tile count in every split, so the split factor
+  // is bounded by the segment with the fewest stages.
+  int64_t min_kst = std::numeric_limits<int64_t>::max();
+  for (int s = 0; s < p.num_segments; ++s) min_kst = std::min(min_kst, KStages(p.k, p.segments[s].weight_bytes));
+  const double eff_m = static_cast<double>(std::max<int64_t>(1, p.m));
+
+  for (const TileConfig& c : kConfigs) {
+    const int64_t token_tiles = CeilDiv(std::max<int64_t>(1, p.m), c.block_tokens) * (p.grouped ? p.groups : 1);
+    const int64_t row_tiles = RowTiles(p, c);
+    const int64_t tiles = token_tiles * row_tiles;
+    const int resident = ResidentBlocks(c);
+    const int max_splits =
+        p.grouped ? 1 : static_cast<int>(std::clamp<int64_t>(min_kst / kMinStagesPerSplit, 1, kMaxSplits));
+    for (int splits = 1; splits <= max_splits; ++splits) {
+      const size_t ws = SplitWorkspaceBytes(c, tiles, splits);
+      if (ws > p.workspace_bytes) break;
+      const int64_t blocks = tiles * splits;
+      const int64_t per_sm = CeilDiv(blocks, sms);
+      const int64_t kst = CeilDiv(max_kst, splits);
+      const double w_bytes = static_cast<double>(c.block_rows) * 64.0 * kst;
+      const double x_bytes = kActivationWeight * c.block_tokens * 128.0 * kst;
+      const double flops = 2.0 * c.block_tokens * c.block_rows * static_cast<double>(p.k) / splits;
+      const double inflight =
+          static_cast<double>(std::min<int64_t>(per_sm, resident)) * (c.stages - 1) * c.block_rows * 64.0;
+      const double bw_eff = std::min(1.0, inflight / kInflightBytesForPeak);
+      const double t_mem = (w_bytes + x_bytes) / bw_eff;
+      const double t_cmp = flops / (kFlopPerByte * c.mma_efficiency);
+      const double valid_tokens = std::min<double>(eff_m, c.block_tokens);
+      const double t_split = splits > 1 ? 2.0 * valid_tokens * c.block_rows * 4.0 : 0.0;
+      const double cost = per_sm * (std::max(t_mem, t_cmp) + t_split + kBlockOverhead / resident);
+      if (cost < best.cost * 0.999) {
+        best.config = c.id;
+        best.splits = splits;
+        best.token_tiles = token_tiles;
+        best.row_tiles = row_tiles;
+        best.workspace_bytes = ws;
+        best.cost = cost;
+      }
+    }
+  }
+  return best;
+}
+
+GemmPlan MakeGemmPlan(const GemmProblem& p, TileConfigId id, int splits) {
+  const TileConfig& c = GetTileConfig(id);
+  int64_t min_kst = std::numeric_limits<int64_t>::max();
+  for (int s = 0; s < p.num_segments; ++s) min_kst = std::min(min_kst, KStages(p.k, p.segments[s].weight_bytes));
+  GemmPlan plan;
+  plan.config = id;
+  plan.splits = p.grouped ? 1 : static_cast<int>(std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, min_kst)));
+  plan.token_tiles = CeilDiv(std::max<int64_t>(1, p.m), c.block_tokens) * (p.grouped ? p.groups : 1);
+  plan.row_tiles = RowTiles(p, c);
+  plan.workspace_bytes = SplitWorkspaceBytes(c, plan.token_tiles * plan.row_tiles, plan.splits);
+  return plan;
+}
+
+std::ostream& operator<<(std::ostream& os, const GemmPlan& plan) {
+  return os << GetTileConfig(plan.config).name << " splits=" << plan.splits << " tiles=" << plan.token_tiles << "x"
+            << plan.row_tiles << " ws=" << plan.workspace_bytes << " cost=" << plan.cost;
+}
+
+}  // namespace spar::gemm

@@ -1,0 +1,106 @@
+// Tile configurations of the W8A16 GEMM and the host-side heuristic that
+// picks one (plus the split-K factor) from the problem shape.
+//
+// Pure host code, no CUDA: unit-tested on the CPU (tests/kernels/gemm/
+// gemm_config_test.cc). Thread-safe (no state).
+//
+// The kernel computes Yᵀ = W·Xᵀ: weight rows are the mma "M" side (16-row
+// fragments), tokens the "N" side (8-token fragments). A block owns
+// `block_rows` weight rows × `block_tokens` tokens and streams K in stages
+// of 64 bytes per weight row (64 e4m3 or 32 bf16 values).
+#ifndef SPAR_KERNELS_CUDA_GEMM_GEMM_CONFIG_H_
+#define SPAR_KERNELS_CUDA_GEMM_GEMM_CONFIG_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+
+namespace spar::gemm {
+
+enum class TileConfigId : int {
+  kT8 = 0,   // decode, M <= 8: 64 rows x 8 tokens, 4 warps (16x8 each)
+  kT16 = 1,  // decode, M <= 16: 64 x 16, 4 warps (16x16)
+  kT32 = 2,  // M <= 32: 64 x 32, 4 warps (16x32)
+  kT64 = 3,  // M <= 64: 64 x 64, 2x2 warps (32x32)
+  kT128 = 4, // prefill: 128 x 128, 4x2 warps (32x64), one block per SM
+};
+inline constexpr int kNumTileConfigs = 5;
+
+struct TileConfig {
+  TileConfigId id;
+  const char* name;
+  int block_tokens;  // tokens per block (mma N side)
+  int block_rows;    // weight rows per block (mma M side); SiLU·mul: half gate, half up
+  int warps_rows;
+  int warps_tokens;
+  int stages;        // cp.async pipeline depth
+  // Relative tensor-core efficiency when compute-bound (fraction of the
+  // mma.sync peak the tile shape can sustain; smaller tiles re-read more
+  // shared memory per mma). Only ranks configurations against each other.
+  double mma_efficiency;
+
+  int threads() const { return 32 * warps_rows * warps_tokens; }
+  // Bytes of one pipeline stage: weight tile (64 B per row) + activation
+  // tile (128 B per token = 64 bf16) + 2 scales.
+  int64_t stage_bytes() const { return int64_t{block_rows} * 64 + int64_t{block_tokens} * 128; }
+  // Epilogue tile (fp32, tokens x (rows + 4)), aliased onto the pipeline.
+  int64_t epilogue_bytes() const { return int64_t{block_tokens} * (block_rows + 4) * 4; }
+  int64_t smem_bytes() const;
+};
+
+const TileConfig& GetTileConfig(TileConfigId id);
+
+inline constexpr int kMaxGemmSegments = 4;
+
+// One weight matrix streamed by the launch (see w8a16_gemm.h).
+struct GemmSegmentShape {
+  int64_t rows = 0;       // output features (gate rows in SiLU·mul mode)
+  int weight_bytes = 1;   // 1 = e4m3, 2 = bf16
+};
+
+struct GemmProblem {
+  int64_t m = 0;  // dense: tokens; grouped: expected tokens per expert
+  int64_t k = 0;
+  GemmSegmentShape segments[kMaxGemmSegments];
+  int num_segments = 1;
+  bool silu_mul = false;  // each output reads a gate row and an up row
+  // Grouped (MoE) launches: one GEMM per expert present, no split-K.
+  bool grouped = false;
+  int64_t groups = 1;     // expected experts with work
+  int num_sms = 108;
+  size_t workspace_bytes = 0;  // split-K partials must fit here (dense)
+};
+
+struct GemmPlan {
+  TileConfigId config = TileConfigId::kT8;
+  int splits = 1;              // split-K factor (blockIdx.z)
+  int64_t token_tiles = 0;     // dense: ceil(m / block_tokens)
+  int64_t row_tiles = 0;       // summed over segments
+  size_t workspace_bytes = 0;  // needed by this plan (0 when splits == 1)
+  double cost = 0;             // model estimate (arbitrary units), for tests/logs
+};
+
+// Output columns one block produces for a segment.
+int64_t OutputColumnsPerTile(const TileConfig& c, bool silu_mul);
+int64_t RowTiles(const GemmProblem& p, const TileConfig& c);
+// K stages for a segment: k / 64 for e4m3, k / 32 for bf16.
+int64_t KStages(int64_t k, int weight_bytes);
+// Workspace of a split-K launch: fp32 partial tiles + one counter per tile.
+size_t SplitWorkspaceBytes(const TileConfig& c, int64_t tiles, int splits);
+
+// Chooses the configuration and split factor minimising a simple model:
+// per-SM time = (blocks on the busiest SM) x max(weight+activation bytes
+// over the SM's bandwidth share, mma work over the SM's tensor rate x
+// config efficiency), plus the split-K partial traffic. Deterministic.
+GemmPlan ChooseGemmPlan(const GemmProblem& p);
+
+// The plan for a given configuration and split factor (clamped to
+// [1, fewest K stages of a segment]; grouped problems never split). Used by
+// tests and benchmarks to exercise every configuration.
+GemmPlan MakeGemmPlan(const GemmProblem& p, TileConfigId id, int splits);
+
+std::ostream& operator<<(std::ostream& os, const GemmPlan& plan);
+
+}  // namespace spar::gemm
+
+#endif  // SPAR_KERNELS_CUDA_GEMM_GEMM_CONFIG_H_

@@ -1,0 +1,78 @@
+// Internal to kernels/cuda/gemm: the kernel-side parameter block and the
+// per-configuration launch entry points shared by the host launchers (.cc)
+// and the kernel translation units (.cu). Not a public API.
+#ifndef SPAR_KERNELS_CUDA_GEMM_GEMM_LAUNCH_INTERNAL_H_
+#define SPAR_KERNELS_CUDA_GEMM_GEMM_LAUNCH_INTERNAL_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/gemm/gemm_config.h"
+
+namespace spar {
+struct MoeRouteParams;
+struct MoePermuteParams;
+struct MoeCombineParams;
+}  // namespace spar
+
+namespace spar::gemm::internal {
+
+struct KernelSegment {
+  const uint8_t* w = nullptr;        // [n, k] e4m3 or bf16, as bytes
+  const float* scale = nullptr;      // e4m3: [ceil(n/128), ceil(k/128)]
+  const uint8_t* w_up = nullptr;     // SiLU·mul: up weight [n, k]
+  const float* scale_up = nullptr;
+  int64_t n = 0;                     // output columns (gate rows in SiLU·mul)
+  int64_t out_col0 = 0;              // first output column in Y
+  int32_t first_tile = 0;            // first row tile (blockIdx.y) of this segment
+  int32_t is_fp8 = 1;
+};
+
+struct KernelParams {
+  int64_t m = 0;  // dense: tokens
+  int64_t k = 0;
+  const uint16_t* x = nullptr;  // bf16 [*, k], row stride ldx
+  int64_t ldx = 0;
+  const int32_t* x_row_index = nullptr;  // grouped: permuted row -> X row (nullptr: identity)
+  KernelSegment seg[kMaxGemmSegments];
+  int32_t num_segments = 1;
+  int32_t total_row_tiles = 0;
+  int32_t silu = 0;
+  const uint16_t* residual = nullptr;  // bf16 [rows, n_out] or nullptr
+  int64_t ldr = 0;
+  void* y = nullptr;
+  int64_t ldy = 0;
+  int32_t y_fp32 = 0;
+  int32_t splits = 1;
+  float* partials = nullptr;   // [splits][tiles][block_tokens * block_rows]
+  int32_t* counters = nullptr; // [tiles], zero between launches
+  // Grouped mode (work != nullptr): blockIdx.x indexes work entries
+  // {expert, first permuted row, rows, 0}; *work_count entries are valid.
+  const int32_t* work = nullptr;
+  const int32_t* work_count = nullptr;
+  int64_t expert_w_stride_bytes = 0;
+  int64_t expert_scale_stride = 0;
+};
+
+// Dynamic shared memory the kernel of `id` uses (must equal
+// GetTileConfig(id).smem_bytes(); the launcher checks).
+int64_t KernelSmemBytes(TileConfigId id);
+
+// <<<grid, config threads, smem, stream>>> of the kernel instance for `id`.
+cudaError_t LaunchGemmKernel(TileConfigId id, const KernelParams& p, dim3 grid, cudaStream_t stream);
+
+// Builds the grouped work list from expert_offsets [num_experts + 1]:
+// entries {e, offsets[e] + i*block_tokens, rows, 0}, then *work_count.
+// One block; num_experts <= 1024.
+cudaError_t LaunchGroupedWorkList(const int32_t* expert_offsets, int num_experts, int block_tokens, int32_t* work,
+                                  int32_t* work_count, cudaStream_t stream);
+
+// MoE helper kernels (moe_kernels.cu); params already validated.
+cudaError_t LaunchMoeRouteKernel(const MoeRouteParams& p, cudaStream_t stream);
+cudaError_t LaunchMoePermuteKernel(const MoePermuteParams& p, cudaStream_t stream);
+cudaError_t LaunchMoeCombineKernel(const MoeCombineParams& p, cudaStream_t stream);
+
+}  // namespace spar::gemm::internal
+
+#endif  // SPAR_KERNELS_CUDA_GEMM_GEMM_LAUNCH_INTERNAL_H_

@@ -1,0 +1,204 @@
+#include "kernels/cuda/gemm/moe.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/gemm/gemm_launch_internal.h"
+
+namespace spar {
+namespace {
+
+bool Aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
+
+absl::Status Invalid(absl::string_view op, absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", field, " ", why));
+}
+
+int DeviceSmCount() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+    cudaGetLastError();
+    return 108;
+  }
+  return sms;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Work entries a grouped launch may need: Σ_e ceil(rows_e / bt) over
+// experts with rows <= max_rows / bt + (experts with rows).
+int64_t MaxWorkEntries(int64_t max_rows, int num_experts, int block_tokens) {
+  return CeilDiv(max_rows, block_tokens) + std::min<int64_t>(num_experts, max_rows);
+}
+
+}  // namespace
+
+absl::Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "MoeRoute";
+  if (p.tokens < 0) return Invalid(kOp, "tokens", "must be >= 0");
+  if (p.num_experts < 32 || p.num_experts > 512 || p.num_experts % 32 != 0) {
+    return Invalid(kOp, "num_experts", "must be a multiple of 32 in [32, 512]");
+  }
+  if (p.n_group < 1 || p.n_group > 32 || p.num_experts % p.n_group != 0) {
+    return Invalid(kOp, "n_group", "must divide num_experts and be <= 32");
+  }
+  if (p.topk_group < 1 || p.topk_group > p.n_group) return Invalid(kOp, "topk_group", "must be in [1, n_group]");
+  if (p.top_k < 1 || p.top_k > 32 || p.top_k > p.topk_group * (p.num_experts / p.n_group)) {
+    return Invalid(kOp, "top_k", "must be in [1, 32] and <= the experts of the allowed groups");
+  }
+  if (p.tokens == 0) return absl::OkStatus();
+  if (p.logits == nullptr) return Invalid(kOp, "logits", "is null");
+  if (p.ld_logits < p.num_experts) return Invalid(kOp, "ld_logits", "must be >= num_experts");
+  if (p.bias == nullptr) return Invalid(kOp, "bias", "is null");
+  if (p.expert_ids == nullptr) return Invalid(kOp, "expert_ids", "is null");
+  if (p.expert_weights == nullptr) return Invalid(kOp, "expert_weights", "is null");
+  return CudaStatus(gemm::internal::LaunchMoeRouteKernel(p, stream), "MoeRouteKernel launch");
+}
+
+absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "MoePermute";
+  if (p.tokens < 0) return Invalid(kOp, "tokens", "must be >= 0");
+  if (p.top_k < 1) return Invalid(kOp, "top_k", "must be >= 1");
+  if (p.tokens * p.top_k >= (int64_t{1} << 31)) return Invalid(kOp, "tokens", "tokens * top_k must be < 2^31");
+  const int n_local = p.expert_end - p.expert_begin;
+  if (p.expert_begin < 0 || n_local < 1 || n_local > 1024) {
+    return Invalid(kOp, "expert_end", "local experts [expert_begin, expert_end) must number 1..1024");
+  }
+  if (p.expert_offsets == nullptr) return Invalid(kOp, "expert_offsets", "is null");
+  if (p.tokens > 0) {
+    if (p.expert_ids == nullptr) return Invalid(kOp, "expert_ids", "is null");
+    if (p.sorted_token == nullptr) return Invalid(kOp, "sorted_token", "is null");
+    if (p.slot == nullptr) return Invalid(kOp, "slot", "is null");
+  }
+  // Runs with tokens == 0 too, so expert_offsets is always written.
+  return CudaStatus(gemm::internal::LaunchMoePermuteKernel(p, stream), "MoePermuteKernel launch");
+}
+
+size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts) {
+  const int64_t entries = MaxWorkEntries(max_rows, num_experts, /*smallest block_tokens=*/8);
+  return static_cast<size_t>(entries + 1) * 16;
+}
+
+gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
+  gemm::GemmProblem prob;
+  prob.m = std::max<int64_t>(1, p.expected_rows_per_expert);
+  prob.k = p.k;
+  prob.num_segments = 1;
+  prob.segments[0].rows = p.weight.n;
+  prob.segments[0].weight_bytes = p.weight.type == GemmWeightType::kBf16 ? 2 : 1;
+  prob.silu_mul = p.epilogue == GemmEpilogue::kSiluMul;
+  prob.grouped = true;
+  prob.groups = p.expected_active_experts > 0 ? p.expected_active_experts
+                                              : std::max<int64_t>(1, std::min<int64_t>(p.num_experts, p.max_rows));
+  prob.num_sms = p.num_sms > 0 ? p.num_sms : DeviceSmCount();
+  if (p.force_config >= 0 && p.force_config < gemm::kNumTileConfigs) {
+    return gemm::MakeGemmPlan(prob, static_cast<gemm::TileConfigId>(p.force_config), 1);
+  }
+  return gemm::ChooseGemmPlan(prob);
+}
+
+absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "MoeGroupedGemm";
+  if (p.num_experts < 1 || p.num_experts > 1024) return Invalid(kOp, "num_experts", "must be in [1, 1024]");
+  if (p.max_rows < 0 || p.max_rows >= (int64_t{1} << 31)) return Invalid(kOp, "max_rows", "must be in [0, 2^31)");
+  if (p.k <= 0 || p.k % 64 != 0) return Invalid(kOp, "k", "must be a positive multiple of 64");
+  if (p.max_rows == 0) return absl::OkStatus();
+  if (p.expert_offsets == nullptr) return Invalid(kOp, "expert_offsets", "is null");
+  if (p.x == nullptr || !Aligned(p.x, 16)) return Invalid(kOp, "x", "must be non-null and 16-byte aligned");
+  if (p.ldx < p.k || p.ldx % 8 != 0) return Invalid(kOp, "ldx", "must be >= k and a multiple of 8");
+  const bool silu = p.epilogue == GemmEpilogue::kSiluMul;
+  if (!silu && p.epilogue != GemmEpilogue::kNone) return Invalid(kOp, "epilogue", "is not a known epilogue");
+  for (const GemmWeight* w : {&p.weight, silu ? &p.up : nullptr}) {
+    if (w == nullptr) continue;
+    const char* name = w == &p.weight ? "weight" : "up";
+    if (w->data == nullptr || !Aligned(w->data, 16)) return Invalid(kOp, name, "data must be non-null, 16-byte aligned");
+    if (w->n <= 0) return Invalid(kOp, name, "n must be positive");
+    if (w->type == GemmWeightType::kFp8Block128 && w->scale == nullptr) return Invalid(kOp, name, "scale is null");
+  }
+  if (silu && (p.up.type != p.weight.type || p.up.n != p.weight.n)) {
+    return Invalid(kOp, "up", "must have the type and n of weight");
+  }
+  const int wbytes = p.weight.type == GemmWeightType::kBf16 ? 2 : 1;
+  if (p.expert_weight_stride < p.weight.n * p.k || (p.expert_weight_stride * wbytes) % 16 != 0) {
+    return Invalid(kOp, "expert_weight_stride", "must be >= n * k elements and a multiple of 16 bytes");
+  }
+  if (p.weight.type == GemmWeightType::kFp8Block128 &&
+      p.expert_scale_stride < CeilDiv(p.weight.n, 128) * CeilDiv(p.k, 128)) {
+    return Invalid(kOp, "expert_scale_stride", "must be >= ceil(n/128) * ceil(k/128)");
+  }
+  const int64_t n_out = p.weight.n;
+  if (p.y == nullptr) return Invalid(kOp, "y", "is null");
+  if (p.ldy < n_out) return Invalid(kOp, "ldy", "must be >= n");
+  if (p.workspace == nullptr || !Aligned(p.workspace, 16) ||
+      p.workspace_bytes < MoeGroupedGemmWorkspaceBytes(p.max_rows, p.num_experts)) {
+    return Invalid(kOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
+  }
+
+  const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);
+  const gemm::TileConfig& cfg = gemm::GetTileConfig(plan.config);
+  if (gemm::internal::KernelSmemBytes(plan.config) != cfg.smem_bytes()) {
+    return absl::InternalError(absl::StrCat(kOp, ": kernel instance ", cfg.name, " disagrees with its TileConfig"));
+  }
+  const int64_t row_tiles = CeilDiv(n_out, gemm::OutputColumnsPerTile(cfg, silu));
+  if (row_tiles > 65535) return Invalid(kOp, "weight.n", "too many output tiles");
+  const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, cfg.block_tokens);
+  int32_t* work = static_cast<int32_t*>(p.workspace);
+  int32_t* work_count = work + entries * 4;
+  SPAR_CUDA_RETURN_IF_ERROR(gemm::internal::LaunchGroupedWorkList(p.expert_offsets, p.num_experts, cfg.block_tokens,
+                                                                  work, work_count, stream));
+
+  gemm::internal::KernelParams kp;
+  kp.k = p.k;
+  kp.x = reinterpret_cast<const uint16_t*>(p.x);
+  kp.ldx = p.ldx;
+  kp.x_row_index = p.x_row_index;
+  kp.num_segments = 1;
+  kp.total_row_tiles = static_cast<int32_t>(row_tiles);
+  kp.silu = silu ? 1 : 0;
+  gemm::internal::KernelSegment& ks = kp.seg[0];
+  ks.w = static_cast<const uint8_t*>(p.weight.data);
+  ks.scale = p.weight.scale;
+  if (silu) {
+    ks.w_up = static_cast<const uint8_t*>(p.up.data);
+    ks.scale_up = p.up.scale;
+  }
+  ks.n = n_out;
+  ks.is_fp8 = p.weight.type == GemmWeightType::kFp8Block128 ? 1 : 0;
+  kp.y = p.y;
+  kp.ldy = p.ldy;
+  kp.y_fp32 = p.y_fp32 ? 1 : 0;
+  kp.work = work;
+  kp.work_count = work_count;
+  kp.expert_w_stride_bytes = p.expert_weight_stride * wbytes;
+  kp.expert_scale_stride = p.expert_scale_stride;
+  const dim3 grid(static_cast<unsigned>(entries), static_cast<unsigned>(row_tiles), 1);
+  return CudaStatus(gemm::internal::LaunchGemmKernel(plan.config, kp, grid, stream), "MoeGroupedGemm kernel launch");
+}
+
+absl::Status LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "MoeCombine";
+  if (p.tokens < 0) return Invalid(kOp, "tokens", "must be >= 0");
+  if (p.top_k < 1 || p.top_k > 32) return Invalid(kOp, "top_k", "must be in [1, 32]");
+  if (p.hidden <= 0 || p.hidden % 8 != 0) return Invalid(kOp, "hidden", "must be a positive multiple of 8");
+  if (p.tokens == 0) return absl::OkStatus();
+  if (p.expert_out == nullptr || !Aligned(p.expert_out, 16) || p.ld_expert < p.hidden || p.ld_expert % 8 != 0) {
+    return Invalid(kOp, "expert_out", "must be 16-byte aligned with ld_expert >= hidden, multiple of 8");
+  }
+  if (p.slot == nullptr) return Invalid(kOp, "slot", "is null");
+  if (p.weights == nullptr) return Invalid(kOp, "weights", "is null");
+  if (p.shared != nullptr && (!Aligned(p.shared, 16) || p.ld_shared < p.hidden || p.ld_shared % 8 != 0)) {
+    return Invalid(kOp, "shared", "must be 16-byte aligned with ld_shared >= hidden, multiple of 8");
+  }
+  if (p.residual != nullptr && (!Aligned(p.residual, 16) || p.ld_residual < p.hidden || p.ld_residual % 8 != 0)) {
+    return Invalid(kOp, "residual", "must be 16-byte aligned with ld_residual >= hidden, multiple of 8");
+  }
+  if (p.out == nullptr || !Aligned(p.out, 16) || p.ld_out < p.hidden || p.ld_out % 8 != 0) {
+    return Invalid(kOp, "out", "must be 16-byte aligned with ld_out >= hidden, multiple of 8");
+  }
+  return CudaStatus(gemm::internal::LaunchMoeCombineKernel(p, stream), "MoeCombineKernel launch");
+}
+
+}  // namespace spar

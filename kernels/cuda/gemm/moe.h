@@ -1,0 +1,143 @@
+// MoE on sm80 (noaux_tc routing, dsa-spec.md §2.7): routing, permutation of
+// (token, choice) pairs by expert, the grouped W8A16 GEMM over the experts
+// present, and the weighted combine back to token order.
+//
+// One MoE layer on a rank that holds the routed experts [e0, e1)
+// (expert parallel; all experts: e0 = 0, e1 = n_routed_experts):
+//
+//   1. logits  = LaunchW8A16Gemm(x, mlp.gate.weight as a bf16 segment,
+//                y_fp32 = true)                          [T, E] fp32
+//   2. LaunchMoeRoute(logits, e_score_correction_bias)  -> ids, weights [T, K]
+//   3. LaunchMoePermute(ids, [e0, e1))                  -> expert_offsets
+//        [E_local+1], sorted_token [T*K], slot [T, K] (-1: expert not local)
+//   4. LaunchMoeGroupedGemm(kSiluMul, x gathered by sorted_token,
+//        gate_proj/up_proj of the local experts)        -> h [T*K, I] bf16
+//   5. LaunchMoeGroupedGemm(kNone, h, down_proj)        -> yd [T*K, H] bf16
+//   6. shared expert with the dense GEMM: LaunchW8A16Gemm(kSiluMul,
+//        shared gate/up) -> hs [T, I]; LaunchW8A16Gemm(hs, shared down) -> s
+//   7. LaunchMoeCombine(yd, slot, weights, shared = s, residual) -> out [T, H]
+//
+// Under expert parallelism the per-rank outputs are summed by the
+// all-reduce, so pass the shared-expert output (and the residual) on one
+// rank only — or split the shared expert's intermediate dimension over the
+// ranks, each adding its partial. Tokens routed to experts of other ranks
+// contribute nothing here (slot -1).
+//
+// Expert weights are strided: expert e's matrix (local index e - e0) starts
+// at data + e * expert_weight_stride elements, its scales at scale + e *
+// expert_scale_stride floats; the engine loads the local experts' tensors
+// into one allocation per projection ([E_local, n, k] + [E_local, n/128,
+// k/128]). Gate and up may be two such allocations or one [E_local, 2I, k]
+// with `up` pointing I rows in (I % 128 == 0).
+//
+// Sizes are device-resident after routing, so the grouped GEMM's grid is
+// sized for the worst case (every (token, choice) pair on a local expert)
+// and idle blocks exit at once: the whole sequence is CUDA-graph capturable
+// with fixed T.
+//
+// Thread-safety: functions are thread-safe; work follows stream order.
+#ifndef SPAR_KERNELS_CUDA_GEMM_MOE_H_
+#define SPAR_KERNELS_CUDA_GEMM_MOE_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/gemm/w8a16_gemm.h"
+
+namespace spar {
+
+// Exactly kernels/ref MoeRoute: sigmoid scores, + bias for selection only,
+// group-limited (top topk_group groups by the sum of their two best biased
+// scores), top_k by biased score (ties: lower expert id first), weights =
+// unbiased scores renormalised (sum + 1e-20) times routed_scaling. Outputs
+// are ordered best first. One warp per token.
+struct MoeRouteParams {
+  int64_t tokens = 0;
+  int num_experts = 0;  // multiple of 32, <= 512
+  int top_k = 0;        // 1..32, <= experts in the allowed groups
+  int n_group = 1;      // divides num_experts
+  int topk_group = 1;   // 1..n_group
+  bool renormalize = true;
+  float routed_scaling = 1.0f;
+  const float* logits = nullptr;  // [tokens, num_experts] fp32, row stride ld_logits
+  int64_t ld_logits = 0;
+  const float* bias = nullptr;    // [num_experts] e_score_correction_bias
+  int32_t* expert_ids = nullptr;  // [tokens, top_k] global expert ids
+  float* expert_weights = nullptr;  // [tokens, top_k]
+};
+absl::Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream);
+
+// Groups the (token, choice) pairs whose expert is in [expert_begin,
+// expert_end) by expert. Permuted row p in [offsets[e], offsets[e+1]) belongs
+// to local expert e; within an expert the row order is unspecified (the
+// results do not depend on it: every row is computed independently).
+// One block; tokens * top_k < 2^31.
+struct MoePermuteParams {
+  int64_t tokens = 0;
+  int top_k = 0;
+  const int32_t* expert_ids = nullptr;  // [tokens, top_k] global ids
+  int expert_begin = 0;
+  int expert_end = 0;  // local experts: expert_end - expert_begin <= 1024
+  int32_t* expert_offsets = nullptr;  // [E_local + 1]
+  int32_t* sorted_token = nullptr;    // [tokens * top_k]: token of permuted row p
+  int32_t* slot = nullptr;            // [tokens, top_k]: permuted row, or -1
+};
+absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream);
+
+// Y[rows of expert e] = X[rows] · W_eᵀ for every local expert, with the
+// epilogues of the dense GEMM (no split-K, no residual).
+struct MoeGroupedGemmParams {
+  int num_experts = 0;                   // local experts, <= 1024
+  const int32_t* expert_offsets = nullptr;  // [num_experts + 1] device (LaunchMoePermute)
+  int64_t max_rows = 0;                  // permuted-row capacity (tokens * top_k)
+  // Host hint for the tile choice: expected rows per expert with work
+  // (e.g. max(1, tokens * top_k / n_routed_experts)).
+  int64_t expected_rows_per_expert = 1;
+  int64_t expected_active_experts = 0;   // 0: min(num_experts, max_rows)
+  int64_t k = 0;                         // multiple of 64
+  const __nv_bfloat16* x = nullptr;      // 16-byte aligned, row stride ldx
+  int64_t ldx = 0;
+  const int32_t* x_row_index = nullptr;  // [max_rows]: X row of permuted row p, or nullptr (X is permuted)
+  GemmWeight weight;                     // expert 0: [n, k] (+ scales); type shared by all
+  GemmWeight up;                         // kSiluMul: up weight of expert 0
+  int64_t expert_weight_stride = 0;      // elements between experts (weight and up)
+  int64_t expert_scale_stride = 0;       // floats between experts' scales
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  void* y = nullptr;                     // [max_rows, n_out] bf16 (or fp32), row p = permuted row
+  int64_t ldy = 0;
+  bool y_fp32 = false;
+  void* workspace = nullptr;             // MoeGroupedGemmWorkspaceBytes(max_rows, num_experts)
+  size_t workspace_bytes = 0;
+  int num_sms = 0;                       // 0: read from the current device
+  int force_config = -1;                 // tests/benchmarks: force a tile configuration
+};
+size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts);
+gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p);
+absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t stream);
+
+// out[t] = Σ_j weights[t, j] · expert_out[slot[t, j]] (slot >= 0 only, fp32,
+// j in order) + shared[t] + residual[t], rounded once to bf16.
+struct MoeCombineParams {
+  int64_t tokens = 0;
+  int top_k = 0;
+  int64_t hidden = 0;  // multiple of 8
+  const __nv_bfloat16* expert_out = nullptr;  // [rows, hidden], row stride ld_expert
+  int64_t ld_expert = 0;
+  const int32_t* slot = nullptr;    // [tokens, top_k]
+  const float* weights = nullptr;   // [tokens, top_k]
+  const __nv_bfloat16* shared = nullptr;    // [tokens, hidden] or nullptr
+  int64_t ld_shared = 0;
+  const __nv_bfloat16* residual = nullptr;  // [tokens, hidden] or nullptr (may equal out)
+  int64_t ld_residual = 0;
+  __nv_bfloat16* out = nullptr;     // [tokens, hidden], row stride ld_out
+  int64_t ld_out = 0;
+};
+absl::Status LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream);
+
+}  // namespace spar
+
+#endif  // SPAR_KERNELS_CUDA_GEMM_MOE_H_

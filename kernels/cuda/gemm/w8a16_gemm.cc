@@ -1,0 +1,176 @@
+#include "kernels/cuda/gemm/w8a16_gemm.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/gemm/gemm_launch_internal.h"
+
+namespace spar {
+namespace {
+
+using gemm::GemmPlan;
+using gemm::GemmProblem;
+using gemm::TileConfig;
+
+bool Aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
+
+absl::Status Invalid(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("W8A16Gemm: ", field, " ", why));
+}
+
+absl::Status ValidateWeight(const GemmWeight& w, const std::string& name) {
+  if (w.data == nullptr) return Invalid(name + ".data", "is null");
+  if (!Aligned(w.data, 16)) return Invalid(name + ".data", "must be 16-byte aligned");
+  if (w.n <= 0) return Invalid(name + ".n", "must be positive");
+  if (w.type == GemmWeightType::kFp8Block128 && w.scale == nullptr) return Invalid(name + ".scale", "is null");
+  if (w.type != GemmWeightType::kFp8Block128 && w.type != GemmWeightType::kBf16) {
+    return Invalid(name + ".type", "is not a known weight type");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const W8A16GemmParams& p) {
+  if (p.m < 0) return Invalid("m", "must be >= 0");
+  if (p.k <= 0 || p.k % 64 != 0) return Invalid("k", absl::StrCat("must be a positive multiple of 64, got ", p.k));
+  if (p.num_segments < 1 || p.num_segments > gemm::kMaxGemmSegments) {
+    return Invalid("num_segments", absl::StrCat("must be in [1, ", gemm::kMaxGemmSegments, "]"));
+  }
+  if (p.m == 0) return absl::OkStatus();
+  if (p.x == nullptr) return Invalid("x", "is null");
+  if (!Aligned(p.x, 16)) return Invalid("x", "must be 16-byte aligned");
+  if (p.ldx < p.k || p.ldx % 8 != 0) return Invalid("ldx", "must be >= k and a multiple of 8");
+  for (int s = 0; s < p.num_segments; ++s) {
+    absl::Status st = ValidateWeight(p.segments[s], absl::StrCat("segments[", s, "]"));
+    if (!st.ok()) return st;
+  }
+  if (p.epilogue == GemmEpilogue::kSiluMul) {
+    if (p.num_segments != 1) return Invalid("num_segments", "must be 1 with the SiLU·mul epilogue");
+    absl::Status st = ValidateWeight(p.up, "up");
+    if (!st.ok()) return st;
+    if (p.up.type != p.segments[0].type) return Invalid("up.type", "must equal segments[0].type");
+    if (p.up.n != p.segments[0].n) return Invalid("up.n", "must equal segments[0].n");
+  } else if (p.epilogue != GemmEpilogue::kNone) {
+    return Invalid("epilogue", "is not a known epilogue");
+  }
+  const int64_t n_out = W8A16GemmOutputColumns(p);
+  if (p.y == nullptr) return Invalid("y", "is null");
+  if (!Aligned(p.y, p.y_fp32 ? 4 : 2)) return Invalid("y", "is misaligned");
+  if (p.ldy < n_out) return Invalid("ldy", absl::StrCat("must be >= the output columns (", n_out, ")"));
+  if (p.residual != nullptr && p.ldr < n_out) return Invalid("ldr", "must be >= the output columns");
+  if (p.workspace_bytes > 0 && p.workspace == nullptr) return Invalid("workspace", "is null but workspace_bytes > 0");
+  if (p.workspace != nullptr && !Aligned(p.workspace, 256)) return Invalid("workspace", "must be 256-byte aligned");
+  if (p.force_config >= gemm::kNumTileConfigs) return Invalid("force_config", "is not a tile configuration");
+  return absl::OkStatus();
+}
+
+int DeviceSmCount() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+    cudaGetLastError();
+    return 108;
+  }
+  return sms;
+}
+
+GemmProblem ToProblem(const W8A16GemmParams& p, size_t workspace_bytes) {
+  GemmProblem prob;
+  prob.m = p.m;
+  prob.k = p.k;
+  prob.num_segments = p.num_segments;
+  for (int s = 0; s < p.num_segments; ++s) {
+    prob.segments[s].rows = p.segments[s].n;
+    prob.segments[s].weight_bytes = p.segments[s].type == GemmWeightType::kBf16 ? 2 : 1;
+  }
+  prob.silu_mul = p.epilogue == GemmEpilogue::kSiluMul;
+  prob.num_sms = p.num_sms > 0 ? p.num_sms : DeviceSmCount();
+  prob.workspace_bytes = workspace_bytes;
+  return prob;
+}
+
+}  // namespace
+
+int64_t W8A16GemmOutputColumns(const W8A16GemmParams& p) {
+  if (p.epilogue == GemmEpilogue::kSiluMul) return p.segments[0].n;
+  int64_t n = 0;
+  for (int s = 0; s < p.num_segments && s < gemm::kMaxGemmSegments; ++s) n += p.segments[s].n;
+  return n;
+}
+
+gemm::GemmPlan W8A16GemmPlan(const W8A16GemmParams& p) {
+  const GemmProblem prob = ToProblem(p, p.workspace != nullptr ? p.workspace_bytes : 0);
+  if (p.force_config >= 0 && p.force_config < gemm::kNumTileConfigs) {
+    return gemm::MakeGemmPlan(prob, static_cast<gemm::TileConfigId>(p.force_config), p.force_splits);
+  }
+  return gemm::ChooseGemmPlan(prob);
+}
+
+size_t W8A16GemmWorkspaceBytes(const W8A16GemmParams& p) {
+  return gemm::ChooseGemmPlan(ToProblem(p, std::numeric_limits<size_t>::max())).workspace_bytes;
+}
+
+bool W8A16GemmSupported(const W8A16GemmParams& p) {
+  if (!Validate(p).ok()) return false;
+  const GemmPlan plan = W8A16GemmPlan(p);
+  return plan.row_tiles <= 65535;
+}
+
+absl::Status LaunchW8A16Gemm(const W8A16GemmParams& p, cudaStream_t stream) {
+  absl::Status st = Validate(p);
+  if (!st.ok()) return st;
+  if (p.m == 0) return absl::OkStatus();
+  const GemmPlan plan = W8A16GemmPlan(p);
+  const TileConfig& cfg = gemm::GetTileConfig(plan.config);
+  if (gemm::internal::KernelSmemBytes(plan.config) != cfg.smem_bytes()) {
+    return absl::InternalError(absl::StrCat("W8A16Gemm: kernel instance ", cfg.name, " disagrees with its TileConfig"));
+  }
+  if (plan.row_tiles > 65535) return Invalid("segments[].n", "too many output tiles (grid.y > 65535)");
+  if (plan.workspace_bytes > 0 && (p.workspace == nullptr || p.workspace_bytes < plan.workspace_bytes)) {
+    return Invalid("workspace", absl::StrCat("needs ", plan.workspace_bytes, " bytes for the forced split"));
+  }
+
+  gemm::internal::KernelParams kp;
+  kp.m = p.m;
+  kp.k = p.k;
+  kp.x = reinterpret_cast<const uint16_t*>(p.x);
+  kp.ldx = p.ldx;
+  kp.num_segments = p.num_segments;
+  kp.silu = p.epilogue == GemmEpilogue::kSiluMul ? 1 : 0;
+  const int64_t cols_per_tile = gemm::OutputColumnsPerTile(cfg, kp.silu != 0);
+  int64_t tile = 0, col = 0;
+  for (int s = 0; s < p.num_segments; ++s) {
+    gemm::internal::KernelSegment& ks = kp.seg[s];
+    ks.w = static_cast<const uint8_t*>(p.segments[s].data);
+    ks.scale = p.segments[s].scale;
+    ks.is_fp8 = p.segments[s].type == GemmWeightType::kFp8Block128 ? 1 : 0;
+    ks.n = p.segments[s].n;
+    ks.out_col0 = col;
+    ks.first_tile = static_cast<int32_t>(tile);
+    if (kp.silu) {
+      ks.w_up = static_cast<const uint8_t*>(p.up.data);
+      ks.scale_up = p.up.scale;
+    }
+    tile += (ks.n + cols_per_tile - 1) / cols_per_tile;
+    col += ks.n;
+  }
+  kp.total_row_tiles = static_cast<int32_t>(tile);
+  kp.residual = reinterpret_cast<const uint16_t*>(p.residual);
+  kp.ldr = p.ldr;
+  kp.y = p.y;
+  kp.ldy = p.ldy;
+  kp.y_fp32 = p.y_fp32 ? 1 : 0;
+  kp.splits = plan.splits;
+  if (plan.splits > 1) {
+    const int64_t tiles = plan.token_tiles * plan.row_tiles;
+    const size_t partial_bytes = static_cast<size_t>(plan.splits) * tiles * cfg.block_tokens * cfg.block_rows * 4;
+    kp.partials = static_cast<float*>(p.workspace);
+    kp.counters = reinterpret_cast<int32_t*>(static_cast<char*>(p.workspace) + partial_bytes);
+  }
+  const dim3 grid(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.row_tiles),
+                  static_cast<unsigned>(plan.splits));
+  return CudaStatus(gemm::internal::LaunchGemmKernel(plan.config, kp, grid, stream), "W8A16GemmKernel launch");
+}
+
+}  // namespace spar

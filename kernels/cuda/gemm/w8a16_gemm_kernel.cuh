@@ -1,0 +1,459 @@
+// The W8A16 tile GEMM kernel (internal to kernels/cuda/gemm; included by the
+// per-configuration .cu files).
+//
+// Orientation: Yᵀ = W·Xᵀ. Weight rows are the mma.m16n8k16 "A" operand (16
+// rows per fragment), tokens the "B" operand (8 per fragment), so a decode
+// step with one token wastes 7/8 of a tiny mma instead of 15/16, and the
+// weight bytes go straight from shared memory into A fragments.
+//
+// K permutation: a dot product may sum its K terms in any order as long as
+// A and B agree. Within each 64-byte stage slice of a weight row, lane t of
+// a quad owns the 16 contiguous bytes [16t, 16t+16) (e4m3: 16 values = 4
+// mma k-steps; bf16: 8 values = 2 k-steps), loaded with one 16-byte LDS.
+// For k-step s the fragment's logical columns {2t, 2t+1} and {2t+8, 2t+9}
+// hold the real columns 4s'+{0,1} and 4s'+{2,3} of that lane's span (s' the
+// step within the span), and the activation fragment is read with the same
+// mapping (again 16-byte LDS). So no weight byte is shuffled: one e4m3 word
+// (4 values) widens to exactly the two bf16x2 registers a k-step needs.
+//
+// Block scales: a block's weight rows lie in one 128-row scale block (two
+// in SiLU·mul mode: gate and up), and a 64-column stage in one 128-column
+// block, so the scale is constant per stage and per fragment half. The
+// accumulator is kept in units of the current block's scale and rescaled by
+// old/new when the 128-column block changes (one multiply per accumulator
+// per 128 columns); products stay exact (e4m3 -> bf16 is exact).
+//
+// Pipeline: cp.async multi-stage (weights 64 B/row/stage, activations 128
+// B/token/stage XOR-swizzled so fragment reads are conflict-free), then the
+// epilogue goes through shared memory (fp32 tile, token-major) for split-K
+// partials, SiLU·mul pairing, residual add and coalesced stores.
+#ifndef SPAR_KERNELS_CUDA_GEMM_W8A16_GEMM_KERNEL_CUH_
+#define SPAR_KERNELS_CUDA_GEMM_W8A16_GEMM_KERNEL_CUH_
+
+#include "kernels/cuda/common/arch.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/fp8_sm80.cuh"
+#include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/gemm/gemm_launch_internal.h"
+
+namespace spar::gemm::internal {
+
+__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(cuda::SmemAddress(smem_dst)), "l"(gmem_src));
+}
+
+__device__ __forceinline__ void Lds128(uint32_t (&r)[4], const unsigned char* p) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  r[0] = v.x;
+  r[1] = v.y;
+  r[2] = v.z;
+  r[3] = v.w;
+}
+
+template <class T>
+__device__ __forceinline__ T MinOf(T a, T b) {
+  return a < b ? a : b;
+}
+
+__device__ __forceinline__ uint32_t PackBf16x2(float a, float b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int kBT, int kBR, int kWR, int kWT, int kStages>
+struct GemmTile {
+  static constexpr int kThreads = kWR * kWT * 32;
+  static constexpr int kWarpRows = kBR / kWR;
+  static constexpr int kMI = kWarpRows / 16;  // 16-row fragments per warp
+  static constexpr int kWarpTokens = kBT / kWT;
+  static constexpr int kNJ = kWarpTokens / 8;  // 8-token fragments per warp
+  static constexpr int kWStageBytes = kBR * 64;
+  static constexpr int kXStageBytes = kBT * 128;
+  static constexpr int kStageBytes = kWStageBytes + kXStageBytes;
+  static constexpr int kPitchC = kBR + 4;  // fp32 epilogue tile pitch (bank spread)
+  static constexpr int kPipelineBytes = kStages * kStageBytes;
+  static constexpr int kEpilogueBytes = kBT * kPitchC * 4;
+  static constexpr int kRegionBytes = kPipelineBytes > kEpilogueBytes ? kPipelineBytes : kEpilogueBytes;
+  static constexpr int kSmemBytes = kRegionBytes + kStages * 2 * 4 + 16;
+  static constexpr int kWChunks = kBR * 4 / kThreads;  // 16-byte weight chunks per thread per stage
+  static constexpr int kXSlots = (kBT * 8 + kThreads - 1) / kThreads;
+  static_assert(kWarpRows % 16 == 0 && kWarpTokens % 8 == 0, "warp tile");
+  static_assert((kBR * 4) % kThreads == 0, "weight chunks per thread");
+  static_assert(kThreads % 8 == 0 && kXSlots <= 8, "activation slots");
+  static_assert(128 % kBR == 0 || kBR == 128, "a tile must sit inside one 128-row scale block");
+};
+
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(const KernelParams p) {
+  using Tile = GemmTile<kBT, kBR, kWR, kWT, kStages>;
+  constexpr int kThreads = Tile::kThreads;
+  constexpr int kMI = Tile::kMI;
+  constexpr int kNJ = Tile::kNJ;
+  constexpr int kPitchC = Tile::kPitchC;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* s_scale = reinterpret_cast<float*>(smem + Tile::kRegionBytes);  // [kStages][2]: gate/lo, up/hi
+  __shared__ int s_is_last;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int g = lane >> 2;  // mma group: fragment row (weights) / column (tokens)
+  const int t = lane & 3;   // thread in group: owns a 16-byte K span
+  const int wr0 = (warp % kWR) * Tile::kWarpRows;
+  const int wt0 = (warp / kWR) * Tile::kWarpTokens;
+
+  // ---- Phase 0: which tile this block computes ----------------------------
+  const bool grouped = p.work != nullptr;
+  KernelSegment seg = p.seg[0];
+  int64_t row0_out;  // first output row (dense: token; grouped: permuted row)
+  int tok_count;
+  int tile_in_seg;
+  int split = 0;
+  int64_t tile_id = 0;
+  if (grouped) {
+    if (static_cast<int>(blockIdx.x) >= *p.work_count) return;
+    const int4 wk = reinterpret_cast<const int4*>(p.work)[blockIdx.x];
+    seg.w += wk.x * p.expert_w_stride_bytes;
+    if (seg.w_up != nullptr) seg.w_up += wk.x * p.expert_w_stride_bytes;
+    if (seg.scale != nullptr) seg.scale += wk.x * p.expert_scale_stride;
+    if (seg.scale_up != nullptr) seg.scale_up += wk.x * p.expert_scale_stride;
+    row0_out = wk.y;
+    tok_count = wk.z;
+    tile_in_seg = blockIdx.y;
+  } else {
+#pragma unroll
+    for (int s = 1; s < kMaxGemmSegments; ++s) {
+      if (s < p.num_segments && static_cast<int>(blockIdx.y) >= p.seg[s].first_tile) seg = p.seg[s];
+    }
+    row0_out = static_cast<int64_t>(blockIdx.x) * kBT;
+    tok_count = static_cast<int>(MinOf<int64_t>(kBT, p.m - row0_out));
+    tile_in_seg = blockIdx.y - seg.first_tile;
+    split = blockIdx.z;
+    tile_id = static_cast<int64_t>(blockIdx.x) * p.total_row_tiles + blockIdx.y;
+  }
+  const bool fp8 = seg.is_fp8 != 0;
+  const bool silu = p.silu != 0;
+  const int64_t k = p.k;
+  const int64_t row_bytes = fp8 ? k : 2 * k;
+  const int64_t scale_ld = (k + 127) / 128;
+  const int cols_per_tile = silu ? kBR / 2 : kBR;
+  const int64_t col0 = static_cast<int64_t>(tile_in_seg) * cols_per_tile;  // first segment column
+  const float* srow_lo = seg.scale + (col0 / 128) * scale_ld;
+  const float* srow_hi = silu ? seg.scale_up + (col0 / 128) * scale_ld : srow_lo;
+
+  const int64_t kst_total = fp8 ? k / 64 : k / 32;
+  const int64_t ks_begin = split * kst_total / p.splits;
+  const int64_t ks_end = (split + 1) * kst_total / p.splits;
+  const int nst = static_cast<int>(ks_end - ks_begin);
+
+  // ---- Phase 1: per-thread copy slots (fixed over the K loop) ------------
+  // Weight tile row r: plain mode segment row col0 + r; SiLU·mul mode rows
+  // 16q..16q+7 are gate rows col0 + 8q.., rows 16q+8.. the matching up rows,
+  // so one 16-row fragment holds gate and up of the same 8 outputs.
+  const unsigned char* wsrc[Tile::kWChunks];
+  uint32_t wdst[Tile::kWChunks];
+  bool wvalid[Tile::kWChunks];
+#pragma unroll
+  for (int c = 0; c < Tile::kWChunks; ++c) {
+    const int idx = tid + c * kThreads;
+    const int r = idx >> 2;
+    const int ch = idx & 3;
+    int64_t j;
+    const uint8_t* base;
+    if (silu) {
+      j = col0 + (r >> 4) * 8 + (r & 7);
+      base = (r & 8) ? seg.w_up : seg.w;
+    } else {
+      j = col0 + r;
+      base = seg.w;
+    }
+    wvalid[c] = j < seg.n;
+    wsrc[c] = base + (wvalid[c] ? j * row_bytes : 0) + ch * 16;
+    wdst[c] = r * 64 + ch * 16;
+  }
+  const int x_chunks_per_row = fp8 ? 8 : 4;  // 16-byte chunks per token per stage
+  const int x_stage_bytes = x_chunks_per_row * 16;
+  // Activation slots keep a 32-bit row index, not a pointer: registers are
+  // the limiting resource of the 128x128 tile. Every slot of a thread has
+  // the same 16-byte chunk (kThreads is a multiple of 8).
+  int32_t xrow[Tile::kXSlots];
+  uint32_t xdst[Tile::kXSlots];
+  uint32_t xmask = 0;  // bit c: slot c copies a valid row; bit 8 + c: slot c is in the tile
+  const unsigned char* xbase = reinterpret_cast<const unsigned char*>(p.x);
+  const int64_t ldx_bytes = p.ldx * 2;
+  const int x_chunk = tid % x_chunks_per_row;
+#pragma unroll
+  for (int c = 0; c < Tile::kXSlots; ++c) {
+    const int idx = tid + c * kThreads;
+    const int r = idx / x_chunks_per_row;
+    const bool active = idx < kBT * x_chunks_per_row;
+    const bool valid = active && r < tok_count;
+    int64_t row = 0;
+    if (valid) {
+      row = row0_out + r;
+      if (p.x_row_index != nullptr) row = p.x_row_index[row];
+    }
+    xrow[c] = static_cast<int32_t>(row);
+    xmask |= (valid ? 1u << c : 0u) | (active ? 1u << (8 + c) : 0u);
+    // e4m3 stages: 128-byte rows, chunk XOR (row & 7) so the fragment reads
+    // of 8 tokens x 4 lanes hit 32 distinct banks; bf16 stages: 64-byte rows
+    // are conflict-free as they are.
+    xdst[c] = fp8 ? r * 128 + ((x_chunk ^ (r & 7)) << 4) : r * 64 + x_chunk * 16;
+  }
+
+  auto load_stage = [&](int64_t ks, int buf) {
+    unsigned char* sw = smem + buf * Tile::kStageBytes;
+    unsigned char* sx = sw + Tile::kWStageBytes;
+#pragma unroll
+    for (int c = 0; c < Tile::kWChunks; ++c) cuda::CpAsync16(sw + wdst[c], wsrc[c] + ks * 64, wvalid[c] ? 16 : 0);
+    const unsigned char* xk = xbase + x_chunk * 16 + ks * x_stage_bytes;
+#pragma unroll
+    for (int c = 0; c < Tile::kXSlots; ++c) {
+      if (xmask & (1u << (8 + c))) {
+        cuda::CpAsync16(sx + xdst[c], xk + xrow[c] * ldx_bytes, ((xmask >> c) & 1u) ? 16 : 0);
+      }
+    }
+    if (fp8 && tid < 2) CpAsync4(&s_scale[buf * 2 + tid], (tid == 0 ? srow_lo : srow_hi) + (ks >> 1));
+  };
+
+  // ---- Phase 2: main loop --------------------------------------------------
+  float acc[kMI][kNJ][4];
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < kNJ; ++nj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][nj][e] = 0.0f;
+  float cur_lo = 1.0f, cur_hi = 1.0f;  // scale the accumulator is expressed in
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nst) load_stage(ks_begin + s, s);
+    cuda::CpAsyncCommit();
+  }
+
+  for (int it = 0; it < nst; ++it) {
+    cuda::CpAsyncWait<kStages - 2>();
+    __syncthreads();
+    {
+      const int nxt = it + kStages - 1;
+      if (nxt < nst) load_stage(ks_begin + nxt, nxt % kStages);
+      cuda::CpAsyncCommit();
+    }
+    const int buf = it % kStages;
+    const unsigned char* sw = smem + buf * Tile::kStageBytes;
+    const unsigned char* sx = sw + Tile::kWStageBytes;
+
+    // Weight bytes of this lane: rows g and g+8 of each 16-row fragment.
+    uint32_t wr[kMI][2][4];
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi) {
+      const int row = wr0 + mi * 16 + g;
+      Lds128(wr[mi][0], sw + row * 64 + t * 16);
+      Lds128(wr[mi][1], sw + (row + 8) * 64 + t * 16);
+    }
+
+    if (fp8) {
+      const float s_lo = s_scale[buf * 2];
+      const float s_hi = s_scale[buf * 2 + 1];
+      if (it == 0) {
+        cur_lo = s_lo;
+        cur_hi = s_hi;
+      } else if (((ks_begin + it) & 1) == 0) {  // entering a new 128-column block
+        const float r_lo = cur_lo / s_lo;
+        const float r_hi = cur_hi / s_hi;
+#pragma unroll
+        for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+          for (int nj = 0; nj < kNJ; ++nj) {
+            acc[mi][nj][0] *= r_lo;
+            acc[mi][nj][1] *= r_lo;
+            acc[mi][nj][2] *= r_hi;
+            acc[mi][nj][3] *= r_hi;
+          }
+        cur_lo = s_lo;
+        cur_hi = s_hi;
+      }
+      // 64 columns = 4 k-steps, processed as two pairs; each pair reads one
+      // 16-byte activation chunk per 8-token fragment.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t a[2][kMI][4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int mi = 0; mi < kMI; ++mi) {
+            cuda::E4m3x4ToBf16x4(wr[mi][0][2 * h + j], a[j][mi][0], a[j][mi][2]);
+            cuda::E4m3x4ToBf16x4(wr[mi][1][2 * h + j], a[j][mi][1], a[j][mi][3]);
+          }
+#pragma unroll
+        for (int nj = 0; nj < kNJ; ++nj) {
+          const int tok = wt0 + nj * 8 + g;  // tok & 7 == g
+          uint32_t xb[4];
+          Lds128(xb, sx + tok * 128 + (((2 * t + h) ^ g) << 4));
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const uint32_t b[2] = {xb[2 * j], xb[2 * j + 1]};
+#pragma unroll
+            for (int mi = 0; mi < kMI; ++mi) cuda::MmaBf16M16N8K16(acc[mi][nj], a[j][mi], b, acc[mi][nj]);
+          }
+        }
+      }
+    } else {
+      // bf16: 32 columns = 2 k-steps; lane t owns columns [8t, 8t+8).
+#pragma unroll
+      for (int nj = 0; nj < kNJ; ++nj) {
+        const int tok = wt0 + nj * 8 + g;
+        uint32_t xb[4];
+        Lds128(xb, sx + tok * 64 + t * 16);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const uint32_t b[2] = {xb[2 * j], xb[2 * j + 1]};
+#pragma unroll
+          for (int mi = 0; mi < kMI; ++mi) {
+            const uint32_t a[4] = {wr[mi][0][2 * j], wr[mi][1][2 * j], wr[mi][0][2 * j + 1], wr[mi][1][2 * j + 1]};
+            cuda::MmaBf16M16N8K16(acc[mi][nj], a, b, acc[mi][nj]);
+          }
+        }
+      }
+    }
+  }
+  cuda::CpAsyncWait<0>();
+  __syncthreads();
+
+  // ---- Phase 3: fp32 tile to shared memory, token-major -------------------
+  float* sc = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < kNJ; ++nj) {
+      const int r = wr0 + mi * 16 + g;
+      const int c = wt0 + nj * 8 + 2 * t;
+      sc[c * kPitchC + r] = acc[mi][nj][0] * cur_lo;
+      sc[(c + 1) * kPitchC + r] = acc[mi][nj][1] * cur_lo;
+      sc[c * kPitchC + r + 8] = acc[mi][nj][2] * cur_hi;
+      sc[(c + 1) * kPitchC + r + 8] = acc[mi][nj][3] * cur_hi;
+    }
+  __syncthreads();
+
+  // ---- Phase 4: split-K: publish partials, the last block sums them ------
+  if (p.splits > 1) {
+    const int64_t tiles = static_cast<int64_t>(gridDim.x) * p.total_row_tiles;
+    constexpr int kTileElems = kBT * kBR;
+    const int n4 = tok_count * kBR / 4;
+    float* mine = p.partials + (split * tiles + tile_id) * kTileElems;
+    for (int i = tid; i < n4; i += kThreads) {
+      const int c = (i * 4) / kBR;
+      const int r = (i * 4) % kBR;
+      *reinterpret_cast<float4*>(mine + c * kBR + r) = *reinterpret_cast<const float4*>(sc + c * kPitchC + r);
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) s_is_last = atomicAdd(&p.counters[tile_id], 1) == p.splits - 1;
+    __syncthreads();
+    if (!s_is_last) return;
+    __threadfence();
+    for (int i = tid; i < n4; i += kThreads) {
+      const int c = (i * 4) / kBR;
+      const int r = (i * 4) % kBR;
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int z = 0; z < p.splits; ++z) {  // fixed order: independent of arrival
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (z * tiles + tile_id) * kTileElems +
+                                                                c * kBR + r));
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      *reinterpret_cast<float4*>(sc + c * kPitchC + r) = sum;
+    }
+    if (tid == 0) p.counters[tile_id] = 0;  // ready for the next launch
+    __syncthreads();
+  }
+
+  // ---- Phase 5: epilogue (activation, residual) and stores ----------------
+  const int groups = cols_per_tile / 8;
+  for (int i = tid; i < tok_count * groups; i += kThreads) {
+    const int c = i / groups;
+    const int j0 = (i % groups) * 8;
+    const int64_t scol = col0 + j0;
+    const int nvalid = static_cast<int>(MinOf<int64_t>(8, seg.n - scol));
+    if (nvalid <= 0) continue;
+    float v[8];
+    const float* src = sc + c * kPitchC;
+    if (silu) {
+      const int q = j0 / 8;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float gt = src[q * 16 + e];
+        const float up = src[q * 16 + 8 + e];
+        v[e] = gt / (1.0f + expf(-gt)) * up;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = src[j0 + e];
+    }
+    const int64_t orow = row0_out + c;
+    const int64_t col = seg.out_col0 + scol;
+    if (p.residual != nullptr) {
+      const uint16_t* rp = p.residual + orow * p.ldr + col;
+      if (nvalid == 8 && (reinterpret_cast<uintptr_t>(rp) & 15) == 0) {
+        const uint4 rv = *reinterpret_cast<const uint4*>(rp);
+        const uint32_t rw[4] = {rv.x, rv.y, rv.z, rv.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          v[2 * e] += __uint_as_float(rw[e] << 16);
+          v[2 * e + 1] += __uint_as_float(rw[e] & 0xffff0000u);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if (e < nvalid) v[e] += __uint_as_float(static_cast<uint32_t>(rp[e]) << 16);
+        }
+      }
+    }
+    if (p.y_fp32) {
+      float* yp = static_cast<float*>(p.y) + orow * p.ldy + col;
+      if (nvalid == 8 && (reinterpret_cast<uintptr_t>(yp) & 15) == 0) {
+        *reinterpret_cast<float4*>(yp) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(yp + 4) = make_float4(v[4], v[5], v[6], v[7]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if (e < nvalid) yp[e] = v[e];
+        }
+      }
+    } else {
+      __nv_bfloat16* yp = static_cast<__nv_bfloat16*>(p.y) + orow * p.ldy + col;
+      if (nvalid == 8 && (reinterpret_cast<uintptr_t>(yp) & 15) == 0) {
+        *reinterpret_cast<uint4*>(yp) =
+            make_uint4(PackBf16x2(v[0], v[1]), PackBf16x2(v[2], v[3]), PackBf16x2(v[4], v[5]), PackBf16x2(v[6], v[7]));
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if (e < nvalid) yp[e] = __float2bfloat16_rn(v[e]);
+        }
+      }
+    }
+  }
+}
+
+// Sets the shared-memory limit and launches one configuration.
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kMinBlocks>
+cudaError_t LaunchTile(const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  using Tile = GemmTile<kBT, kBR, kWR, kWT, kStages>;
+  auto kernel = W8A16GemmKernel<kBT, kBR, kWR, kWT, kStages, kMinBlocks>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace spar::gemm::internal
+
+#endif  // SPAR_KERNELS_CUDA_GEMM_W8A16_GEMM_KERNEL_CUH_

@@ -1,0 +1,155 @@
+// The W8A16 GEMM tile heuristic (host only, runs in CI without a GPU).
+#include "kernels/cuda/gemm/gemm_config.h"
+
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace spar::gemm {
+namespace {
+
+constexpr int kH200Sms = 132;
+constexpr int kA100Sms = 108;
+constexpr size_t kWorkspace = size_t{64} << 20;
+
+GemmProblem Dense(int64_t m, int64_t n, int64_t k, int sms = kH200Sms, size_t ws = kWorkspace) {
+  GemmProblem p;
+  p.m = m;
+  p.k = k;
+  p.segments[0] = {n, 1};
+  p.num_segments = 1;
+  p.num_sms = sms;
+  p.workspace_bytes = ws;
+  return p;
+}
+
+TEST(GemmConfig, TableIsConsistent) {
+  for (int i = 0; i < kNumTileConfigs; ++i) {
+    const TileConfig& c = GetTileConfig(static_cast<TileConfigId>(i));
+    EXPECT_EQ(static_cast<int>(c.id), i);
+    // A100 allows at most 163 KB of dynamic shared memory per block.
+    EXPECT_LE(c.smem_bytes(), 163 * 1024) << c.name;
+    EXPECT_LE(c.epilogue_bytes(), c.stages * c.stage_bytes()) << c.name;
+    EXPECT_EQ(c.block_rows % (16 * c.warps_rows), 0) << c.name;
+    EXPECT_EQ(c.block_tokens % (8 * c.warps_tokens), 0) << c.name;
+    EXPECT_EQ(128 % c.block_rows, 0) << c.name << ": a tile must sit in one 128-row scale block";
+    EXPECT_GE(c.stages, 2) << c.name;
+  }
+}
+
+TEST(GemmConfig, KStagesAndTiles) {
+  EXPECT_EQ(KStages(6144, 1), 96);
+  EXPECT_EQ(KStages(6144, 2), 192);
+  EXPECT_EQ(KStages(128, 1), 2);
+  GemmProblem p = Dense(1, 576, 6144);
+  EXPECT_EQ(RowTiles(p, GetTileConfig(TileConfigId::kT8)), 9);     // 576 / 64
+  EXPECT_EQ(RowTiles(p, GetTileConfig(TileConfigId::kT128)), 5);   // ceil(576 / 128)
+  p.silu_mul = true;
+  EXPECT_EQ(RowTiles(p, GetTileConfig(TileConfigId::kT8)), 18);    // 32 outputs per tile
+  // Fused A projection: tiles never straddle segments.
+  GemmProblem a = Dense(1, 2048, 6144);
+  a.num_segments = 4;
+  a.segments[1] = {576, 1};
+  a.segments[2] = {128, 1};
+  a.segments[3] = {32, 2};
+  EXPECT_EQ(RowTiles(a, GetTileConfig(TileConfigId::kT8)), 32 + 9 + 2 + 1);
+}
+
+TEST(GemmConfig, DecodePicksSmallTokenTiles) {
+  for (int64_t n : {12288, 6144, 16384, 28672, 4096}) {
+    EXPECT_EQ(ChooseGemmPlan(Dense(1, n, 6144)).config, TileConfigId::kT8) << n;
+    EXPECT_EQ(ChooseGemmPlan(Dense(8, n, 6144)).config, TileConfigId::kT8) << n;
+    const TileConfigId c16 = ChooseGemmPlan(Dense(16, n, 6144)).config;
+    EXPECT_TRUE(c16 == TileConfigId::kT16 || c16 == TileConfigId::kT8) << n;
+    const TileConfig& c64 = GetTileConfig(ChooseGemmPlan(Dense(64, n, 6144)).config);
+    EXPECT_LE(c64.block_tokens, 64) << n;
+  }
+}
+
+TEST(GemmConfig, PrefillPicksTheLargeTileWithoutSplit) {
+  for (int64_t n : {12288, 6144, 16384, 28672}) {
+    const GemmPlan plan = ChooseGemmPlan(Dense(2048, n, 6144));
+    EXPECT_EQ(plan.config, TileConfigId::kT128) << n;
+    EXPECT_EQ(plan.splits, 1) << n;
+  }
+}
+
+TEST(GemmConfig, DecodeSpreadsWeightsOverEverySm) {
+  // Memory-bound shapes: the busiest SM may stream at most 25% more weight
+  // bytes than an even share (split K where the output has few tiles).
+  for (int sms : {kH200Sms, kA100Sms}) {
+    for (int64_t n : {576, 2048, 4096, 6144, 12288, 16384}) {
+      for (int64_t m : {1, 16}) {
+        const GemmPlan plan = ChooseGemmPlan(Dense(m, n, 6144, sms));
+        const TileConfig& c = GetTileConfig(plan.config);
+        const int64_t blocks = plan.token_tiles * plan.row_tiles * plan.splits;
+        const int64_t stages_per_block = (KStages(6144, 1) + plan.splits - 1) / plan.splits;
+        const double busiest = static_cast<double>((blocks + sms - 1) / sms) * stages_per_block * c.block_rows * 64;
+        const double even = static_cast<double>(n) * 6144 / sms;
+        EXPECT_LE(busiest, 1.25 * even) << "n=" << n << " m=" << m << " sms=" << sms << " " << plan;
+      }
+    }
+  }
+  // kv_a (576 rows) cannot fill 132 SMs without splitting.
+  EXPECT_GT(ChooseGemmPlan(Dense(1, 576, 6144)).splits, 4);
+}
+
+TEST(GemmConfig, SplitsRespectWorkspaceAndK) {
+  for (size_t ws : {size_t{0}, size_t{4096}, size_t{1} << 20, kWorkspace}) {
+    for (int64_t m : {1, 16, 64, 256}) {
+      for (int64_t k : {128, 512, 2048, 6144}) {
+        const GemmPlan plan = ChooseGemmPlan(Dense(m, 576, k, kH200Sms, ws));
+        EXPECT_LE(plan.workspace_bytes, ws) << plan;
+        EXPECT_GE(plan.splits, 1);
+        EXPECT_LE(plan.splits, std::max<int64_t>(1, KStages(k, 1) / 4)) << plan;
+        if (plan.splits == 1) {
+          EXPECT_EQ(plan.workspace_bytes, 0u);
+        }
+        EXPECT_EQ(plan.workspace_bytes,
+                  SplitWorkspaceBytes(GetTileConfig(plan.config), plan.token_tiles * plan.row_tiles, plan.splits));
+      }
+    }
+  }
+  EXPECT_EQ(ChooseGemmPlan(Dense(1, 576, 6144, kH200Sms, 0)).splits, 1);
+}
+
+TEST(GemmConfig, GroupedNeverSplits) {
+  GemmProblem p = Dense(2, 4096, 6144);
+  p.grouped = true;
+  p.groups = 221;
+  p.silu_mul = true;
+  GemmPlan plan = ChooseGemmPlan(p);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.config, TileConfigId::kT8);
+  EXPECT_EQ(plan.workspace_bytes, 0u);
+  p.m = 128;  // prefill: ~128 rows per expert
+  p.groups = 256;
+  plan = ChooseGemmPlan(p);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_GE(GetTileConfig(plan.config).block_tokens, 64);
+}
+
+TEST(GemmConfig, MakeGemmPlanClampsSplits) {
+  const GemmProblem p = Dense(5, 200, 128);
+  const GemmPlan plan = MakeGemmPlan(p, TileConfigId::kT64, 9);
+  EXPECT_EQ(plan.splits, 2);  // k = 128 has two e4m3 stages
+  EXPECT_EQ(plan.token_tiles, 1);
+  EXPECT_EQ(plan.row_tiles, 4);
+  EXPECT_GT(plan.workspace_bytes, 0u);
+  GemmProblem g = p;
+  g.grouped = true;
+  EXPECT_EQ(MakeGemmPlan(g, TileConfigId::kT8, 4).splits, 1);
+}
+
+TEST(GemmConfig, Deterministic) {
+  const GemmProblem p = Dense(37, 6144, 16384);
+  const GemmPlan a = ChooseGemmPlan(p), b = ChooseGemmPlan(p);
+  EXPECT_EQ(a.config, b.config);
+  EXPECT_EQ(a.splits, b.splits);
+  std::ostringstream os;
+  os << a;
+  EXPECT_FALSE(os.str().empty());
+}
+
+}  // namespace
+}  // namespace spar::gemm

@@ -1,0 +1,440 @@
+// W8A16 GEMM against kernels/ref on fresh random inputs: every tile
+// configuration (forced), split-K, e4m3 and bf16 weights, SiLU·mul and
+// residual epilogues, the fused A projection (mixed-dtype segments), partial
+// tiles in M, N and the last scale block, K = 128, fp32 output; plus an
+// exact test (small integers, power-of-two scales: bit-exact fp32 result).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/gemm/w8a16_gemm.h"
+#include "kernels/ref/moe_ref.h"
+#include "tests/kernels/gemm/gemm_test_util.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace spar {
+namespace {
+
+using testing::DeviceArray;
+using testing::DeviceWeight;
+using testing::HostWeight;
+using testing::MakeActivations;
+using testing::MakeWeight;
+using testing::RefGemm;
+
+constexpr GemmWeightType kFp8 = GemmWeightType::kFp8Block128;
+constexpr GemmWeightType kBf16 = GemmWeightType::kBf16;
+constexpr size_t kWorkspaceBytes = size_t{64} << 20;
+
+struct GemmCase {
+  int64_t m = 1;
+  int64_t k = 128;
+  std::vector<const HostWeight*> segments;
+  const HostWeight* up = nullptr;  // SiLU·mul when set
+  bool residual = false;           // in place: y starts as R
+  bool y_fp32 = false;
+  bool exact = false;
+  int force_config = -1;
+  int force_splits = 1;
+  uint64_t seed = 1;
+};
+
+std::string Describe(const GemmCase& c) {
+  std::string s = absl::StrCat("m=", c.m, " k=", c.k, " cfg=", c.force_config, " splits=", c.force_splits,
+                               c.up ? " silu" : "", c.residual ? " residual" : "", c.y_fp32 ? " fp32" : "", " n=");
+  for (const HostWeight* w : c.segments) absl::StrAppend(&s, w->n, w->type == kFp8 ? "e4m3," : "bf16,");
+  return s;
+}
+
+// Runs one case on the GPU and checks it against kernels/ref. Output rows
+// are allocated with one spare row and 8 spare columns that must stay
+// poisoned (catches stores outside [m, n_out)).
+void RunAndCheck(const GemmCase& c, cudaStream_t stream = nullptr) {
+  SCOPED_TRACE(Describe(c));
+  const int64_t m = c.m, k = c.k;
+  const std::vector<float> x = MakeActivations(m, k, c.seed * 7919 + 1, c.exact);
+  DeviceArray<uint16_t> dx;
+  dx.Upload(testing::ToBf16(x));
+
+  std::vector<DeviceWeight> dw(c.segments.size());
+  W8A16GemmParams p;
+  p.m = m;
+  p.k = k;
+  p.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+  p.ldx = k;
+  p.num_segments = static_cast<int>(c.segments.size());
+  for (size_t s = 0; s < c.segments.size(); ++s) {
+    dw[s].Upload(*c.segments[s]);
+    p.segments[s] = dw[s].View(*c.segments[s]);
+  }
+  DeviceWeight dup;
+  if (c.up != nullptr) {
+    dup.Upload(*c.up);
+    p.epilogue = GemmEpilogue::kSiluMul;
+    p.up = dup.View(*c.up);
+  }
+  const int64_t n_out = W8A16GemmOutputColumns(p);
+  const int64_t ldy = n_out + 8;
+
+  // Reference (fp32) and the residual.
+  std::vector<float> ref(m * n_out);
+  if (c.up != nullptr) {
+    const std::vector<float> gate = RefGemm(x, m, k, c.segments[0]->deq, n_out);
+    const std::vector<float> up = RefGemm(x, m, k, c.up->deq, n_out);
+    ref::SiluMul(gate.data(), up.data(), n_out, m, n_out, ref.data(), n_out);
+  } else {
+    int64_t col = 0;
+    for (const HostWeight* w : c.segments) {
+      const std::vector<float> y = RefGemm(x, m, k, w->deq, w->n);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < w->n; ++j) ref[i * n_out + col + j] = y[i * w->n + j];
+      }
+      col += w->n;
+    }
+  }
+  const size_t elem = c.y_fp32 ? 4 : 2;
+  DeviceArray<uint8_t> dy((m + 1) * ldy * elem);
+  dy.Poison();
+  std::vector<float> residual;
+  if (c.residual) {
+    ASSERT_FALSE(c.y_fp32);
+    residual = MakeActivations(m, n_out, c.seed * 31 + 5);
+    std::vector<uint16_t> yinit((m + 1) * ldy, 0xffff);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n_out; ++j) {
+        yinit[i * ldy + j] = FloatToBf16(residual[i * n_out + j]);
+        ref[i * n_out + j] += residual[i * n_out + j];
+      }
+    }
+    SPAR_ASSERT_CUDA(cudaMemcpy(dy.get(), yinit.data(), yinit.size() * 2, cudaMemcpyHostToDevice));
+    p.residual = reinterpret_cast<const __nv_bfloat16*>(dy.get());
+    p.ldr = ldy;
+  }
+  p.y = dy.get();
+  p.ldy = ldy;
+  p.y_fp32 = c.y_fp32;
+  DeviceArray<uint8_t> ws(kWorkspaceBytes);
+  SPAR_ASSERT_CUDA(cudaMemset(ws.get(), 0, kWorkspaceBytes));
+  p.workspace = ws.get();
+  p.workspace_bytes = kWorkspaceBytes;
+  p.force_config = c.force_config;
+  p.force_splits = c.force_splits;
+
+  const absl::Status st = LaunchW8A16Gemm(p, stream);
+  ASSERT_TRUE(st.ok()) << st;
+  SPAR_ASSERT_CUDA(cudaGetLastError());
+  SPAR_ASSERT_CUDA(cudaStreamSynchronize(stream));
+
+  // Download, split into the checked region and the guard cells.
+  const std::vector<uint8_t> raw = dy.Download();
+  std::vector<float> got(m * n_out);
+  int64_t guard_bad = 0;
+  auto at = [&](int64_t i, int64_t j) -> float {
+    const size_t off = (i * ldy + j) * elem;
+    if (c.y_fp32) {
+      float f;
+      std::memcpy(&f, raw.data() + off, 4);
+      return f;
+    }
+    return Bf16ToFloat(static_cast<uint16_t>(raw[off] | (raw[off + 1] << 8)));
+  };
+  for (int64_t i = 0; i <= m; ++i) {
+    for (int64_t j = 0; j < ldy; ++j) {
+      const float v = at(i, j);
+      if (i < m && j < n_out) {
+        got[i * n_out + j] = v;
+      } else if (!std::isnan(v)) {
+        ++guard_bad;
+      }
+    }
+  }
+  EXPECT_EQ(guard_bad, 0) << "stores outside [m, n_out)";
+  ASSERT_GT(testing::MaxAbs(ref), 0.0) << "vacuous reference";
+  if (c.exact) {
+    ASSERT_TRUE(c.y_fp32);
+    int64_t mismatches = 0;
+    for (size_t i = 0; i < got.size(); ++i) mismatches += got[i] != ref[i];
+    EXPECT_EQ(mismatches, 0) << "exact case: first diff at max abs " << testing::MaxAbsDiff(got, ref);
+    return;
+  }
+  const double rel = testing::RelativeL2(got, ref);
+  const double max_ref = testing::MaxAbs(ref);
+  // bf16 output: one rounding (rms ~1.1e-3 relative); fp32 output: only the
+  // summation order differs.
+  const double tol_rel = c.y_fp32 ? 1e-5 : 4e-3;
+  EXPECT_LT(rel, tol_rel);
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    const double tol = c.y_fp32 ? 1e-5 * max_ref : std::fabs(ref[i]) / 128.0 + 2e-3 * max_ref;
+    bad += !(d <= tol);
+  }
+  EXPECT_EQ(bad, 0) << "elements outside tolerance (rel L2 " << rel << ")";
+}
+
+TEST(Sm80_W8A16Gemm, ExactEveryConfigE4m3) {
+  SPAR_REQUIRE_GPU();
+  const HostWeight w = MakeWeight(kFp8, 200, 384, 11, /*exact=*/true);
+  for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+    for (int splits : {1, 3}) {
+      for (int64_t m : {1, 7, 16, 37, 64, 129}) {
+        GemmCase c;
+        c.m = m;
+        c.k = 384;
+        c.segments = {&w};
+        c.y_fp32 = true;
+        c.exact = true;
+        c.force_config = cfg;
+        c.force_splits = splits;
+        c.seed = 100 + m;
+        RunAndCheck(c);
+      }
+    }
+  }
+}
+
+TEST(Sm80_W8A16Gemm, ExactEveryConfigBf16) {
+  SPAR_REQUIRE_GPU();
+  const HostWeight w = MakeWeight(kBf16, 136, 256, 12, /*exact=*/true);
+  for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+    for (int splits : {1, 2}) {
+      for (int64_t m : {1, 9, 64, 130}) {
+        GemmCase c;
+        c.m = m;
+        c.k = 256;
+        c.segments = {&w};
+        c.y_fp32 = true;
+        c.exact = true;
+        c.force_config = cfg;
+        c.force_splits = splits;
+        c.seed = 200 + m;
+        RunAndCheck(c);
+      }
+    }
+  }
+}
+
+TEST(Sm80_W8A16Gemm, RandomEveryConfigE4m3) {
+  SPAR_REQUIRE_GPU();
+  const HostWeight w = MakeWeight(kFp8, 328, 640, 13);
+  for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+    for (int splits : {1, 4}) {
+      for (int64_t m : {1, 16, 63, 200}) {
+        GemmCase c;
+        c.m = m;
+        c.k = 640;
+        c.segments = {&w};
+        c.force_config = cfg;
+        c.force_splits = splits;
+        c.seed = 300 + m;
+        RunAndCheck(c);
+      }
+    }
+  }
+}
+
+TEST(Sm80_W8A16Gemm, SiluMulWithResidualEveryConfig) {
+  SPAR_REQUIRE_GPU();
+  // n = 200 gate rows: the last tile and the last scale block are partial.
+  const HostWeight gate = MakeWeight(kFp8, 200, 512, 21);
+  const HostWeight up = MakeWeight(kFp8, 200, 512, 22);
+  const HostWeight gate16 = MakeWeight(kBf16, 72, 256, 23);
+  const HostWeight up16 = MakeWeight(kBf16, 72, 256, 24);
+  for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+    for (int splits : {1, 2}) {
+      for (int64_t m : {3, 64, 150}) {
+        GemmCase c;
+        c.m = m;
+        c.k = 512;
+        c.segments = {&gate};
+        c.up = &up;
+        c.residual = true;
+        c.force_config = cfg;
+        c.force_splits = splits;
+        c.seed = 400 + m;
+        RunAndCheck(c);
+        GemmCase b = c;
+        b.k = 256;
+        b.segments = {&gate16};
+        b.up = &up16;
+        b.residual = splits == 1;
+        RunAndCheck(b);
+      }
+    }
+  }
+}
+
+TEST(Sm80_W8A16Gemm, FusedAProjectionMixedDtypes) {
+  SPAR_REQUIRE_GPU();
+  // GLM-5: q_a_proj 2048, kv_a_proj_with_mqa 576 (last scale block half
+  // full), indexer wk 128 (e4m3), indexer weights_proj 32 (bf16), K = 6144.
+  const int64_t k = 6144;
+  const HostWeight q_a = MakeWeight(kFp8, 2048, k, 31);
+  const HostWeight kv_a = MakeWeight(kFp8, 576, k, 32);
+  const HostWeight wk = MakeWeight(kFp8, 128, k, 33);
+  const HostWeight wp = MakeWeight(kBf16, 32, k, 34);
+  for (int64_t m : {1, 16, 64, 200}) {
+    GemmCase c;
+    c.m = m;
+    c.k = k;
+    c.segments = {&q_a, &kv_a, &wk, &wp};
+    c.seed = 500 + m;
+    RunAndCheck(c);
+  }
+  // And each forced configuration at decode sizes, with split-K.
+  for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+    GemmCase c;
+    c.m = 5;
+    c.k = k;
+    c.segments = {&kv_a, &wk, &wp};
+    c.force_config = cfg;
+    c.force_splits = 6;
+    c.seed = 600 + cfg;
+    RunAndCheck(c);
+  }
+}
+
+TEST(Sm80_W8A16Gemm, KEquals128) {
+  SPAR_REQUIRE_GPU();
+  const HostWeight w = MakeWeight(kFp8, 256, 128, 41);
+  const HostWeight w16 = MakeWeight(kBf16, 256, 128, 42);
+  for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+    for (int splits : {1, 2}) {
+      GemmCase c;
+      c.m = 20;
+      c.k = 128;
+      c.segments = {&w};
+      c.force_config = cfg;
+      c.force_splits = splits;
+      c.seed = 700 + cfg;
+      RunAndCheck(c);
+      c.segments = {&w16};
+      RunAndCheck(c);
+    }
+  }
+}
+
+TEST(Sm80_W8A16Gemm, HeuristicShapes) {
+  SPAR_REQUIRE_GPU();
+  const HostWeight w = MakeWeight(kFp8, 1024, 2048, 51);
+  for (int64_t m : {1, 5, 16, 64, 256, 1000}) {
+    GemmCase c;
+    c.m = m;
+    c.k = 2048;
+    c.segments = {&w};
+    c.seed = 800 + m;
+    RunAndCheck(c);
+  }
+}
+
+TEST(Sm80_W8A16Gemm, Fp32OutputRouterLogits) {
+  SPAR_REQUIRE_GPU();
+  // Router: bf16 gate weight [256, k], fp32 logits.
+  const HostWeight gate = MakeWeight(kBf16, 256, 1024, 61);
+  for (int64_t m : {1, 33, 300}) {
+    GemmCase c;
+    c.m = m;
+    c.k = 1024;
+    c.segments = {&gate};
+    c.y_fp32 = true;
+    c.seed = 900 + m;
+    RunAndCheck(c);
+  }
+}
+
+TEST(Sm80_W8A16Gemm, SplitKIsDeterministicAndReusesWorkspace) {
+  SPAR_REQUIRE_GPU();
+  const int64_t m = 9, k = 2048, n = 384;
+  const HostWeight w = MakeWeight(kFp8, n, k, 71);
+  DeviceWeight dw;
+  dw.Upload(w);
+  const std::vector<float> x = MakeActivations(m, k, 72);
+  DeviceArray<uint16_t> dx;
+  dx.Upload(testing::ToBf16(x));
+  DeviceArray<uint16_t> dy(m * n);
+  DeviceArray<uint8_t> ws(kWorkspaceBytes);
+  SPAR_ASSERT_CUDA(cudaMemset(ws.get(), 0, kWorkspaceBytes));
+  W8A16GemmParams p;
+  p.m = m;
+  p.k = k;
+  p.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+  p.ldx = k;
+  p.segments[0] = dw.View(w);
+  p.y = dy.get();
+  p.ldy = n;
+  p.workspace = ws.get();
+  p.workspace_bytes = kWorkspaceBytes;
+  p.force_config = static_cast<int>(gemm::TileConfigId::kT16);
+  p.force_splits = 8;
+  std::vector<uint16_t> first;
+  for (int rep = 0; rep < 4; ++rep) {
+    dy.Poison();
+    ASSERT_TRUE(LaunchW8A16Gemm(p, nullptr).ok());
+    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = dy.Download();
+    if (rep == 0) {
+      first = got;
+      const std::vector<float> ref = RefGemm(x, m, k, w.deq, n);
+      EXPECT_LT(testing::RelativeL2(testing::FromBf16(got), ref), 4e-3);
+    } else {
+      EXPECT_EQ(got, first) << "split-K result changed on launch " << rep;
+    }
+  }
+  // Counters are back at zero: the tail of the workspace after the partials.
+  const gemm::GemmPlan plan = W8A16GemmPlan(p);
+  const int64_t tiles = plan.token_tiles * plan.row_tiles;
+  const gemm::TileConfig& cfg = gemm::GetTileConfig(plan.config);
+  std::vector<int32_t> counters(tiles);
+  SPAR_ASSERT_CUDA(cudaMemcpy(counters.data(),
+                              ws.get() + size_t{8} * tiles * cfg.block_tokens * cfg.block_rows * 4,
+                              tiles * 4, cudaMemcpyDeviceToHost));
+  for (int32_t v : counters) EXPECT_EQ(v, 0);
+}
+
+TEST(Sm80_W8A16Gemm, RejectsBadParams) {
+  SPAR_REQUIRE_GPU();
+  DeviceArray<uint8_t> buf(1 << 20);
+  W8A16GemmParams p;
+  p.m = 4;
+  p.k = 256;
+  p.x = reinterpret_cast<const __nv_bfloat16*>(buf.get());
+  p.ldx = 256;
+  p.segments[0].type = GemmWeightType::kBf16;
+  p.segments[0].data = buf.get();
+  p.segments[0].n = 64;
+  p.y = buf.get();
+  p.ldy = 64;
+  EXPECT_TRUE(W8A16GemmSupported(p));
+  W8A16GemmParams q = p;
+  q.k = 100;
+  EXPECT_EQ(LaunchW8A16Gemm(q, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(W8A16GemmSupported(q));
+  q = p;
+  q.segments[0].type = GemmWeightType::kFp8Block128;  // no scale
+  EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("scale"), std::string::npos);
+  q = p;
+  q.num_segments = 2;
+  q.segments[1] = p.segments[0];
+  q.epilogue = GemmEpilogue::kSiluMul;
+  q.up = p.segments[0];
+  EXPECT_EQ(LaunchW8A16Gemm(q, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  q = p;
+  q.ldy = 32;
+  EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("ldy"), std::string::npos);
+  q = p;
+  q.force_config = 0;
+  q.force_splits = 2;  // needs a workspace
+  EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("workspace"), std::string::npos);
+  q = p;
+  q.m = 0;
+  q.x = nullptr;
+  EXPECT_TRUE(LaunchW8A16Gemm(q, nullptr).ok());
+  SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace spar
