@@ -167,8 +167,9 @@ absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStr
 // largest values, -inf and NaN never picked, ties to the lower position;
 // positions (relative to start) written in ascending order, -1 after the
 // last selected one. Exact radix select on the fp32 bit patterns (no coarse
-// keys), one CTA per row. With block_table set, position p of row r is
-// written as the cache slot block_table[(r / rows_per_seq)][p / 64] * 64 + p % 64.
+// keys), one CTA per row; rows up to 262144 (2^18) entries (longer row_len
+// values are clamped). With block_table set, position p of row r is written
+// as the cache slot block_table[(r / rows_per_seq)][p / 64] * 64 + p % 64.
 struct TopKParams {
   int64_t rows = 0;
   int k = 0;                      // 1 .. 2048
@@ -176,7 +177,7 @@ struct TopKParams {
   int64_t logits_stride = 0;
   const int32_t* row_start = nullptr;  // [rows] or nullptr (0)
   const int32_t* row_len = nullptr;    // [rows] or nullptr (num_cols)
-  int64_t num_cols = 0;                // row length when row_len is null; must be < 2^31
+  int64_t num_cols = 0;                // row length when row_len is null; <= 262144
   int32_t* out = nullptr;              // [rows, out_stride]
   int64_t out_stride = 0;              // >= k
   const int32_t* block_table = nullptr;  // optional [rows / rows_per_seq, block_table_stride]

@@ -10,6 +10,7 @@
 
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -108,12 +109,39 @@ __device__ __forceinline__ uint32_t FloatToE4m3Rn(float f) {
   return sign | static_cast<uint32_t>((exp_field << 3) | mant);
 }
 
+// 4-byte cp.async (.ca); src_bytes 0 zero-fills without reading.
+__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(static_cast<uint32_t>(
+                   __cvta_generic_to_shared(smem_dst))),
+               "l"(gmem_src), "r"(src_bytes));
+}
+
 }  // namespace spar::cuda::indexer
 
 namespace spar::indexer_internal {
 
 // Multiprocessor count of the current device (cached per device).
 int SmCount();
+
+// Opts a kernel into more than 48 KB of dynamic smem once per device, so the
+// launch path does not pay a driver call every time. Thread-safe.
+class SmemOptIn {
+ public:
+  template <typename Kernel>
+  cudaError_t Ensure(Kernel* kernel, int bytes) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev >= 0 && dev < kMaxDevices && done_[dev].load(std::memory_order_acquire)) return cudaSuccess;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess && dev >= 0 && dev < kMaxDevices) done_[dev].store(true, std::memory_order_release);
+    return e;
+  }
+
+ private:
+  static constexpr int kMaxDevices = 64;
+  std::atomic<bool> done_[kMaxDevices] = {};
+};
 
 inline absl::Status Invalid(const char* op, const char* field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", field, " ", why));

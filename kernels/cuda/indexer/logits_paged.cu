@@ -48,12 +48,18 @@ constexpr int kMaxRowGroups = kWarps;
 constexpr uint16_t kBf16Pow2_96 = 0x6f80;  // 2^96
 constexpr float kPow2_24 = 16777216.0f;
 
+constexpr int kPagesPerStage = 2;  // 128 keys between barriers
+constexpr int kStageKeys = kPagesPerStage * kPage;
+constexpr int kMaxPagesPerCta = 512;  // block-table slice kept in smem
+
 template <bool kFp8>
 struct PagedCfg {
   static constexpr int kPageBytes = kFp8 ? cuda::indexer::kFp8PageBytes : cuda::indexer::kBf16PageBytes;
-  static constexpr int kStages = kFp8 ? 6 : 4;
-  static constexpr int kRedBytes = 2 * kMaxRowGroups * kPage * 4;
-  static constexpr int kSmemBytes = kStages * kPageBytes + kRedBytes;
+  static constexpr int kStageBytes = kPagesPerStage * kPageBytes;
+  static constexpr int kStages = kFp8 ? 4 : 3;
+  static constexpr int kRedBytes = 2 * kMaxRowGroups * kStageKeys * 4;
+  static constexpr int kTableBytes = kMaxPagesPerCta * 4;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kRedBytes + kTableBytes;
 };
 
 // Byte offset of 16-byte chunk c of key `key` inside a staged page (XOR
@@ -89,7 +95,8 @@ static __global__ void __launch_bounds__(kThreads, 2)
     IndexerLogitsPagedKernel(const IndexerLogitsPagedParams p, int pages_per_cta) {
   using Cfg = PagedCfg<kFp8>;
   extern __shared__ __align__(16) uint8_t smem[];
-  float* red = reinterpret_cast<float*>(smem + Cfg::kStages * Cfg::kPageBytes);  // [2][kMaxRowGroups][64]
+  float* red = reinterpret_cast<float*>(smem + Cfg::kStages * Cfg::kStageBytes);  // [2][kMaxRowGroups][128]
+  int32_t* table_s = reinterpret_cast<int32_t*>(smem + Cfg::kStages * Cfg::kStageBytes + Cfg::kRedBytes);
 
   const int seq = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -101,20 +108,32 @@ static __global__ void __launch_bounds__(kThreads, 2)
   const bool computes = slice < slices;
   const int64_t row0 = static_cast<int64_t>(seq) * p.next_n;
 
-  // Phase 0: this CTA's page range.
+  // Phase 0: this CTA's page range; its block-table slice goes to smem so no
+  // dependent global load sits in the page loop.
   int ctx_max = 0;
   for (int j = 0; j < p.next_n; ++j) ctx_max = max(ctx_max, p.context_lens[row0 + j]);
   const int n_pages = (ctx_max + kPage - 1) / kPage;
   const int p_begin = blockIdx.x * pages_per_cta;
   const int p_end = min(n_pages, p_begin + pages_per_cta);
   if (p_begin >= p_end) return;
-  const int32_t* table = p.block_table + seq * p.block_table_stride;
-
-  // Phase 1: start the page pipeline, then load q fragments and head weights.
-  for (int st = 0; st < Cfg::kStages - 1; ++st) {
-    if (p_begin + st < p_end) {
-      LoadPage<kFp8>(p.cache + static_cast<int64_t>(table[p_begin + st]) * Cfg::kPageBytes, smem + st * Cfg::kPageBytes);
+  const int my_pages = p_end - p_begin;
+  for (int i = threadIdx.x; i < my_pages; i += kThreads) table_s[i] = p.block_table[seq * p.block_table_stride + p_begin + i];
+  __syncthreads();
+  const int n_stages = (my_pages + kPagesPerStage - 1) / kPagesPerStage;
+  auto load_stage = [&](int st, int slot) {
+#pragma unroll
+    for (int j = 0; j < kPagesPerStage; ++j) {
+      const int pg = st * kPagesPerStage + j;
+      if (pg < my_pages) {
+        LoadPage<kFp8>(p.cache + static_cast<int64_t>(table_s[pg]) * Cfg::kPageBytes,
+                       smem + slot * Cfg::kStageBytes + j * Cfg::kPageBytes);
+      }
     }
+  };
+
+  // Phase 1: start the pipeline, then load q fragments and head weights.
+  for (int st = 0; st < Cfg::kStages - 1; ++st) {
+    if (st < n_stages) load_stage(st, st);
     cuda::CpAsyncCommit();
   }
 
@@ -160,91 +179,122 @@ static __global__ void __launch_bounds__(kThreads, 2)
   }
   const float out_scale = kFp8 ? kPow2_24 : 1.0f;
 
-  // Stores the row-group sums of page `page` (partials in red[buf]).
-  auto flush = [&](int page, int buf) {
-    for (int idx = threadIdx.x; idx < p.next_n * kPage; idx += kThreads) {
-      const int j = idx / kPage, key = idx % kPage;
-      const int s = page * kPage + key;
-      if (s >= p.context_lens[row0 + j]) continue;
-      const float* part = red + (buf * kMaxRowGroups + j * groups_per_token) * kPage + key;
+  // Stores the row-group sums of stage `st` (partials in red[buf]).
+  auto flush = [&](int st, int buf) {
+    for (int idx = threadIdx.x; idx < p.next_n * kStageKeys; idx += kThreads) {
+      const int j = idx / kStageKeys, key = idx % kStageKeys;
+      const int s = (p_begin + st * kPagesPerStage) * kPage + key;
+      // Keys past this CTA's pages (odd page count) belong to the next CTA.
+      if (s >= p.context_lens[row0 + j] || s >= p_end * kPage) continue;
+      const float* part = red + (buf * kMaxRowGroups + j * groups_per_token) * kStageKeys + key;
       float sum = part[0];
-      for (int q = 1; q < groups_per_token; ++q) sum += part[q * kPage];
+      for (int q = 1; q < groups_per_token; ++q) sum += part[q * kStageKeys];
       p.logits[(row0 + j) * p.logits_stride + s] = sum;
     }
   };
 
-  // Phase 2: the page loop.
-  int i = 0;
-  for (int page = p_begin; page < p_end; ++page, ++i) {
+  // Phase 2: the stage loop (two pages = 16 n-tiles of 8 keys per stage).
+  const int tiles_per_warp = 2 * kPagesPerStage * 8 / (2 * slices);  // n-tile pairs per warp
+  for (int i = 0; i < n_stages; ++i) {
     cuda::CpAsyncWait<Cfg::kStages - 2>();
     __syncthreads();
-    if (i > 0) flush(page - 1, (i - 1) & 1);
-    {
-      const int next = page + Cfg::kStages - 1;
-      if (next < p_end) {
-        LoadPage<kFp8>(p.cache + static_cast<int64_t>(table[next]) * Cfg::kPageBytes,
-                       smem + ((i + Cfg::kStages - 1) % Cfg::kStages) * Cfg::kPageBytes);
-      }
-      cuda::CpAsyncCommit();
-    }
+    if (i > 0) flush(i - 1, (i - 1) & 1);
+    if (i + Cfg::kStages - 1 < n_stages) load_stage(i + Cfg::kStages - 1, (i + Cfg::kStages - 1) % Cfg::kStages);
+    cuda::CpAsyncCommit();
     if (!computes) continue;
-    const uint8_t* stage = smem + (i % Cfg::kStages) * Cfg::kPageBytes;
-    float* red_out = red + ((i & 1) * kMaxRowGroups + rg) * kPage;
-    for (int nt = slice; nt < kPage / 8; nt += slices) {
-      const int key = nt * 8 + g;
-      float acc[2][4];
+    const uint8_t* stage = smem + (i % Cfg::kStages) * Cfg::kStageBytes;
+    float* red_out = red + ((i & 1) * kMaxRowGroups + rg) * kStageKeys;
+    for (int pr = 0; pr < tiles_per_warp; ++pr) {
+      // Two independent n-tiles per step: their mma chains interleave.
+      int nt[2];
+      nt[0] = slice + slices * 2 * pr;
+      nt[1] = nt[0] + slices;
+      const uint8_t* page[2];
+      int key[2];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+      for (int u = 0; u < 2; ++u) {
+        page[u] = stage + (nt[u] >> 3) * Cfg::kPageBytes;
+        key[u] = (nt[u] & 7) * 8 + g;
+      }
+      float acc[2][2][4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) acc[u][mt][0] = acc[u][mt][1] = acc[u][mt][2] = acc[u][mt][3] = 0.0f;
       if constexpr (kFp8) {
-        const uint4 lo = *reinterpret_cast<const uint4*>(stage + ChunkOffset<true>(key, 2 * t));
-        const uint4 hi = *reinterpret_cast<const uint4*>(stage + ChunkOffset<true>(key, 2 * t + 1));
-        const uint32_t raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        uint32_t raw[2][8];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const uint4 lo = *reinterpret_cast<const uint4*>(page[u] + ChunkOffset<true>(key[u], 2 * t));
+          const uint4 hi = *reinterpret_cast<const uint4*>(page[u] + ChunkOffset<true>(key[u], 2 * t + 1));
+          raw[u][0] = lo.x, raw[u][1] = lo.y, raw[u][2] = lo.z, raw[u][3] = lo.w;
+          raw[u][4] = hi.x, raw[u][5] = hi.y, raw[u][6] = hi.z, raw[u][7] = hi.w;
+        }
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
-          uint32_t b[2];
-          cuda::E4m3x4ToScaledBf16x4(raw[s], b[0], b[1]);
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) cuda::MmaBf16M16N8K16(acc[mt], qa[mt][s], b, acc[mt]);
+          for (int u = 0; u < 2; ++u) {
+            uint32_t b[2];
+            cuda::E4m3x4ToScaledBf16x4(raw[u][s], b[0], b[1]);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) cuda::MmaBf16M16N8K16(acc[u][mt], qa[mt][s], b, acc[u][mt]);
+          }
         }
       } else {
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const uint4 v = *reinterpret_cast<const uint4*>(stage + ChunkOffset<false>(key, 4 * t + c));
-          const uint32_t b0[2] = {v.x, v.y}, b1[2] = {v.z, v.w};
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            cuda::MmaBf16M16N8K16(acc[mt], qa[mt][2 * c], b0, acc[mt]);
-            cuda::MmaBf16M16N8K16(acc[mt], qa[mt][2 * c + 1], b1, acc[mt]);
+          for (int u = 0; u < 2; ++u) {
+            const uint4 v = *reinterpret_cast<const uint4*>(page[u] + ChunkOffset<false>(key[u], 4 * t + c));
+            const uint32_t b0[2] = {v.x, v.y}, b1[2] = {v.z, v.w};
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              cuda::MmaBf16M16N8K16(acc[u][mt], qa[mt][2 * c], b0, acc[u][mt]);
+              cuda::MmaBf16M16N8K16(acc[u][mt], qa[mt][2 * c + 1], b1, acc[u][mt]);
+            }
           }
         }
       }
-      // Epilogue: relu · w over this lane's 4 rows, then over the 8 row
-      // groups g of the quad lanes (xor 4, 8, 16).
-      float s0 = 0.0f, s1 = 0.0f;
+      // Epilogue: relu · w over the lane's 4 rows; v = {tile0 key 2t, 2t+1,
+      // tile1 key 2t, 2t+1}. A transposing reduction over lane bits 4, 3
+      // (then a plain one over bit 2) leaves lane (b4, b3) with tile b4,
+      // key 2t + b3 summed over all 32 rows: 4 shuffles for 16 outputs.
+      float v[4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        s0 += fmaxf(acc[mt][0], 0.0f) * wgt[mt][0] + fmaxf(acc[mt][2], 0.0f) * wgt[mt][1];
-        s1 += fmaxf(acc[mt][1], 0.0f) * wgt[mt][0] + fmaxf(acc[mt][3], 0.0f) * wgt[mt][1];
-      }
+      for (int u = 0; u < 2; ++u) {
+        float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-      for (int m = 4; m < 32; m <<= 1) {
-        s0 += __shfl_xor_sync(0xffffffffu, s0, m);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, m);
-      }
-      if (g == 0) {
-        const int col = nt * 8 + 2 * t;
-        float2 v = make_float2(s0 * out_scale, s1 * out_scale);
-        if constexpr (kFp8) {
-          const float* scales = reinterpret_cast<const float*>(stage + kPage * kDim);
-          v.x *= scales[col];
-          v.y *= scales[col + 1];
+        for (int mt = 0; mt < 2; ++mt) {
+          s0 += fmaxf(acc[u][mt][0], 0.0f) * wgt[mt][0] + fmaxf(acc[u][mt][2], 0.0f) * wgt[mt][1];
+          s1 += fmaxf(acc[u][mt][1], 0.0f) * wgt[mt][0] + fmaxf(acc[u][mt][3], 0.0f) * wgt[mt][1];
         }
-        *reinterpret_cast<float2*>(red_out + col) = v;
+        v[2 * u] = s0;
+        v[2 * u + 1] = s1;
+      }
+      const bool b4 = lane & 16, b3 = lane & 8;
+      float r[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float keep = b4 ? v[2 + e] : v[e], send = b4 ? v[e] : v[2 + e];
+        r[e] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+      }
+      float sum;
+      {
+        const float keep = b3 ? r[1] : r[0], send = b3 ? r[0] : r[1];
+        sum = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+      if ((lane & 4) == 0) {
+        const int u = b4 ? 1 : 0;
+        const int col = (nt[u] & 7) * 8 + 2 * t + (b3 ? 1 : 0);  // key inside its page
+        float scale = out_scale;
+        if constexpr (kFp8) scale *= reinterpret_cast<const float*>(page[u] + kPage * kDim)[col];
+        red_out[(nt[u] >> 3) * kPage + col] = sum * scale;
       }
     }
   }
   __syncthreads();
-  flush(p_end - 1, (i - 1) & 1);
+  flush(n_stages - 1, (n_stages - 1) & 1);
 }
 
 // -inf for [context_lens[r], logits_stride): one CTA per row.
@@ -297,18 +347,19 @@ absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStr
   // Grid: about two waves of 2 CTAs per SM, each sequence cut into equal chunks.
   const int pages_per_seq = (p.max_context_len + kPage - 1) / kPage;
   const int target_ctas = indexer_internal::SmCount() * 2 * 2;
-  const int chunks = std::max(1, std::min(pages_per_seq, target_ctas / p.num_seqs));
+  const int chunks = std::max((pages_per_seq + kMaxPagesPerCta - 1) / kMaxPagesPerCta,
+                              std::max(1, std::min(pages_per_seq, target_ctas / p.num_seqs)));
   const int pages_per_cta = (pages_per_seq + chunks - 1) / chunks;
   const dim3 grid((pages_per_seq + pages_per_cta - 1) / pages_per_cta, p.num_seqs);
   if (p.format == ref::IndexerFormat::kFp8) {
     constexpr int smem = PagedCfg<true>::kSmemBytes;
-    SPAR_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(IndexerLogitsPagedKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static indexer_internal::SmemOptIn opt_in;
+    SPAR_CUDA_RETURN_IF_ERROR(opt_in.Ensure(IndexerLogitsPagedKernel<true>, smem));
     IndexerLogitsPagedKernel<true><<<grid, kThreads, smem, stream>>>(p, pages_per_cta);
   } else {
     constexpr int smem = PagedCfg<false>::kSmemBytes;
-    SPAR_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(IndexerLogitsPagedKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static indexer_internal::SmemOptIn opt_in;
+    SPAR_CUDA_RETURN_IF_ERROR(opt_in.Ensure(IndexerLogitsPagedKernel<false>, smem));
     IndexerLogitsPagedKernel<false><<<grid, kThreads, smem, stream>>>(p, pages_per_cta);
   }
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("IndexerLogitsPagedKernel");

@@ -71,12 +71,22 @@ __device__ __forceinline__ void LoadTile(const IndexerLogitsParams& p, int64_t k
     cuda::CpAsync16(dst + off, src, valid ? 16 : 0);
   }
   if constexpr (kFp8) {
-    // 64 scales = 16 chunks; kbase is a multiple of 64 and k_scale 16-byte aligned.
+    // 64 scales = 16 chunks; kbase is a multiple of 64 and k_scale 16-byte
+    // aligned. A chunk cut by num_keys goes scale by scale, so no byte past
+    // the array is ever addressed.
     if (threadIdx.x < kTile / 4) {
       const int64_t first = kbase + 4 * threadIdx.x;
       const int64_t n = std::min<int64_t>(4, std::max<int64_t>(0, p.num_keys - first));
-      const float* src = p.k_scale + (n > 0 ? first : 0);
-      cuda::CpAsync16(dst + kTile * kDim + 16 * threadIdx.x, src, static_cast<int>(4 * n));
+      uint8_t* d = dst + kTile * kDim + 16 * threadIdx.x;
+      if (n == 4) {
+        cuda::CpAsync16(d, p.k_scale + first);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const bool ok = j < n;
+          cuda::indexer::CpAsync4(d + 4 * j, p.k_scale + (ok ? first + j : 0), ok ? 4 : 0);
+        }
+      }
     }
   }
 }
@@ -353,13 +363,13 @@ absl::Status LaunchIndexerLogits(const IndexerLogitsParams& p, cudaStream_t stre
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
   if (fp8) {
     constexpr int smem = PrefillCfg<true>::kSmemBytes;
-    SPAR_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(IndexerLogitsKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static indexer_internal::SmemOptIn opt_in;
+    SPAR_CUDA_RETURN_IF_ERROR(opt_in.Ensure(IndexerLogitsKernel<true>, smem));
     IndexerLogitsKernel<true><<<grid, kThreads, smem, stream>>>(p, split_len);
   } else {
     constexpr int smem = PrefillCfg<false>::kSmemBytes;
-    SPAR_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(IndexerLogitsKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static indexer_internal::SmemOptIn opt_in;
+    SPAR_CUDA_RETURN_IF_ERROR(opt_in.Ensure(IndexerLogitsKernel<false>, smem));
     IndexerLogitsKernel<false><<<grid, kThreads, smem, stream>>>(p, split_len);
   }
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("IndexerLogitsKernel");
