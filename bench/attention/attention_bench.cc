@@ -1,0 +1,344 @@
+// Sparse MLA decode / prefill and the per-layer small ops on the GPU.
+//
+//   attention_bench [peer.json]
+//
+// Decode: batch {1, 16, 64, 128} x heads {8, 16, 64, 128} x topk 2048 over a
+// 1M-row latent cache (bf16 and FP8), random slots, 8 index sets rotated so
+// repeated runs do not re-read the same rows from L2. Prefill: 4096 tokens x
+// {64, 128} heads over a 64K-row context. Prints µs (median of CUDA-event
+// timings after warm-up; split-K merge included), TFLOP/s
+// (2·B·H·topk·(576+512)), GB/s of gathered rows, % of the device copy
+// bandwidth measured in the same run, and the PyTorch fallback's time from
+// peer.json (bench/attention/peer_attention.py, same call) with the ratio.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/numeric.h"
+#include "base/rng.h"
+#include "bench/common/bench_util.h"
+#include "kernels/cuda/attention/absorb_gemm.h"
+#include "kernels/cuda/attention/mla_cache.h"
+#include "kernels/cuda/attention/sampling.h"
+#include "kernels/cuda/attention/small_ops.h"
+#include "kernels/cuda/attention/sparse_mla.h"
+#include "kernels/ref/cache_ref.h"
+#include "nlohmann/json.hpp"
+
+namespace spar::bench {
+namespace {
+
+constexpr int kTopk = 2048;
+
+void Check(const absl::Status& st, const char* what) {
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, st.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+template <typename T>
+T* DeviceUpload(const std::vector<T>& h) {
+  T* d = nullptr;
+  CheckCuda(cudaMalloc(&d, h.size() * sizeof(T)), "malloc");
+  CheckCuda(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  return d;
+}
+
+std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = FloatToBf16(scale * rng.Symmetric());
+  return v;
+}
+
+// A latent cache of `rows` slots: 16384 random encoded rows tiled.
+uint8_t* MakeCache(ref::LatentFormat f, int64_t rows) {
+  const size_t rb = ref::LatentRowBytes(f);
+  const int64_t pattern = 16384;
+  std::vector<uint8_t> host(pattern * rb);
+  Rng rng(1);
+  std::vector<float> row(576);
+  for (int64_t s = 0; s < pattern; ++s) {
+    for (auto& v : row) v = rng.Symmetric();
+    ref::EncodeLatentRow(f, row.data(), host.data() + s * rb);
+  }
+  uint8_t* d = nullptr;
+  CheckCuda(cudaMalloc(&d, rows * rb), "malloc cache");
+  CheckCuda(cudaMemcpy(d, host.data(), host.size(), cudaMemcpyHostToDevice), "upload");
+  for (int64_t s = pattern; s < rows; s += pattern) {
+    const int64_t n = std::min(pattern, rows - s);
+    CheckCuda(cudaMemcpy(d + s * rb, d, n * rb, cudaMemcpyDeviceToDevice), "tile");
+  }
+  return d;
+}
+
+struct MlaResult {
+  double us, tflops, gbs;
+  SparseMlaPlan plan;
+};
+
+MlaResult TimeMla(ref::LatentFormat f, const uint8_t* cache, int64_t cache_rows, int64_t tokens, int heads,
+                  int64_t index_range) {
+  const int sets = tokens >= 1024 ? 2 : 8;
+  std::vector<int32_t*> idx(sets);
+  for (int s = 0; s < sets; ++s) {
+    Rng rng(100 + s + tokens * 7 + heads);
+    std::vector<int32_t> h(tokens * kTopk);
+    for (auto& v : h) v = static_cast<int32_t>(rng.Below(index_range));
+    idx[s] = DeviceUpload(h);
+  }
+  __nv_bfloat16* q = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * heads * 576, 5, 2.0f)));
+  __nv_bfloat16* out = nullptr;
+  float* lse = nullptr;
+  CheckCuda(cudaMalloc(&out, tokens * heads * 512 * 2), "malloc");
+  CheckCuda(cudaMalloc(&lse, tokens * heads * 4), "malloc");
+  SparseMlaParams p;
+  p.q = q;
+  p.tokens = tokens;
+  p.heads = heads;
+  p.q_head_stride = 576;
+  p.q_token_stride = static_cast<int64_t>(heads) * 576;
+  p.format = f;
+  p.cache = cache;
+  p.num_slots = cache_rows;
+  p.indices_stride = kTopk;
+  p.list_len = kTopk;
+  p.scale = 0.0625f;
+  p.out = out;
+  p.out_head_stride = 512;
+  p.out_token_stride = static_cast<int64_t>(heads) * 512;
+  p.lse = lse;
+  Check(PlanSparseMlaForDevice(tokens, heads, kTopk, f, &p.plan), "plan");
+  const size_t ws = SparseMlaWorkspaceBytes(p.plan, tokens, heads);
+  void* wsp = nullptr;
+  if (ws > 0) CheckCuda(cudaMalloc(&wsp, ws), "malloc ws");
+  p.workspace = wsp;
+  p.workspace_bytes = ws;
+  int s = 0;
+  const double us = MedianMicros(
+      [&] {
+        p.indices = idx[s];
+        s = (s + 1) % sets;
+        Check(LaunchSparseMla(p, nullptr), "sparse mla");
+      },
+      5, tokens >= 1024 ? 10 : 50);
+  MlaResult r;
+  r.us = us;
+  r.tflops = 2.0 * tokens * heads * kTopk * (576 + 512) / (us * 1e-6) / 1e12;
+  r.gbs = static_cast<double>(tokens) * kTopk * ref::LatentRowBytes(f) / (us * 1e-6) / 1e9;
+  r.plan = p.plan;
+  for (auto* d : idx) cudaFree(d);
+  cudaFree(q);
+  cudaFree(out);
+  cudaFree(lse);
+  cudaFree(wsp);
+  return r;
+}
+
+double PeerUs(const nlohmann::json& peer, const char* phase, const std::string& key) {
+  if (!peer.contains(phase) || !peer[phase].contains(key)) return 0.0;
+  return peer[phase][key].get<double>();
+}
+
+}  // namespace
+}  // namespace spar::bench
+
+int main(int argc, char** argv) {
+  using namespace spar;
+  using namespace spar::bench;
+  nlohmann::json peer;
+  if (argc > 1) {
+    std::ifstream in(argv[1]);
+    if (in) in >> peer;
+  }
+  const double copy_gbs = MeasureCopyBandwidthGBs();
+  std::printf("device: %s (sm80 code), copy bandwidth %.0f GB/s (read+write)\n", DeviceName().c_str(), copy_gbs);
+
+  const int64_t kRows = int64_t{1} << 20;
+  uint8_t* cache_bf16 = MakeCache(ref::LatentFormat::kBF16, kRows);
+  uint8_t* cache_fp8 = MakeCache(ref::LatentFormat::kFp8Ds, kRows);
+  std::string summary;
+  char line[512];
+
+  std::printf("\n## sparse MLA decode, topk 2048, 1M-row cache\n");
+  std::printf("| fmt | batch | heads | tile x splits | us | TFLOP/s | GB/s gathered | %% copy BW | torch us | speedup |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  for (auto f : {ref::LatentFormat::kBF16, ref::LatentFormat::kFp8Ds}) {
+    const char* fn = f == ref::LatentFormat::kBF16 ? "bf16" : "fp8";
+    for (int batch : {1, 16, 64, 128}) {
+      for (int heads : {8, 16, 64, 128}) {
+        const MlaResult r = TimeMla(f, f == ref::LatentFormat::kBF16 ? cache_bf16 : cache_fp8, kRows, batch, heads, kRows);
+        const double peer_us = PeerUs(peer, "decode", std::string(fn) + "/" + std::to_string(batch) + "/" + std::to_string(heads));
+        std::snprintf(line, sizeof(line), "| %s | %d | %d | %dx%d | %.1f | %.1f | %.0f | %.0f%% | %.1f | %.1fx |\n", fn,
+                      batch, heads, r.plan.head_tile, r.plan.num_splits, r.us, r.tflops, r.gbs, 100.0 * r.gbs / copy_gbs,
+                      peer_us, peer_us > 0 ? peer_us / r.us : 0.0);
+        std::fputs(line, stdout);
+        if ((batch == 64 && heads == 8) || (batch == 1 && heads == 64) || (batch >= 64 && heads >= 64)) summary += line;
+      }
+    }
+  }
+
+  std::printf("\n## sparse MLA prefill, 4096 tokens, topk 2048 over a 64K-token context\n");
+  std::printf("| fmt | tokens | heads | tile x splits | us | TFLOP/s | GB/s gathered | %% copy BW | torch us | speedup |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  for (auto f : {ref::LatentFormat::kBF16, ref::LatentFormat::kFp8Ds}) {
+    const char* fn = f == ref::LatentFormat::kBF16 ? "bf16" : "fp8";
+    for (int heads : {64, 128}) {
+      const MlaResult r = TimeMla(f, f == ref::LatentFormat::kBF16 ? cache_bf16 : cache_fp8, kRows, 4096, heads, 65536);
+      const double peer_us = f == ref::LatentFormat::kBF16 ? PeerUs(peer, "prefill", "bf16/4096/" + std::to_string(heads)) : 0.0;
+      std::snprintf(line, sizeof(line), "| %s | 4096 | %d | %dx%d | %.0f | %.1f | %.0f | %.0f%% | %.0f | %.1fx |\n", fn, heads,
+                    r.plan.head_tile, r.plan.num_splits, r.us, r.tflops, r.gbs, 100.0 * r.gbs / copy_gbs, peer_us,
+                    peer_us > 0 ? peer_us / r.us : 0.0);
+      std::fputs(line, stdout);
+      summary += line;
+    }
+  }
+
+  // Small ops at decode and prefill sizes (GLM-5 shapes).
+  std::printf("\n## small ops\n| op | shape | us | GB/s |\n|---|---|---|---|\n");
+  {
+    for (int64_t tokens : {64, 4096}) {
+      const int64_t dim = 6144;
+      auto* x = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * dim, 2)));
+      auto* res = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * dim, 3)));
+      auto* w = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(dim, 4)));
+      __nv_bfloat16* out = nullptr;
+      CheckCuda(cudaMalloc(&out, tokens * dim * 2), "malloc");
+      RmsNormParams p;
+      p.x = x;
+      p.x_stride = dim;
+      p.residual = res;
+      p.residual_stride = dim;
+      p.weight = w;
+      p.out = out;
+      p.out_stride = dim;
+      p.rows = tokens;
+      p.dim = static_cast<int>(dim);
+      const double us = MedianMicros([&] { Check(LaunchRmsNorm(p, nullptr), "rmsnorm"); });
+      std::printf("| rmsnorm+residual | %lld x 6144 | %.1f | %.0f |\n", static_cast<long long>(tokens), us,
+                  4.0 * tokens * dim * 2 / (us * 1e-6) / 1e9);
+      cudaFree(x);
+      cudaFree(res);
+      cudaFree(w);
+      cudaFree(out);
+    }
+    for (auto f : {ref::LatentFormat::kBF16, ref::LatentFormat::kFp8Ds}) {
+      for (int64_t tokens : {64, 4096}) {
+        auto* kv = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * 576, 6)));
+        auto* w = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(512, 7)));
+        std::vector<int32_t> pos(tokens), slots(tokens);
+        for (int64_t t = 0; t < tokens; ++t) {
+          pos[t] = static_cast<int32_t>(t);
+          slots[t] = static_cast<int32_t>((t * 7919) % kRows);
+        }
+        int32_t* dpos = DeviceUpload(pos);
+        int32_t* dslots = DeviceUpload(slots);
+        std::vector<float> inv(32);
+        for (int i = 0; i < 32; ++i) inv[i] = std::pow(1e6f, -i / 32.0f);
+        float* dinv = DeviceUpload(inv);
+        MlaCacheWriteParams p;
+        p.kv = kv;
+        p.tokens = tokens;
+        p.kv_stride = 576;
+        p.norm_weight = w;
+        p.positions = dpos;
+        p.inv_freq = dinv;
+        p.slot_mapping = dslots;
+        p.format = f;
+        p.cache = f == ref::LatentFormat::kBF16 ? cache_bf16 : cache_fp8;
+        p.num_slots = kRows;
+        const double us = MedianMicros([&] { Check(LaunchMlaCacheWrite(p, nullptr), "cache write"); });
+        std::printf("| mla cache write %s | %lld tokens | %.1f | %.0f |\n", f == ref::LatentFormat::kBF16 ? "bf16" : "fp8",
+                    static_cast<long long>(tokens), us,
+                    tokens * (1152.0 + ref::LatentRowBytes(f)) / (us * 1e-6) / 1e9);
+        cudaFree(kv);
+        cudaFree(w);
+        cudaFree(dpos);
+        cudaFree(dslots);
+        cudaFree(dinv);
+      }
+    }
+    for (int64_t tokens : {64, 4096}) {
+      const int heads = 64, nope = 192, v = 256;
+      auto* kvb = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(static_cast<size_t>(heads) * (nope + v) * 512, 8)));
+      auto* q = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * heads * (nope + 64), 9)));
+      auto* ol = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * heads * 512, 10)));
+      __nv_bfloat16 *qo = nullptr, *o = nullptr;
+      CheckCuda(cudaMalloc(&qo, tokens * heads * 576 * 2), "malloc");
+      CheckCuda(cudaMalloc(&o, tokens * heads * v * 2), "malloc");
+      MlaAbsorbWeights w{kvb, heads, nope, v};
+      const double us_q = MedianMicros([&] {
+        Check(LaunchMlaQAbsorb(w, q, tokens, nope + 64, qo, static_cast<int64_t>(heads) * 576, 576, nullptr), "absorb");
+      });
+      const double us_o = MedianMicros([&] {
+        Check(LaunchMlaOutUnabsorb(w, ol, tokens, static_cast<int64_t>(heads) * 512, 512, o, nullptr), "unabsorb");
+      });
+      const double fl_q = 2.0 * tokens * heads * nope * 512, fl_o = 2.0 * tokens * heads * v * 512;
+      std::printf("| q absorption (GLM-5, 64 heads) | %lld tokens | %.1f | %.1f TFLOP/s |\n", static_cast<long long>(tokens),
+                  us_q, fl_q / (us_q * 1e-6) / 1e12);
+      std::printf("| un-absorption (GLM-5, 64 heads) | %lld tokens | %.1f | %.1f TFLOP/s |\n", static_cast<long long>(tokens),
+                  us_o, fl_o / (us_o * 1e-6) / 1e12);
+      cudaFree(kvb);
+      cudaFree(q);
+      cudaFree(ol);
+      cudaFree(qo);
+      cudaFree(o);
+    }
+    for (int rows : {1, 64}) {
+      for (int mode = 0; mode < 2; ++mode) {
+        const int vocab = 154880;
+        std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+        Rng rng(11);
+        for (auto& l : logits) {
+          float g = 0;
+          for (int k = 0; k < 12; ++k) g += rng.Uniform();
+          l = 3.0f * (g - 6.0f);
+        }
+        float* dl = DeviceUpload(logits);
+        std::vector<SamplingRowParams> sp(rows);
+        for (int r = 0; r < rows; ++r) {
+          sp[r].temperature = mode == 0 ? 0.0f : 0.8f;
+          sp[r].top_p = mode == 0 ? 1.0f : 0.9f;
+          sp[r].top_k = mode == 0 ? 0 : 50;
+          sp[r].seed = r;
+        }
+        SamplingRowParams* dsp = DeviceUpload(sp);
+        void* ws = nullptr;
+        CheckCuda(cudaMalloc(&ws, SampleWorkspaceBytes(rows, vocab)), "malloc");
+        int32_t* tok = nullptr;
+        CheckCuda(cudaMalloc(&tok, rows * 4), "malloc");
+        SampleParams p;
+        p.logits = dl;
+        p.logits_stride = vocab;
+        p.rows = rows;
+        p.vocab = vocab;
+        p.params = dsp;
+        p.workspace = ws;
+        p.workspace_bytes = SampleWorkspaceBytes(rows, vocab);
+        p.tokens = tok;
+        const double us = MedianMicros([&] { Check(LaunchSample(p, nullptr), "sample"); }, 3, 20);
+        std::printf("| sampling %s | %d x 154880 | %.1f | %.0f |\n", mode == 0 ? "greedy" : "T0.8 top-k 50 top-p 0.9", rows,
+                    us, 4.0 * rows * vocab / (us * 1e-6) / 1e9);
+        cudaFree(dl);
+        cudaFree(dsp);
+        cudaFree(ws);
+        cudaFree(tok);
+      }
+    }
+  }
+
+  std::printf("\n## summary (targets: bf16 b64 h8 <= 51 us, fp8 b64 h8 <= 30 us, b1 h64 <= 15 us, "
+              ">= 230 TFLOP/s at 64 heads, >= 300 at 128 heads and prefill, >= 3x torch)\n");
+  std::printf("| fmt | batch | heads | tile x splits | us | TFLOP/s | GB/s gathered | %% copy BW | torch us | speedup |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::fputs(summary.c_str(), stdout);
+  cudaFree(cache_bf16);
+  cudaFree(cache_fp8);
+  return 0;
+}

@@ -1,0 +1,205 @@
+#include "kernels/cuda/common/arch.cuh"
+// Batched bf16 GEMM for the MLA absorptions: 64x64x32 CTA tiles, 4 warps of
+// 32x32, 3-stage cp.async pipeline, mma.sync m16n8k16 with fp32 accumulate.
+// B comes either as K x N rows (ldmatrix.trans) or N x K rows (ldmatrix).
+#include "kernels/cuda/attention/absorb_gemm.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/mma_sm80.cuh"
+
+namespace spar {
+namespace {
+
+constexpr int kBM = 64, kBN = 64, kBK = 32, kStages = 3, kThreads = 128;
+constexpr int kAStride = kBK + 8;    // 80-byte rows: ldmatrix conflict-free
+constexpr int kBknStride = kBN + 8;  // 144-byte rows
+constexpr int kBnkStride = kBK + 8;
+constexpr int kAStage = kBM * kAStride;
+constexpr int kBStage = kBK * kBknStride > kBN * kBnkStride ? kBK * kBknStride : kBN * kBnkStride;
+
+template <bool kBKn>
+__global__ void __launch_bounds__(kThreads) BatchedGemmKernel(const BatchedGemmParams p) {
+  __shared__ __align__(16) __nv_bfloat16 as[kStages][kAStage];
+  __shared__ __align__(16) __nv_bfloat16 bs[kStages][kBStage];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp & 1, wn = warp >> 1;
+  const int n0 = blockIdx.x * kBN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM;
+  const int batch = blockIdx.z;
+  const __nv_bfloat16* a = p.a + batch * p.a_batch_stride;
+  const __nv_bfloat16* b = p.b + batch * p.b_batch_stride;
+  const int ktiles = p.k / kBK;
+
+  auto issue = [&](int kt) {
+    if (kt >= ktiles) return;
+    const int s = kt % kStages;
+    const int k0 = kt * kBK;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {  // A: 64 rows x 4 chunks
+      const int c = tid + i * kThreads;
+      const int r = c >> 2, cc = c & 3;
+      const bool ok = m0 + r < p.m;
+      const __nv_bfloat16* src = ok ? a + (m0 + r) * p.lda + k0 + cc * 8 : a;
+      cuda::CpAsync16(&as[s][r * kAStride + cc * 8], src, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c = tid + i * kThreads;
+      if constexpr (kBKn) {  // 32 k-rows x 8 chunks
+        const int r = c >> 3, cc = c & 7;
+        cuda::CpAsync16(&bs[s][r * kBknStride + cc * 8], b + static_cast<int64_t>(k0 + r) * p.ldb + n0 + cc * 8);
+      } else {  // 64 n-rows x 4 chunks
+        const int r = c >> 2, cc = c & 3;
+        cuda::CpAsync16(&bs[s][r * kBnkStride + cc * 8], b + static_cast<int64_t>(n0 + r) * p.ldb + k0 + cc * 8);
+      }
+    }
+  };
+
+  float acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+  for (int kt = 0; kt < kStages - 1; ++kt) {
+    issue(kt);
+    cuda::CpAsyncCommit();
+  }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cuda::CpAsyncWait<kStages - 2>();
+    __syncthreads();  // tile kt landed; tile kt-1 fully consumed
+    issue(kt + kStages - 1);
+    cuda::CpAsyncCommit();
+    const int s = kt % kStages;
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        cuda::LdMatrixX4(af[mt], &as[s][(wm * 32 + mt * 16 + (lane & 15)) * kAStride + kk * 16 + (lane >> 4) * 8]);
+      }
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        uint32_t bf[4];
+        if constexpr (kBKn) {
+          cuda::LdMatrixX4Trans(bf, &bs[s][(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kBknStride + wn * 32 +
+                                           np * 16 + (lane >> 4) * 8]);
+        } else {
+          cuda::LdMatrixX4(bf, &bs[s][(wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kBnkStride + kk * 16 +
+                                      ((lane >> 3) & 1) * 8]);
+        }
+        const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          cuda::MmaBf16M16N8K16(acc[mt][2 * np], af[mt], b0, acc[mt][2 * np]);
+          cuda::MmaBf16M16N8K16(acc[mt][2 * np + 1], af[mt], b1, acc[mt][2 * np + 1]);
+        }
+      }
+    }
+  }
+  cuda::CpAsyncWait<0>();
+
+  __nv_bfloat16* c = p.c + batch * p.c_batch_stride;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t m = m0 + wm * 32 + mt * 16 + (lane >> 2) + half * 8;
+      if (m >= p.m) continue;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int n = n0 + wn * 32 + nt * 8 + (lane & 3) * 2;
+        const __nv_bfloat162 v = __floats2bfloat162_rn(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(c + m * p.ldc + n) = v;
+      }
+    }
+  }
+}
+
+bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+
+absl::Status Invalid(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("BatchedGemmParams.", field, ": ", why));
+}
+
+}  // namespace
+
+bool BatchedGemmSupported(int n, int k) { return n > 0 && n % kBN == 0 && k > 0 && k % kBK == 0; }
+
+absl::Status LaunchBatchedGemm(const BatchedGemmParams& p, cudaStream_t stream) {
+  if (!BatchedGemmSupported(p.n, p.k)) return Invalid("n/k", "n must be a multiple of 64 and k of 32");
+  if (p.m < 0 || p.batch < 0 || p.batch > 65535) return Invalid("m/batch", "out of range");
+  if (p.m == 0 || p.batch == 0) return absl::OkStatus();
+  if ((p.m + kBM - 1) / kBM > 65535) return Invalid("m", "too many rows");
+  if (!p.a || !Aligned16(p.a) || p.lda % 8 != 0 || p.a_batch_stride % 8 != 0) return Invalid("a", "null, unaligned or stride not a multiple of 8");
+  if (!p.b || !Aligned16(p.b) || p.ldb % 8 != 0 || p.b_batch_stride % 8 != 0) return Invalid("b", "null, unaligned or stride not a multiple of 8");
+  if (!p.c || (reinterpret_cast<uintptr_t>(p.c) & 3) != 0 || p.ldc % 2 != 0 || p.c_batch_stride % 2 != 0) {
+    return Invalid("c", "null, unaligned or odd stride");
+  }
+  const dim3 grid(p.n / kBN, static_cast<unsigned>((p.m + kBM - 1) / kBM), p.batch);
+  if (p.b_kn) {
+    BatchedGemmKernel<true><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    BatchedGemmKernel<false><<<grid, kThreads, 0, stream>>>(p);
+  }
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("BatchedGemmKernel");
+  return absl::OkStatus();
+}
+
+absl::Status LaunchMlaQAbsorb(const MlaAbsorbWeights& w, const __nv_bfloat16* q, int64_t tokens, int q_head_dim,
+                              __nv_bfloat16* q_out, int64_t q_out_token_stride, int64_t q_out_head_stride,
+                              cudaStream_t stream) {
+  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0 || q_head_dim < w.nope_dim) {
+    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive, q_head_dim >= nope_dim");
+  }
+  BatchedGemmParams p;
+  p.a = q;
+  p.lda = static_cast<int64_t>(w.heads) * q_head_dim;
+  p.a_batch_stride = q_head_dim;
+  p.b = w.kv_b;
+  p.ldb = 512;
+  p.b_batch_stride = static_cast<int64_t>(w.nope_dim + w.v_dim) * 512;
+  p.b_kn = true;
+  p.c = q_out;
+  p.ldc = q_out_token_stride;
+  p.c_batch_stride = q_out_head_stride;
+  p.m = tokens;
+  p.n = 512;
+  p.k = w.nope_dim;
+  p.batch = w.heads;
+  return LaunchBatchedGemm(p, stream);
+}
+
+absl::Status LaunchMlaOutUnabsorb(const MlaAbsorbWeights& w, const __nv_bfloat16* o_lat, int64_t tokens,
+                                  int64_t o_lat_token_stride, int64_t o_lat_head_stride, __nv_bfloat16* out,
+                                  cudaStream_t stream) {
+  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0) {
+    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive");
+  }
+  BatchedGemmParams p;
+  p.a = o_lat;
+  p.lda = o_lat_token_stride;
+  p.a_batch_stride = o_lat_head_stride;
+  p.b = w.kv_b == nullptr ? nullptr : w.kv_b + static_cast<int64_t>(w.nope_dim) * 512;
+  p.ldb = 512;
+  p.b_batch_stride = static_cast<int64_t>(w.nope_dim + w.v_dim) * 512;
+  p.b_kn = false;
+  p.c = out;
+  p.ldc = static_cast<int64_t>(w.heads) * w.v_dim;
+  p.c_batch_stride = w.v_dim;
+  p.m = tokens;
+  p.n = w.v_dim;
+  p.k = 512;
+  p.batch = w.heads;
+  return LaunchBatchedGemm(p, stream);
+}
+
+}  // namespace spar

@@ -1,0 +1,71 @@
+// Token sampling on the GPU, choosing the same token as ref::SampleToken
+// (kernels/ref/sampling_ref.h) for the same logits, parameters, history and
+// step: penalties (repetition over prompt and output, frequency, presence),
+// greedy (temperature 0 or top_k 1: argmax, ties to the lower id), else
+// temperature, top-k, top-p, min-p and an inverse-CDF walk in ascending id
+// order over the kept tokens with u = CounterUniform(seed, 0, step) · total.
+// Logprobs are those of the raw logits (ref::TokenLogprob, ref::TopLogprobs).
+//
+// Exactness: the kept set and the token are the reference's; the only
+// possible differences are when a cumulative probability lands within
+// ~1e-13 of a top-p or inverse-CDF boundary (sums are exact 2^-60
+// fixed-point integers here, sequential doubles in the reference). Results
+// are deterministic: no floating-point atomics.
+#ifndef SPAR_KERNELS_CUDA_ATTENTION_SAMPLING_H_
+#define SPAR_KERNELS_CUDA_ATTENTION_SAMPLING_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace spar {
+
+// Per-row parameters (device array), the fields of ref::SamplingParams plus
+// the request's output step.
+struct SamplingRowParams {
+  float temperature = 1.0f;  // <= 0: greedy
+  int32_t top_k = 0;         // <= 0: off
+  float top_p = 1.0f;        // >= 1: off
+  float min_p = 0.0f;        // <= 0: off
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  uint32_t reserved = 0;
+  uint64_t seed = 0;
+  uint64_t step = 0;
+};
+
+inline constexpr int kMaxTopLogprobs = 20;
+
+struct SampleParams {
+  const float* logits = nullptr;  // [rows, vocab] at logits_stride (elements)
+  int64_t logits_stride = 0;
+  int rows = 0;
+  int vocab = 0;
+  const SamplingRowParams* params = nullptr;  // [rows]
+  // Token history for the penalties, CSR by row, ids unique within a row:
+  // entries [offsets[r], offsets[r+1]) of ids / prompt_counts /
+  // output_counts (a count > 0 means "seen there"). offsets may be null.
+  const int32_t* history_offsets = nullptr;
+  const int32_t* history_ids = nullptr;
+  const int32_t* history_prompt_counts = nullptr;
+  const int32_t* history_output_counts = nullptr;
+  void* workspace = nullptr;  // SampleWorkspaceBytes(rows, vocab), 16-byte aligned
+  size_t workspace_bytes = 0;
+  int32_t* tokens = nullptr;          // [rows]
+  float* token_logprobs = nullptr;    // [rows], optional
+  int top_logprobs = 0;               // 0..kMaxTopLogprobs
+  int32_t* top_logprob_ids = nullptr;    // [rows, top_logprobs]
+  float* top_logprob_values = nullptr;   // [rows, top_logprobs]
+};
+
+size_t SampleWorkspaceBytes(int rows, int vocab);
+
+absl::Status LaunchSample(const SampleParams& params, cudaStream_t stream);
+
+}  // namespace spar
+
+#endif  // SPAR_KERNELS_CUDA_ATTENTION_SAMPLING_H_

@@ -1,0 +1,284 @@
+#include "kernels/cuda/common/arch.cuh"
+// Norms, RoPE, embedding gather and SiLU·mul (see small_ops.h).
+#include "kernels/cuda/attention/small_ops.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention/rope_device.cuh"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/reduce.cuh"
+
+namespace spar {
+namespace {
+
+// Norm rows live in registers: each thread holds up to kChunksPerThread
+// chunks of 8 values.
+constexpr int kChunksPerThread = 4;
+constexpr int kMaxNormDim = 1024 * kChunksPerThread * 8;
+
+int NormThreads(int dim) {
+  const int chunks = dim / 8;
+  const int t = (chunks + kChunksPerThread - 1) / kChunksPerThread;
+  return std::min(1024, std::max(32, (t + 31) / 32 * 32));
+}
+
+__device__ __forceinline__ void Bf16x8ToFloat(const uint4& raw, float (&v)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __low2float(h[i]);
+    v[2 * i + 1] = __high2float(h[i]);
+  }
+}
+
+__device__ __forceinline__ uint4 FloatToBf16x8(const float (&v)[8]) {
+  uint4 raw;
+  uint32_t* w = reinterpret_cast<uint32_t*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    w[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return raw;
+}
+
+// Sum over the CTA; every thread gets the result. `sh` holds 33 floats and
+// may be reused right after the call returns.
+__device__ __forceinline__ float BlockSum(float v, float* sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = cuda::WarpSum(v);
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < nwarps ? sh[lane] : 0.0f;
+    s = cuda::WarpSum(s);
+    if (lane == 0) sh[32] = s;
+  }
+  __syncthreads();
+  const float total = sh[32];
+  __syncthreads();
+  return total;
+}
+
+template <bool kResidual>
+__global__ void __launch_bounds__(1024) RmsNormKernel(const RmsNormParams p) {
+  __shared__ float sh[33];
+  const int64_t r = blockIdx.x;
+  const int chunks = p.dim / 8;
+  float v[kChunksPerThread][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c >= chunks) continue;
+    Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p.x + r * p.x_stride + c * 8), v[i]);
+    if constexpr (kResidual) {
+      __nv_bfloat16* res = p.residual + r * p.residual_stride + c * 8;
+      float rv[8];
+      Bf16x8ToFloat(*reinterpret_cast<const uint4*>(res), rv);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) rv[k] += v[i][k];
+      const uint4 packed = FloatToBf16x8(rv);
+      *reinterpret_cast<uint4*>(res) = packed;
+      Bf16x8ToFloat(packed, v[i]);  // normalise what was stored
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) ss = fmaf(v[i][k], v[i][k], ss);
+  }
+  ss = BlockSum(ss, sh);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(p.dim) + p.eps);
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c >= chunks) continue;
+    float w[8];
+    Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p.weight + c * 8), w);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[i][k] = __fmul_rn(w[k], __fmul_rn(v[i][k], inv));
+    *reinterpret_cast<uint4*>(p.out + r * p.out_stride + c * 8) = FloatToBf16x8(v[i]);
+  }
+}
+
+__global__ void __launch_bounds__(1024) LayerNormKernel(const LayerNormParams p) {
+  __shared__ float sh[33];
+  const int64_t r = blockIdx.x;
+  const int chunks = p.dim / 8;
+  float v[kChunksPerThread][8];
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c >= chunks) continue;
+    Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p.x + r * p.x_stride + c * 8), v[i]);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) sum += v[i][k];
+  }
+  const float mean = BlockSum(sum, sh) / static_cast<float>(p.dim);
+  float var = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c >= chunks) continue;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float d = v[i][k] - mean;
+      var = fmaf(d, d, var);
+    }
+  }
+  var = BlockSum(var, sh) / static_cast<float>(p.dim);
+  const float inv = 1.0f / sqrtf(var + p.eps);
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c >= chunks) continue;
+    float w[8], b[8];
+    Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p.weight + c * 8), w);
+    Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p.bias + c * 8), b);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[i][k] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[i][k], mean), inv), w[k]), b[k]);
+    *reinterpret_cast<uint4*>(p.out + r * p.out_stride + c * 8) = FloatToBf16x8(v[i]);
+  }
+}
+
+// One thread per rotated pair.
+__global__ void RopeApplyKernel(const RopeApplyParams p) {
+  const int half = p.rotary_dim / 2;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= p.rows * half) return;
+  const int64_t r = idx / half;
+  const int i = static_cast<int>(idx - r * half);
+  const int a = p.interleaved ? 2 * i : i;
+  const int b = p.interleaved ? 2 * i + 1 : i + half;
+  const __nv_bfloat16* src = p.in + r * p.in_stride + p.in_offset;
+  const float x0 = __bfloat162float(src[a]), x1 = __bfloat162float(src[b]);
+  float c, s, y0, y1;
+  cuda::RopeCosSin(p.positions[r / p.rows_per_position], p.inv_freq[i], p.attention_factor, c, s);
+  cuda::RopeRotate(x0, x1, c, s, y0, y1);
+  __nv_bfloat16* dst = p.out + r * p.out_stride + p.out_offset;
+  dst[a] = __float2bfloat16_rn(y0);
+  dst[b] = __float2bfloat16_rn(y1);
+}
+
+// One thread per 8-value chunk.
+__global__ void EmbeddingKernel(const EmbeddingParams p) {
+  const int chunks = p.dim / 8;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= p.tokens * chunks) return;
+  const int64_t t = idx / chunks;
+  const int c = static_cast<int>(idx - t * chunks);
+  const int32_t id = p.ids[t];
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (id >= 0 && id < p.vocab) v = *reinterpret_cast<const uint4*>(p.table + static_cast<int64_t>(id) * p.dim + c * 8);
+  *reinterpret_cast<uint4*>(p.out + t * p.out_stride + c * 8) = v;
+}
+
+__global__ void SiluMulKernel(const SiluMulParams p) {
+  const int chunks = p.dim / 8;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= p.rows * chunks) return;
+  const int64_t r = idx / chunks;
+  const int c = static_cast<int>(idx - r * chunks);
+  float g[8], u[8];
+  Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p.gate + r * p.in_stride + c * 8), g);
+  Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p.up + r * p.in_stride + c * 8), u);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) g[k] = __fmul_rn(g[k] / __fadd_rn(1.0f, expf(-g[k])), u[k]);
+  *reinterpret_cast<uint4*>(p.out + r * p.out_stride + c * 8) = FloatToBf16x8(g);
+}
+
+bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+
+absl::Status Invalid(absl::string_view op, absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(op, ".", field, ": ", why));
+}
+
+unsigned Blocks(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace
+
+bool RmsNormSupported(int dim) { return dim > 0 && dim % 8 == 0 && dim <= kMaxNormDim; }
+
+absl::Status LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "RmsNormParams";
+  if (!RmsNormSupported(p.dim)) return Invalid(kOp, "dim", "must be a positive multiple of 8, <= 32768");
+  if (p.rows < 0 || p.rows >= (int64_t{1} << 31)) return Invalid(kOp, "rows", "out of range");
+  if (p.rows == 0) return absl::OkStatus();
+  if (!p.x || !Aligned16(p.x) || p.x_stride % 8 != 0) return Invalid(kOp, "x", "null, unaligned or stride not a multiple of 8");
+  if (!p.weight || !Aligned16(p.weight)) return Invalid(kOp, "weight", "null or unaligned");
+  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return Invalid(kOp, "out", "null, unaligned or stride not a multiple of 8");
+  if (p.residual && (!Aligned16(p.residual) || p.residual_stride % 8 != 0)) {
+    return Invalid(kOp, "residual", "unaligned or stride not a multiple of 8");
+  }
+  const int threads = NormThreads(p.dim);
+  if (p.residual) {
+    RmsNormKernel<true><<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
+  } else {
+    RmsNormKernel<false><<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
+  }
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("RmsNormKernel");
+  return absl::OkStatus();
+}
+
+absl::Status LaunchLayerNorm(const LayerNormParams& p, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "LayerNormParams";
+  if (!RmsNormSupported(p.dim)) return Invalid(kOp, "dim", "must be a positive multiple of 8, <= 32768");
+  if (p.rows < 0 || p.rows >= (int64_t{1} << 31)) return Invalid(kOp, "rows", "out of range");
+  if (p.rows == 0) return absl::OkStatus();
+  if (!p.x || !Aligned16(p.x) || p.x_stride % 8 != 0) return Invalid(kOp, "x", "null, unaligned or stride not a multiple of 8");
+  if (!p.weight || !Aligned16(p.weight)) return Invalid(kOp, "weight", "null or unaligned");
+  if (!p.bias || !Aligned16(p.bias)) return Invalid(kOp, "bias", "null or unaligned");
+  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return Invalid(kOp, "out", "null, unaligned or stride not a multiple of 8");
+  LayerNormKernel<<<static_cast<unsigned>(p.rows), NormThreads(p.dim), 0, stream>>>(p);
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("LayerNormKernel");
+  return absl::OkStatus();
+}
+
+absl::Status LaunchRopeApply(const RopeApplyParams& p, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "RopeApplyParams";
+  if (p.rotary_dim <= 0 || p.rotary_dim % 2 != 0) return Invalid(kOp, "rotary_dim", "must be positive and even");
+  if (p.rows < 0) return Invalid(kOp, "rows", "negative");
+  if (p.rows == 0) return absl::OkStatus();
+  if (!p.in || !p.out) return Invalid(kOp, "in/out", "null");
+  if (p.in_offset < 0 || p.out_offset < 0) return Invalid(kOp, "offsets", "negative");
+  if (!p.positions || !p.inv_freq) return Invalid(kOp, "positions/inv_freq", "null");
+  if (p.rows_per_position < 1) return Invalid(kOp, "rows_per_position", "must be >= 1");
+  const int64_t n = p.rows * (p.rotary_dim / 2);
+  if (n >= (int64_t{1} << 40)) return Invalid(kOp, "rows", "too many");
+  RopeApplyKernel<<<Blocks(n, 256), 256, 0, stream>>>(p);
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("RopeApplyKernel");
+  return absl::OkStatus();
+}
+
+absl::Status LaunchEmbedding(const EmbeddingParams& p, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "EmbeddingParams";
+  if (p.dim <= 0 || p.dim % 8 != 0) return Invalid(kOp, "dim", "must be a positive multiple of 8");
+  if (p.tokens < 0) return Invalid(kOp, "tokens", "negative");
+  if (p.tokens == 0) return absl::OkStatus();
+  if (!p.ids) return Invalid(kOp, "ids", "null");
+  if (!p.table || !Aligned16(p.table)) return Invalid(kOp, "table", "null or unaligned");
+  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return Invalid(kOp, "out", "null, unaligned or stride not a multiple of 8");
+  const int64_t n = p.tokens * (p.dim / 8);
+  EmbeddingKernel<<<Blocks(n, 256), 256, 0, stream>>>(p);
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("EmbeddingKernel");
+  return absl::OkStatus();
+}
+
+absl::Status LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "SiluMulParams";
+  if (p.dim <= 0 || p.dim % 8 != 0) return Invalid(kOp, "dim", "must be a positive multiple of 8");
+  if (p.rows < 0) return Invalid(kOp, "rows", "negative");
+  if (p.rows == 0) return absl::OkStatus();
+  if (!p.gate || !p.up || !Aligned16(p.gate) || !Aligned16(p.up) || p.in_stride % 8 != 0) {
+    return Invalid(kOp, "gate/up", "null, unaligned or stride not a multiple of 8");
+  }
+  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return Invalid(kOp, "out", "null, unaligned or stride not a multiple of 8");
+  const int64_t n = p.rows * (p.dim / 8);
+  SiluMulKernel<<<Blocks(n, 256), 256, 0, stream>>>(p);
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("SiluMulKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace spar

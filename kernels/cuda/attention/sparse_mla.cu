@@ -1,0 +1,581 @@
+#include "kernels/cuda/common/arch.cuh"
+// Sparse MLA attention (absorbed form) and the split-K log-sum-exp merge.
+//
+// One CTA computes [HM heads, 576] @ [keys of one index-list range, 576]ᵀ for
+// one token, in blocks of 32 gathered rows:
+//   S = Q·Kᵀ (16 x 32 warp tiles; the 576-wide reduction is cut into kNK
+//       slices across warps, partial scores summed in a fixed order in smem)
+//   online softmax per head (exp2 domain), P rounded to bf16
+//   O += P·V, V = the first 512 lanes of the same smem rows (8 warps split
+//       O's 512 columns; accumulators stay in registers all along)
+// Each warp keeps its slice of Q in registers for the whole key loop, so Q
+// needs no shared memory and the K/V stages get it all (3-stage cp.async
+// gather for bf16; FP8 rows are gathered raw, 656 B, and widened to a bf16
+// tile by all threads before the MMAs).
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention/sparse_mla.h"
+#include "kernels/cuda/attention/sparse_mla_config.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/fp8_sm80.cuh"
+#include "kernels/cuda/common/mma_sm80.cuh"
+
+namespace spar {
+namespace {
+
+using namespace mla;  // NOLINT: the tile constants
+
+struct MlaArgs {
+  const __nv_bfloat16* q;
+  int64_t q_ts, q_hs;
+  const uint8_t* cache;
+  int64_t num_slots;
+  const int32_t* indices;
+  int64_t idx_stride;
+  int list_len;
+  const int32_t* block_table;
+  int64_t bt_stride;
+  const int32_t* token_seq;
+  const int32_t* kv_lens;
+  float scale_log2;
+  __nv_bfloat16* out;
+  int64_t o_ts, o_hs;
+  float* lse;
+  float* ws_o;    // [splits, tokens, heads, 512], null when not split
+  float* ws_lse;  // [splits, tokens, heads]
+  int tokens, heads, head_tiles, num_splits, keys_per_split;
+};
+
+template <int HM, bool kFp8>
+struct Cfg {
+  static constexpr TileConfig kTile{HM, kFp8};
+  static constexpr int kStages = kTile.Stages();
+  static constexpr int kStageBytes = kFp8 ? kTile.RawStageBytes() : kTile.TileBytes();
+  static constexpr int kGatherBytes = kTile.GatherBytes();
+  static constexpr int kSmem = kTile.SmemBytes();
+  // The query tile is staged at the end of the gather area; stages below it
+  // can be filled at the same time.
+  static constexpr int kQOffset = kGatherBytes - HM * kRowBytes;
+  // S phase: kNM groups of 16 heads x kNK slices of the 36 k-steps.
+  static constexpr int kNM = HM / 16;
+  static constexpr int kNK = kWarps / kNM;
+  static constexpr int kMaxQSteps = (kKSteps + kNK - 1) / kNK;
+  // O phase: warps tile [HM, 512] as kOGM x kOGN, each kOMT m-tiles x kONT n-tiles.
+  static constexpr int kOMT = HM == 64 ? 2 : 1;
+  static constexpr int kOGM = HM / (16 * kOMT);
+  static constexpr int kOGN = kWarps / kOGM;
+  static constexpr int kOCols = kDimV / kOGN;
+  static constexpr int kONT = kOCols / 8;
+  // Softmax: kTPR threads per head row, kKPT keys each.
+  static constexpr int kTPR = kThreads / HM;
+  static constexpr int kKPT = kBlockKeys / kTPR;
+  static_assert(kQOffset >= 0, "query tile must fit the gather area");
+  static_assert(kSmem <= 166912, "must fit an A100's 163 KB per block");
+  static_assert(kNM * kNK == kWarps && kOGM * kOGN == kWarps, "warp tiling");
+};
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Four e4m3 codes times a per-128 scale -> four bf16 (two registers):
+// exact e4m3 value (scaled form times 2^120, exact), times the fp32 scale,
+// rounded once to bf16 -- the reference's E4m3ToFloat(b) * scale, rounded.
+__device__ __forceinline__ void DequantE4m3x4(uint32_t v, float scale, uint32_t& lo, uint32_t& hi) {
+  uint32_t a, b;
+  cuda::E4m3x4ToScaledBf16x4(v, a, b);
+  const float f0 = __uint_as_float(a << 16) * cuda::kPow2_120 * scale;
+  const float f1 = __uint_as_float(a & 0xffff0000u) * cuda::kPow2_120 * scale;
+  const float f2 = __uint_as_float(b << 16) * cuda::kPow2_120 * scale;
+  const float f3 = __uint_as_float(b & 0xffff0000u) * cuda::kPow2_120 * scale;
+  lo = PackBf16(f0, f1);
+  hi = PackBf16(f2, f3);
+}
+
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const uint32_t b[2] = {b0, b1};
+  cuda::MmaBf16M16N8K16(d, a, b, d);
+}
+
+template <int HM, bool kFp8>
+__global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(const MlaArgs a) {
+  using C = Cfg<HM, kFp8>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* const gather = smem;
+  float* const sred = reinterpret_cast<float*>(smem + C::kGatherBytes);
+  __nv_bfloat16* const sp = reinterpret_cast<__nv_bfloat16*>(smem + C::kGatherBytes + C::kTile.SredBytes());
+  float* const salpha = reinterpret_cast<float*>(smem + C::kGatherBytes + C::kTile.SredBytes() + C::kTile.PBytes());
+  float* const sfin_m = salpha + HM;
+  float* const sfin_l = sfin_m + HM;
+  int32_t* const sidx = reinterpret_cast<int32_t*>(sfin_l + HM);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int cta = blockIdx.x;
+  const int split = cta % a.num_splits;
+  cta /= a.num_splits;
+  const int head0 = (cta % a.head_tiles) * HM;
+  const int t = cta / a.head_tiles;
+  const int k_begin = split * a.keys_per_split;
+  const int k_end = min(a.list_len, k_begin + a.keys_per_split);
+  const int nblocks = (max(0, k_end - k_begin) + kBlockKeys - 1) / kBlockKeys;
+
+  // Phase 0: resolve this CTA's range of the list to cache slots, -1 = skip.
+  for (int j = tid; j < nblocks * kBlockKeys; j += kThreads) {
+    const int k = k_begin + j;
+    int64_t slot = -1;
+    if (k < k_end) {
+      if (a.indices != nullptr) {
+        slot = a.indices[t * a.idx_stride + k];
+      } else if (k < a.kv_lens[t]) {
+        const int64_t blk = a.block_table[a.token_seq[t] * a.bt_stride + k / 64];
+        slot = blk < 0 ? -1 : blk * 64 + (k & 63);
+      }
+      if (slot >= a.num_slots) slot = -1;
+    }
+    sidx[j] = slot < 0 ? -1 : static_cast<int32_t>(slot);
+  }
+  __syncthreads();
+
+  // Gathers block b's 32 rows into its stage with 16-byte cp.async; skipped
+  // slots are zero-filled (their scores are masked below).
+  auto issue = [&](int b) {
+    if (b >= nblocks) return;
+    uint8_t* const dst = gather + (b % C::kStages) * C::kStageBytes;
+    if constexpr (!kFp8) {
+      constexpr int kChunks = kBf16RowBytes / 16;  // 72 per row
+#pragma unroll
+      for (int i = 0; i < kBlockKeys * kChunks / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        const int r = c / kChunks, cc = c - r * kChunks;
+        const int32_t slot = sidx[b * kBlockKeys + r];
+        const uint8_t* src = a.cache + (slot < 0 ? 0 : static_cast<int64_t>(slot) * kBf16RowBytes) + cc * 16;
+        cuda::CpAsync16(dst + r * kRowBytes + cc * 16, src, slot < 0 ? 0 : 16);
+      }
+    } else {
+      constexpr int kChunks = kFp8RowBytes / 16;  // 41 per row
+#pragma unroll
+      for (int i = 0; i < (kBlockKeys * kChunks + kThreads - 1) / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        if (c < kBlockKeys * kChunks) {
+          const int r = c / kChunks, cc = c - r * kChunks;
+          const int32_t slot = sidx[b * kBlockKeys + r];
+          const uint8_t* src = a.cache + (slot < 0 ? 0 : static_cast<int64_t>(slot) * kFp8RowBytes) + cc * 16;
+          cuda::CpAsync16(dst + r * kFp8RowBytes + cc * 16, src, slot < 0 ? 0 : 16);
+        }
+      }
+    }
+  };
+  auto stage_free_of_q = [](int b) { return (b % C::kStages + 1) * C::kStageBytes <= C::kQOffset; };
+
+  // Phase 1: stage the query tile (rows past `heads` zero-filled) together
+  // with the first blocks whose stages it does not cover.
+  uint8_t* const qstage = gather + C::kQOffset;
+  {
+    constexpr int kChunks = kDim * 2 / 16;
+    const __nv_bfloat16* qt = a.q + t * a.q_ts;
+    for (int c = tid; c < HM * kChunks; c += kThreads) {
+      const int r = c / kChunks, cc = c - r * kChunks;
+      const bool ok = head0 + r < a.heads;
+      const __nv_bfloat16* src = ok ? qt + (head0 + r) * a.q_hs + cc * 8 : a.q;
+      cuda::CpAsync16(qstage + r * kRowBytes + cc * 16, src, ok ? 16 : 0);
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < C::kStages - 1; ++b) {
+    if (stage_free_of_q(b)) issue(b);
+  }
+  cuda::CpAsyncCommit();
+  cuda::CpAsyncWait<0>();
+  __syncthreads();
+
+  // This warp's S-phase role and its query fragments (kept in registers).
+  const int mg = warp % C::kNM, ks = warp / C::kNM;
+  const int kstep0 = ks * kKSteps / C::kNK, kstep1 = (ks + 1) * kKSteps / C::kNK;
+  uint32_t qf[C::kMaxQSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
+    if (kstep0 + kk < kstep1) {
+      cuda::LdMatrixX4(qf[kk], qstage + (mg * 16 + (lane & 15)) * kRowBytes + ((kstep0 + kk) * 16 + (lane >> 4) * 8) * 2);
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int b = 0; b < C::kStages - 1; ++b) {
+    if (!stage_free_of_q(b)) issue(b);
+    cuda::CpAsyncCommit();  // one group per block, empty ones included
+  }
+
+  // Softmax role: head row srow, keys [ssub * kKPT, +kKPT) of each block.
+  const int srow = tid / C::kTPR, ssub = tid % C::kTPR;
+  float m_run = -INFINITY, l_run = 0.0f;
+  // O role.
+  const int om = warp % C::kOGM, on = warp / C::kOGM;
+  float oacc[C::kOMT][C::kONT][4];
+#pragma unroll
+  for (int mt = 0; mt < C::kOMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < C::kONT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) oacc[mt][nt][e] = 0.0f;
+
+  for (int b = 0; b < nblocks; ++b) {
+    cuda::CpAsyncWait<C::kStages - 2>();
+    __syncthreads();  // block b landed everywhere; block b-1 fully consumed
+    issue(b + C::kStages - 1);
+    cuda::CpAsyncCommit();
+
+    const uint8_t* tile;
+    if constexpr (kFp8) {
+      // Widen the raw rows to the bf16 tile: 32 rows x (32 e4m3 chunks + 8 rope chunks).
+      const uint8_t* raw = gather + (b % C::kStages) * C::kStageBytes;
+      uint8_t* kt = gather + C::kStages * C::kStageBytes;
+      constexpr int kUnits = 40;
+#pragma unroll
+      for (int i = 0; i < kBlockKeys * kUnits / kThreads; ++i) {
+        const int u = tid + i * kThreads;
+        const int r = u / kUnits, k = u - r * kUnits;
+        const uint8_t* src = raw + r * kFp8RowBytes;
+        uint8_t* dst = kt + r * kRowBytes;
+        if (k < 32) {
+          const uint4 v = *reinterpret_cast<const uint4*>(src + k * 16);
+          const float sc = *reinterpret_cast<const float*>(src + kDimV + (k >> 3) * 4);
+          uint4 o0, o1;
+          DequantE4m3x4(v.x, sc, o0.x, o0.y);
+          DequantE4m3x4(v.y, sc, o0.z, o0.w);
+          DequantE4m3x4(v.z, sc, o1.x, o1.y);
+          DequantE4m3x4(v.w, sc, o1.z, o1.w);
+          *reinterpret_cast<uint4*>(dst + k * 32) = o0;
+          *reinterpret_cast<uint4*>(dst + k * 32 + 16) = o1;
+        } else {
+          *reinterpret_cast<uint4*>(dst + kDimV * 2 + (k - 32) * 16) =
+              *reinterpret_cast<const uint4*>(src + kDimV + 16 + (k - 32) * 16);
+        }
+      }
+      __syncthreads();
+      tile = kt;
+    } else {
+      tile = gather + (b % C::kStages) * C::kStageBytes;
+    }
+
+    // Phase 2: partial scores of this warp's 16 heads x 32 keys over its k-slice.
+    {
+      float sacc[4][4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sacc[nt][e] = 0.0f;
+      const uint8_t* krow = tile + ((lane & 7) + ((lane >> 4) << 3)) * kRowBytes + ((lane >> 3) & 1) * 16;
+#pragma unroll
+      for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
+        if (kstep0 + kk < kstep1) {
+          const int off = (kstep0 + kk) * 32;
+          uint32_t b0[4], b1[4];
+          cuda::LdMatrixX4(b0, krow + off);
+          cuda::LdMatrixX4(b1, krow + 16 * kRowBytes + off);
+          Mma(sacc[0], qf[kk], b0[0], b0[1]);
+          Mma(sacc[1], qf[kk], b0[2], b0[3]);
+          Mma(sacc[2], qf[kk], b1[0], b1[1]);
+          Mma(sacc[3], qf[kk], b1[2], b1[3]);
+        }
+      }
+      float* sr = sred + (ks * HM + mg * 16 + (lane >> 2)) * kSredStride + (lane & 3) * 2;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        *reinterpret_cast<float2*>(sr + nt * 8) = make_float2(sacc[nt][0], sacc[nt][1]);
+        *reinterpret_cast<float2*>(sr + 8 * kSredStride + nt * 8) = make_float2(sacc[nt][2], sacc[nt][3]);
+      }
+    }
+    __syncthreads();
+
+    // Phase 3: online softmax. Partial scores are summed in slice order, so
+    // the result does not depend on scheduling.
+    {
+      const int j0 = ssub * C::kKPT;
+      float s[C::kKPT];
+#pragma unroll
+      for (int i = 0; i < C::kKPT; ++i) s[i] = 0.0f;
+#pragma unroll
+      for (int q = 0; q < C::kNK; ++q) {
+        const float* p = sred + (q * HM + srow) * kSredStride + j0;
+#pragma unroll
+        for (int i = 0; i < C::kKPT; i += 2) {
+          const float2 v = *reinterpret_cast<const float2*>(p + i);
+          s[i] += v.x;
+          s[i + 1] += v.y;
+        }
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < C::kKPT; ++i) {
+        s[i] = sidx[b * kBlockKeys + j0 + i] >= 0 ? s[i] * a.scale_log2 : -INFINITY;
+        mx = fmaxf(mx, s[i]);
+      }
+#pragma unroll
+      for (int o = C::kTPR / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m_run, mx);
+      float alpha = 1.0f, sum = 0.0f;
+      uint32_t packed[C::kKPT / 2];
+      if (m_new != -INFINITY) {
+        alpha = exp2f(m_run - m_new);
+#pragma unroll
+        for (int i = 0; i < C::kKPT; i += 2) {
+          const __nv_bfloat162 pb = __floats2bfloat162_rn(exp2f(s[i] - m_new), exp2f(s[i + 1] - m_new));
+          // The normaliser sums the rounded probabilities the MMA multiplies.
+          sum += __low2float(pb) + __high2float(pb);
+          packed[i / 2] = *reinterpret_cast<const uint32_t*>(&pb);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < C::kKPT / 2; ++i) packed[i] = 0u;
+      }
+#pragma unroll
+      for (int o = C::kTPR / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+      uint32_t* prow = reinterpret_cast<uint32_t*>(sp + srow * kPStride + j0);
+#pragma unroll
+      for (int i = 0; i < C::kKPT / 2; ++i) prow[i] = packed[i];
+      if (ssub == 0) salpha[srow] = alpha;
+    }
+    __syncthreads();
+
+    // Phase 4: O = O * alpha + P·V over this warp's rows and columns.
+    {
+#pragma unroll
+      for (int mt = 0; mt < C::kOMT; ++mt) {
+        const int r = (om * C::kOMT + mt) * 16 + (lane >> 2);
+        const float a0 = salpha[r], a1 = salpha[r + 8];
+#pragma unroll
+        for (int nt = 0; nt < C::kONT; ++nt) {
+          oacc[mt][nt][0] *= a0;
+          oacc[mt][nt][1] *= a0;
+          oacc[mt][nt][2] *= a1;
+          oacc[mt][nt][3] *= a1;
+        }
+      }
+#pragma unroll
+      for (int kv = 0; kv < kBlockKeys / 16; ++kv) {
+        uint32_t pa[C::kOMT][4];
+#pragma unroll
+        for (int mt = 0; mt < C::kOMT; ++mt) {
+          cuda::LdMatrixX4(pa[mt], sp + ((om * C::kOMT + mt) * 16 + (lane & 15)) * kPStride + kv * 16 + (lane >> 4) * 8);
+        }
+        const uint8_t* vrow = tile + (kv * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes +
+                              (on * C::kOCols + (lane >> 4) * 8) * 2;
+#pragma unroll
+        for (int np = 0; np < C::kONT / 2; ++np) {
+          uint32_t vb[4];
+          cuda::LdMatrixX4Trans(vb, vrow + np * 32);
+#pragma unroll
+          for (int mt = 0; mt < C::kOMT; ++mt) {
+            Mma(oacc[mt][2 * np], pa[mt], vb[0], vb[1]);
+            Mma(oacc[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+          }
+        }
+      }
+    }
+  }
+
+  // Phase 5: normalise and write (final bf16 output, or this split's fp32
+  // partial for the merge kernel).
+  if (ssub == 0) {
+    sfin_m[srow] = m_run;
+    sfin_l[srow] = l_run;
+  }
+  __syncthreads();
+  const bool partial = a.ws_o != nullptr;
+  const int64_t th_base = static_cast<int64_t>(t) * a.heads;
+#pragma unroll
+  for (int mt = 0; mt < C::kOMT; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = (om * C::kOMT + mt) * 16 + (lane >> 2) + half * 8;
+      const int h = head0 + r;
+      if (h >= a.heads) continue;
+      const float l = sfin_l[r];
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int col0 = on * C::kOCols + (lane & 3) * 2;
+      if (partial) {
+        float* dst = a.ws_o + ((static_cast<int64_t>(split) * a.tokens * a.heads + th_base + h) * kDimV) + col0;
+#pragma unroll
+        for (int nt = 0; nt < C::kONT; ++nt) {
+          *reinterpret_cast<float2*>(dst + nt * 8) =
+              make_float2(oacc[mt][nt][2 * half] * inv, oacc[mt][nt][2 * half + 1] * inv);
+        }
+      } else {
+        __nv_bfloat16* dst = a.out + t * a.o_ts + h * a.o_hs + col0;
+#pragma unroll
+        for (int nt = 0; nt < C::kONT; ++nt) {
+          *reinterpret_cast<uint32_t*>(dst + nt * 8) =
+              PackBf16(oacc[mt][nt][2 * half] * inv, oacc[mt][nt][2 * half + 1] * inv);
+        }
+      }
+    }
+  }
+  if (tid < HM && head0 + tid < a.heads) {
+    const float l = sfin_l[tid];
+    const float lse = l > 0.0f ? (sfin_m[tid] + log2f(l)) * 0.69314718055994531f : (partial ? -INFINITY : INFINITY);
+    if (partial) {
+      a.ws_lse[static_cast<int64_t>(split) * a.tokens * a.heads + th_base + head0 + tid] = lse;
+    } else if (a.lse != nullptr) {
+      a.lse[th_base + head0 + tid] = lse;
+    }
+  }
+}
+
+// Merges the splits of one (token, head): weights exp(lse_s - max), in split
+// order. Every split empty -> out 0, lse +inf.
+__global__ void __launch_bounds__(128) MergeSplitsKernel(const float* __restrict__ ws_o, const float* __restrict__ ws_lse,
+                                                         int splits, int tokens, int heads, __nv_bfloat16* out,
+                                                         int64_t o_ts, int64_t o_hs, float* lse) {
+  const int64_t th = blockIdx.x;
+  const int t = static_cast<int>(th / heads), h = static_cast<int>(th % heads);
+  const int64_t stride = static_cast<int64_t>(tokens) * heads;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, ws_lse[s * stride + th]);
+  const int c = threadIdx.x * 4;
+  __nv_bfloat16* dst = out + t * o_ts + h * o_hs + c;
+  if (mx == -INFINITY) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(0u, 0u);
+    if (threadIdx.x == 0 && lse != nullptr) lse[th] = INFINITY;
+    return;
+  }
+  float sum = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s = 0; s < splits; ++s) {
+    const float w = expf(ws_lse[s * stride + th] - mx);
+    if (w == 0.0f) continue;
+    sum += w;
+    const float4 v = *reinterpret_cast<const float4*>(ws_o + (s * stride + th) * kDimV + c);
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+  }
+  const float inv = 1.0f / sum;
+  *reinterpret_cast<uint2*>(dst) = make_uint2(PackBf16(acc.x * inv, acc.y * inv), PackBf16(acc.z * inv, acc.w * inv));
+  if (threadIdx.x == 0 && lse != nullptr) lse[th] = mx + logf(sum);
+}
+
+template <int HM, bool kFp8>
+absl::Status LaunchVariant(const MlaArgs& args, int64_t grid, cudaStream_t stream) {
+  using C = Cfg<HM, kFp8>;
+  SPAR_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(SparseMlaKernel<HM, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  SparseMlaKernel<HM, kFp8><<<static_cast<unsigned>(grid), kThreads, C::kSmem, stream>>>(args);
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("SparseMlaKernel");
+  return absl::OkStatus();
+}
+
+absl::Status InvalidArg(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("SparseMlaParams.", field, ": ", why));
+}
+
+}  // namespace
+
+bool SparseMlaSupported(int heads, ref::LatentFormat format) {
+  return heads >= 1 && heads <= 4096 &&
+         (format == ref::LatentFormat::kBF16 || format == ref::LatentFormat::kFp8Ds);
+}
+
+absl::Status PlanSparseMlaForDevice(int64_t tokens, int heads, int list_len, ref::LatentFormat format,
+                                    SparseMlaPlan* plan) {
+  int dev = 0, sms = 0, smem = 0;
+  SPAR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  SPAR_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  SPAR_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  *plan = PlanSparseMla(tokens, heads, list_len, sms, smem, format == ref::LatentFormat::kFp8Ds);
+  return absl::OkStatus();
+}
+
+absl::Status LaunchSparseMla(const SparseMlaParams& p, cudaStream_t stream) {
+  if (!SparseMlaSupported(p.heads, p.format)) return InvalidArg("heads/format", "unsupported (heads 1..4096, kBF16 or kFp8Ds)");
+  if (p.tokens < 0 || p.tokens > (int64_t{1} << 24)) return InvalidArg("tokens", "out of range");
+  if (p.tokens == 0) return absl::OkStatus();
+  if (p.q == nullptr || (reinterpret_cast<uintptr_t>(p.q) & 15) != 0) return InvalidArg("q", "null or not 16-byte aligned");
+  if (p.q_token_stride % 8 != 0 || p.q_head_stride % 8 != 0) return InvalidArg("q_*_stride", "must be multiples of 8");
+  if (p.cache == nullptr || (reinterpret_cast<uintptr_t>(p.cache) & 15) != 0) return InvalidArg("cache", "null or not 16-byte aligned");
+  if (p.num_slots < 0 || p.num_slots > (int64_t{1} << 31) - 1) return InvalidArg("num_slots", "out of int32 range");
+  if (p.list_len < 0) return InvalidArg("list_len", "negative");
+  if (p.indices == nullptr && (p.block_table == nullptr || p.token_seq == nullptr || p.kv_lens == nullptr)) {
+    return InvalidArg("indices", "null, and the dense mode needs block_table, token_seq and kv_lens");
+  }
+  if (!std::isfinite(p.scale)) return InvalidArg("scale", "not finite");
+  if (p.out == nullptr || (reinterpret_cast<uintptr_t>(p.out) & 7) != 0) return InvalidArg("out", "null or not 8-byte aligned");
+  if (p.out_token_stride % 4 != 0 || p.out_head_stride % 4 != 0) return InvalidArg("out_*_stride", "must be multiples of 4");
+
+  SparseMlaPlan plan = p.plan;
+  if (plan.head_tile == 0 && plan.num_splits == 0 && plan.keys_per_split == 0) {
+    if (auto st = PlanSparseMlaForDevice(p.tokens, p.heads, p.list_len, p.format, &plan); !st.ok()) return st;
+  }
+  if (plan.head_tile != 16 && plan.head_tile != 32 && plan.head_tile != 64) return InvalidArg("plan.head_tile", "must be 16, 32 or 64");
+  if (plan.num_splits < 1 || plan.keys_per_split < kBlockKeys || plan.keys_per_split % kBlockKeys != 0 ||
+      plan.keys_per_split > kMaxKeysPerCta) {
+    return InvalidArg("plan", "num_splits >= 1 and keys_per_split a multiple of 32 in [32, 2048]");
+  }
+  if (static_cast<int64_t>(plan.num_splits) * plan.keys_per_split < p.list_len) {
+    return InvalidArg("plan", "num_splits * keys_per_split must cover list_len");
+  }
+  const size_t ws_need = SparseMlaWorkspaceBytes(plan, p.tokens, p.heads);
+  if (ws_need > 0 && (p.workspace == nullptr || p.workspace_bytes < ws_need ||
+                      (reinterpret_cast<uintptr_t>(p.workspace) & 15) != 0)) {
+    return InvalidArg("workspace", absl::StrCat("needs ", ws_need, " bytes, 16-byte aligned"));
+  }
+
+  MlaArgs args{};
+  args.q = p.q;
+  args.q_ts = p.q_token_stride;
+  args.q_hs = p.q_head_stride;
+  args.cache = p.cache;
+  args.num_slots = p.num_slots;
+  args.indices = p.indices;
+  args.idx_stride = p.indices_stride;
+  args.list_len = p.list_len;
+  args.block_table = p.block_table;
+  args.bt_stride = p.block_table_stride;
+  args.token_seq = p.token_seq;
+  args.kv_lens = p.kv_lens;
+  args.scale_log2 = p.scale * 1.4426950408889634f;
+  args.out = p.out;
+  args.o_ts = p.out_token_stride;
+  args.o_hs = p.out_head_stride;
+  args.lse = p.lse;
+  args.tokens = static_cast<int>(p.tokens);
+  args.heads = p.heads;
+  args.head_tiles = (p.heads + plan.head_tile - 1) / plan.head_tile;
+  args.num_splits = plan.num_splits;
+  args.keys_per_split = plan.keys_per_split;
+  if (plan.num_splits > 1) {
+    args.ws_o = static_cast<float*>(p.workspace);
+    args.ws_lse = args.ws_o + static_cast<size_t>(plan.num_splits) * p.tokens * p.heads * kDimV;
+  }
+  const int64_t grid = p.tokens * args.head_tiles * plan.num_splits;
+  if (grid >= (int64_t{1} << 31)) return InvalidArg("tokens", "too many CTAs");
+
+  const bool fp8 = p.format == ref::LatentFormat::kFp8Ds;
+  using LaunchFn = absl::Status (*)(const MlaArgs&, int64_t, cudaStream_t);
+  LaunchFn launch = nullptr;
+  switch (plan.head_tile * 2 + (fp8 ? 1 : 0)) {
+    case 32: launch = LaunchVariant<16, false>; break;
+    case 33: launch = LaunchVariant<16, true>; break;
+    case 64: launch = LaunchVariant<32, false>; break;
+    case 65: launch = LaunchVariant<32, true>; break;
+    case 128: launch = LaunchVariant<64, false>; break;
+    default: launch = LaunchVariant<64, true>; break;
+  }
+  if (absl::Status st = launch(args, grid, stream); !st.ok()) return st;
+  if (plan.num_splits > 1) {
+    MergeSplitsKernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, 0, stream>>>(
+        args.ws_o, args.ws_lse, plan.num_splits, args.tokens, p.heads, p.out, p.out_token_stride, p.out_head_stride,
+        p.lse);
+    SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("MergeSplitsKernel");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace spar

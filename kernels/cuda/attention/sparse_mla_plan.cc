@@ -1,0 +1,66 @@
+// Work decomposition of the sparse MLA kernel (host only, no CUDA calls).
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/cuda/attention/sparse_mla.h"
+#include "kernels/cuda/attention/sparse_mla_config.h"
+
+namespace spar {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int SparseMlaCtasPerSm(int head_tile, bool fp8, int smem_per_sm) {
+  const mla::TileConfig cfg{head_tile, fp8};
+  // The driver reserves 1 KB of shared memory per resident CTA.
+  return std::max(1, smem_per_sm / (cfg.SmemBytes() + 1024));
+}
+
+SparseMlaPlan PlanSparseMla(int64_t tokens, int heads, int list_len, int num_sms, int smem_per_sm, bool fp8) {
+  SparseMlaPlan plan;
+  const int64_t nb = CeilDiv(std::max(list_len, 0), mla::kBlockKeys);
+  const int64_t min_splits = std::max<int64_t>(1, CeilDiv(list_len, mla::kMaxKeysPerCta));
+  const int64_t max_splits = std::max(min_splits, nb / 2);  // at least two blocks per split
+  auto tiles = [&](int hm) { return CeilDiv(heads, hm); };
+  int hm = heads <= 16 ? 16 : heads <= 32 ? 32 : 64;
+  // Tiny batches: wide head tiles cannot make enough CTAs even with the
+  // finest split; 16-head tiles trade row reuse (the other tiles re-read the
+  // rows from L2) for parallelism.
+  if (hm > 16 && tokens * tiles(hm) * max_splits < num_sms) hm = 16;
+  plan.head_tile = hm;
+  if (nb == 0 || tokens <= 0) {
+    plan.num_splits = 1;
+    plan.keys_per_split = mla::kBlockKeys;
+    return plan;
+  }
+  const int64_t base = tokens * tiles(hm);
+  const int64_t slots = static_cast<int64_t>(std::max(num_sms, 1)) * SparseMlaCtasPerSm(hm, fp8, smem_per_sm);
+  // Cost model in units of one 32-key block: waves × (blocks per CTA + fixed
+  // cost of the query load and epilogue + merge pass when split).
+  int64_t best_splits = min_splits;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (int64_t s = min_splits; s <= max_splits; ++s) {
+    const int64_t per = CeilDiv(nb, s);
+    const int64_t splits = CeilDiv(nb, per);
+    if (splits != s) continue;  // same cut as a smaller s
+    const double waves = static_cast<double>(CeilDiv(base * splits, slots));
+    const double cost = waves * (per + 2.0 + (splits > 1 ? 1.0 : 0.0));
+    if (cost < best_cost) {
+      best_cost = cost;
+      best_splits = splits;
+    }
+  }
+  plan.num_splits = static_cast<int>(best_splits);
+  plan.keys_per_split = static_cast<int>(CeilDiv(nb, best_splits) * mla::kBlockKeys);
+  return plan;
+}
+
+size_t SparseMlaWorkspaceBytes(const SparseMlaPlan& plan, int64_t tokens, int heads) {
+  if (plan.num_splits <= 1 || tokens <= 0) return 0;
+  return static_cast<size_t>(plan.num_splits) * tokens * heads * (mla::kDimV + 1) * sizeof(float);
+}
+
+}  // namespace spar

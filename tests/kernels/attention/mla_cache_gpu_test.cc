@@ -1,0 +1,165 @@
+// Fused kv_a_layernorm + RoPE + latent cache write against the reference:
+// ref::RmsNorm, ref::ApplyRope and ref::EncodeLatentRow on the same bf16
+// inputs; bytes compared row by row, untouched slots must stay untouched.
+#include "kernels/cuda/attention/mla_cache.h"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/numeric.h"
+#include "base/rng.h"
+#include "gtest/gtest.h"
+#include "kernels/ref/cache_ref.h"
+#include "kernels/ref/norm_ref.h"
+#include "kernels/ref/rope_ref.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace spar {
+namespace {
+
+using ref::LatentFormat;
+using testing::DeviceArray;
+
+struct Case {
+  LatentFormat format;
+  bool yarn;
+  bool interleaved;
+  bool norm;
+};
+
+void RunCase(const Case& c) {
+  SCOPED_TRACE(::testing::Message() << (c.format == LatentFormat::kBF16 ? "bf16" : "fp8") << " yarn " << c.yarn
+                                    << " interleaved " << c.interleaved << " norm " << c.norm);
+  const int64_t tokens = 300, stride = 2048 + 576;  // kv rows inside a fused [q_a | kv_a] output
+  const int64_t num_slots = 64 * 8;
+  const size_t rb = ref::LatentRowBytes(c.format);
+  Rng rng(5);
+  std::vector<float> kv = testing::RandomFloats(tokens * stride, 6, -2.0f, 2.0f);
+  for (auto& v : kv) v = RoundToBf16(v);
+  std::vector<float> w = testing::RandomFloats(512, 7, 0.5f, 1.5f);
+  for (auto& v : w) v = RoundToBf16(v);
+  std::vector<int32_t> pos(tokens), slots(tokens);
+  for (int64_t t = 0; t < tokens; ++t) {
+    pos[t] = static_cast<int32_t>(rng.Below(200000));
+    slots[t] = static_cast<int32_t>(t * 3 % num_slots);  // distinct for t < 512/3... checked below
+  }
+  slots[5] = -1;    // padding token: skipped
+  slots[17] = -7;
+  ref::RopeParams rp;
+  rp.rotary_dim = 64;
+  if (c.yarn) {
+    rp.theta = 10000;
+    rp.yarn = true;
+    rp.yarn_factor = 40;
+    rp.yarn_original_max_positions = 4096;
+  } else {
+    rp.theta = 1e6;
+  }
+  const std::vector<float> inv = ref::RopeInvFreq(rp);
+
+  // Reference bytes.
+  std::vector<uint8_t> want(num_slots * rb, 0xAB);
+  std::vector<float> row(576);
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    std::memcpy(row.data(), kv.data() + t * stride, 576 * sizeof(float));
+    if (c.norm) ref::RmsNorm(kv.data() + t * stride, stride, 1, 512, w.data(), 1e-5f, row.data(), 576);
+    ref::ApplyRope(row.data(), 576, 1, 1, &pos[t], 512, c.interleaved ? ref::RopePairs::kInterleaved : ref::RopePairs::kHalfSplit, rp);
+    ref::EncodeLatentRow(c.format, row.data(), want.data() + slots[t] * rb);
+  }
+
+  DeviceArray<uint16_t> dkv, dw;
+  dkv.Upload(testing::ToBf16(kv));
+  dw.Upload(testing::ToBf16(w));
+  DeviceArray<int32_t> dpos, dslots;
+  dpos.Upload(pos);
+  dslots.Upload(slots);
+  DeviceArray<float> dinv;
+  dinv.Upload(inv);
+  DeviceArray<uint8_t> cache(num_slots * rb);
+  SPAR_ASSERT_CUDA(cudaMemset(cache.get(), 0xAB, cache.bytes()));
+  MlaCacheWriteParams p;
+  p.kv = reinterpret_cast<const __nv_bfloat16*>(dkv.get());
+  p.tokens = tokens;
+  p.kv_stride = stride;
+  p.norm_weight = c.norm ? reinterpret_cast<const __nv_bfloat16*>(dw.get()) : nullptr;
+  p.eps = 1e-5f;
+  p.positions = dpos.get();
+  p.inv_freq = dinv.get();
+  p.interleaved = c.interleaved;
+  p.slot_mapping = dslots.get();
+  p.format = c.format;
+  p.cache = cache.get();
+  p.num_slots = num_slots;
+  const absl::Status st = LaunchMlaCacheWrite(p, nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  SPAR_ASSERT_CUDA(cudaGetLastError());
+  SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint8_t> got = cache.Download();
+
+  // Untouched slots keep the fill; the rope part and the scales must be
+  // equal; c may differ by one bf16 / e4m3 step where the fp32 norm differs
+  // in its last bit (sum of squares in float vs double).
+  int rope_bad = 0, nope_diff = 0, nope_far = 0, scale_far = 0, fill_bad = 0;
+  std::vector<float> gr(576), wr(576);
+  std::vector<bool> written(num_slots, false);
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] >= 0) written[slots[t]] = true;
+  }
+  for (int64_t s = 0; s < num_slots; ++s) {
+    const uint8_t* g = got.data() + s * rb;
+    const uint8_t* e = want.data() + s * rb;
+    if (!written[s]) {
+      for (size_t b = 0; b < rb; ++b) fill_bad += g[b] != 0xAB;
+      continue;
+    }
+    ref::DecodeLatentRow(c.format, g, gr.data());
+    ref::DecodeLatentRow(c.format, e, wr.data());
+    for (int i = 512; i < 576; ++i) rope_bad += gr[i] != wr[i];
+    if (c.format == LatentFormat::kFp8Ds) {
+      for (int tile = 0; tile < 4; ++tile) {
+        float gs, es;
+        std::memcpy(&gs, g + 512 + 4 * tile, 4);
+        std::memcpy(&es, e + 512 + 4 * tile, 4);
+        if (std::fabs(gs - es) > 1e-6f * es) ++scale_far;
+      }
+    }
+    for (int i = 0; i < 512; ++i) {
+      if (gr[i] == wr[i]) continue;
+      ++nope_diff;
+      // One step of the stored format at this magnitude.
+      const float step = c.format == LatentFormat::kBF16 ? std::fabs(wr[i]) / 128.0f + 1e-30f
+                                                         : std::fabs(wr[i]) / 8.0f + 1e-3f;
+      if (std::fabs(gr[i] - wr[i]) > step * 1.01f) ++nope_far;
+    }
+  }
+  EXPECT_EQ(fill_bad, 0) << "bytes written outside the mapped slots";
+  EXPECT_EQ(rope_bad, 0) << "rope values differ";
+  EXPECT_EQ(scale_far, 0) << "fp8 scales differ";
+  EXPECT_EQ(nope_far, 0) << "c values off by more than one step";
+  EXPECT_LE(nope_diff, 512 * tokens / 200) << "too many one-step differences";
+}
+
+TEST(MlaCacheWrite, MatchesReference) {
+  SPAR_REQUIRE_GPU();
+  for (LatentFormat f : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
+    RunCase({f, false, true, true});   // GLM-5
+    RunCase({f, true, true, true});    // DeepSeek-V3.2 (YaRN)
+    RunCase({f, false, false, true});  // half-split pairs
+    RunCase({f, true, true, false});   // pre-normalised input
+  }
+}
+
+TEST(MlaCacheWrite, RejectsBadParams) {
+  MlaCacheWriteParams p;
+  p.tokens = 1;
+  EXPECT_EQ(LaunchMlaCacheWrite(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p.format = LatentFormat::kF32;
+  EXPECT_EQ(LaunchMlaCacheWrite(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace spar

@@ -1,0 +1,398 @@
+// Sparse MLA attention (kernels/cuda/attention/sparse_mla.h) against
+// ref::SparseMla on fresh random inputs: every head count, both cache
+// formats, forced and automatic splits, -1 / out-of-range / duplicate
+// indices, empty rows, and the dense fast path (bit-equal to the sparse path).
+#include "kernels/cuda/attention/sparse_mla.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "base/rng.h"
+#include "gtest/gtest.h"
+#include "kernels/ref/cache_ref.h"
+#include "kernels/ref/sparse_mla_ref.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace spar {
+namespace {
+
+using ref::LatentFormat;
+using testing::DeviceArray;
+
+constexpr float kScaleGlm = 0.0625f;
+constexpr float kScaleDs = 0.135234f;
+
+const char* FormatName(LatentFormat f) { return f == LatentFormat::kBF16 ? "bf16" : "fp8"; }
+
+// A latent cache of random rows; FP8 tiles get different magnitudes so the
+// per-128 scales differ.
+struct Cache {
+  LatentFormat format;
+  int64_t num_slots;
+  std::vector<uint8_t> bytes;
+  DeviceArray<uint8_t> dev;
+};
+
+void MakeCache(Cache& c, LatentFormat format, int64_t num_slots, uint64_t seed) {
+  c.format = format;
+  c.num_slots = num_slots;
+  const size_t rb = ref::LatentRowBytes(format);
+  c.bytes.assign(rb * num_slots, 0);
+  Rng rng(seed);
+  std::vector<float> row(ref::kLatentDim);
+  for (int64_t s = 0; s < num_slots; ++s) {
+    for (int i = 0; i < ref::kLatentDim; ++i) {
+      const float mag = i < 512 ? 0.5f + 0.5f * static_cast<float>(i / 128) : 1.0f;
+      row[i] = mag * rng.Symmetric();
+    }
+    ref::EncodeLatentRow(format, row.data(), c.bytes.data() + rb * s);
+  }
+  c.dev.Upload(c.bytes);
+}
+
+struct Result {
+  std::vector<float> out;  // [tokens, heads, 512]
+  std::vector<float> lse;  // [tokens, heads]
+  SparseMlaPlan plan;
+};
+
+struct Problem {
+  int64_t tokens = 1;
+  int heads = 8;
+  int list_len = 0;
+  float scale = kScaleGlm;
+  std::vector<float> q;  // bf16-exact values [tokens, heads, 576]
+  std::vector<int32_t> indices;  // [tokens, list_len] (sparse mode)
+  // Dense mode
+  bool dense = false;
+  std::vector<int32_t> block_table, token_seq, kv_lens;
+  int64_t bt_stride = 0;
+};
+
+void RandomQ(Problem& p, uint64_t seed) {
+  p.q = testing::RandomFloats(p.tokens * p.heads * ref::kLatentDim, seed, -1.5f, 1.5f);
+  for (auto& v : p.q) v = RoundToBf16(v);
+}
+
+Result RunGpu(const Problem& p, const Cache& c, const SparseMlaPlan& forced = {}) {
+  Result r;
+  DeviceArray<uint16_t> q, out;
+  q.Upload(testing::ToBf16(p.q));
+  out.Resize(p.tokens * p.heads * ref::kLatentNopeDim);
+  out.Poison();
+  DeviceArray<float> lse(p.tokens * p.heads);
+  lse.Poison();
+  DeviceArray<int32_t> idx, bt, seq, lens;
+  SparseMlaParams prm;
+  prm.q = reinterpret_cast<const __nv_bfloat16*>(q.get());
+  prm.tokens = p.tokens;
+  prm.heads = p.heads;
+  prm.q_head_stride = ref::kLatentDim;
+  prm.q_token_stride = static_cast<int64_t>(p.heads) * ref::kLatentDim;
+  prm.format = c.format;
+  prm.cache = c.dev.get();
+  prm.num_slots = c.num_slots;
+  prm.list_len = p.list_len;
+  if (p.dense) {
+    bt.Upload(p.block_table);
+    seq.Upload(p.token_seq);
+    lens.Upload(p.kv_lens);
+    prm.block_table = bt.get();
+    prm.block_table_stride = p.bt_stride;
+    prm.token_seq = seq.get();
+    prm.kv_lens = lens.get();
+  } else {
+    if (!p.indices.empty()) idx.Upload(p.indices);
+    prm.indices = p.indices.empty() ? reinterpret_cast<const int32_t*>(q.get()) : idx.get();
+    prm.indices_stride = p.list_len;
+  }
+  prm.scale = p.scale;
+  prm.out = reinterpret_cast<__nv_bfloat16*>(out.get());
+  prm.out_head_stride = ref::kLatentNopeDim;
+  prm.out_token_stride = static_cast<int64_t>(p.heads) * ref::kLatentNopeDim;
+  prm.lse = lse.get();
+  SparseMlaPlan plan = forced;
+  if (plan.head_tile == 0) {
+    EXPECT_TRUE(PlanSparseMlaForDevice(p.tokens, p.heads, p.list_len, c.format, &plan).ok());
+  }
+  prm.plan = plan;
+  r.plan = plan;
+  DeviceArray<uint8_t> ws(std::max<size_t>(16, SparseMlaWorkspaceBytes(plan, p.tokens, p.heads)));
+  ws.Poison();
+  prm.workspace = ws.get();
+  prm.workspace_bytes = ws.size();
+  const absl::Status st = LaunchSparseMla(prm, nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  r.out = testing::FromBf16(out.Download());
+  r.lse = lse.Download();
+  return r;
+}
+
+// The reference on the same inputs; the dense mode is expanded to explicit
+// per-token slot lists.
+Result RunRef(const Problem& p, const Cache& c) {
+  std::vector<int32_t> idx = p.indices;
+  if (p.dense) {
+    idx.assign(p.tokens * p.list_len, -1);
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      for (int j = 0; j < p.kv_lens[t]; ++j) {
+        idx[t * p.list_len + j] = p.block_table[p.token_seq[t] * p.bt_stride + j / 64] * 64 + j % 64;
+      }
+    }
+  }
+  Result r;
+  r.out.assign(p.tokens * p.heads * ref::kLatentNopeDim, 0.0f);
+  r.lse.assign(p.tokens * p.heads, 0.0f);
+  ref::LatentCacheView view{c.format, c.bytes.data(), c.num_slots};
+  ref::SparseMla(p.q.data(), p.tokens, p.heads, view, idx.data(), p.list_len, p.scale, r.out.data(), r.lse.data());
+  return r;
+}
+
+// out: rel L2 over the whole tensor; empty rows must be exactly 0 with lse +inf.
+void ExpectClose(const Result& got, const Result& want, LatentFormat f, const std::string& what) {
+  SCOPED_TRACE(what);
+  const double rel = testing::RelativeL2(got.out, want.out);
+  // bf16 P and bf16 output rounding: ~3e-3; FP8 rows also round the widened
+  // keys to bf16.
+  EXPECT_LT(rel, f == LatentFormat::kBF16 ? 8e-3 : 1.2e-2) << "rel L2 of out";
+  const double lse_tol = f == LatentFormat::kBF16 ? 2e-3 : 2e-2;
+  int bad = 0;
+  for (size_t i = 0; i < want.lse.size(); ++i) {
+    if (std::isinf(want.lse[i])) {
+      if (!(std::isinf(got.lse[i]) && got.lse[i] > 0)) ++bad;
+      for (int d = 0; d < ref::kLatentNopeDim; ++d) {
+        if (got.out[i * ref::kLatentNopeDim + d] != 0.0f) ++bad;
+      }
+    } else if (!(std::fabs(got.lse[i] - want.lse[i]) <= lse_tol)) {
+      if (bad < 5) ADD_FAILURE() << "lse[" << i << "] " << got.lse[i] << " vs " << want.lse[i];
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// Random slots in [0, num_slots), with a fraction of -1, out-of-range and
+// repeated entries.
+std::vector<int32_t> RandomIndices(int64_t tokens, int list_len, int64_t num_slots, uint64_t seed, bool edge) {
+  Rng rng(seed);
+  std::vector<int32_t> idx(tokens * list_len);
+  for (auto& v : idx) {
+    v = static_cast<int32_t>(rng.Below(num_slots));
+    if (!edge) continue;
+    const uint64_t r = rng.Below(100);
+    if (r < 8) v = -1;
+    else if (r < 10) v = static_cast<int32_t>(num_slots + rng.Below(1000));
+    else if (r < 12) v = -1000 - static_cast<int32_t>(rng.Below(1000));
+  }
+  if (edge) {
+    for (int64_t t = 0; t < tokens; ++t) {  // duplicates: copy a few earlier entries
+      for (int j = 5; j < list_len; j += 17) idx[t * list_len + j] = idx[t * list_len + j / 3];
+    }
+  }
+  return idx;
+}
+
+class SparseMlaHeads : public ::testing::TestWithParam<std::tuple<int, LatentFormat>> {};
+
+TEST_P(SparseMlaHeads, MatchesReferenceAutoPlan) {
+  SPAR_REQUIRE_GPU();
+  const auto [heads, format] = GetParam();
+  Cache cache;
+  MakeCache(cache, format, 64 * 40, 11 + heads);
+  for (int tokens : {1, 5}) {
+    Problem p;
+    p.tokens = tokens;
+    p.heads = heads;
+    p.list_len = 300;  // not a multiple of 32
+    p.scale = heads == 128 ? kScaleDs : kScaleGlm;
+    RandomQ(p, 100 + heads + tokens);
+    p.indices = RandomIndices(p.tokens, p.list_len, cache.num_slots, 7 + tokens, /*edge=*/true);
+    const Result got = RunGpu(p, cache);
+    ExpectClose(got, RunRef(p, cache), format,
+                ::testing::PrintToString(heads) + " heads, " + FormatName(format) + ", tokens " +
+                    ::testing::PrintToString(tokens) + ", head_tile " + ::testing::PrintToString(got.plan.head_tile) +
+                    ", splits " + ::testing::PrintToString(got.plan.num_splits));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SparseMlaHeads,
+                         ::testing::Combine(::testing::Values(8, 16, 32, 64, 128),
+                                            ::testing::Values(LatentFormat::kBF16, LatentFormat::kFp8Ds)));
+
+// Every head tile with no split, a few splits and one block per split.
+TEST(SparseMla, ForcedPlans) {
+  SPAR_REQUIRE_GPU();
+  for (LatentFormat format : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
+    Cache cache;
+    MakeCache(cache, format, 64 * 32, 21);
+    for (int heads : {8, 48, 64, 128}) {
+      Problem p;
+      p.tokens = 3;
+      p.heads = heads;
+      p.list_len = 200;
+      RandomQ(p, 31 + heads);
+      p.indices = RandomIndices(p.tokens, p.list_len, cache.num_slots, 41 + heads, true);
+      const Result want = RunRef(p, cache);
+      for (int tile : {16, 32, 64}) {
+        for (int kps : {224, 96, 32}) {
+          SparseMlaPlan plan{tile, (p.list_len + kps - 1) / kps, kps};
+          ExpectClose(RunGpu(p, cache, plan), want, format,
+                      std::string(FormatName(format)) + " heads " + ::testing::PrintToString(heads) + " tile " +
+                          ::testing::PrintToString(tile) + " keys/split " + ::testing::PrintToString(kps));
+        }
+      }
+    }
+  }
+}
+
+// Rows whose entries are all invalid give out 0 and lse +inf, split or not;
+// a list of one slot repeated gives exactly that row's values (up to bf16).
+TEST(SparseMla, EmptyRowsAndDuplicates) {
+  SPAR_REQUIRE_GPU();
+  for (LatentFormat format : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
+    Cache cache;
+    MakeCache(cache, format, 64 * 8, 51);
+    Problem p;
+    p.tokens = 4;
+    p.heads = 16;
+    p.list_len = 130;
+    RandomQ(p, 52);
+    p.indices = RandomIndices(p.tokens, p.list_len, cache.num_slots, 53, false);
+    for (int j = 0; j < p.list_len; ++j) {
+      p.indices[0 * p.list_len + j] = -1;                                     // empty
+      p.indices[1 * p.list_len + j] = j % 2 ? -1 : static_cast<int32_t>(cache.num_slots + j);  // empty (out of range)
+      p.indices[2 * p.list_len + j] = 77;                                     // one slot 130 times
+      if (j < 100) p.indices[3 * p.list_len + j] = -1;                        // valid only at the end
+    }
+    const Result want = RunRef(p, cache);
+    for (const SparseMlaPlan& plan : {SparseMlaPlan{}, SparseMlaPlan{16, 5, 32}, SparseMlaPlan{16, 1, 160}}) {
+      const Result got = RunGpu(p, cache, plan);
+      ExpectClose(got, want, format, std::string(FormatName(format)) + " splits " + ::testing::PrintToString(got.plan.num_splits));
+      for (int h = 0; h < p.heads; ++h) {
+        EXPECT_TRUE(std::isinf(got.lse[0 * p.heads + h]) && got.lse[0 * p.heads + h] > 0);
+        EXPECT_TRUE(std::isinf(got.lse[1 * p.heads + h]) && got.lse[1 * p.heads + h] > 0);
+      }
+      // Token 2 attends to one row: out = row 77's first 512 values.
+      std::vector<float> row(ref::kLatentDim);
+      ref::DecodeLatentRow(format, cache.bytes.data() + 77 * ref::LatentRowBytes(format), row.data());
+      double worst = 0;
+      for (int h = 0; h < p.heads; ++h) {
+        for (int d = 0; d < ref::kLatentNopeDim; ++d) {
+          worst = std::max(worst, static_cast<double>(std::fabs(got.out[(2 * p.heads + h) * 512 + d] - row[d])));
+        }
+      }
+      EXPECT_LT(worst, 0.02) << "repeated slot";
+    }
+  }
+  // list_len 0: every row empty.
+  Cache cache;
+  MakeCache(cache, LatentFormat::kBF16, 64, 61);
+  Problem p;
+  p.tokens = 2;
+  p.heads = 8;
+  p.list_len = 0;
+  RandomQ(p, 62);
+  const Result got = RunGpu(p, cache);
+  for (float v : got.out) EXPECT_EQ(v, 0.0f);
+  for (float v : got.lse) EXPECT_TRUE(std::isinf(v) && v > 0);
+}
+
+// Ragged batch of sequences in the dense mode (prefill tokens and decode
+// tokens, each with its causal length) equals the sparse mode fed the same
+// slots in ascending order, bit for bit, and both match the reference.
+TEST(SparseMla, DenseFastPathBitEqualsSparse) {
+  SPAR_REQUIRE_GPU();
+  for (LatentFormat format : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
+    Cache cache;
+    const int num_blocks = 48;
+    MakeCache(cache, format, 64 * num_blocks, 71);
+    const std::vector<int> seq_lens = {1, 37, 64, 65, 300, 513};
+    const int max_blocks = 9;
+    Problem d;
+    d.dense = true;
+    d.bt_stride = max_blocks;
+    // Shuffled, disjoint block ids per sequence.
+    std::vector<int32_t> perm(num_blocks);
+    for (int i = 0; i < num_blocks; ++i) perm[i] = i;
+    Rng rng(72);
+    for (int i = num_blocks - 1; i > 0; --i) std::swap(perm[i], perm[rng.Below(i + 1)]);
+    d.block_table.assign(seq_lens.size() * max_blocks, -1);
+    int next = 0;
+    for (size_t s = 0; s < seq_lens.size(); ++s) {
+      for (int b = 0; b < (seq_lens[s] + 63) / 64; ++b) d.block_table[s * max_blocks + b] = perm[next++];
+      // Prefill-like: the last up-to-4 positions of every sequence.
+      for (int pos = std::max(0, seq_lens[s] - 4); pos < seq_lens[s]; ++pos) {
+        d.token_seq.push_back(static_cast<int32_t>(s));
+        d.kv_lens.push_back(pos + 1);
+      }
+    }
+    d.tokens = static_cast<int64_t>(d.kv_lens.size());
+    d.list_len = *std::max_element(seq_lens.begin(), seq_lens.end());
+    for (int heads : {16, 64}) {
+      d.heads = heads;
+      RandomQ(d, 73 + heads);
+      Problem s = d;
+      s.dense = false;
+      s.indices.assign(s.tokens * s.list_len, -1);
+      for (int64_t t = 0; t < s.tokens; ++t) {
+        for (int j = 0; j < s.kv_lens[t]; ++j) {
+          s.indices[t * s.list_len + j] = d.block_table[d.token_seq[t] * max_blocks + j / 64] * 64 + j % 64;
+        }
+      }
+      const Result want = RunRef(d, cache);
+      for (const SparseMlaPlan& plan : {SparseMlaPlan{}, SparseMlaPlan{16, 3, 192}, SparseMlaPlan{64, 1, 544}}) {
+        const Result gd = RunGpu(d, cache, plan), gs = RunGpu(s, cache, plan);
+        const std::string what = std::string(FormatName(format)) + " heads " + ::testing::PrintToString(heads) +
+                                 " splits " + ::testing::PrintToString(gd.plan.num_splits);
+        ExpectClose(gd, want, format, what);
+        EXPECT_EQ(std::memcmp(gd.out.data(), gs.out.data(), gd.out.size() * sizeof(float)), 0) << what;
+        EXPECT_EQ(std::memcmp(gd.lse.data(), gs.lse.data(), gd.lse.size() * sizeof(float)), 0) << what;
+      }
+    }
+  }
+}
+
+// Prefill-sized batch: many tokens, each with its own list, one split.
+TEST(SparseMla, PrefillManyTokens) {
+  SPAR_REQUIRE_GPU();
+  for (LatentFormat format : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
+    Cache cache;
+    MakeCache(cache, format, 64 * 64, 81);
+    for (int heads : {64, 128}) {
+      Problem p;
+      p.tokens = 96;
+      p.heads = heads;
+      p.list_len = 256;
+      p.scale = kScaleDs;
+      RandomQ(p, 82 + heads);
+      p.indices = RandomIndices(p.tokens, p.list_len, cache.num_slots, 83, true);
+      // Ragged: token t keeps only its first (t * 7) % 257 entries.
+      for (int64_t t = 0; t < p.tokens; ++t) {
+        for (int j = static_cast<int>((t * 7) % 257); j < p.list_len; ++j) p.indices[t * p.list_len + j] = -1;
+      }
+      const Result got = RunGpu(p, cache);
+      EXPECT_EQ(got.plan.num_splits, 1);
+      ExpectClose(got, RunRef(p, cache), format, std::string(FormatName(format)) + " heads " + ::testing::PrintToString(heads));
+    }
+  }
+}
+
+TEST(SparseMla, RejectsBadParams) {
+  SparseMlaParams p;
+  p.tokens = 1;
+  p.heads = 8;
+  EXPECT_EQ(LaunchSparseMla(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p.format = LatentFormat::kF32;
+  EXPECT_FALSE(SparseMlaSupported(8, LatentFormat::kF32));
+  EXPECT_EQ(LaunchSparseMla(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace spar

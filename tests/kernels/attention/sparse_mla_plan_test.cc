@@ -1,0 +1,58 @@
+// The sparse MLA planner (host only): enough CTAs for small batches, no
+// split for large ones, every split at most 2048 entries, cuts that cover
+// the list.
+#include <cstdint>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/attention/sparse_mla.h"
+
+namespace spar {
+namespace {
+
+constexpr int kH200Sms = 132, kH200Smem = 233472;
+constexpr int kA100Sms = 108, kA100Smem = 167936;
+
+TEST(SparseMlaPlan, SmallBatchesSplitToFillTheGpu) {
+  const SparseMlaPlan p = PlanSparseMla(1, 64, 2048, kH200Sms, kH200Smem, false);
+  EXPECT_EQ(p.head_tile, 16);  // 64-head tiles could not make enough CTAs
+  EXPECT_GE(static_cast<int64_t>(p.num_splits) * (64 / p.head_tile), kH200Sms / 2);
+  EXPECT_GE(p.num_splits * p.keys_per_split, 2048);
+}
+
+TEST(SparseMlaPlan, LargeBatchesDoNotSplit) {
+  const SparseMlaPlan p = PlanSparseMla(4096, 128, 2048, kA100Sms, kA100Smem, false);
+  EXPECT_EQ(p.head_tile, 64);
+  EXPECT_EQ(p.num_splits, 1);
+  EXPECT_EQ(p.keys_per_split, 2048);
+}
+
+TEST(SparseMlaPlan, CoversTheListWithinLimits) {
+  for (int64_t tokens : {1, 2, 16, 64, 128, 4096}) {
+    for (int heads : {8, 16, 32, 64, 128}) {
+      for (int len : {0, 1, 31, 32, 300, 2048, 5000}) {
+        for (bool fp8 : {false, true}) {
+          const SparseMlaPlan p = PlanSparseMla(tokens, heads, len, kH200Sms, kH200Smem, fp8);
+          SCOPED_TRACE(::testing::Message() << tokens << " x " << heads << " heads, len " << len);
+          EXPECT_TRUE(p.head_tile == 16 || p.head_tile == 32 || p.head_tile == 64);
+          EXPECT_GE(p.num_splits, 1);
+          EXPECT_EQ(p.keys_per_split % 32, 0);
+          EXPECT_GE(p.keys_per_split, 32);
+          EXPECT_LE(p.keys_per_split, 2048);
+          EXPECT_GE(static_cast<int64_t>(p.num_splits) * p.keys_per_split, len);
+          EXPECT_LT(static_cast<int64_t>(p.num_splits - 1) * p.keys_per_split, std::max(len, 1));  // no empty split
+          EXPECT_EQ(SparseMlaWorkspaceBytes(p, tokens, heads) > 0, p.num_splits > 1);
+        }
+      }
+    }
+  }
+}
+
+TEST(SparseMlaPlan, SixteenHeadTilesFitTwicePerSmOnH200Only) {
+  EXPECT_EQ(SparseMlaCtasPerSm(16, false, kH200Smem), 2);
+  EXPECT_EQ(SparseMlaCtasPerSm(16, false, kA100Smem), 1);
+  EXPECT_EQ(SparseMlaCtasPerSm(64, false, kA100Smem), 1);
+  EXPECT_EQ(SparseMlaCtasPerSm(64, true, kA100Smem), 1);
+}
+
+}  // namespace
+}  // namespace spar
