@@ -83,12 +83,23 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Four e4m3 codes times a per-128 scale -> four bf16 (two registers):
-// exact e4m3 value (scaled form times 2^120, exact), times the fp32 scale,
-// rounded once to bf16 -- the reference's E4m3ToFloat(b) * scale, rounded.
-__device__ __forceinline__ void DequantE4m3x4(uint32_t v, float scale, uint32_t& lo, uint32_t& hi) {
+// Four e4m3 codes times a per-128 scale -> four bf16 (two registers).
+// Fast form: the codes widened to bf16 (times 2^-120, exact) times the
+// scale (times 2^120) rounded to bf16, one bf16x2 multiply per pair: the
+// scale's rounding (<= 2^-9 relative, shared by the 128 values) is far below
+// e4m3's own step (2^-4). Scales >= 128 would overflow the folded 2^120 and
+// take the exact fp32 form instead.
+__device__ __forceinline__ void DequantE4m3x4(uint32_t v, float scale, __nv_bfloat162 scale2, bool fast, uint32_t& lo,
+                                              uint32_t& hi) {
   uint32_t a, b;
   cuda::E4m3x4ToScaledBf16x4(v, a, b);
+  if (fast) {
+    const __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), scale2);
+    const __nv_bfloat162 y = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&b), scale2);
+    lo = *reinterpret_cast<const uint32_t*>(&x);
+    hi = *reinterpret_cast<const uint32_t*>(&y);
+    return;
+  }
   const float f0 = __uint_as_float(a << 16) * cuda::kPow2_120 * scale;
   const float f1 = __uint_as_float(a & 0xffff0000u) * cuda::kPow2_120 * scale;
   const float f2 = __uint_as_float(b << 16) * cuda::kPow2_120 * scale;
@@ -124,23 +135,6 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
   const int k_end = min(a.list_len, k_begin + a.keys_per_split);
   const int nblocks = (max(0, k_end - k_begin) + kBlockKeys - 1) / kBlockKeys;
 
-  // Phase 0: resolve this CTA's range of the list to cache slots, -1 = skip.
-  for (int j = tid; j < nblocks * kBlockKeys; j += kThreads) {
-    const int k = k_begin + j;
-    int64_t slot = -1;
-    if (k < k_end) {
-      if (a.indices != nullptr) {
-        slot = a.indices[t * a.idx_stride + k];
-      } else if (k < a.kv_lens[t]) {
-        const int64_t blk = a.block_table[a.token_seq[t] * a.bt_stride + k / 64];
-        slot = blk < 0 ? -1 : blk * 64 + (k & 63);
-      }
-      if (slot >= a.num_slots) slot = -1;
-    }
-    sidx[j] = slot < 0 ? -1 : static_cast<int32_t>(slot);
-  }
-  __syncthreads();
-
   // Gathers block b's 32 rows into its stage with 16-byte cp.async; skipped
   // slots are zero-filled (their scores are masked below).
   auto issue = [&](int b) {
@@ -172,8 +166,9 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
   };
   auto stage_free_of_q = [](int b) { return (b % C::kStages + 1) * C::kStageBytes <= C::kQOffset; };
 
-  // Phase 1: stage the query tile (rows past `heads` zero-filled) together
-  // with the first blocks whose stages it does not cover.
+  // Phase 0: copy the query tile (rows past `heads` zero-filled) into the
+  // end of the gather area; it needs no index, so it flies while the slots
+  // are resolved.
   uint8_t* const qstage = gather + C::kQOffset;
   {
     constexpr int kChunks = kDim * 2 / 16;
@@ -185,12 +180,34 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
       cuda::CpAsync16(qstage + r * kRowBytes + cc * 16, src, ok ? 16 : 0);
     }
   }
+  cuda::CpAsyncCommit();
+
+  // Phase 1: resolve this CTA's range of the list to cache slots, -1 = skip.
+  for (int j = tid; j < nblocks * kBlockKeys; j += kThreads) {
+    const int k = k_begin + j;
+    int64_t slot = -1;
+    if (k < k_end) {
+      if (a.indices != nullptr) {
+        slot = a.indices[t * a.idx_stride + k];
+      } else if (k < a.kv_lens[t]) {
+        const int64_t blk = a.block_table[a.token_seq[t] * a.bt_stride + k / 64];
+        slot = blk < 0 ? -1 : blk * 64 + (k & 63);
+      }
+      if (slot >= a.num_slots) slot = -1;
+    }
+    sidx[j] = slot < 0 ? -1 : static_cast<int32_t>(slot);
+  }
+  __syncthreads();
+
+  // The first blocks whose stages the query tile does not cover, one
+  // cp.async group per block (empty groups included), then wait for the
+  // query group only (the oldest).
 #pragma unroll
   for (int b = 0; b < C::kStages - 1; ++b) {
     if (stage_free_of_q(b)) issue(b);
+    cuda::CpAsyncCommit();
   }
-  cuda::CpAsyncCommit();
-  cuda::CpAsyncWait<0>();
+  cuda::CpAsyncWait<C::kStages - 1>();
   __syncthreads();
 
   // This warp's S-phase role and its query fragments (kept in registers).
@@ -204,10 +221,15 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
     }
   }
   __syncthreads();
+  // Blocks whose stages held the query tile. Group accounting: each block
+  // b < kStages-1 sits in its own group, so the loop's wait<kStages-2>
+  // still finds block b complete (the query group is older than all).
 #pragma unroll
   for (int b = 0; b < C::kStages - 1; ++b) {
-    if (!stage_free_of_q(b)) issue(b);
-    cuda::CpAsyncCommit();  // one group per block, empty ones included
+    if (!stage_free_of_q(b)) {
+      issue(b);
+      cuda::CpAsyncCommit();
+    }
   }
 
   // Softmax role: head row srow, keys [ssub * kKPT, +kKPT) of each block.
@@ -244,11 +266,13 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
         if (k < 32) {
           const uint4 v = *reinterpret_cast<const uint4*>(src + k * 16);
           const float sc = *reinterpret_cast<const float*>(src + kDimV + (k >> 3) * 4);
+          const bool fast = fabsf(sc) < 128.0f;
+          const __nv_bfloat162 sc2 = __float2bfloat162_rn(fast ? sc * cuda::kPow2_120 : 0.0f);
           uint4 o0, o1;
-          DequantE4m3x4(v.x, sc, o0.x, o0.y);
-          DequantE4m3x4(v.y, sc, o0.z, o0.w);
-          DequantE4m3x4(v.z, sc, o1.x, o1.y);
-          DequantE4m3x4(v.w, sc, o1.z, o1.w);
+          DequantE4m3x4(v.x, sc, sc2, fast, o0.x, o0.y);
+          DequantE4m3x4(v.y, sc, sc2, fast, o0.z, o0.w);
+          DequantE4m3x4(v.z, sc, sc2, fast, o1.x, o1.y);
+          DequantE4m3x4(v.w, sc, sc2, fast, o1.z, o1.w);
           *reinterpret_cast<uint4*>(dst + k * 32) = o0;
           *reinterpret_cast<uint4*>(dst + k * 32 + 16) = o1;
         } else {
@@ -428,30 +452,55 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
   }
 }
 
-// Merges the splits of one (token, head): weights exp(lse_s - max), in split
-// order. Every split empty -> out 0, lse +inf.
+// Merges the splits of one (token, head): weights exp(lse_s - max), summed
+// in a fixed order. The split log-sum-exps are read once, in parallel, into
+// shared memory, and the partial rows are read 8 splits at a time so the
+// loads overlap (batch 1 has up to 32 splits). Every split empty -> out 0,
+// lse +inf.
 __global__ void __launch_bounds__(128) MergeSplitsKernel(const float* __restrict__ ws_o, const float* __restrict__ ws_lse,
                                                          int splits, int tokens, int heads, __nv_bfloat16* out,
                                                          int64_t o_ts, int64_t o_hs, float* lse) {
+  __shared__ float sw[kMaxSplits];
+  __shared__ float sred[2][4];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t th = blockIdx.x;
   const int t = static_cast<int>(th / heads), h = static_cast<int>(th % heads);
   const int64_t stride = static_cast<int64_t>(tokens) * heads;
   float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, ws_lse[s * stride + th]);
-  const int c = threadIdx.x * 4;
+  for (int s = tid; s < splits; s += 128) {
+    const float v = ws_lse[s * stride + th];
+    sw[s] = v;
+    mx = fmaxf(mx, v);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (lane == 0) sred[0][warp] = mx;
+  __syncthreads();
+  mx = fmaxf(fmaxf(sred[0][0], sred[0][1]), fmaxf(sred[0][2], sred[0][3]));
+  const int c = tid * 4;
   __nv_bfloat16* dst = out + t * o_ts + h * o_hs + c;
   if (mx == -INFINITY) {
     *reinterpret_cast<uint2*>(dst) = make_uint2(0u, 0u);
-    if (threadIdx.x == 0 && lse != nullptr) lse[th] = INFINITY;
+    if (tid == 0 && lse != nullptr) lse[th] = INFINITY;
     return;
   }
-  float sum = 0.0f;
+  float part = 0.0f;
+  for (int s = tid; s < splits; s += 128) {
+    const float w = expf(sw[s] - mx);  // empty splits: exp(-inf) = 0
+    sw[s] = w;
+    part += w;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+  if (lane == 0) sred[1][warp] = part;
+  __syncthreads();
+  const float sum = (sred[1][0] + sred[1][1]) + (sred[1][2] + sred[1][3]);
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float* src = ws_o + th * kDimV + c;
+#pragma unroll 8
   for (int s = 0; s < splits; ++s) {
-    const float w = expf(ws_lse[s * stride + th] - mx);
-    if (w == 0.0f) continue;
-    sum += w;
-    const float4 v = *reinterpret_cast<const float4*>(ws_o + (s * stride + th) * kDimV + c);
+    const float w = sw[s];
+    const float4 v = *reinterpret_cast<const float4*>(src + s * stride * kDimV);
     acc.x += w * v.x;
     acc.y += w * v.y;
     acc.z += w * v.z;
@@ -459,7 +508,7 @@ __global__ void __launch_bounds__(128) MergeSplitsKernel(const float* __restrict
   }
   const float inv = 1.0f / sum;
   *reinterpret_cast<uint2*>(dst) = make_uint2(PackBf16(acc.x * inv, acc.y * inv), PackBf16(acc.z * inv, acc.w * inv));
-  if (threadIdx.x == 0 && lse != nullptr) lse[th] = mx + logf(sum);
+  if (tid == 0 && lse != nullptr) lse[th] = mx + logf(sum);
 }
 
 template <int HM, bool kFp8>
@@ -501,7 +550,7 @@ absl::Status LaunchSparseMla(const SparseMlaParams& p, cudaStream_t stream) {
   if (p.q_token_stride % 8 != 0 || p.q_head_stride % 8 != 0) return InvalidArg("q_*_stride", "must be multiples of 8");
   if (p.cache == nullptr || (reinterpret_cast<uintptr_t>(p.cache) & 15) != 0) return InvalidArg("cache", "null or not 16-byte aligned");
   if (p.num_slots < 0 || p.num_slots > (int64_t{1} << 31) - 1) return InvalidArg("num_slots", "out of int32 range");
-  if (p.list_len < 0) return InvalidArg("list_len", "negative");
+  if (p.list_len < 0 || p.list_len > kMaxSplits * kMaxKeysPerCta) return InvalidArg("list_len", "negative or above 524288");
   if (p.indices == nullptr && (p.block_table == nullptr || p.token_seq == nullptr || p.kv_lens == nullptr)) {
     return InvalidArg("indices", "null, and the dense mode needs block_table, token_seq and kv_lens");
   }
@@ -518,6 +567,7 @@ absl::Status LaunchSparseMla(const SparseMlaParams& p, cudaStream_t stream) {
       plan.keys_per_split > kMaxKeysPerCta) {
     return InvalidArg("plan", "num_splits >= 1 and keys_per_split a multiple of 32 in [32, 2048]");
   }
+  if (plan.num_splits > kMaxSplits) return InvalidArg("plan.num_splits", "at most 256");
   if (static_cast<int64_t>(plan.num_splits) * plan.keys_per_split < p.list_len) {
     return InvalidArg("plan", "num_splits * keys_per_split must cover list_len");
   }

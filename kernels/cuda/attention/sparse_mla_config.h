@@ -20,6 +20,7 @@ inline constexpr int kRowBytes = kRowElems * 2;
 inline constexpr int kBf16RowBytes = kDim * 2;  // 1152 in the cache
 inline constexpr int kFp8RowBytes = 656;        // 512 e4m3 | 4 fp32 | 64 bf16
 inline constexpr int kMaxKeysPerCta = 2048;     // resolved slots kept in smem
+inline constexpr int kMaxSplits = 256;          // merge kernel's smem weights
 inline constexpr int kSredStride = 40;          // floats per partial-score row
 inline constexpr int kPStride = 40;             // bf16 per probability row
 
@@ -27,7 +28,9 @@ inline constexpr int kPStride = 40;             // bf16 per probability row
 struct TileConfig {
   int head_tile;
   bool fp8;
-  constexpr int Stages() const { return (!fp8 && head_tile == 16) ? 2 : 3; }
+  // 16-head tiles are gather-bound: two stages keep them at ~105 KB so two
+  // CTAs share a 228 KB multiprocessor (H100/H200; one on an A100).
+  constexpr int Stages() const { return head_tile == 16 ? 2 : 3; }
   constexpr int TileBytes() const { return kBlockKeys * kRowBytes; }
   constexpr int RawStageBytes() const { return kBlockKeys * kFp8RowBytes; }
   // bf16: Stages() tiles gathered in place; fp8: Stages() raw tiles plus one

@@ -23,7 +23,8 @@ SparseMlaPlan PlanSparseMla(int64_t tokens, int heads, int list_len, int num_sms
   SparseMlaPlan plan;
   const int64_t nb = CeilDiv(std::max(list_len, 0), mla::kBlockKeys);
   const int64_t min_splits = std::max<int64_t>(1, CeilDiv(list_len, mla::kMaxKeysPerCta));
-  const int64_t max_splits = std::max(min_splits, nb / 2);  // at least two blocks per split
+  // At least two blocks per split, at most kMaxSplits splits.
+  const int64_t max_splits = std::min<int64_t>(std::max(min_splits, nb / 2), mla::kMaxSplits);
   auto tiles = [&](int hm) { return CeilDiv(heads, hm); };
   int hm = heads <= 16 ? 16 : heads <= 32 ? 32 : 64;
   // Tiny batches: wide head tiles cannot make enough CTAs even with the

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -128,12 +129,20 @@ void RunCase(const Case& c) {
       }
     }
     for (int i = 0; i < 512; ++i) {
+      if (c.format == LatentFormat::kFp8Ds) {
+        // Compare codes: a tile's scale may differ in its last bit (amax of
+        // an fp32 norm summed in float here, double in the reference), which
+        // moves every decoded value of the tile without changing a code.
+        if (g[i] == e[i]) continue;
+        ++nope_diff;
+        const bool same_sign = (g[i] & 0x80) == (e[i] & 0x80);
+        if (!same_sign || std::abs((g[i] & 0x7f) - (e[i] & 0x7f)) > 1) ++nope_far;
+        continue;
+      }
       if (gr[i] == wr[i]) continue;
       ++nope_diff;
-      // One step of the stored format at this magnitude.
-      const float step = c.format == LatentFormat::kBF16 ? std::fabs(wr[i]) / 128.0f + 1e-30f
-                                                         : std::fabs(wr[i]) / 8.0f + 1e-3f;
-      if (std::fabs(gr[i] - wr[i]) > step * 1.01f) ++nope_far;
+      // One bf16 step at this magnitude.
+      if (std::fabs(gr[i] - wr[i]) > (std::fabs(wr[i]) / 128.0f + 1e-30f) * 1.01f) ++nope_far;
     }
   }
   EXPECT_EQ(fill_bad, 0) << "bytes written outside the mapped slots";

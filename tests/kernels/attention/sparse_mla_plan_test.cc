@@ -47,8 +47,9 @@ TEST(SparseMlaPlan, CoversTheListWithinLimits) {
   }
 }
 
-TEST(SparseMlaPlan, SixteenHeadTilesFitTwicePerSmOnH200Only) {
+TEST(SparseMlaPlan, SixteenHeadTilesFitTwicePerSmOnH100H200Only) {
   EXPECT_EQ(SparseMlaCtasPerSm(16, false, kH200Smem), 2);
+  EXPECT_EQ(SparseMlaCtasPerSm(16, true, kH200Smem), 2);
   EXPECT_EQ(SparseMlaCtasPerSm(16, false, kA100Smem), 1);
   EXPECT_EQ(SparseMlaCtasPerSm(64, false, kA100Smem), 1);
   EXPECT_EQ(SparseMlaCtasPerSm(64, true, kA100Smem), 1);
