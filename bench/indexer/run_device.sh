@@ -8,9 +8,13 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/indexer_out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null
+git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 timeout ${T_TESTS:-75} $B/indexer_gpu_test > "$OUT/tests.log" 2>&1; echo "tests rc=$?" >> "$OUT/rc.txt"
-timeout ${T_BENCH:-70} $B/indexer_bench ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1; echo "bench rc=$?" >> "$OUT/rc.txt"
+# One process per section: a sticky CUDA error in one cannot hide the others.
+: > "$OUT/bench.log"
+for section in ${BENCH_SECTIONS:-decode prefill topk keywrite}; do
+  timeout ${T_BENCH:-40} $B/indexer_bench $section >> "$OUT/bench.log" 2>&1; echo "bench $section rc=$?" >> "$OUT/rc.txt"
+done
 timeout ${T_PEER:-60} python3 bench/indexer/peer_indexer.py ${PEER_ARGS:-} > "$OUT/peer.log" 2>&1; echo "peer rc=$?" >> "$OUT/rc.txt"
 if [[ -n "${SANITIZE:-}" ]]; then
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)

@@ -158,6 +158,7 @@ struct IndexerLogitsPagedParams {
   float* logits = nullptr;  // [num_seqs * next_n, logits_stride]
   int64_t logits_stride = 0;  // >= max_context_len
   bool fill_tail = false;
+  int pages_per_cta = 0;  // 0: the launcher splits sequences; 1..512 forces the split (tests, tuning)
 };
 bool IndexerLogitsPagedSupported(const IndexerLogitsPagedParams& p);
 absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStream_t stream);

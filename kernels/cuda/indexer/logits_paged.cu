@@ -194,7 +194,7 @@ static __global__ void __launch_bounds__(kThreads, 2)
   };
 
   // Phase 2: the stage loop (two pages = 16 n-tiles of 8 keys per stage).
-  const int tiles_per_warp = 2 * kPagesPerStage * 8 / (2 * slices);  // n-tile pairs per warp
+  const int pairs_per_warp = kPagesPerStage * 8 / (2 * slices);  // 16 n-tiles per stage, in pairs
   for (int i = 0; i < n_stages; ++i) {
     cuda::CpAsyncWait<Cfg::kStages - 2>();
     __syncthreads();
@@ -204,7 +204,7 @@ static __global__ void __launch_bounds__(kThreads, 2)
     if (!computes) continue;
     const uint8_t* stage = smem + (i % Cfg::kStages) * Cfg::kStageBytes;
     float* red_out = red + ((i & 1) * kMaxRowGroups + rg) * kStageKeys;
-    for (int pr = 0; pr < tiles_per_warp; ++pr) {
+    for (int pr = 0; pr < pairs_per_warp; ++pr) {
       // Two independent n-tiles per step: their mma chains interleave.
       int nt[2];
       nt[0] = slice + slices * 2 * pr;
@@ -336,6 +336,8 @@ absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStr
     return Invalid(op, "cache", "must be 16-byte aligned");
   if (p.logits == nullptr || reinterpret_cast<uintptr_t>(p.logits) % 8 != 0) return Invalid(op, "logits", "is null");
   if (p.logits_stride < p.max_context_len) return Invalid(op, "logits_stride", "must be >= max_context_len");
+  if (p.pages_per_cta < 0 || p.pages_per_cta > kMaxPagesPerCta)
+    return Invalid(op, "pages_per_cta", "must be in [0, 512]");
 
   const int rows = p.num_seqs * p.next_n;
   if (p.fill_tail) {
@@ -349,7 +351,8 @@ absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStr
   const int target_ctas = indexer_internal::SmCount() * 2 * 2;
   const int chunks = std::max((pages_per_seq + kMaxPagesPerCta - 1) / kMaxPagesPerCta,
                               std::max(1, std::min(pages_per_seq, target_ctas / p.num_seqs)));
-  const int pages_per_cta = (pages_per_seq + chunks - 1) / chunks;
+  int pages_per_cta = (pages_per_seq + chunks - 1) / chunks;
+  if (p.pages_per_cta > 0) pages_per_cta = p.pages_per_cta;
   const dim3 grid((pages_per_seq + pages_per_cta - 1) / pages_per_cta, p.num_seqs);
   if (p.format == ref::IndexerFormat::kFp8) {
     constexpr int smem = PagedCfg<true>::kSmemBytes;

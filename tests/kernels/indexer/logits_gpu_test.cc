@@ -59,6 +59,7 @@ struct PagedCase {
   int heads;
   int next_n;
   bool fill_tail;
+  int pages_per_cta = 0;  // > 0: many pages per CTA (pipeline slot reuse, odd page counts)
 };
 
 class IndexerLogitsPagedTest : public ::testing::TestWithParam<PagedCase> {};
@@ -120,6 +121,7 @@ TEST_P(IndexerLogitsPagedTest, MatchesReference) {
   p.logits = d_logits.get();
   p.logits_stride = stride;
   p.fill_tail = c.fill_tail;
+  p.pages_per_cta = c.pages_per_cta;
   ASSERT_TRUE(IndexerLogitsPagedSupported(p));
   const absl::Status st = LaunchIndexerLogitsPaged(p, nullptr);
   ASSERT_TRUE(st.ok()) << st;
@@ -137,7 +139,12 @@ INSTANTIATE_TEST_SUITE_P(Cases, IndexerLogitsPagedTest,
                                            PagedCase{ref::IndexerFormat::kFp8, 32, 4, true},
                                            PagedCase{ref::IndexerFormat::kFp8, 64, 3, true},
                                            PagedCase{ref::IndexerFormat::kBF16, 32, 1, true},
-                                           PagedCase{ref::IndexerFormat::kBF16, 64, 2, true}));
+                                           PagedCase{ref::IndexerFormat::kBF16, 64, 2, true},
+                                           PagedCase{ref::IndexerFormat::kFp8, 32, 1, true, 7},
+                                           PagedCase{ref::IndexerFormat::kFp8, 64, 2, false, 9},
+                                           PagedCase{ref::IndexerFormat::kFp8, 32, 4, true, 47},
+                                           PagedCase{ref::IndexerFormat::kBF16, 64, 1, true, 5},
+                                           PagedCase{ref::IndexerFormat::kBF16, 32, 2, false, 11}));
 
 TEST(IndexerLogitsPaged, RejectsBadParams) {
   IndexerLogitsPagedParams p;
