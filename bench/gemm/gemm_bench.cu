@@ -273,14 +273,20 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
             100.0 * (weight_bytes / (g_copy_gbs * 1e3)) / us, max_diff / std::max(max_ref, 1e-30)};
     Emit(row);
 
-    if (opt.sweep && m <= 256) {
-      std::string best;
+    if (opt.sweep) {
+      // Every (configuration, split) at decode sizes; prefill: 64/128-token
+      // tiles without split.
+      std::string best, all;
       double best_us = 1e30;
       for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
-        for (int splits : {1, 2, 3, 4, 6, 8, 12}) {
+        const gemm::TileConfig& tc = gemm::GetTileConfig(static_cast<gemm::TileConfigId>(cfg));
+        if (m > 256 && tc.block_tokens < 64) continue;
+        for (int splits : {1, 2, 3, 4, 6, 8, 12, 16}) {
+          if (m > 256 && splits > 1) break;
           W8A16GemmParams q = p;
           q.force_config = cfg;
           q.force_splits = splits;
+          if (!W8A16GemmSupported(q)) continue;
           const gemm::GemmPlan qp = W8A16GemmPlan(q);
           if (qp.splits != splits || qp.workspace_bytes > ws_bytes) continue;
           const double t = TimePerLaunch(
@@ -294,10 +300,14 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
             best_us = t;
             best = PlanName(qp);
           }
+          char buf[64];
+          std::snprintf(buf, sizeof(buf), " %s:%.1f", PlanName(qp).c_str(), t);
+          all += buf;
         }
       }
       std::printf("  sweep %-12s M=%-5lld best %-10s %9.2f us (heuristic %s %9.2f us, %.2fx)\n", shape.name,
                   static_cast<long long>(m), best.c_str(), best_us, PlanName(plan).c_str(), us, us / best_us);
+      std::printf("  sweepall %s M=%lld%s\n", shape.name, static_cast<long long>(m), all.c_str());
     }
     cudaFree(x);
     cudaFree(y);
@@ -342,7 +352,9 @@ void BenchMoe(int64_t tokens) {
           *slot = DeviceAlloc<int32_t>(rows);
   FillBf16<<<1024, 256>>>(x, tokens * H, 21);
   FillF32<<<256, 256>>>(logits, tokens * E, 22, 3.0f);
-  FillF32<<<1, 256>>>(bias, E, 23, 0.1f);
+  // A small correction bias: with random logits a large one would route
+  // every token to the same few experts.
+  FillF32<<<1, 256>>>(bias, E, 23, 0.001f);
   const size_t ws_bytes = MoeGroupedGemmWorkspaceBytes(rows, E);
   void* ws = DeviceAlloc<uint8_t>(ws_bytes);
 
@@ -430,6 +442,27 @@ void BenchMoe(int64_t tokens) {
   const int per_batch = tokens <= 64 ? 10 : 3;
   const double us_gemm = TimePerLaunch(gemms, per_batch, 5, 2);
   const double us_layer = TimePerLaunch(layer, per_batch, 5, 2);
+  {  // Grouped configurations, forced (calibrates the heuristic).
+    std::string all;
+    for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+      const gemm::TileConfig& tc = gemm::GetTileConfig(static_cast<gemm::TileConfigId>(cfg));
+      if ((tokens <= 64) != (tc.block_tokens <= 16)) continue;
+      MoeGroupedGemmParams g2 = gu, d2 = dn;
+      g2.force_config = cfg;
+      d2.force_config = cfg;
+      if ((I % tc.row_bytes_per_stage()) != 0) continue;
+      const double t = TimePerLaunch(
+          [&](int) {
+            Check(LaunchMoeGroupedGemm(g2, nullptr), "gate_up");
+            Check(LaunchMoeGroupedGemm(d2, nullptr), "down");
+          },
+          tokens <= 64 ? 4 : 2, 3, 1);
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), " %s:%.1f", tc.name, t);
+      all += buf;
+    }
+    std::printf("  sweepall moe M=%lld%s\n", static_cast<long long>(tokens), all.c_str());
+  }
 
   // Reference for the last token (its experts' weights copied to the host).
   layer(0);

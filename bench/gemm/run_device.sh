@@ -20,7 +20,7 @@ timeout 45 python3 bench/gemm/peer_gemm.py --csv "$OUT/peer.csv" ${1:+$1} >"$OUT
 echo "peer exit $?" >>"$OUT/peer.log"
 python3 bench/gemm/report.py "$OUT/ours.csv" "$OUT/peer.csv" >"$OUT/table.md" 2>&1
 echo "=== tests"; grep -E "FAILED|Failure|PASSED|exit|error" "$OUT/tests.log" | head -60
-echo "=== sweep"; grep -E "sweep" "$OUT/bench.log" | head -40
+echo "=== sweep: see bench.log (sweepall lines)"
 echo "=== bench tail"; grep -vE "sweep" "$OUT/bench.log" | tail -4; tail -2 "$OUT/peer.log"
 cat "$OUT/gpu.txt"
 echo "=== table"; cat "$OUT/table.md"

@@ -10,12 +10,22 @@ namespace {
 // flight (bytes in flight per SM ~ bandwidth x latency: ~32 KB on an H200);
 // the prefill tile has 24 KB stages and runs one block per SM (its 8 warps
 // need ~180 registers each; capping at 128 for two blocks spills).
+// DRAM efficiency of 64-byte stages: measured 2026-11-30 on the H200 (M = 1
+// decode reached ~50% of the copy roofline with 64 B/row/stage); wider
+// stages are modelled as closer to the copy rate.
+// Fields: id, name, tokens, rows, warps rows x tokens, stages, sub,
+// mma efficiency, DRAM efficiency.
 constexpr TileConfig kConfigs[kNumTileConfigs] = {
-    {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 0.30},
-    {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 0.45},
-    {TileConfigId::kT32, "T32", 32, 64, 4, 1, 6, 0.55},
-    {TileConfigId::kT64, "T64", 64, 64, 2, 2, 6, 0.65},
-    {TileConfigId::kT128, "T128", 128, 128, 4, 2, 5, 0.80},
+    {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 1, 0.30, 0.55},
+    {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 1, 0.45, 0.55},
+    {TileConfigId::kT32, "T32", 32, 64, 4, 1, 6, 1, 0.55, 0.55},
+    {TileConfigId::kT64, "T64", 64, 64, 2, 2, 6, 1, 0.65, 0.55},
+    {TileConfigId::kT128, "T128", 128, 128, 4, 2, 5, 1, 0.80, 0.55},
+    {TileConfigId::kT8W4, "T8W4", 8, 64, 4, 1, 4, 4, 0.30, 0.92},
+    {TileConfigId::kT16W4, "T16W4", 16, 64, 4, 1, 4, 4, 0.45, 0.92},
+    {TileConfigId::kT64W2, "T64W2", 64, 64, 2, 2, 4, 2, 0.65, 0.75},
+    {TileConfigId::kT128B2, "T128B2", 128, 128, 4, 2, 4, 1, 0.75, 0.55},
+    {TileConfigId::kT128W2, "T128W2", 128, 128, 4, 2, 3, 2, 0.80, 0.75},
 };
 
 // Model constants (units: one byte of DRAM traffic per SM = 1).
@@ -31,7 +41,8 @@ constexpr double kBlockOverhead = 4096.0;
 // Activation tiles mostly hit L2; count them at a quarter of DRAM cost.
 constexpr double kActivationWeight = 0.25;
 constexpr int kMaxSplits = 16;
-constexpr int kMinStagesPerSplit = 4;
+// A split streams at least 256 bytes of every weight row.
+constexpr int64_t kMinRowBytesPerSplit = 256;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -45,7 +56,7 @@ int ResidentBlocks(const TileConfig& c) {
 
 int64_t TileConfig::smem_bytes() const {
   const int64_t pipeline = int64_t{stages} * stage_bytes();
-  return std::max(pipeline, epilogue_bytes()) + int64_t{stages} * 2 * 4 + 16;
+  return std::max(pipeline, epilogue_bytes()) + int64_t{stages} * sub * 2 * 4 + 16;
 }
 
 const TileConfig& GetTileConfig(TileConfigId id) { return kConfigs[static_cast<int>(id)]; }
@@ -60,46 +71,53 @@ int64_t RowTiles(const GemmProblem& p, const TileConfig& c) {
   return tiles;
 }
 
-int64_t KStages(int64_t k, int weight_bytes) { return k * weight_bytes / 64; }
+int64_t KStages(int64_t k, int weight_bytes, int sub) { return k * weight_bytes / (int64_t{64} * sub); }
+
+bool ConfigSupports(const GemmProblem& p, const TileConfig& c) {
+  for (int s = 0; s < p.num_segments; ++s) {
+    if ((p.k * p.segments[s].weight_bytes) % c.row_bytes_per_stage() != 0) return false;
+  }
+  return true;
+}
 
 size_t SplitWorkspaceBytes(const TileConfig& c, int64_t tiles, int splits) {
   if (splits <= 1) return 0;
-  const size_t partials = static_cast<size_t>(splits) * tiles * c.block_tokens * c.block_rows * sizeof(float);
-  const size_t counters = static_cast<size_t>(tiles) * sizeof(int32_t);
-  return partials + ((counters + 255) / 256) * 256;
+  if (tiles > kMaxSplitTiles) return std::numeric_limits<size_t>::max();
+  return kSplitCounterBytes + static_cast<size_t>(splits) * tiles * c.block_tokens * c.block_rows * sizeof(float);
 }
 
 GemmPlan ChooseGemmPlan(const GemmProblem& p) {
   GemmPlan best;
   best.cost = std::numeric_limits<double>::infinity();
   const int sms = std::max(1, p.num_sms);
-  int64_t max_kst = 0;
-  for (int s = 0; s < p.num_segments; ++s) max_kst = std::max(max_kst, KStages(p.k, p.segments[s].weight_bytes));
-  // Split-K reads the same tile count in every split, so the split factor
-  // is bounded by the segment with the fewest stages.
-  int64_t min_kst = std::numeric_limits<int64_t>::max();
-  for (int s = 0; s < p.num_segments; ++s) min_kst = std::min(min_kst, KStages(p.k, p.segments[s].weight_bytes));
   const double eff_m = static_cast<double>(std::max<int64_t>(1, p.m));
 
   for (const TileConfig& c : kConfigs) {
+    if (!ConfigSupports(p, c)) continue;
+    int64_t max_kst = 0, min_kst = std::numeric_limits<int64_t>::max();
+    for (int s = 0; s < p.num_segments; ++s) {
+      const int64_t kst = KStages(p.k, p.segments[s].weight_bytes, c.sub);
+      max_kst = std::max(max_kst, kst);
+      min_kst = std::min(min_kst, kst);  // split-K is bounded by the shortest segment
+    }
     const int64_t token_tiles = CeilDiv(std::max<int64_t>(1, p.m), c.block_tokens) * (p.grouped ? p.groups : 1);
     const int64_t row_tiles = RowTiles(p, c);
     const int64_t tiles = token_tiles * row_tiles;
     const int resident = ResidentBlocks(c);
-    const int max_splits =
-        p.grouped ? 1 : static_cast<int>(std::clamp<int64_t>(min_kst / kMinStagesPerSplit, 1, kMaxSplits));
+    const int64_t min_stages = std::max<int64_t>(1, kMinRowBytesPerSplit / c.row_bytes_per_stage());
+    const int max_splits = p.grouped ? 1 : static_cast<int>(std::clamp<int64_t>(min_kst / min_stages, 1, kMaxSplits));
     for (int splits = 1; splits <= max_splits; ++splits) {
       const size_t ws = SplitWorkspaceBytes(c, tiles, splits);
       if (ws > p.workspace_bytes) break;
       const int64_t blocks = tiles * splits;
       const int64_t per_sm = CeilDiv(blocks, sms);
       const int64_t kst = CeilDiv(max_kst, splits);
-      const double w_bytes = static_cast<double>(c.block_rows) * 64.0 * kst;
-      const double x_bytes = kActivationWeight * c.block_tokens * 128.0 * kst;
+      const double w_bytes = static_cast<double>(c.block_rows) * c.row_bytes_per_stage() * kst;
+      const double x_bytes = kActivationWeight * c.block_tokens * 2.0 * c.row_bytes_per_stage() * kst;
       const double flops = 2.0 * c.block_tokens * c.block_rows * static_cast<double>(p.k) / splits;
-      const double inflight =
-          static_cast<double>(std::min<int64_t>(per_sm, resident)) * (c.stages - 1) * c.block_rows * 64.0;
-      const double bw_eff = std::min(1.0, inflight / kInflightBytesForPeak);
+      const double inflight = static_cast<double>(std::min<int64_t>(per_sm, resident)) * (c.stages - 1) *
+                              c.block_rows * c.row_bytes_per_stage();
+      const double bw_eff = std::min(1.0, inflight / kInflightBytesForPeak) * c.dram_efficiency;
       const double t_mem = (w_bytes + x_bytes) / bw_eff;
       const double t_cmp = flops / (kFlopPerByte * c.mma_efficiency);
       const double valid_tokens = std::min<double>(eff_m, c.block_tokens);
@@ -121,7 +139,9 @@ GemmPlan ChooseGemmPlan(const GemmProblem& p) {
 GemmPlan MakeGemmPlan(const GemmProblem& p, TileConfigId id, int splits) {
   const TileConfig& c = GetTileConfig(id);
   int64_t min_kst = std::numeric_limits<int64_t>::max();
-  for (int s = 0; s < p.num_segments; ++s) min_kst = std::min(min_kst, KStages(p.k, p.segments[s].weight_bytes));
+  for (int s = 0; s < p.num_segments; ++s) {
+    min_kst = std::min(min_kst, KStages(p.k, p.segments[s].weight_bytes, c.sub));
+  }
   GemmPlan plan;
   plan.config = id;
   plan.splits = p.grouped ? 1 : static_cast<int>(std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, min_kst)));

@@ -18,13 +18,18 @@
 namespace spar::gemm {
 
 enum class TileConfigId : int {
-  kT8 = 0,   // decode, M <= 8: 64 rows x 8 tokens, 4 warps (16x8 each)
-  kT16 = 1,  // decode, M <= 16: 64 x 16, 4 warps (16x16)
-  kT32 = 2,  // M <= 32: 64 x 32, 4 warps (16x32)
-  kT64 = 3,  // M <= 64: 64 x 64, 2x2 warps (32x32)
-  kT128 = 4, // prefill: 128 x 128, 4x2 warps (32x64), one block per SM
+  kT8 = 0,      // decode, M <= 8: 64 rows x 8 tokens, 4 warps (16x8 each), 64 B/row/stage
+  kT16 = 1,     // decode, M <= 16: 64 x 16, 4 warps (16x16)
+  kT32 = 2,     // M <= 32: 64 x 32, 4 warps (16x32)
+  kT64 = 3,     // M <= 64: 64 x 64, 2x2 warps (32x32)
+  kT128 = 4,    // prefill: 128 x 128, 4x2 warps (32x64), one block per SM
+  kT8W4 = 5,    // kT8 with 256 B/row/stage (wide stages: better DRAM bursts)
+  kT16W4 = 6,   // kT16 with 256 B/row/stage
+  kT64W2 = 7,   // kT64 with 128 B/row/stage
+  kT128B2 = 8,  // kT128 capped at 128 registers: two blocks per SM
+  kT128W2 = 9,  // kT128 with 128 B/row/stage (half the barriers per K)
 };
-inline constexpr int kNumTileConfigs = 5;
+inline constexpr int kNumTileConfigs = 10;
 
 struct TileConfig {
   TileConfigId id;
@@ -34,15 +39,21 @@ struct TileConfig {
   int warps_rows;
   int warps_tokens;
   int stages;        // cp.async pipeline depth
+  int sub;           // 64-byte slices per weight row per stage (k must divide)
   // Relative tensor-core efficiency when compute-bound (fraction of the
   // mma.sync peak the tile shape can sustain; smaller tiles re-read more
   // shared memory per mma). Only ranks configurations against each other.
   double mma_efficiency;
 
   int threads() const { return 32 * warps_rows * warps_tokens; }
-  // Bytes of one pipeline stage: weight tile (64 B per row) + activation
-  // tile (128 B per token = 64 bf16) + 2 scales.
-  int64_t stage_bytes() const { return int64_t{block_rows} * 64 + int64_t{block_tokens} * 128; }
+  // Fraction of the copy bandwidth the stage shape can draw from DRAM
+  // (64-byte pieces of many rows are served worse than long bursts).
+  double dram_efficiency;
+
+  int64_t row_bytes_per_stage() const { return int64_t{64} * sub; }
+  // Bytes of one pipeline stage: weight tile (64·sub B per row) +
+  // activation tile (128·sub B per token).
+  int64_t stage_bytes() const { return (int64_t{block_rows} * 64 + int64_t{block_tokens} * 128) * sub; }
   // Epilogue tile (fp32, tokens x (rows + 4)), aliased onto the pipeline.
   int64_t epilogue_bytes() const { return int64_t{block_tokens} * (block_rows + 4) * 4; }
   int64_t smem_bytes() const;
@@ -83,9 +94,20 @@ struct GemmPlan {
 // Output columns one block produces for a segment.
 int64_t OutputColumnsPerTile(const TileConfig& c, bool silu_mul);
 int64_t RowTiles(const GemmProblem& p, const TileConfig& c);
-// K stages for a segment: k / 64 for e4m3, k / 32 for bf16.
-int64_t KStages(int64_t k, int weight_bytes);
-// Workspace of a split-K launch: fp32 partial tiles + one counter per tile.
+// K stages of a segment: k * weight_bytes / (64 * sub).
+int64_t KStages(int64_t k, int weight_bytes, int sub = 1);
+// True if every segment's row (k * weight_bytes) is a whole number of the
+// configuration's stages.
+bool ConfigSupports(const GemmProblem& p, const TileConfig& c);
+
+// Split-K workspace layout: kSplitCounterBytes of per-tile counters at
+// offset 0 (the same place for every plan, so one zeroed workspace serves
+// any sequence of launches), then the fp32 partial tiles
+// [splits][tiles][block_tokens * block_rows].
+inline constexpr size_t kSplitCounterBytes = 64 * 1024;
+inline constexpr int64_t kMaxSplitTiles = kSplitCounterBytes / 4;
+// Bytes a split-K plan needs (0 for splits == 1; SIZE_MAX when the tile
+// count exceeds kMaxSplitTiles).
 size_t SplitWorkspaceBytes(const TileConfig& c, int64_t tiles, int splits);
 
 // Chooses the configuration and split factor minimising a simple model:
@@ -96,7 +118,8 @@ GemmPlan ChooseGemmPlan(const GemmProblem& p);
 
 // The plan for a given configuration and split factor (clamped to
 // [1, fewest K stages of a segment]; grouped problems never split). Used by
-// tests and benchmarks to exercise every configuration.
+// tests and benchmarks to exercise every configuration; check
+// ConfigSupports first.
 GemmPlan MakeGemmPlan(const GemmProblem& p, TileConfigId id, int splits);
 
 std::ostream& operator<<(std::ostream& os, const GemmPlan& plan);

@@ -139,6 +139,9 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
 
   const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);
   const gemm::TileConfig& cfg = gemm::GetTileConfig(plan.config);
+  if ((p.k * wbytes) % cfg.row_bytes_per_stage() != 0) {
+    return Invalid(kOp, "force_config", "the configuration's stage does not divide k");
+  }
   if (gemm::internal::KernelSmemBytes(plan.config) != cfg.smem_bytes()) {
     return absl::InternalError(absl::StrCat(kOp, ": kernel instance ", cfg.name, " disagrees with its TileConfig"));
   }

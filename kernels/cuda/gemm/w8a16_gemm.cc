@@ -114,7 +114,7 @@ size_t W8A16GemmWorkspaceBytes(const W8A16GemmParams& p) {
 bool W8A16GemmSupported(const W8A16GemmParams& p) {
   if (!Validate(p).ok()) return false;
   const GemmPlan plan = W8A16GemmPlan(p);
-  return plan.row_tiles <= 65535;
+  return plan.row_tiles <= 65535 && gemm::ConfigSupports(ToProblem(p, 0), gemm::GetTileConfig(plan.config));
 }
 
 absl::Status LaunchW8A16Gemm(const W8A16GemmParams& p, cudaStream_t stream) {
@@ -127,6 +127,10 @@ absl::Status LaunchW8A16Gemm(const W8A16GemmParams& p, cudaStream_t stream) {
     return absl::InternalError(absl::StrCat("W8A16Gemm: kernel instance ", cfg.name, " disagrees with its TileConfig"));
   }
   if (plan.row_tiles > 65535) return Invalid("segments[].n", "too many output tiles (grid.y > 65535)");
+  if (!gemm::ConfigSupports(ToProblem(p, 0), cfg)) {
+    return Invalid("force_config", absl::StrCat(cfg.name, " needs k * weight bytes to be a multiple of ",
+                                                cfg.row_bytes_per_stage()));
+  }
   if (plan.workspace_bytes > 0 && (p.workspace == nullptr || p.workspace_bytes < plan.workspace_bytes)) {
     return Invalid("workspace", absl::StrCat("needs ", plan.workspace_bytes, " bytes for the forced split"));
   }
@@ -162,11 +166,9 @@ absl::Status LaunchW8A16Gemm(const W8A16GemmParams& p, cudaStream_t stream) {
   kp.ldy = p.ldy;
   kp.y_fp32 = p.y_fp32 ? 1 : 0;
   kp.splits = plan.splits;
-  if (plan.splits > 1) {
-    const int64_t tiles = plan.token_tiles * plan.row_tiles;
-    const size_t partial_bytes = static_cast<size_t>(plan.splits) * tiles * cfg.block_tokens * cfg.block_rows * 4;
-    kp.partials = static_cast<float*>(p.workspace);
-    kp.counters = reinterpret_cast<int32_t*>(static_cast<char*>(p.workspace) + partial_bytes);
+  if (plan.splits > 1) {  // layout: see gemm::kSplitCounterBytes
+    kp.counters = static_cast<int32_t*>(p.workspace);
+    kp.partials = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + gemm::kSplitCounterBytes);
   }
   const dim3 grid(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.row_tiles),
                   static_cast<unsigned>(plan.splits));

@@ -64,39 +64,55 @@ __device__ __forceinline__ uint32_t PackBf16x2(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-template <int kBT, int kBR, int kWR, int kWT, int kStages>
+// kSub: 64-byte slices per weight row per pipeline stage. kSub = 1 gives the
+// smallest stages; kSub = 4 makes every weight row contribute 256 contiguous
+// bytes per stage, which HBM serves far better than 64-byte pieces of 64
+// different rows (decode reads nothing else).
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub>
 struct GemmTile {
   static constexpr int kThreads = kWR * kWT * 32;
   static constexpr int kWarpRows = kBR / kWR;
   static constexpr int kMI = kWarpRows / 16;  // 16-row fragments per warp
   static constexpr int kWarpTokens = kBT / kWT;
   static constexpr int kNJ = kWarpTokens / 8;  // 8-token fragments per warp
-  static constexpr int kWStageBytes = kBR * 64;
-  static constexpr int kXStageBytes = kBT * 128;
+  static constexpr int kWPitch = 64 * kSub;    // weight tile row pitch (bytes)
+  static constexpr int kXPitch = 128 * kSub;   // activation row pitch (e4m3 stages; bf16 uses half)
+  static constexpr int kWStageBytes = kBR * kWPitch;
+  static constexpr int kXStageBytes = kBT * kXPitch;
   static constexpr int kStageBytes = kWStageBytes + kXStageBytes;
   static constexpr int kPitchC = kBR + 4;  // fp32 epilogue tile pitch (bank spread)
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   static constexpr int kEpilogueBytes = kBT * kPitchC * 4;
   static constexpr int kRegionBytes = kPipelineBytes > kEpilogueBytes ? kPipelineBytes : kEpilogueBytes;
-  static constexpr int kSmemBytes = kRegionBytes + kStages * 2 * 4 + 16;
-  static constexpr int kWChunks = kBR * 4 / kThreads;  // 16-byte weight chunks per thread per stage
-  static constexpr int kXSlots = (kBT * 8 + kThreads - 1) / kThreads;
+  static constexpr int kSmemBytes = kRegionBytes + kStages * kSub * 2 * 4 + 16;
+  static constexpr int kWChunks = kBR * 4 * kSub / kThreads;  // 16-byte weight chunks per thread per stage
+  static constexpr int kXSlots = (kBT * 8 * kSub + kThreads - 1) / kThreads;
   static_assert(kWarpRows % 16 == 0 && kWarpTokens % 8 == 0, "warp tile");
-  static_assert((kBR * 4) % kThreads == 0, "weight chunks per thread");
-  static_assert(kThreads % 8 == 0 && kXSlots <= 8, "activation slots");
+  static_assert((kBR * 4 * kSub) % kThreads == 0, "weight chunks per thread");
+  static_assert(kThreads % (8 * kSub) == 0 && kXSlots <= 8, "activation slots");
+  static_assert(kSub == 1 || kSub == 2 || kSub == 4 || kSub == 8, "sub-stages");
   static_assert(128 % kBR == 0 || kBR == 128, "a tile must sit inside one 128-row scale block");
 };
 
-template <int kBT, int kBR, int kWR, int kWT, int kStages, int kMinBlocks>
+// Row-parity swizzle for tiles whose row pitch is a multiple of 128 bytes:
+// odd rows swap their 64-byte halves of each 128 bytes, so lanes reading
+// rows g and g + 1 at the same column hit different banks.
+template <int kSub>
+__device__ __forceinline__ int ParitySwizzle(int row) {
+  return kSub >= 2 ? (row & 1) << 2 : 0;
+}
+
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks>
 __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(const KernelParams p) {
-  using Tile = GemmTile<kBT, kBR, kWR, kWT, kStages>;
+  using Tile = GemmTile<kBT, kBR, kWR, kWT, kStages, kSub>;
   constexpr int kThreads = Tile::kThreads;
   constexpr int kMI = Tile::kMI;
   constexpr int kNJ = Tile::kNJ;
   constexpr int kPitchC = Tile::kPitchC;
 
   extern __shared__ __align__(128) unsigned char smem[];
-  float* s_scale = reinterpret_cast<float*>(smem + Tile::kRegionBytes);  // [kStages][2]: gate/lo, up/hi
+  // [kStages][kSub][2]: scale of the gate/lo and up/hi rows per 64-byte slice.
+  float* s_scale = reinterpret_cast<float*>(smem + Tile::kRegionBytes);
   __shared__ int s_is_last;
 
   const int tid = threadIdx.x;
@@ -146,7 +162,9 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
   const float* srow_lo = seg.scale + (col0 / 128) * scale_ld;
   const float* srow_hi = silu ? seg.scale_up + (col0 / 128) * scale_ld : srow_lo;
 
-  const int64_t kst_total = fp8 ? k / 64 : k / 32;
+  // Stages of kSub x 64 bytes per weight row (the launcher checks that they
+  // divide the row).
+  const int64_t kst_total = row_bytes / Tile::kWPitch;
   const int64_t ks_begin = split * kst_total / p.splits;
   const int64_t ks_end = (split + 1) * kst_total / p.splits;
   const int nst = static_cast<int>(ks_end - ks_begin);
@@ -161,8 +179,8 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
 #pragma unroll
   for (int c = 0; c < Tile::kWChunks; ++c) {
     const int idx = tid + c * kThreads;
-    const int r = idx >> 2;
-    const int ch = idx & 3;
+    const int r = idx / (4 * kSub);
+    const int ch = idx % (4 * kSub);
     int64_t j;
     const uint8_t* base;
     if (silu) {
@@ -174,13 +192,13 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     }
     wvalid[c] = j < seg.n;
     wsrc[c] = base + (wvalid[c] ? j * row_bytes : 0) + ch * 16;
-    wdst[c] = r * 64 + ch * 16;
+    wdst[c] = r * Tile::kWPitch + ((ch ^ ParitySwizzle<kSub>(r)) << 4);
   }
-  const int x_chunks_per_row = fp8 ? 8 : 4;  // 16-byte chunks per token per stage
-  const int x_stage_bytes = x_chunks_per_row * 16;
+  const int x_chunks_per_row = (fp8 ? 8 : 4) * kSub;  // 16-byte chunks per token per stage
+  const int x_pitch = x_chunks_per_row * 16;
   // Activation slots keep a 32-bit row index, not a pointer: registers are
   // the limiting resource of the 128x128 tile. Every slot of a thread has
-  // the same 16-byte chunk (kThreads is a multiple of 8).
+  // the same 16-byte chunk (kThreads is a multiple of x_chunks_per_row).
   int32_t xrow[Tile::kXSlots];
   uint32_t xdst[Tile::kXSlots];
   uint32_t xmask = 0;  // bit c: slot c copies a valid row; bit 8 + c: slot c is in the tile
@@ -200,25 +218,34 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     }
     xrow[c] = static_cast<int32_t>(row);
     xmask |= (valid ? 1u << c : 0u) | (active ? 1u << (8 + c) : 0u);
-    // e4m3 stages: 128-byte rows, chunk XOR (row & 7) so the fragment reads
-    // of 8 tokens x 4 lanes hit 32 distinct banks; bf16 stages: 64-byte rows
-    // are conflict-free as they are.
-    xdst[c] = fp8 ? r * 128 + ((x_chunk ^ (r & 7)) << 4) : r * 64 + x_chunk * 16;
+    // e4m3 stages: each 128-byte slice XORs its chunk with (row & 7), so the
+    // fragment reads of 8 tokens x 4 lanes hit 32 distinct banks; bf16
+    // stages: 64-byte slices, odd rows swap halves when the pitch is >= 128.
+    xdst[c] = fp8 ? r * x_pitch + ((x_chunk & ~7) << 4) + (((x_chunk & 7) ^ (r & 7)) << 4)
+                  : r * x_pitch + ((x_chunk ^ ParitySwizzle<kSub>(r)) << 4);
   }
 
   auto load_stage = [&](int64_t ks, int buf) {
     unsigned char* sw = smem + buf * Tile::kStageBytes;
     unsigned char* sx = sw + Tile::kWStageBytes;
 #pragma unroll
-    for (int c = 0; c < Tile::kWChunks; ++c) cuda::CpAsync16(sw + wdst[c], wsrc[c] + ks * 64, wvalid[c] ? 16 : 0);
-    const unsigned char* xk = xbase + x_chunk * 16 + ks * x_stage_bytes;
+    for (int c = 0; c < Tile::kWChunks; ++c) {
+      cuda::CpAsync16(sw + wdst[c], wsrc[c] + ks * Tile::kWPitch, wvalid[c] ? 16 : 0);
+    }
+    const unsigned char* xk = xbase + x_chunk * 16 + ks * x_pitch;
 #pragma unroll
     for (int c = 0; c < Tile::kXSlots; ++c) {
       if (xmask & (1u << (8 + c))) {
         cuda::CpAsync16(sx + xdst[c], xk + xrow[c] * ldx_bytes, ((xmask >> c) & 1u) ? 16 : 0);
       }
     }
-    if (fp8 && tid < 2) CpAsync4(&s_scale[buf * 2 + tid], (tid == 0 ? srow_lo : srow_hi) + (ks >> 1));
+    // One scale per 64-byte slice and fragment half (slice q of the row is
+    // columns [64q, 64q + 64): 128-column block q / 2).
+    if (fp8 && tid < 2 * kSub) {
+      const int u = tid >> 1;
+      CpAsync4(&s_scale[(buf * kSub + u) * 2 + (tid & 1)],
+               ((tid & 1) ? srow_hi : srow_lo) + ((ks * kSub + u) >> 1));
+    }
   };
 
   // ---- Phase 2: main loop --------------------------------------------------
@@ -237,6 +264,7 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     cuda::CpAsyncCommit();
   }
 
+  const int wswz = ParitySwizzle<kSub>(g);  // rows g and g + 8 have g's parity
   for (int it = 0; it < nst; ++it) {
     cuda::CpAsyncWait<kStages - 2>();
     __syncthreads();
@@ -249,75 +277,80 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     const unsigned char* sw = smem + buf * Tile::kStageBytes;
     const unsigned char* sx = sw + Tile::kWStageBytes;
 
-    // Weight bytes of this lane: rows g and g+8 of each 16-row fragment.
-    uint32_t wr[kMI][2][4];
 #pragma unroll
-    for (int mi = 0; mi < kMI; ++mi) {
-      const int row = wr0 + mi * 16 + g;
-      Lds128(wr[mi][0], sw + row * 64 + t * 16);
-      Lds128(wr[mi][1], sw + (row + 8) * 64 + t * 16);
-    }
+    for (int u = 0; u < kSub; ++u) {
+      // Weight bytes of this lane: rows g and g+8 of each 16-row fragment.
+      uint32_t wr[kMI][2][4];
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi) {
+        const int row = wr0 + mi * 16 + g;
+        const int off = (((u * 4 + t) ^ wswz) << 4);
+        Lds128(wr[mi][0], sw + row * Tile::kWPitch + off);
+        Lds128(wr[mi][1], sw + (row + 8) * Tile::kWPitch + off);
+      }
 
-    if (fp8) {
-      const float s_lo = s_scale[buf * 2];
-      const float s_hi = s_scale[buf * 2 + 1];
-      if (it == 0) {
-        cur_lo = s_lo;
-        cur_hi = s_hi;
-      } else if (((ks_begin + it) & 1) == 0) {  // entering a new 128-column block
-        const float r_lo = cur_lo / s_lo;
-        const float r_hi = cur_hi / s_hi;
+      if (fp8) {
+        const float s_lo = s_scale[(buf * kSub + u) * 2];
+        const float s_hi = s_scale[(buf * kSub + u) * 2 + 1];
+        if (it == 0 && u == 0) {
+          cur_lo = s_lo;
+          cur_hi = s_hi;
+        } else if ((((ks_begin + it) * kSub + u) & 1) == 0) {  // entering a new 128-column block
+          const float r_lo = cur_lo / s_lo;
+          const float r_hi = cur_hi / s_hi;
 #pragma unroll
-        for (int mi = 0; mi < kMI; ++mi)
+          for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+            for (int nj = 0; nj < kNJ; ++nj) {
+              acc[mi][nj][0] *= r_lo;
+              acc[mi][nj][1] *= r_lo;
+              acc[mi][nj][2] *= r_hi;
+              acc[mi][nj][3] *= r_hi;
+            }
+          cur_lo = s_lo;
+          cur_hi = s_hi;
+        }
+        // 64 columns = 4 k-steps, processed as two pairs; each pair reads
+        // one 16-byte activation chunk per 8-token fragment.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          uint32_t a[2][kMI][4];
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int mi = 0; mi < kMI; ++mi) {
+              cuda::E4m3x4ToBf16x4(wr[mi][0][2 * h + j], a[j][mi][0], a[j][mi][2]);
+              cuda::E4m3x4ToBf16x4(wr[mi][1][2 * h + j], a[j][mi][1], a[j][mi][3]);
+            }
 #pragma unroll
           for (int nj = 0; nj < kNJ; ++nj) {
-            acc[mi][nj][0] *= r_lo;
-            acc[mi][nj][1] *= r_lo;
-            acc[mi][nj][2] *= r_hi;
-            acc[mi][nj][3] *= r_hi;
+            const int tok = wt0 + nj * 8 + g;  // tok & 7 == g
+            uint32_t xb[4];
+            Lds128(xb, sx + tok * Tile::kXPitch + u * 128 + (((2 * t + h) ^ g) << 4));
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const uint32_t b[2] = {xb[2 * j], xb[2 * j + 1]};
+#pragma unroll
+              for (int mi = 0; mi < kMI; ++mi) cuda::MmaBf16M16N8K16(acc[mi][nj], a[j][mi], b, acc[mi][nj]);
+            }
           }
-        cur_lo = s_lo;
-        cur_hi = s_hi;
-      }
-      // 64 columns = 4 k-steps, processed as two pairs; each pair reads one
-      // 16-byte activation chunk per 8-token fragment.
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t a[2][kMI][4];
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int mi = 0; mi < kMI; ++mi) {
-            cuda::E4m3x4ToBf16x4(wr[mi][0][2 * h + j], a[j][mi][0], a[j][mi][2]);
-            cuda::E4m3x4ToBf16x4(wr[mi][1][2 * h + j], a[j][mi][1], a[j][mi][3]);
-          }
+        }
+      } else {
+        // bf16: 32 columns = 2 k-steps; lane t owns columns [8t, 8t+8).
 #pragma unroll
         for (int nj = 0; nj < kNJ; ++nj) {
-          const int tok = wt0 + nj * 8 + g;  // tok & 7 == g
+          const int tok = wt0 + nj * 8 + g;
           uint32_t xb[4];
-          Lds128(xb, sx + tok * 128 + (((2 * t + h) ^ g) << 4));
+          Lds128(xb, sx + tok * (Tile::kXPitch / 2) + (((u * 4 + t) ^ wswz) << 4));
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const uint32_t b[2] = {xb[2 * j], xb[2 * j + 1]};
 #pragma unroll
-            for (int mi = 0; mi < kMI; ++mi) cuda::MmaBf16M16N8K16(acc[mi][nj], a[j][mi], b, acc[mi][nj]);
-          }
-        }
-      }
-    } else {
-      // bf16: 32 columns = 2 k-steps; lane t owns columns [8t, 8t+8).
-#pragma unroll
-      for (int nj = 0; nj < kNJ; ++nj) {
-        const int tok = wt0 + nj * 8 + g;
-        uint32_t xb[4];
-        Lds128(xb, sx + tok * 64 + t * 16);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const uint32_t b[2] = {xb[2 * j], xb[2 * j + 1]};
-#pragma unroll
-          for (int mi = 0; mi < kMI; ++mi) {
-            const uint32_t a[4] = {wr[mi][0][2 * j], wr[mi][1][2 * j], wr[mi][0][2 * j + 1], wr[mi][1][2 * j + 1]};
-            cuda::MmaBf16M16N8K16(acc[mi][nj], a, b, acc[mi][nj]);
+            for (int mi = 0; mi < kMI; ++mi) {
+              const uint32_t a[4] = {wr[mi][0][2 * j], wr[mi][1][2 * j], wr[mi][0][2 * j + 1],
+                                     wr[mi][1][2 * j + 1]};
+              cuda::MmaBf16M16N8K16(acc[mi][nj], a, b, acc[mi][nj]);
+            }
           }
         }
       }
@@ -444,10 +477,10 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
 }
 
 // Sets the shared-memory limit and launches one configuration.
-template <int kBT, int kBR, int kWR, int kWT, int kStages, int kMinBlocks>
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks>
 cudaError_t LaunchTile(const KernelParams& p, dim3 grid, cudaStream_t stream) {
-  using Tile = GemmTile<kBT, kBR, kWR, kWT, kStages>;
-  auto kernel = W8A16GemmKernel<kBT, kBR, kWR, kWT, kStages, kMinBlocks>;
+  using Tile = GemmTile<kBT, kBR, kWR, kWT, kStages, kSub>;
+  auto kernel = W8A16GemmKernel<kBT, kBR, kWR, kWT, kStages, kSub, kMinBlocks>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
   if (err != cudaSuccess) return err;
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);

@@ -9,17 +9,32 @@ namespace spar::gemm::internal {
 cudaError_t LaunchGemmT8(const KernelParams& p, dim3 grid, cudaStream_t stream);
 cudaError_t LaunchGemmT16(const KernelParams& p, dim3 grid, cudaStream_t stream);
 cudaError_t LaunchGemmT32(const KernelParams& p, dim3 grid, cudaStream_t stream);
+cudaError_t LaunchGemmT8W4(const KernelParams& p, dim3 grid, cudaStream_t stream);
+cudaError_t LaunchGemmT16W4(const KernelParams& p, dim3 grid, cudaStream_t stream);
 int64_t SmemT8();
 int64_t SmemT16();
 int64_t SmemT32();
+int64_t SmemT8W4();
+int64_t SmemT16W4();
 
 namespace {
 
 cudaError_t LaunchGemmT64(const KernelParams& p, dim3 grid, cudaStream_t stream) {
-  return LaunchTile<64, 64, 2, 2, 6, 3>(p, grid, stream);
+  return LaunchTile<64, 64, 2, 2, 6, 1, 3>(p, grid, stream);
 }
+// One block of 8 warps per SM: ~180 registers per thread, no spills.
 cudaError_t LaunchGemmT128(const KernelParams& p, dim3 grid, cudaStream_t stream) {
-  return LaunchTile<128, 128, 4, 2, 5, 1>(p, grid, stream);
+  return LaunchTile<128, 128, 4, 2, 5, 1, 1>(p, grid, stream);
+}
+cudaError_t LaunchGemmT64W2(const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  return LaunchTile<64, 64, 2, 2, 4, 2, 2>(p, grid, stream);
+}
+// Two blocks per SM: registers capped at 128 (ptxas spills ~130 bytes).
+cudaError_t LaunchGemmT128B2(const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  return LaunchTile<128, 128, 4, 2, 4, 1, 2>(p, grid, stream);
+}
+cudaError_t LaunchGemmT128W2(const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  return LaunchTile<128, 128, 4, 2, 3, 2, 1>(p, grid, stream);
 }
 
 // One thread per expert: tiles = ceil(rows / block_tokens), block-wide
@@ -75,9 +90,19 @@ int64_t KernelSmemBytes(TileConfigId id) {
     case TileConfigId::kT32:
       return SmemT32();
     case TileConfigId::kT64:
-      return GemmTile<64, 64, 2, 2, 6>::kSmemBytes;
+      return GemmTile<64, 64, 2, 2, 6, 1>::kSmemBytes;
     case TileConfigId::kT128:
-      return GemmTile<128, 128, 4, 2, 5>::kSmemBytes;
+      return GemmTile<128, 128, 4, 2, 5, 1>::kSmemBytes;
+    case TileConfigId::kT8W4:
+      return SmemT8W4();
+    case TileConfigId::kT16W4:
+      return SmemT16W4();
+    case TileConfigId::kT64W2:
+      return GemmTile<64, 64, 2, 2, 4, 2>::kSmemBytes;
+    case TileConfigId::kT128B2:
+      return GemmTile<128, 128, 4, 2, 4, 1>::kSmemBytes;
+    case TileConfigId::kT128W2:
+      return GemmTile<128, 128, 4, 2, 3, 2>::kSmemBytes;
   }
   return -1;
 }
@@ -94,6 +119,16 @@ cudaError_t LaunchGemmKernel(TileConfigId id, const KernelParams& p, dim3 grid, 
       return LaunchGemmT64(p, grid, stream);
     case TileConfigId::kT128:
       return LaunchGemmT128(p, grid, stream);
+    case TileConfigId::kT8W4:
+      return LaunchGemmT8W4(p, grid, stream);
+    case TileConfigId::kT16W4:
+      return LaunchGemmT16W4(p, grid, stream);
+    case TileConfigId::kT64W2:
+      return LaunchGemmT64W2(p, grid, stream);
+    case TileConfigId::kT128B2:
+      return LaunchGemmT128B2(p, grid, stream);
+    case TileConfigId::kT128W2:
+      return LaunchGemmT128W2(p, grid, stream);
   }
   return cudaErrorInvalidValue;
 }

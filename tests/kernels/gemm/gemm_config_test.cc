@@ -1,6 +1,7 @@
 // The W8A16 GEMM tile heuristic (host only, runs in CI without a GPU).
 #include "kernels/cuda/gemm/gemm_config.h"
 
+#include <limits>
 #include <sstream>
 
 #include "gtest/gtest.h"
@@ -57,21 +58,43 @@ TEST(GemmConfig, KStagesAndTiles) {
 
 TEST(GemmConfig, DecodePicksSmallTokenTiles) {
   for (int64_t n : {12288, 6144, 16384, 28672, 4096}) {
-    EXPECT_EQ(ChooseGemmPlan(Dense(1, n, 6144)).config, TileConfigId::kT8) << n;
-    EXPECT_EQ(ChooseGemmPlan(Dense(8, n, 6144)).config, TileConfigId::kT8) << n;
-    const TileConfigId c16 = ChooseGemmPlan(Dense(16, n, 6144)).config;
-    EXPECT_TRUE(c16 == TileConfigId::kT16 || c16 == TileConfigId::kT8) << n;
-    const TileConfig& c64 = GetTileConfig(ChooseGemmPlan(Dense(64, n, 6144)).config);
-    EXPECT_LE(c64.block_tokens, 64) << n;
+    EXPECT_EQ(GetTileConfig(ChooseGemmPlan(Dense(1, n, 6144)).config).block_tokens, 8) << n;
+    EXPECT_EQ(GetTileConfig(ChooseGemmPlan(Dense(8, n, 6144)).config).block_tokens, 8) << n;
+    EXPECT_LE(GetTileConfig(ChooseGemmPlan(Dense(16, n, 6144)).config).block_tokens, 16) << n;
+    EXPECT_LE(GetTileConfig(ChooseGemmPlan(Dense(64, n, 6144)).config).block_tokens, 64) << n;
+  }
+  // Wide stages where k allows them (DRAM serves 256-byte row bursts better).
+  EXPECT_EQ(ChooseGemmPlan(Dense(1, 12288, 6144)).config, TileConfigId::kT8W4);
+}
+
+TEST(GemmConfig, PrefillPicksA128TokenTileWithoutSplit) {
+  for (int64_t n : {12288, 6144, 16384, 28672}) {
+    const GemmPlan plan = ChooseGemmPlan(Dense(2048, n, 6144));
+    EXPECT_EQ(GetTileConfig(plan.config).block_tokens, 128) << n;
+    EXPECT_EQ(plan.splits, 1) << n;
   }
 }
 
-TEST(GemmConfig, PrefillPicksTheLargeTileWithoutSplit) {
-  for (int64_t n : {12288, 6144, 16384, 28672}) {
-    const GemmPlan plan = ChooseGemmPlan(Dense(2048, n, 6144));
-    EXPECT_EQ(plan.config, TileConfigId::kT128) << n;
-    EXPECT_EQ(plan.splits, 1) << n;
+TEST(GemmConfig, OnlyConfigsWhoseStagesDivideK) {
+  for (int64_t k : {64, 128, 192, 384, 640}) {
+    for (int64_t m : {1, 16, 64, 2048}) {
+      const GemmProblem p = Dense(m, 4096, k);
+      const GemmPlan plan = ChooseGemmPlan(p);
+      EXPECT_TRUE(ConfigSupports(p, GetTileConfig(plan.config))) << "k=" << k << " " << plan;
+    }
   }
+  GemmProblem p = Dense(1, 256, 128);
+  EXPECT_FALSE(ConfigSupports(p, GetTileConfig(TileConfigId::kT8W4)));   // 128 B rows, 256 B stages
+  EXPECT_TRUE(ConfigSupports(p, GetTileConfig(TileConfigId::kT64W2)));   // 128 B stages
+  p.segments[0].weight_bytes = 2;                                          // bf16: 256 B rows
+  EXPECT_TRUE(ConfigSupports(p, GetTileConfig(TileConfigId::kT8W4)));
+}
+
+TEST(GemmConfig, SplitWorkspaceKeepsCountersAtOffsetZero) {
+  const TileConfig& c = GetTileConfig(TileConfigId::kT8);
+  EXPECT_EQ(SplitWorkspaceBytes(c, 100, 1), 0u);
+  EXPECT_EQ(SplitWorkspaceBytes(c, 100, 3), kSplitCounterBytes + size_t{3} * 100 * 8 * 64 * 4);
+  EXPECT_EQ(SplitWorkspaceBytes(c, kMaxSplitTiles + 1, 2), std::numeric_limits<size_t>::max());
 }
 
 TEST(GemmConfig, DecodeSpreadsWeightsOverEverySm) {
@@ -83,8 +106,9 @@ TEST(GemmConfig, DecodeSpreadsWeightsOverEverySm) {
         const GemmPlan plan = ChooseGemmPlan(Dense(m, n, 6144, sms));
         const TileConfig& c = GetTileConfig(plan.config);
         const int64_t blocks = plan.token_tiles * plan.row_tiles * plan.splits;
-        const int64_t stages_per_block = (KStages(6144, 1) + plan.splits - 1) / plan.splits;
-        const double busiest = static_cast<double>((blocks + sms - 1) / sms) * stages_per_block * c.block_rows * 64;
+        const int64_t stages_per_block = (KStages(6144, 1, c.sub) + plan.splits - 1) / plan.splits;
+        const double busiest = static_cast<double>((blocks + sms - 1) / sms) * stages_per_block * c.block_rows *
+                               c.row_bytes_per_stage();
         const double even = static_cast<double>(n) * 6144 / sms;
         EXPECT_LE(busiest, 1.25 * even) << "n=" << n << " m=" << m << " sms=" << sms << " " << plan;
       }
@@ -120,7 +144,7 @@ TEST(GemmConfig, GroupedNeverSplits) {
   p.silu_mul = true;
   GemmPlan plan = ChooseGemmPlan(p);
   EXPECT_EQ(plan.splits, 1);
-  EXPECT_EQ(plan.config, TileConfigId::kT8);
+  EXPECT_EQ(GetTileConfig(plan.config).block_tokens, 8);
   EXPECT_EQ(plan.workspace_bytes, 0u);
   p.m = 128;  // prefill: ~128 rows per expert
   p.groups = 256;

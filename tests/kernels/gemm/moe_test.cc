@@ -4,7 +4,8 @@
 // grouped gate/up with SiLU·mul -> grouped down -> shared expert through the
 // dense GEMM -> combine with residual) for the edge cases: a rank
 // holding a subset of experts, experts with zero tokens, a single expert
-// hit, all tokens on one expert, all tokens routed to other ranks, K = 128.
+// hit, all tokens on one expert, all tokens routed to other ranks, K = 128
+// (down projection of the single-expert case).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -177,7 +178,7 @@ struct MoeCase {
   int e0 = 8, e1 = 24;  // local to this rank
   int top_k = 4;
   int64_t hidden = 256;
-  int64_t inter = 128;  // down projection has K = 128
+  int64_t inter = 256;  // the down projection's K
   // Routing bias: +20 on these experts' logits for every token.
   std::vector<int> favoured;
   bool shared = true;
@@ -463,12 +464,13 @@ TEST(Sm80_MoeLayer, AllTokensOnOneExpert) {
   }
 }
 
-TEST(Sm80_MoeLayer, SingleExpertHit) {
+TEST(Sm80_MoeLayer, SingleExpertHitWithDownKEquals128) {
   SPAR_REQUIRE_GPU();
   MoeCase c;
   c.tokens = 70;
   c.top_k = 1;
   c.favoured = {17};
+  c.inter = 128;  // down projection K = 128
   c.seed = 40;
   RunMoeLayer(c);
 }
