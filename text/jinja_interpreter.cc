@@ -38,13 +38,6 @@ std::string FromCodePoints(const std::u32string& s) {
   return out;
 }
 
-bool IsAscii(const std::string& s) {
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) >= 0x80) return false;
-  }
-  return true;
-}
-
 size_t CodePointLength(const std::string& s) {
   size_t n = 0;
   for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
