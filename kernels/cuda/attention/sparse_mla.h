@@ -8,6 +8,11 @@
 //   lse[t, h] = ln Σ exp(scale · q·k)                                 (fp32)
 // Index entries < 0 or >= num_slots are skipped, duplicates count as often as
 // they occur; a row with no valid entry gives out = 0 and lse = +inf.
+// Numerics: bf16 operands on mma.sync with fp32 accumulation, probabilities
+// rounded to bf16 (the normaliser sums the rounded values). FP8 rows are
+// widened to bf16 as e4m3 value x (per-128 scale rounded to bf16): relative
+// error <= 2^-9 per tile beyond the bf16 rounding (exact for power-of-two
+// scales); scales >= 128 take an exact fp32 path.
 //
 // One kernel serves every case: a CTA takes one token, a tile of 16/32/64
 // heads (all heads of the tile share each gathered row) and a range of the

@@ -56,8 +56,9 @@ void MakeCache(Cache& c, LatentFormat format, int64_t num_slots, uint64_t seed) 
 }
 
 struct Result {
-  std::vector<float> out;  // [tokens, heads, 512]
-  std::vector<float> lse;  // [tokens, heads]
+  std::vector<float> out;      // [tokens, heads, 512]
+  std::vector<float> lse;      // [tokens, heads]
+  std::vector<float> lse_tol;  // reference only: allowed |lse error| per (token, head)
   SparseMlaPlan plan;
 };
 
@@ -152,6 +153,32 @@ Result RunRef(const Problem& p, const Cache& c) {
   r.lse.assign(p.tokens * p.heads, 0.0f);
   ref::LatentCacheView view{c.format, c.bytes.data(), c.num_slots};
   ref::SparseMla(p.q.data(), p.tokens, p.heads, view, idx.data(), p.list_len, p.scale, r.out.data(), r.lse.data());
+  // lse tolerance. bf16 rows: the kernel's products are exact, only the fp32
+  // summation order differs (2e-3 is ~100x that). FP8 rows are widened to
+  // bf16 with the per-128 scale rounded to bf16, so every key value carries
+  // a relative error <= 2^-9 (scale) + 2^-9 (bf16 result) <= 2^-8: score j
+  // moves by at most scale * 2^-8 * sum_i |q_i k_ji| (the rope lanes are
+  // exact), and lse is 1-Lipschitz in the largest score change.
+  r.lse_tol.assign(p.tokens * p.heads, 2e-3f);
+  if (c.format == LatentFormat::kFp8Ds) {
+    std::vector<float> row(ref::kLatentDim);
+    const size_t rb = ref::LatentRowBytes(c.format);
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      std::vector<float> bound(p.heads, 0.0f);
+      for (int j = 0; j < p.list_len; ++j) {
+        const int32_t slot = idx[t * p.list_len + j];
+        if (slot < 0 || slot >= c.num_slots) continue;
+        ref::DecodeLatentRow(c.format, c.bytes.data() + slot * rb, row.data());
+        for (int h = 0; h < p.heads; ++h) {
+          const float* qh = p.q.data() + (t * p.heads + h) * ref::kLatentDim;
+          float sum = 0;
+          for (int i = 0; i < ref::kLatentNopeDim; ++i) sum += std::fabs(qh[i] * row[i]);
+          bound[h] = std::max(bound[h], sum);
+        }
+      }
+      for (int h = 0; h < p.heads; ++h) r.lse_tol[t * p.heads + h] = 2e-3f + std::fabs(p.scale) * bound[h] / 256.0f;
+    }
+  }
   return r;
 }
 
@@ -162,7 +189,6 @@ void ExpectClose(const Result& got, const Result& want, LatentFormat f, const st
   // bf16 P and bf16 output rounding: ~3e-3; FP8 rows also round the widened
   // keys to bf16.
   EXPECT_LT(rel, f == LatentFormat::kBF16 ? 8e-3 : 1.2e-2) << "rel L2 of out";
-  const double lse_tol = f == LatentFormat::kBF16 ? 2e-3 : 2e-2;
   int bad = 0;
   for (size_t i = 0; i < want.lse.size(); ++i) {
     if (std::isinf(want.lse[i])) {
@@ -170,8 +196,8 @@ void ExpectClose(const Result& got, const Result& want, LatentFormat f, const st
       for (int d = 0; d < ref::kLatentNopeDim; ++d) {
         if (got.out[i * ref::kLatentNopeDim + d] != 0.0f) ++bad;
       }
-    } else if (!(std::fabs(got.lse[i] - want.lse[i]) <= lse_tol)) {
-      if (bad < 5) ADD_FAILURE() << "lse[" << i << "] " << got.lse[i] << " vs " << want.lse[i];
+    } else if (!(std::fabs(got.lse[i] - want.lse[i]) <= want.lse_tol[i])) {
+      if (bad < 5) ADD_FAILURE() << "lse[" << i << "] " << got.lse[i] << " vs " << want.lse[i] << " (tolerance " << want.lse_tol[i] << ")";
       ++bad;
     }
   }
