@@ -258,6 +258,13 @@ absl::Status Interpreter::ChargeString(size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status Interpreter::ChargeCopy(const Value& v) {
+  // Reading a variable copies its string; big ones count against the string
+  // budget so that a loop re-reading a huge message stays bounded.
+  if (v.is_string() && v.as_string().size() > 4096) return ChargeString(v.as_string().size());
+  return absl::OkStatus();
+}
+
 absl::Status Interpreter::Emit(absl::string_view text) {
   total_output_ += text.size();
   if (total_output_ > limits_.max_output_bytes) {
@@ -375,6 +382,7 @@ absl::Status Interpreter::ExecFor(const Stmt& s) {
   std::vector<Value> items;
   if (seq.is_array()) {
     items = seq.array();  // a copy: the body may append to the list
+    for (const Value& item : items) SPAR_RETURN_IF_ERROR(ChargeCopy(item));
   } else if (seq.is_object() && !seq.object().is_namespace) {
     for (const auto& kv : seq.object().items) items.push_back(Value::String(kv.first));
   } else if (seq.is_string()) {
@@ -512,6 +520,7 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& e) {
       return e.literal;
     case Expr::Kind::kName: {
       Value v = Lookup(e.name);
+      SPAR_RETURN_IF_ERROR(ChargeCopy(v));
       if (!v.is_undefined()) return v;
       bool found = false;
       SPAR_ASSIGN_OR_RETURN(Value g, Global(e.name, &found));
@@ -538,12 +547,20 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& e) {
     }
     case Expr::Kind::kAttr: {
       SPAR_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
-      return GetAttr(obj, e.name);
+      Value v = GetAttr(obj, e.name);
+      SPAR_RETURN_IF_ERROR(ChargeCopy(v));
+      return v;
     }
     case Expr::Kind::kIndex: {
       SPAR_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
       SPAR_ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
-      if (obj.is_object()) return key.is_string() ? GetAttr(obj, key.as_string()) : Value();
+      if (obj.is_object()) {
+        Value v = key.is_string() ? GetAttr(obj, key.as_string()) : Value();
+        SPAR_RETURN_IF_ERROR(ChargeCopy(v));
+        return v;
+      }
+      // Indexing a string walks its code points.
+      if (obj.is_string()) SPAR_RETURN_IF_ERROR(ChargeString(obj.as_string().size()));
       if ((obj.is_array() || obj.is_string()) && (key.is_int() || key.is_bool())) {
         int64_t i = key.is_bool() ? key.as_bool() : key.as_int();
         if (obj.is_array()) {
@@ -579,6 +596,7 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& e) {
         return Value::Array(std::move(out));
       }
       if (obj.is_string()) {
+        SPAR_RETURN_IF_ERROR(ChargeString(obj.as_string().size()));
         const std::u32string cs = ToCodePoints(obj.as_string());
         const auto idx = SliceIndices(static_cast<int64_t>(cs.size()), parts[0], parts[1], parts[2], &ok);
         if (!ok) return Error("slice step cannot be zero");
@@ -1335,6 +1353,37 @@ absl::StatusOr<Value> Interpreter::ApplyFilter(const std::string& name, const Va
     if (from == nullptr || to == nullptr) return Error("replace needs two arguments");
     SPAR_ASSIGN_OR_RETURN(int64_t count, IntArg(args, 2, "count", -1));
     std::string out = ReplaceAll(v.Str(), from->Str(), to->Str(), count);
+    SPAR_RETURN_IF_ERROR(ChargeString(out.size()));
+    return Value::String(std::move(out));
+  }
+  if (name == "format") {
+    // Python's printf-style `fmt % args` for %s, %d, %i, %r and %%.
+    const std::string fmt = v.Str();
+    std::string out;
+    size_t next = 0;
+    for (size_t i = 0; i < fmt.size(); ++i) {
+      if (fmt[i] != '%' || i + 1 >= fmt.size()) {
+        out.push_back(fmt[i]);
+        continue;
+      }
+      const char spec = fmt[++i];
+      if (spec == '%') {
+        out.push_back('%');
+        continue;
+      }
+      if (next >= args.positional.size()) return Error("format: not enough arguments");
+      const Value& a = args.positional[next++];
+      if (spec == 's') {
+        out += a.Str();
+      } else if (spec == 'r') {
+        out += a.Repr();
+      } else if (spec == 'd' || spec == 'i') {
+        if (!(a.is_number() || a.is_bool())) return Error("format: %d needs a number");
+        absl::StrAppend(&out, static_cast<int64_t>(a.as_number()));
+      } else {
+        return Error(absl::StrCat("format: unsupported conversion %", std::string(1, spec)));
+      }
+    }
     SPAR_RETURN_IF_ERROR(ChargeString(out.size()));
     return Value::String(std::move(out));
   }

@@ -61,6 +61,7 @@ class Interpreter {
   Value Lookup(const std::string& name) const;
   void Assign(const std::string& name, Value v);
   absl::Status Emit(absl::string_view text);
+  absl::Status ChargeCopy(const Value& v);
   absl::Status Step();
 
   RenderLimits limits_;

@@ -96,6 +96,7 @@ TEST(ChatTemplateTest, FiltersAndTests) {
   EXPECT_EQ(Render("{{ undefined_thing | default('d') }} {{ '' | default('e', true) }} {{ [3, 1, 2] | sort }} "
                    "{{ [1, 2, 2] | unique | list }} {{ [1, 2] | sum }} {{ 'x' | upper }} {{ 2.567 | round(1) }}"),
             "d e [1, 2, 3] [1, 2] 3 X 2.6");
+  EXPECT_EQ(Render("{{ '%s has %d items (%r) 100%%' | format('cart', 3, 'x') }}"), "cart has 3 items ('x') 100%");
   EXPECT_EQ(Render("{{ x is defined }} {{ y is none }} {{ 's' is string }} {{ {} is mapping }} {{ [] is iterable }} "
                    "{{ 3 is odd }} {{ 4 is divisibleby 2 }} {{ false is false }} {{ 1 is number }} {{ x is not defined }}",
                    json{{"y", nullptr}}),
@@ -156,6 +157,12 @@ TEST(ChatTemplateTest, ResourceLimitsStopHostileTemplates) {
   s = RenderStatus("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", json::object(), small);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("recursion"), std::string::npos) << s;
+  // Re-reading a huge message in a loop is bounded too.
+  const json big = {{"content", std::string(1 << 20, 'x')}};
+  s = RenderStatus("{% for i in range(100000) %}{% if content %}{% endif %}{% endfor %}", big, small);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  s = RenderStatus("{% for i in range(100000) %}{{ content[i] }}{% endfor %}", big, small);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   // A huge range is refused up front rather than allocated.
   s = RenderStatus("{{ range(1000000000000) | length }}", json::object(), small);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
