@@ -198,13 +198,15 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
     c.intermediate_size = 512;
     c.moe_intermediate_size = glm ? 192 : 128;
     c.num_hidden_layers = o.layers > 0 ? o.layers : 3;
-    c.num_attention_heads = 4;
+    // 16 heads: a TP-2 rank holds 8, the smallest head count the sparse MLA
+    // kernels take; indexer heads as in the real models (32 / 64).
+    c.num_attention_heads = 16;
     c.q_lora_rank = glm ? 256 : 192;
     c.kv_lora_rank = 512;
     c.qk_nope_head_dim = glm ? 192 : 128;
     c.qk_rope_head_dim = 64;
     c.v_head_dim = glm ? 256 : 128;
-    c.index_n_heads = 8;
+    c.index_n_heads = glm ? 32 : 64;
     c.index_head_dim = 128;
     c.index_topk = o.index_topk > 0 ? o.index_topk : 32;
     c.n_routed_experts = 16;
@@ -213,7 +215,7 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
     c.n_group = glm ? 1 : 4;
     c.topk_group = glm ? 1 : 2;
     c.first_k_dense_replace = 1;
-    c.max_position_embeddings = glm ? 4096 : 8192;
+    c.max_position_embeddings = glm ? 4096 : 163840;  // DS: 40 x 4096, consistent with YaRN
     c.eos_token_ids = {tok.eos_id, tok.user_id, tok.observation_id};
     c.pad_token_id = tok.eos_id;
   } else {

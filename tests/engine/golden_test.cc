@@ -21,6 +21,8 @@ struct Variant {
   const char* name;
   ModelArch arch;
   bool fp8;
+  int layers = 0;
+  const char* indexer_pattern = "";
 };
 
 class GoldenTest : public ::testing::TestWithParam<Variant> {
@@ -31,6 +33,8 @@ class GoldenTest : public ::testing::TestWithParam<Variant> {
     MakeTinyOptions o;
     o.arch = v.arch;
     o.fp8 = v.fp8;
+    o.layers = v.layers;
+    o.indexer_pattern = v.indexer_pattern;
     o.out_dir = testing::TempDir(std::string("golden_") + v.name);
     ASSERT_TRUE(MakeTinyModel(o).ok());
     dir_ = o.out_dir;
@@ -150,7 +154,9 @@ INSTANTIATE_TEST_SUITE_P(AllVariants, GoldenTest,
                          ::testing::Values(Variant{"glm5-bf16", ModelArch::kGlmMoeDsa, false},
                                            Variant{"glm5-fp8", ModelArch::kGlmMoeDsa, true},
                                            Variant{"dsv32-bf16", ModelArch::kDeepseekV32, false},
-                                           Variant{"dsv32-fp8", ModelArch::kDeepseekV32, true}),
+                                           Variant{"dsv32-fp8", ModelArch::kDeepseekV32, true},
+                                           // GLM-5.2-style cross-layer top-k sharing.
+                                           Variant{"glm5-shared", ModelArch::kGlmMoeDsa, false, 4, "FSFS"}),
                          [](const auto& info) {
                            std::string n = info.param.name;
                            for (auto& ch : n) if (ch == '-') ch = '_';
