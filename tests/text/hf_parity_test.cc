@@ -131,9 +131,14 @@ TEST_P(TokenParityTest, IdsDecodeAndStreamingMatchHuggingFace) {
 TEST_P(TokenParityTest, Throughput) {
   if (!HaveReference()) return;
   const json& ref = Reference()["tokens"][GetParam()];
+  const auto load_start = std::chrono::steady_clock::now();
   auto tok_or = Tokenizer::FromFile(ref["tokenizer_json"].get<std::string>());
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   ASSERT_TRUE(tok_or.ok()) << tok_or.status();
   const Tokenizer& tok = **tok_or;
+  std::printf("[%s] tokenizer.json loaded in %.2f s (wall), vocabulary %d\n", GetParam().c_str(), load_seconds,
+              tok.vocab_size());
   std::string text;
   while (text.size() < (4u << 20)) {
     for (const json& c : ref["cases"]) {
