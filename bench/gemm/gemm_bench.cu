@@ -513,7 +513,7 @@ void BenchMoe(int64_t tokens) {
     }
   }
   const double err = max_diff / std::max(max_ref, 1e-30);
-  const std::string plan = PlanName(MoeGroupedGemmPlan(gu)) + "," + PlanName(MoeGroupedGemmPlan(dn));
+  const std::string plan = PlanName(MoeGroupedGemmPlan(gu)) + ";" + PlanName(MoeGroupedGemmPlan(dn));
   Emit({"moe_gemms", tokens, hit, H, plan, us_gemm, flops / us_gemm * 1e-6, hit_bytes / us_gemm * 1e-3,
         100.0 * (hit_bytes / (g_copy_gbs * 1e3)) / us_gemm, err});
   Emit({"moe_layer", tokens, hit, H, "route..combine", us_layer, flops / us_layer * 1e-6, hit_bytes / us_layer * 1e-3,

@@ -8,8 +8,21 @@ import csv
 import sys
 
 
+def read_ours(path):
+    # The plan column may itself hold commas (grouped MoE: "gate_up,down").
+    lines = open(path).read().splitlines()
+    head = lines[0].split(",")
+    rows = []
+    for line in lines[1:]:
+        f = line.split(",")
+        n_tail = len(head) - 5
+        plan = ";".join(f[4:len(f) - n_tail])
+        rows.append(dict(zip(head, f[:4] + [plan] + f[len(f) - n_tail:])))
+    return rows
+
+
 def main():
-    ours = list(csv.DictReader(open(sys.argv[1])))
+    ours = read_ours(sys.argv[1])
     peers = {}
     if len(sys.argv) > 2:
         for r in csv.DictReader(open(sys.argv[2])):

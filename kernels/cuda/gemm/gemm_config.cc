@@ -6,40 +6,43 @@
 namespace spar::gemm {
 namespace {
 
-// Stages: decode tiles stream weights only, so they keep more stages in
-// flight (bytes in flight per SM ~ bandwidth x latency: ~32 KB on an H200);
-// the prefill tile has 24 KB stages and runs one block per SM (its 8 warps
-// need ~180 registers each; capping at 128 for two blocks spills).
-// DRAM efficiency of 64-byte stages: measured 2026-11-30 on the H200 (M = 1
-// decode reached ~50% of the copy roofline with 64 B/row/stage); wider
-// stages are modelled as closer to the copy rate.
+// Efficiencies were fitted (2026-11-30) to a sweep of every (configuration,
+// split) over the GLM-5 projection shapes x M in {1, 16, 64, 256, 2048} on
+// the H200 test GPU running this sm80 code (2194 timings; the fitted model
+// picks plans 2.6% slower than the best measured on average, 1.26x worst;
+// bench/results/gemm.md). mma efficiency: fraction of the tensor rate a
+// compute-bound tile reaches; DRAM efficiency: fraction of the copy rate a
+// streaming tile reaches (wider stages stream better).
 // Fields: id, name, tokens, rows, warps rows x tokens, stages, sub,
 // mma efficiency, DRAM efficiency.
 constexpr TileConfig kConfigs[kNumTileConfigs] = {
-    {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 1, 0.30, 0.55},
-    {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 1, 0.45, 0.55},
-    {TileConfigId::kT32, "T32", 32, 64, 4, 1, 6, 1, 0.55, 0.55},
-    {TileConfigId::kT64, "T64", 64, 64, 2, 2, 6, 1, 0.65, 0.55},
-    {TileConfigId::kT128, "T128", 128, 128, 4, 2, 5, 1, 0.80, 0.55},
-    {TileConfigId::kT8W4, "T8W4", 8, 64, 4, 1, 4, 4, 0.30, 0.92},
-    {TileConfigId::kT16W4, "T16W4", 16, 64, 4, 1, 4, 4, 0.45, 0.92},
-    {TileConfigId::kT64W2, "T64W2", 64, 64, 2, 2, 4, 2, 0.65, 0.75},
-    {TileConfigId::kT128B2, "T128B2", 128, 128, 4, 2, 4, 1, 0.75, 0.55},
-    {TileConfigId::kT128W2, "T128W2", 128, 128, 4, 2, 3, 2, 0.80, 0.75},
+    {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 1, 0.30, 0.79},
+    {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 1, 0.45, 0.79},
+    {TileConfigId::kT32, "T32", 32, 64, 4, 1, 6, 1, 0.24, 0.79},
+    {TileConfigId::kT64, "T64", 64, 64, 2, 2, 6, 1, 0.155, 0.79},
+    {TileConfigId::kT128, "T128", 128, 128, 4, 2, 5, 1, 0.34, 0.79},
+    {TileConfigId::kT8W4, "T8W4", 8, 64, 4, 1, 4, 4, 0.30, 0.86},
+    {TileConfigId::kT16W4, "T16W4", 16, 64, 4, 1, 4, 4, 0.45, 0.86},
+    {TileConfigId::kT64W2, "T64W2", 64, 64, 2, 2, 4, 2, 0.43, 0.79},
+    {TileConfigId::kT128B2, "T128B2", 128, 128, 4, 2, 4, 1, 0.375, 0.79},
+    {TileConfigId::kT128W2, "T128W2", 128, 128, 4, 2, 3, 2, 0.41, 0.79},
 };
 
-// Model constants (units: one byte of DRAM traffic per SM = 1).
-// Tensor FLOP per byte of bandwidth, per SM: A100 312 TFLOP/s / 2.0 TB/s
-// = 153; H200 running mma.sync 641 / 4.2 = 152.
-constexpr double kFlopPerByte = 155.0;
-// Bytes in flight per SM needed to reach full bandwidth (Little's law).
-constexpr double kInflightBytesForPeak = 24.0 * 1024;
+// Model constants (unit: one byte of the copy roofline per SM, ~31 ps on
+// the H200). Tensor FLOP per such byte at the mma.sync peak.
+constexpr double kFlopPerByte = 148.0;
+// Bytes in flight per SM below which streaming slows down (Little's law).
+constexpr double kInflightBytesForPeak = 60000.0;
+// Pipeline fill of one wave of resident blocks (~1.1 µs on the H200).
+constexpr double kWaveFill = 36880.0;
+// Fixed cost of a launch (~4.4 µs back to back); equal for every plan.
+constexpr double kLaunch = 141000.0;
+// Activation tiles hit L2: almost free next to the weights.
+constexpr double kActivationWeight = 0.002;
+// Split-K partial traffic per fp32 element (written, then read back).
+constexpr double kSplitBytesPerElement = 4.0 * 1.66;
 // Shared memory per SM the occupancy estimate assumes (A100: 164 KB).
 constexpr int64_t kSmemPerSm = 164 * 1024;
-// Fixed cost of a block (launch, pipeline fill), in byte units.
-constexpr double kBlockOverhead = 4096.0;
-// Activation tiles mostly hit L2; count them at a quarter of DRAM cost.
-constexpr double kActivationWeight = 0.25;
 constexpr int kMaxSplits = 16;
 // A split streams at least 256 bytes of every weight row.
 constexpr int64_t kMinRowBytesPerSplit = 256;
@@ -121,8 +124,9 @@ GemmPlan ChooseGemmPlan(const GemmProblem& p) {
       const double t_mem = (w_bytes + x_bytes) / bw_eff;
       const double t_cmp = flops / (kFlopPerByte * c.mma_efficiency);
       const double valid_tokens = std::min<double>(eff_m, c.block_tokens);
-      const double t_split = splits > 1 ? 2.0 * valid_tokens * c.block_rows * 4.0 : 0.0;
-      const double cost = per_sm * (std::max(t_mem, t_cmp) + t_split + kBlockOverhead / resident);
+      const double t_split = splits > 1 ? kSplitBytesPerElement * valid_tokens * c.block_rows : 0.0;
+      const int64_t waves = CeilDiv(per_sm, resident);
+      const double cost = per_sm * (std::max(t_mem, t_cmp) + t_split) + waves * kWaveFill + kLaunch;
       if (cost < best.cost * 0.999) {
         best.config = c.id;
         best.splits = splits;

@@ -29,9 +29,11 @@
 // Split-K: for small m and few output tiles the K loop is split over
 // blocks; partial tiles go to `workspace` (fp32) and the last block of each
 // tile sums them in a fixed order (results do not depend on scheduling).
-// The workspace also holds per-tile counters: zero the whole workspace once
-// when allocating it; every launch leaves the counters at zero again. A
-// workspace must not be used by two launches that may run concurrently.
+// The workspace also holds per-tile counters (its first 64 KB, the same for
+// every plan): zero the whole workspace once when allocating it; every
+// launch leaves the counters at zero again, so one workspace serves every
+// GEMM of a stream. It must not be used by two launches that may run
+// concurrently. 32-64 MB is enough for every GLM-5 decode shape.
 // With too little (or no) workspace the heuristic just splits less.
 //
 // Thread-safety: the functions are thread-safe; launches follow stream order.

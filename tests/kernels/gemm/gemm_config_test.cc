@@ -165,6 +165,41 @@ TEST(GemmConfig, MakeGemmPlanClampsSplits) {
   EXPECT_EQ(MakeGemmPlan(g, TileConfigId::kT8, 4).splits, 1);
 }
 
+// Choices that were the fastest measured ones in the H200 sweep of
+// 2026-11-30 (bench/results/gemm.md), which the fitted model reproduces.
+TEST(GemmConfig, PicksTheMeasuredBestOnTheH200) {
+  struct Case {
+    int64_t m, n, k;
+    TileConfigId config;
+    int splits;
+  };
+  const Case cases[] = {
+      {1, 12288, 6144, TileConfigId::kT8W4, 2},   // 34.7 µs
+      {1, 6144, 12288, TileConfigId::kT8W4, 4},   // 34.8 µs
+      {1, 16384, 2048, TileConfigId::kT8W4, 1},   // 15.7 µs
+      {1, 28672, 512, TileConfigId::kT8, 1},      // 10.9 µs: K = 512 is too short for wide stages
+      {1, 6144, 2048, TileConfigId::kT8, 4},      // 10.2 µs
+      {64, 28672, 512, TileConfigId::kT32, 1},    // 18.6 µs
+      {2048, 12288, 6144, TileConfigId::kT128W2, 1},
+      {2048, 6144, 16384, TileConfigId::kT128W2, 1},
+  };
+  for (const Case& c : cases) {
+    const GemmPlan plan = ChooseGemmPlan(Dense(c.m, c.n, c.k));
+    EXPECT_EQ(plan.config, c.config) << c.m << "x" << c.n << "x" << c.k << ": " << plan;
+    EXPECT_EQ(plan.splits, c.splits) << c.m << "x" << c.n << "x" << c.k << ": " << plan;
+  }
+  // Grouped MoE gate/up (2048 + 2048 rows, K = 6144): T8W4 at 64 tokens
+  // (2.65 ms vs 3.28 for T8), T128W2 at 4096 tokens (14.0 ms vs 16.5).
+  GemmProblem g = Dense(2, 2048, 6144);
+  g.silu_mul = true;
+  g.grouped = true;
+  g.groups = 226;
+  EXPECT_EQ(ChooseGemmPlan(g).config, TileConfigId::kT8W4);
+  g.m = 128;
+  g.groups = 256;
+  EXPECT_EQ(ChooseGemmPlan(g).config, TileConfigId::kT128W2);
+}
+
 TEST(GemmConfig, Deterministic) {
   const GemmProblem p = Dense(37, 6144, 16384);
   const GemmPlan a = ChooseGemmPlan(p), b = ChooseGemmPlan(p);

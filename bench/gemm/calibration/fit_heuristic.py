@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Fits the W8A16 GEMM tile heuristic's model constants to a benchmark sweep.
+
+The sweep is the `sweepall` lines of `gemm_bench --sweep` (every forced
+configuration and split per shape and M, median µs). The model below mirrors
+ChooseGemmPlan in kernels/cuda/gemm/gemm_config.cc; the fit (coordinate
+descent, pure Python) minimises the mean log "regret" of the plan the model
+picks against the fastest measured plan, plus a small term for the model's
+absolute error. Copy the printed constants into gemm_config.cc (kConfigs
+efficiencies, kFlopPerByte, kInflightBytesForPeak, kWaveFill, kLaunch,
+kActivationWeight, kSplitBytesPerElement) and check with
+tests/kernels/gemm/gemm_config_test.cc.
+
+Example: python3 bench/gemm/calibration/fit_heuristic.py bench/gemm/calibration/h200_sweep_2026-11-30.txt
+"""
+import copy
+import math
+import sys
+
+SHAPES = {  # name: (K, [(rows, weight bytes)])
+    "mlp_gate_up": (6144, [(12288, 1)]), "mlp_down": (12288, [(6144, 1)]), "q_b": (2048, [(16384, 1)]),
+    "kv_b": (512, [(28672, 1)]), "o_proj": (16384, [(6144, 1)]), "exp_gate_up": (6144, [(4096, 1)]),
+    "exp_down": (2048, [(6144, 1)]), "fused_a": (6144, [(2048, 1), (576, 1), (128, 1), (32, 2)]),
+}
+CFG = {}  # name: tokens, rows, threads, stages, sub, smem (as gemm_config.cc)
+
+
+def add(name, bt, br, wr, wt, st, sub):
+    stage = (br * 64 + bt * 128) * sub
+    CFG[name] = dict(bt=bt, br=br, thr=32 * wr * wt, st=st, sub=sub,
+                     smem=max(st * stage, bt * (br + 4) * 4) + st * sub * 8 + 16)
+
+
+for args in (("T8", 8, 64, 4, 1, 8, 1), ("T16", 16, 64, 4, 1, 8, 1), ("T32", 32, 64, 4, 1, 6, 1),
+             ("T64", 64, 64, 2, 2, 6, 1), ("T128", 128, 128, 4, 2, 5, 1), ("T8W4", 8, 64, 4, 1, 4, 4),
+             ("T16W4", 16, 64, 4, 1, 4, 4), ("T64W2", 64, 64, 2, 2, 4, 2), ("T128B2", 128, 128, 4, 2, 4, 1),
+             ("T128W2", 128, 128, 4, 2, 3, 2)):
+    add(*args)
+SMS, SMEM_PER_SM = 132, 164 * 1024
+BYTES_PER_US_PER_SM = 4233e3 / SMS  # copy roofline share of one SM
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def cost(P, name, m, cfg, s):
+    k, segs = SHAPES[name]
+    c = CFG[cfg]
+    rb = 64 * c["sub"]
+    if any(k * wb % rb for _, wb in segs):
+        return None
+    ks = cdiv(max(k * wb // rb for _, wb in segs), s)
+    tiles = cdiv(m, c["bt"]) * sum(cdiv(n, c["br"]) for n, _ in segs)
+    per_sm = cdiv(tiles * s, SMS)
+    res = max(1, min(SMEM_PER_SM // c["smem"], 2048 // c["thr"], 32))
+    bw = min(1, min(per_sm, res) * (c["st"] - 1) * c["br"] * rb / P["need"]) * P["dram"][c["sub"]]
+    t_mem = (c["br"] * rb * ks + P["xw"] * c["bt"] * 2 * rb * ks) / bw
+    t_cmp = 2 * c["bt"] * c["br"] * k / s / (P["F"] * P["mma"][cfg])
+    t_split = P["split"] * min(m, c["bt"]) * c["br"] * 4 if s > 1 else 0
+    return per_sm * (max(t_mem, t_cmp) + t_split) + cdiv(per_sm, res) * P["fill"] + P["launch"]
+
+
+def load(path):
+    cases = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) < 3 or f[0] != "sweepall" or f[1] not in SHAPES:
+            continue
+        for item in f[3:]:
+            plan, us = item.split(":")
+            cfg, s = plan.split("/s")
+            cases.setdefault((f[1], int(f[2][2:])), []).append((cfg, int(s), float(us)))
+    return cases
+
+
+def evaluate(P, cases, verbose=False):
+    regrets, sq = [], []
+    for (name, m), lst in sorted(cases.items()):
+        best = min(us for _, _, us in lst)
+        preds = [(cost(P, name, m, cfg, s), cfg, s, us) for cfg, s, us in lst if cost(P, name, m, cfg, s) is not None]
+        sq += [(math.log(c / BYTES_PER_US_PER_SM) - math.log(us)) ** 2 for c, _, _, us in preds]
+        _, cfg, s, us = min(preds)
+        regrets.append(math.log(us / best))
+        if verbose:
+            print(f"{name:12s} M={m:<5d} pick {cfg:7s} s{s:<2d} {us:9.2f} µs  best {best:9.2f}  {us / best:.2f}x")
+    return sum(regrets) / len(regrets), sum(sq) / len(sq), max(math.exp(r) for r in regrets)
+
+
+def main():
+    cases = load(sys.argv[1])
+    P = dict(dram={1: 0.55, 2: 0.75, 4: 0.92}, need=24576.0, xw=0.25, F=155.0, split=2.0, fill=4096.0,
+             launch=1.0, mma={"T8": 0.30, "T16": 0.45, "T32": 0.55, "T64": 0.65, "T128": 0.80, "T8W4": 0.30,
+                              "T16W4": 0.45, "T64W2": 0.65, "T128B2": 0.75, "T128W2": 0.80})
+    keys = [(k, kk) for k, v in P.items() if isinstance(v, dict) for kk in v] + \
+           [(k, None) for k, v in P.items() if not isinstance(v, dict)]
+
+    def obj(Q):
+        r, s, _ = evaluate(Q, cases)
+        return r + 0.02 * s
+
+    best = obj(P)
+    for _ in range(60):
+        improved = False
+        for key in keys:
+            for f in (0.5, 0.7, 0.85, 0.95, 1.05, 1.18, 1.4, 2.0):
+                Q = copy.deepcopy(P)
+                v = Q[key[0]][key[1]] if key[1] is not None else Q[key[0]]
+                nv = v * f
+                if key[0] in ("dram", "mma"):
+                    nv = min(nv, 1.0)
+                if key[1] is not None:
+                    Q[key[0]][key[1]] = nv
+                else:
+                    Q[key[0]] = nv
+                o = obj(Q)
+                if o < best - 1e-6:
+                    best, P, improved = o, Q, True
+        if not improved:
+            break
+    print(P)
+    r, s, mx = evaluate(P, cases, verbose=True)
+    print(f"mean regret {math.exp(r):.3f}x, worst {mx:.2f}x, rms log error {math.sqrt(s):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
