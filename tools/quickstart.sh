@@ -1,10 +1,34 @@
 #!/usr/bin/env bash
 # Quick start: installs what is missing, builds, writes the embedded tiny
-# GLM-5 model and streams a completion from it through the in-process engine.
+# GLM-5 model, starts a local cluster on it (a spar-scheduler and 3
+# pipeline-stage spar-workers on 127.0.0.1, one process each), streams a
+# completion through the cluster's gRPC API, and stops the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
 tools/build.sh -DCMAKE_BUILD_TYPE=Release
+spar=build/services/cli/spar
 model=build/models/tiny-glm5
-[[ -f $model/config.json ]] || build/services/cli/spar make-tiny --arch glm5 --out "$model"
-build/services/cli/spar generate --model "$model" --prompt "${1:-The capital of France is}" --max-tokens 32
+[[ -f $model/config.json ]] || "$spar" make-tiny --arch glm5 --out "$model"
+
+run=$(mktemp -d /tmp/spar-quickstart-XXXXXX)
+"$spar" cluster --stages 3 --model "$model" --port 0 --port-file "$run/port" --log-dir "$run" >"$run/cluster.out" 2>&1 &
+cluster=$!
+# SIGTERM makes `spar cluster` stop its daemons; they also die with it.
+trap 'kill "$cluster" 2>/dev/null || true; wait "$cluster" 2>/dev/null || true' EXIT
+for _ in $(seq 1200); do
+  [[ -s $run/port ]] && break
+  if ! kill -0 "$cluster" 2>/dev/null; then
+    cat "$run/cluster.out" >&2
+    echo "quickstart: the cluster did not start (logs in $run)" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+[[ -s $run/port ]] || { echo "quickstart: the cluster did not become ready (logs in $run)" >&2; exit 1; }
+cat "$run/cluster.out"
+"$spar" generate --server "127.0.0.1:$(cat "$run/port")" --prompt "${1:-The capital of France is}" --max-tokens 32
+kill "$cluster"
+wait "$cluster" || true
+trap - EXIT
+tail -n 1 "$run/cluster.out"

@@ -1,89 +1,185 @@
-// spar generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [flags]
-// Runs the engine in-process and streams the completion to stdout.
+// spar generate (--model DIR | --server HOST:PORT) (--prompt TEXT | --prompt-ids 1,2,3) [flags]
+// With --model: runs the engine in-process. With --server: streams the
+// completion from a running spar-scheduler (spar.v1 Generation API).
+// Either way the completion streams to stdout and a summary to stderr.
+#include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
+
+#include <grpcpp/client_context.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/engine.h"
-#include "services/cli/args.h"
 #include "services/cli/commands.h"
+#include "services/common/args.h"
+#include "services/common/daemon.h"
+#include "spar/v1/generation.grpc.pb.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
 namespace spar {
+namespace {
 
-int RunGenerate(int argc, char** argv) {
-  std::string model, prompt, prompt_ids, backend = "cpu";
-  int64_t max_tokens = 32, top_k = 0, seed = -1, num_blocks = 256;
-  double temperature = 0.0, top_p = 1.0, min_p = 0.0;
-  bool ignore_eos = false, show_ids = false;
-  ArgParser args("generate");
-  args.AddString("model", &model, "model directory (config.json, safetensors, tokenizer.json)");
-  args.AddString("prompt", &prompt, "prompt text (encoded with the model's tokenizer.json)");
-  args.AddString("prompt-ids", &prompt_ids, "prompt as comma-separated token ids instead of text");
-  args.AddInt("max-tokens", &max_tokens, "tokens to generate (default 32)");
-  args.AddDouble("temperature", &temperature, "0 = greedy (default)");
-  args.AddDouble("top-p", &top_p, "nucleus sampling mass (default 1 = off)");
-  args.AddInt("top-k", &top_k, "sample from the k most likely (default 0 = off)");
-  args.AddDouble("min-p", &min_p, "drop tokens below min_p x the top probability (default 0 = off)");
-  args.AddInt("seed", &seed, "sampling seed (default: random)");
-  args.AddBool("ignore-eos", &ignore_eos, "keep going past end-of-sequence tokens");
-  args.AddBool("show-ids", &show_ids, "print token ids after the text");
-  args.AddString("backend", &backend, "cpu (default) or cuda");
-  args.AddInt("num-blocks", &num_blocks, "KV cache blocks of 64 tokens (default 256)");
-  if (auto s = args.Parse(argc, argv, 2); !s.ok()) {
-    std::cerr << s.message() << "\n";
-    return 2;
+struct GenerateFlags {
+  std::string model, server, prompt, prompt_ids, backend = "cpu", stop, request_id;
+  int64_t max_tokens = 32, top_k = 0, seed = -1, num_blocks = 256, n = 1, top_logprobs = 0;
+  double temperature = 0.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, frequency_penalty = 0.0,
+         presence_penalty = 0.0, timeout_s = 300;
+  bool ignore_eos = false, show_ids = false, logprobs = false;
+};
+
+absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int32_t id;
+    if (!absl::SimpleAtoi(part, &id)) {
+      return absl::InvalidArgumentError(std::string("--prompt-ids: \"") + std::string(part) + "\" is not an integer");
+    }
+    ids.push_back(id);
   }
-  if (args.help_requested()) {
-    std::cout << args.Usage();
-    return 0;
+  return ids;
+}
+
+const char* FinishName(v1::FinishReason r) {
+  switch (r) {
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_ABORTED:
+      return "aborted";
+    default:
+      return "unfinished";
   }
-  if (model.empty() || (prompt.empty() == prompt_ids.empty())) {
-    std::cerr << "generate: --model and exactly one of --prompt / --prompt-ids are required\n" << args.Usage();
-    return 2;
+}
+
+// Streams from a scheduler. Returns the exit code.
+int RunRemote(const GenerateFlags& f) {
+  v1::GenerateRequest req;
+  req.set_request_id(f.request_id);
+  if (!f.prompt_ids.empty()) {
+    auto ids = ParseIds(f.prompt_ids);
+    if (!ids.ok()) {
+      std::cerr << "generate: " << ids.status().message() << "\n";
+      return 2;
+    }
+    req.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  } else {
+    req.set_text(f.prompt);
   }
-  auto tokenizer = Tokenizer::FromFile(model + "/tokenizer.json");
+  v1::SamplingParams* s = req.mutable_sampling();
+  s->set_temperature(static_cast<float>(f.temperature));
+  s->set_top_p(static_cast<float>(f.top_p));
+  s->set_top_k(static_cast<int32_t>(f.top_k));
+  s->set_min_p(static_cast<float>(f.min_p));
+  s->set_repetition_penalty(static_cast<float>(f.repetition_penalty));
+  s->set_frequency_penalty(static_cast<float>(f.frequency_penalty));
+  s->set_presence_penalty(static_cast<float>(f.presence_penalty));
+  if (f.seed >= 0) s->set_seed(static_cast<uint64_t>(f.seed));
+  s->set_n(static_cast<uint32_t>(f.n));
+  v1::StoppingCriteria* st = req.mutable_stopping();
+  st->set_max_tokens(static_cast<uint32_t>(f.max_tokens));
+  st->set_ignore_eos(f.ignore_eos);
+  if (!f.stop.empty()) st->add_stop_strings(f.stop);
+  req.mutable_response()->set_output_logprobs(f.logprobs);
+  req.mutable_response()->set_top_logprobs(static_cast<uint32_t>(f.top_logprobs));
+
+  auto stub = v1::Generation::NewStub(CreatePublicChannel(f.server));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1e3)));
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  if (f.n == 1 && !f.prompt.empty()) std::cout << f.prompt << std::flush;
+  std::vector<std::vector<int32_t>> ids(f.n);
+  std::vector<std::string> texts(f.n);
+  std::vector<std::string> finish(f.n, "unfinished");
+  std::vector<float> logprobs;
+  int prompt_tokens = 0;
+  std::string request_id;
+  while (reader->Read(&resp)) {
+    request_id = resp.request_id();
+    if (resp.has_prompt_info()) prompt_tokens = static_cast<int>(resp.prompt_info().num_prompt_tokens());
+    const v1::SequenceOutput& o = resp.output();
+    if (o.index() >= static_cast<uint32_t>(f.n)) continue;
+    ids[o.index()].insert(ids[o.index()].end(), o.token_ids().begin(), o.token_ids().end());
+    logprobs.insert(logprobs.end(), o.logprobs().begin(), o.logprobs().end());
+    if (f.n == 1) {
+      std::cout << o.text() << std::flush;
+    } else {
+      texts[o.index()] += o.text();
+    }
+    if (o.has_finish()) finish[o.index()] = FinishName(o.finish().reason());
+  }
+  grpc::Status status = reader->Finish();
+  if (f.n == 1) std::cout << "\n";
+  for (int i = 0; f.n > 1 && i < f.n; ++i) std::cout << "[" << i << "] " << f.prompt << texts[i] << "\n";
+  if (!status.ok()) {
+    std::cerr << "generate: " << f.server << ": " << status.error_message() << " (code " << status.error_code()
+              << ")\n";
+    return 1;
+  }
+  for (int i = 0; i < f.n; ++i) {
+    std::cerr << "[" << request_id << (f.n > 1 ? "/" + std::to_string(i) : "") << ": " << prompt_tokens
+              << " prompt tokens, " << ids[i].size() << " generated, finish: " << finish[i] << "]\n";
+  }
+  if (f.show_ids) {
+    for (const auto& seq : ids) {
+      for (int32_t id : seq) std::cout << id << " ";
+      std::cout << "\n";
+    }
+  }
+  if (f.logprobs) {
+    for (float lp : logprobs) std::cout << lp << " ";
+    std::cout << "\n";
+  }
+  return 0;
+}
+
+int RunLocal(const GenerateFlags& f) {
+  auto tokenizer = Tokenizer::FromFile(f.model + "/tokenizer.json");
   if (!tokenizer.ok()) {
     std::cerr << "generate: " << tokenizer.status().message() << "\n";
     return 1;
   }
   GenerationRequest request;
-  if (!prompt_ids.empty()) {
-    for (absl::string_view part : absl::StrSplit(prompt_ids, ',')) {
-      int32_t id;
-      if (!absl::SimpleAtoi(part, &id)) {
-        std::cerr << "generate: --prompt-ids: \"" << part << "\" is not an integer\n";
-        return 2;
-      }
-      request.prompt.push_back(id);
+  if (!f.prompt_ids.empty()) {
+    auto ids = ParseIds(f.prompt_ids);
+    if (!ids.ok()) {
+      std::cerr << "generate: " << ids.status().message() << "\n";
+      return 2;
     }
+    request.prompt = *ids;
   } else {
-    auto ids = (*tokenizer)->Encode(prompt);
+    auto ids = (*tokenizer)->Encode(f.prompt);
     if (!ids.ok()) {
       std::cerr << "generate: " << ids.status().message() << "\n";
       return 1;
     }
     request.prompt = *ids;
   }
-  request.max_tokens = static_cast<int>(max_tokens);
-  request.sampling.temperature = static_cast<float>(temperature);
-  request.sampling.top_p = static_cast<float>(top_p);
-  request.sampling.top_k = static_cast<int>(top_k);
-  request.sampling.min_p = static_cast<float>(min_p);
-  if (seed >= 0) request.seed = static_cast<uint64_t>(seed);
-  request.ignore_eos = ignore_eos;
+  request.max_tokens = static_cast<int>(f.max_tokens);
+  request.sampling.temperature = static_cast<float>(f.temperature);
+  request.sampling.top_p = static_cast<float>(f.top_p);
+  request.sampling.top_k = static_cast<int>(f.top_k);
+  request.sampling.min_p = static_cast<float>(f.min_p);
+  request.sampling.repetition_penalty = static_cast<float>(f.repetition_penalty);
+  request.sampling.frequency_penalty = static_cast<float>(f.frequency_penalty);
+  request.sampling.presence_penalty = static_cast<float>(f.presence_penalty);
+  if (f.seed >= 0) request.seed = static_cast<uint64_t>(f.seed);
+  request.ignore_eos = f.ignore_eos;
+  request.top_logprobs = static_cast<int>(f.top_logprobs);
   EngineOptions options;
-  options.backend = backend;
-  options.model.num_blocks = num_blocks;
-  auto engine = Engine::Create(model, options);
+  options.backend = f.backend;
+  options.model.num_blocks = f.num_blocks;
+  auto engine = Engine::Create(f.model, options);
   if (!engine.ok()) {
     std::cerr << "generate: " << engine.status().message() << "\n";
     return 1;
   }
   IncrementalDetokenizer detok(tokenizer->get(), /*skip_special=*/true);
-  std::cout << prompt << std::flush;
+  std::cout << f.prompt << std::flush;
   // Model vocabularies are padded beyond the tokenizer (GLM-5: 154880 rows);
   // ids without a token print nothing, as in Hugging Face's decode.
   int untokenizable = 0;
@@ -104,11 +200,63 @@ int RunGenerate(int argc, char** argv) {
   const Generation& g = (*result)[0];
   std::cerr << "[" << request.prompt.size() << " prompt tokens, " << g.tokens.size() << " generated, finish: "
             << (g.finish == FinishReason::kStop ? "stop" : "length") << "]\n";
-  if (show_ids) {
+  if (f.show_ids) {
     for (const auto& t : g.tokens) std::cout << t.id << " ";
     std::cout << "\n";
   }
+  if (f.logprobs) {
+    for (const auto& t : g.tokens) std::cout << t.logprob << " ";
+    std::cout << "\n";
+  }
   return 0;
+}
+
+}  // namespace
+
+int RunGenerate(int argc, char** argv) {
+  GenerateFlags f;
+  ArgParser args("generate");
+  args.AddString("model", &f.model, "run in-process on this model directory (config.json, safetensors, tokenizer.json)");
+  args.AddString("server", &f.server, "or: stream from a running spar-scheduler at HOST:PORT");
+  args.AddString("prompt", &f.prompt, "prompt text (encoded with the model's tokenizer.json)");
+  args.AddString("prompt-ids", &f.prompt_ids, "prompt as comma-separated token ids instead of text");
+  args.AddInt("max-tokens", &f.max_tokens, "tokens to generate (default 32)");
+  args.AddDouble("temperature", &f.temperature, "0 = greedy (default)");
+  args.AddDouble("top-p", &f.top_p, "nucleus sampling mass (default 1 = off)");
+  args.AddInt("top-k", &f.top_k, "sample from the k most likely (default 0 = off)");
+  args.AddDouble("min-p", &f.min_p, "drop tokens below min_p x the top probability (default 0 = off)");
+  args.AddDouble("repetition-penalty", &f.repetition_penalty, "default 1 = off");
+  args.AddDouble("frequency-penalty", &f.frequency_penalty, "default 0");
+  args.AddDouble("presence-penalty", &f.presence_penalty, "default 0");
+  args.AddInt("seed", &f.seed, "sampling seed (default: random)");
+  args.AddBool("ignore-eos", &f.ignore_eos, "keep going past end-of-sequence tokens");
+  args.AddBool("show-ids", &f.show_ids, "print token ids after the text");
+  args.AddBool("logprobs", &f.logprobs, "print the logprob of every generated token after the text");
+  args.AddInt("top-logprobs", &f.top_logprobs, "alternatives per token to compute (default 0)");
+  args.AddString("backend", &f.backend, "in-process: cpu (default) or cuda");
+  args.AddInt("num-blocks", &f.num_blocks, "in-process: KV cache blocks of 64 tokens (default 256)");
+  args.AddInt("n", &f.n, "--server: sequences to generate (default 1)");
+  args.AddString("stop", &f.stop, "--server: a stop string");
+  args.AddString("request-id", &f.request_id, "--server: the request id (default: assigned)");
+  args.AddDouble("timeout-s", &f.timeout_s, "--server: deadline of the call (default 300)");
+  if (auto s = args.Parse(argc, argv, 2); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 2;
+  }
+  if (args.help_requested()) {
+    std::cout << args.Usage();
+    return 0;
+  }
+  if (f.model.empty() == f.server.empty() || f.prompt.empty() == f.prompt_ids.empty()) {
+    std::cerr << "generate: exactly one of --model / --server and one of --prompt / --prompt-ids are required\n"
+              << args.Usage();
+    return 2;
+  }
+  if (f.n < 1 || f.max_tokens < 1 || f.top_logprobs < 0) {
+    std::cerr << "generate: --n and --max-tokens must be >= 1, --top-logprobs >= 0\n";
+    return 2;
+  }
+  return f.server.empty() ? RunLocal(f) : RunRemote(f);
 }
 
 }  // namespace spar

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "engine/make_tiny.h"
-#include "services/cli/args.h"
+#include "services/common/args.h"
 #include "services/cli/commands.h"
 
 namespace spar {

@@ -4,13 +4,18 @@
 #include <string>
 
 #include "services/cli/commands.h"
+#include "services/scheduler/scheduler_main.h"
+#include "services/worker/worker_main.h"
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: spar <command> [flags]\n"
     "commands:\n"
-    "  generate    run a model in-process and stream a completion\n"
+    "  generate    stream a completion: in-process (--model) or from a scheduler (--server)\n"
+    "  cluster     start a local cluster: a scheduler and --stages workers on this machine\n"
+    "  scheduler   run the spar-scheduler daemon (same as the spar-scheduler binary)\n"
+    "  worker      run the spar-worker daemon (same as the spar-worker binary)\n"
     "  make-tiny   write a deterministic random-weight GLM-5 / DeepSeek-V3.2 checkpoint\n"
     "run `spar <command> --help` for its flags\n";
 
@@ -24,6 +29,9 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "make-tiny") return spar::RunMakeTiny(argc, argv);
   if (command == "generate") return spar::RunGenerate(argc, argv);
+  if (command == "cluster") return spar::RunCluster(argc, argv);
+  if (command == "scheduler") return spar::RunSchedulerMain(argc, argv, 2);
+  if (command == "worker") return spar::RunWorkerMain(argc, argv, 2);
   std::cerr << "spar: unknown command \"" << command << "\"\n" << kUsage;
   return 2;
 }

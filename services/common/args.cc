@@ -1,4 +1,7 @@
-#include "services/cli/args.h"
+#include "services/common/args.h"
+
+#include <cctype>
+#include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -39,7 +42,25 @@ absl::Status ArgParser::Set(const std::string& name, const Flag& flag, const std
   return absl::InternalError("unreachable");
 }
 
+std::string ArgParser::EnvName(const std::string& name) const {
+  if (env_prefix_.empty()) return "";
+  std::string env = env_prefix_;
+  for (char c : name) env.push_back(c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  return env;
+}
+
 absl::Status ArgParser::Parse(int argc, char** argv, int begin) {
+  if (!env_prefix_.empty()) {
+    for (const auto& [name, flag] : flags_) {
+      const std::string env = EnvName(name);
+      const char* value = std::getenv(env.c_str());
+      if (value == nullptr) continue;
+      if (auto s = Set(name, flag, value); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(s.message(), " (from the environment variable ", env, ")"));
+      }
+      set_.insert(name);
+    }
+  }
   for (int i = begin; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
@@ -71,13 +92,18 @@ absl::Status ArgParser::Parse(int argc, char** argv, int begin) {
       }
     }
     if (auto s = Set(name, it->second, value); !s.ok()) return s;
+    set_.insert(name);
   }
   return absl::OkStatus();
 }
 
 std::string ArgParser::Usage() const {
   std::string out = absl::StrCat("usage: spar ", command_, " [flags]\n");
-  for (const auto& [name, flag] : flags_) absl::StrAppend(&out, "  --", name, "  ", flag.help, "\n");
+  for (const auto& [name, flag] : flags_) {
+    absl::StrAppend(&out, "  --", name, "  ", flag.help);
+    if (!env_prefix_.empty()) absl::StrAppend(&out, " [$", EnvName(name), "]");
+    absl::StrAppend(&out, "\n");
+  }
   return out;
 }
 

@@ -1,0 +1,75 @@
+#include "services/scheduler/batch_policy.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "services/scheduler/preemption_policy.h"
+
+namespace spar {
+
+BatchDecision BatchPolicy::Plan(const std::vector<SeqView>& running, const std::vector<SeqView>& waiting,
+                                BlockLedger* ledger, int seq_cap) const {
+  BatchDecision d;
+  const int cap = seq_cap > 0 ? std::min(seq_cap, limits_.max_seqs) : limits_.max_seqs;
+  int64_t budget = limits_.max_batch_tokens;
+  std::unordered_set<int64_t> in_batch;
+  std::unordered_set<int64_t> preempted;
+  // Sequences admitted after running[i]: the only ones it may preempt
+  // (first come, first served also under memory pressure).
+  auto candidates = [&](size_t i) {
+    std::vector<PreemptionCandidate> out;
+    for (size_t j = i + 1; j < running.size(); ++j) {
+      const SeqView& v = running[j];
+      if (preempted.count(v.id)) continue;
+      out.push_back({v.id, ledger->BlocksOf(v.id), v.in_flight});
+    }
+    return out;
+  };
+
+  for (size_t i = 0; i < running.size(); ++i) {
+    const SeqView& s = running[i];
+    if (static_cast<int>(d.steps.size()) >= cap || budget <= 0) break;
+    if (s.in_flight || preempted.count(s.id) || s.total <= s.computed) continue;
+    const int32_t count = static_cast<int32_t>(std::min<int64_t>(s.total - s.computed, budget));
+    const int64_t end = static_cast<int64_t>(s.computed) + count;
+    if (!ledger->CanGrow(s.id, end)) {
+      // Preempt only when it is enough; otherwise this sequence waits for
+      // blocks held by micro-batches in flight or by this batch.
+      std::unordered_set<int64_t> protect = in_batch;
+      protect.insert(s.id);
+      const int64_t shortfall = ledger->Shortfall(s.id, end) - ledger->num_free();
+      if (PreemptionPolicy::Reclaimable(candidates(i), protect) < shortfall) continue;
+      while (!ledger->CanGrow(s.id, end)) {
+        auto victim = PreemptionPolicy::PickVictim(candidates(i), protect);
+        if (!victim) break;
+        ledger->Free(*victim).IgnoreError();
+        preempted.insert(*victim);
+        d.preempted.push_back(*victim);
+      }
+    }
+    if (!ledger->Grow(s.id, end).ok()) continue;
+    d.steps.push_back({s.id, s.computed, count, end == s.total});
+    in_batch.insert(s.id);
+    budget -= count;
+  }
+
+  int admitted_running = 0;
+  for (const SeqView& s : running) admitted_running += preempted.count(s.id) == 0;
+  if (!d.preempted.empty()) return d;  // a round that preempted admits no one
+  for (const SeqView& s : waiting) {
+    if (static_cast<int>(d.steps.size()) >= cap || budget <= 0) break;
+    if (admitted_running >= limits_.max_running) break;
+    const int32_t count = static_cast<int32_t>(std::min<int64_t>(s.total - s.computed, budget));
+    if (count <= 0) continue;
+    const int64_t end = static_cast<int64_t>(s.computed) + count;
+    // First come, first served: a head that does not fit blocks the rest.
+    if (!ledger->Grow(s.id, end).ok()) break;
+    d.steps.push_back({s.id, s.computed, count, end == s.total});
+    d.admitted.push_back(s.id);
+    ++admitted_running;
+    budget -= count;
+  }
+  return d;
+}
+
+}  // namespace spar

@@ -1,0 +1,274 @@
+#include "services/scheduler/scheduler.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+
+namespace spar {
+
+Scheduler::Scheduler(SchedulerOptions options, ModelConfig config, std::unique_ptr<Tokenizer> tokenizer,
+                     std::unique_ptr<Pipeline> pipeline)
+    : options_(std::move(options)),
+      config_(std::move(config)),
+      tokenizer_(std::move(tokenizer)),
+      pipeline_(std::move(pipeline)),
+      tracker_(tokenizer_.get()) {
+  limits_.vocab_size = config_.vocab_size;
+  limits_.max_model_len = options_.max_model_len > 0 ? options_.max_model_len : config_.max_position_embeddings;
+  limits_.served_model_name = options_.served_model_name;
+  limits_.max_n = options_.max_n;
+}
+
+Scheduler::~Scheduler() { Stop(); }
+
+absl::Status Scheduler::ConnectOnce() {
+  Pipeline::Callbacks cb;
+  cb.on_result = [this](MicroBatchResult r) { OnResult(std::move(r)); };
+  cb.on_failure = [this](absl::Status s) { OnFailure(std::move(s)); };
+  auto info = pipeline_->Connect(std::move(cb), options_.connect_timeout);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!info.ok()) return info.status();
+  pipeline_info_ = *info;
+  CoreOptions co;
+  co.num_blocks = info->num_blocks;
+  co.limits = options_.limits;
+  co.max_in_flight = options_.max_in_flight > 0 ? options_.max_in_flight : info->num_stages;
+  co.max_waiting = options_.max_waiting;
+  co.max_model_len = limits_.max_model_len;
+  co.eos_token_ids = config_.eos_token_ids;
+  co.balance = options_.balance;
+  if (core_) {
+    const CoreStats old = core_->Stats();
+    preemptions_before_ += old.preemptions;
+    micro_batches_before_ += old.micro_batches;
+  }
+  core_ = std::make_unique<SchedulerCore>(co);
+  ready_ = true;
+  reconnect_ = false;
+  SPAR_LOG(INFO) << "scheduler ready: " << info->num_stages << " stages, " << co.max_in_flight
+                 << " micro-batches in flight, " << co.limits.max_batch_tokens << " tokens per micro-batch";
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Start() {
+  absl::Status s = ConnectOnce();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s.ok()) reconnect_ = true;
+  }
+  loop_ = std::thread([this] { Loop(); });
+  return s;
+}
+
+void Scheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    ready_ = false;
+    FailLocked(absl::UnavailableError("the scheduler is shutting down"));
+  }
+  cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+  pipeline_->Close();
+}
+
+void Scheduler::HandleLocked(const std::vector<SeqEvent>& events) {
+  if (events.empty()) return;
+  for (int64_t seq : tracker_.Apply(events)) core_->Finish(seq);
+}
+
+void Scheduler::PumpLocked() {
+  if (!ready_ || !core_) return;
+  const absl::Time now = absl::Now();
+  while (auto plan = core_->NextMicroBatch(now)) pipeline_->Send(std::move(*plan));
+}
+
+void Scheduler::FailLocked(const absl::Status& status) {
+  if (core_) HandleLocked(core_->FailAll(status));
+  for (int64_t seq : tracker_.EndAll(status)) {
+    if (core_) core_->Finish(seq);
+  }
+}
+
+void Scheduler::OnResult(MicroBatchResult result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!core_ || stopping_) return;
+  HandleLocked(core_->OnResult(result));
+  PumpLocked();
+}
+
+void Scheduler::OnFailure(absl::Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    ready_ = false;
+    reconnect_ = true;
+    FailLocked(absl::UnavailableError(absl::StrCat("pipeline failure: ", status.message())));
+  }
+  cv_.notify_all();
+}
+
+absl::StatusOr<std::string> Scheduler::Submit(GenerateParams params, std::shared_ptr<GenerationSink> sink) {
+  std::vector<int32_t> prompt = std::move(params.prompt_ids);
+  if (params.text) {
+    if (tokenizer_ == nullptr) {
+      return absl::InvalidArgumentError("text: this server has no tokenizer.json; send token_ids");
+    }
+    // A raw prompt: special tokens written in it are recognized (chat
+    // templates are applied by the caller or the OpenAI layer).
+    auto ids = tokenizer_->Encode(*params.text, /*allow_special=*/true);
+    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
+    prompt = std::move(*ids);
+    if (prompt.empty()) return absl::InvalidArgumentError("text encodes to no tokens");
+    for (int32_t id : prompt) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("text encodes to token id ", id,
+                                                       ", outside the model's vocabulary of ", config_.vocab_size));
+      }
+    }
+  }
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  const int64_t context = limits_.max_model_len;
+  if (len >= context) {
+    return absl::InvalidArgumentError(absl::StrCat(params.text ? "text" : "token_ids", ": the prompt has ", len,
+                                                   " tokens, leaving no room in the context of ", context));
+  }
+  const int max_tokens = params.max_tokens ? *params.max_tokens : static_cast<int>(context - len);
+  if (len + max_tokens > context) {
+    return absl::InvalidArgumentError(absl::StrCat("stopping.max_tokens: the prompt (", len, " tokens) + max_tokens (",
+                                                   max_tokens, ") exceeds the context length of ", context));
+  }
+  uint64_t seed;
+  if (params.seed) {
+    seed = *params.seed;
+  } else {
+    std::random_device rd;
+    seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+  std::vector<SequenceRequest> seqs(params.n);
+  for (int i = 0; i < params.n; ++i) {
+    SequenceRequest& r = seqs[i];
+    r.prompt = prompt;
+    r.sampling = params.sampling;
+    r.sampling.seed = seed + static_cast<uint64_t>(i);
+    r.top_logprobs = params.top_logprobs;
+    r.max_tokens = max_tokens;
+    r.stop_token_ids = params.stop_token_ids;
+    r.ignore_eos = params.ignore_eos;
+    r.deadline = params.deadline;
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("the scheduler is shutting down");
+  if (!ready_ || !core_) return absl::UnavailableError("not ready: the pipeline of workers is not connected");
+  std::string id = params.request_id;
+  if (id.empty()) {
+    do {
+      id = absl::StrCat("req-", next_request_++);
+    } while (tracker_.Contains(id));
+  } else if (tracker_.Contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request_id \"", id, "\" is already in use by an active request"));
+  }
+  auto ids = core_->Submit(std::move(seqs));
+  if (!ids.ok()) return ids.status();
+  tracker_.Add(id, params, std::move(prompt), *ids, std::move(sink));
+  PumpLocked();
+  return id;
+}
+
+std::vector<std::string> Scheduler::Abort(const std::vector<std::string>& request_ids) {
+  std::vector<std::string> found;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : request_ids) {
+    if (!tracker_.Contains(id)) continue;
+    for (int64_t seq : tracker_.End(id, absl::CancelledError(absl::StrCat("request ", id, " was aborted")))) {
+      if (core_) core_->Finish(seq);
+    }
+    found.push_back(id);
+  }
+  PumpLocked();
+  return found;
+}
+
+void Scheduler::Cancel(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!tracker_.Contains(request_id)) return;
+  for (int64_t seq : tracker_.End(request_id, absl::CancelledError("the client cancelled the call"))) {
+    if (core_) core_->Finish(seq);
+  }
+  PumpLocked();
+}
+
+void Scheduler::Loop() {
+  absl::Time next_reconnect = absl::Now() + options_.reconnect_interval;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(20));
+    if (stopping_) break;
+    absl::Time now = absl::Now();
+    if (reconnect_ && now >= next_reconnect) {
+      lock.unlock();
+      absl::Status s = ConnectOnce();
+      lock.lock();
+      if (!s.ok()) {
+        SPAR_LOG(WARNING) << "pipeline not connected: " << s;
+        next_reconnect = absl::Now() + options_.reconnect_interval;
+      }
+      continue;
+    }
+    if (!core_ || !ready_) continue;
+    HandleLocked(core_->ExpireDeadlines(now));
+    if (core_->HasInFlightOlderThan(now - options_.step_timeout)) {
+      ready_ = false;
+      reconnect_ = true;
+      next_reconnect = now;
+      FailLocked(absl::UnavailableError(absl::StrCat("a micro-batch did not come back from the pipeline within ",
+                                                     absl::FormatDuration(options_.step_timeout))));
+      continue;
+    }
+    PumpLocked();
+  }
+}
+
+LoadInfo Scheduler::Load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  LoadInfo l;
+  l.ready = ready_;
+  l.max_waiting = options_.max_waiting;
+  if (core_) {
+    l.core = core_->Stats();
+    l.running_requests = static_cast<int>(l.core.running);
+    l.waiting_requests = static_cast<int>(l.core.waiting);
+  }
+  l.core.preemptions += preemptions_before_;
+  l.core.micro_batches += micro_batches_before_;
+  return l;
+}
+
+ModelInfo Scheduler::Info() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ModelInfo m;
+  m.served_model_name = options_.served_model_name;
+  m.model_path = options_.model_path;
+  m.model_type = config_.model_type;
+  m.architectures = config_.architectures;
+  m.vocab_size = config_.vocab_size;
+  m.max_model_len = limits_.max_model_len;
+  m.eos_token_ids = config_.eos_token_ids;
+  m.bos_token_id = config_.bos_token_id;
+  m.stages = pipeline_info_.num_stages;
+  m.total_blocks = pipeline_info_.num_blocks;
+  m.max_batch_tokens = options_.limits.max_batch_tokens;
+  m.max_running = options_.limits.max_running;
+  m.has_tokenizer = tokenizer_ != nullptr;
+  return m;
+}
+
+bool Scheduler::ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ready_;
+}
+
+}  // namespace spar

@@ -1,0 +1,158 @@
+#include "services/scheduler/scheduler_main.h"
+
+#include <unistd.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/str_split.h"
+#include "base/log.h"
+#include "services/common/args.h"
+#include "services/common/daemon.h"
+#include "services/common/layer_split.h"
+#include "services/scheduler/generation_service.h"
+#include "services/scheduler/grpc_pipeline.h"
+#include "services/scheduler/scheduler.h"
+
+namespace spar {
+
+int RunSchedulerMain(int argc, char** argv, int begin) {
+  BlockShutdownSignals();
+  std::string host = "0.0.0.0", port_file, model, workers, stage_layers, served_name, backend;
+  int64_t port = 50051, num_blocks = 0, max_batch_tokens = 512, max_seqs = 256, max_running = 256,
+          max_in_flight = 0, max_queue = 256, max_model_len = 0, connect_timeout_s = 600, step_timeout_s = 120;
+  bool no_balance = false;
+  ArgParser args("scheduler", "SPAR_");
+  args.AddString("host", &host, "address to listen on (default 0.0.0.0)");
+  args.AddInt("port", &port, "public gRPC port (default 50051; 0 picks a free port)");
+  args.AddString("port-file", &port_file, "write the port here once listening (for supervisors and tests)");
+  args.AddString("model", &model, "model directory: config.json and tokenizer.json (required)");
+  args.AddString("workers", &workers, "stage leaders host:port,host:port,... stage 0 first (required)");
+  args.AddString("stage-layers", &stage_layers, "layer ranges per stage, e.g. 0:40,40:78 (default: even split)");
+  args.AddString("served-model-name", &served_name, "model name clients may send (default: the directory name)");
+  args.AddString("backend", &backend, "backend the workers must run (default: any)");
+  args.AddInt("num-blocks", &num_blocks, "KV blocks to use (default 0: the smallest worker cache)");
+  args.AddInt("max-batch-tokens", &max_batch_tokens, "tokens per micro-batch: the chunked-prefill budget (default 512)");
+  args.AddInt("max-seqs-per-batch", &max_seqs, "sequences per micro-batch (default 256)");
+  args.AddInt("max-running", &max_running, "sequences admitted at once (default 256)");
+  args.AddInt("max-in-flight", &max_in_flight, "micro-batches in the pipeline at once (default 0: one per stage)");
+  args.AddInt("max-queue", &max_queue, "waiting sequences before new requests get RESOURCE_EXHAUSTED (default 256)");
+  args.AddInt("max-model-len", &max_model_len, "context length per sequence (default 0: the model's)");
+  args.AddInt("connect-timeout-s", &connect_timeout_s, "wait this long for the workers at start (default 600)");
+  args.AddInt("step-timeout-s", &step_timeout_s, "a micro-batch not back after this long fails the pipeline (default 120)");
+  args.AddBool("no-balance", &no_balance, "do not spread sequences evenly over the micro-batches in flight");
+  if (auto s = args.Parse(argc, argv, begin); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 2;
+  }
+  if (args.help_requested()) {
+    std::cout << "spar-scheduler: batching and the public generation API of the spar runtime\n" << args.Usage();
+    return 0;
+  }
+  auto fail = [](const std::string& message) {
+    std::cerr << "scheduler: " << message << "\n";
+    return 2;
+  };
+  if (model.empty()) return fail("--model is required (its config.json and tokenizer.json)");
+  if (workers.empty()) return fail("--workers is required (the stage leaders, stage 0 first)");
+  if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
+  if (max_batch_tokens < 1 || max_seqs < 1 || max_running < 1 || max_queue < 0 || max_in_flight < 0 ||
+      num_blocks < 0 || max_model_len < 0 || connect_timeout_s < 1 || step_timeout_s < 1) {
+    return fail("limits must be positive (--max-batch-tokens, --max-seqs-per-batch, --max-running, --max-queue, ...)");
+  }
+  auto config = LoadModelConfig(model + "/config.json");
+  if (!config.ok()) return fail(std::string(config.status().message()));
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (auto t = Tokenizer::FromFile(model + "/tokenizer.json"); t.ok()) {
+    tokenizer = std::move(*t);
+  } else {
+    SPAR_LOG(WARNING) << "no tokenizer (" << t.status().message() << "): token ids only";
+  }
+
+  GrpcPipelineOptions po;
+  po.workers = absl::StrSplit(workers, ',', absl::SkipEmpty());
+  po.model_path = model;
+  po.num_blocks = num_blocks;
+  po.backend = backend;
+  if (!stage_layers.empty()) {
+    auto ranges = ParseStageLayers(stage_layers, config->num_hidden_layers);
+    if (!ranges.ok()) return fail(std::string("--stage-layers: ") + std::string(ranges.status().message()));
+    po.stage_layers = *ranges;
+  }
+  SchedulerOptions so;
+  so.model_path = model;
+  if (served_name.empty()) {
+    std::string dir = model;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    served_name = dir.substr(dir.rfind('/') + 1);
+  }
+  so.served_model_name = served_name;
+  so.limits.max_batch_tokens = max_batch_tokens;
+  so.limits.max_seqs = static_cast<int>(max_seqs);
+  so.limits.max_running = static_cast<int>(max_running);
+  so.max_in_flight = static_cast<int>(max_in_flight);
+  so.max_waiting = static_cast<size_t>(max_queue);
+  so.max_model_len = max_model_len;
+  so.balance = !no_balance;
+  so.connect_timeout = absl::Seconds(connect_timeout_s);
+  so.step_timeout = absl::Seconds(step_timeout_s);
+  Scheduler scheduler(so, *config, std::move(tokenizer), std::make_unique<GrpcPipeline>(po, *config));
+
+  GenerationService service(&scheduler);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  ConfigurePublicServer(&builder);
+  int selected_port = 0;
+  builder.AddListeningPort(HostPort(host, static_cast<int>(port)), grpc::InsecureServerCredentials(), &selected_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || selected_port == 0) {
+    std::cerr << "scheduler: cannot listen on " << HostPort(host, static_cast<int>(port)) << "\n";
+    return 1;
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus("", false);
+  health->SetServingStatus("spar.v1.Generation", false);
+  SPAR_LOG(INFO) << "spar-scheduler listening on " << HostPort(host, selected_port) << " for " << po.workers.size()
+                 << " stages";
+  if (!port_file.empty()) {
+    if (auto s = WritePortFile(port_file, selected_port); !s.ok()) {
+      std::cerr << "scheduler: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  // Connecting may take long (workers loading their shards): do it off the
+  // main thread so a shutdown signal is still taken promptly.
+  std::thread starter([&scheduler] {
+    if (auto s = scheduler.Start(); !s.ok()) SPAR_LOG(WARNING) << "pipeline not connected yet: " << s;
+  });
+  bool serving = false;
+  for (;;) {
+    const int sig = WaitForShutdownSignal(absl::Milliseconds(100));
+    if (sig != 0) {
+      SPAR_LOG(INFO) << "signal " << sig << ": shutting down";
+      break;
+    }
+    // Readiness follows the pipeline (lost and regained on failures).
+    const bool ready = scheduler.ready();
+    if (ready != serving) {
+      health->SetServingStatus("", ready);
+      health->SetServingStatus("spar.v1.Generation", ready);
+      serving = ready;
+    }
+  }
+  health->SetServingStatus("", false);
+  health->SetServingStatus("spar.v1.Generation", false);
+  starter.join();
+  scheduler.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
+
+}  // namespace spar

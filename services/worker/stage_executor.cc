@@ -1,0 +1,98 @@
+#include "services/worker/stage_executor.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "engine/engine.h"
+
+namespace spar {
+
+absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOptions& options) {
+  if (options.model_dir.empty()) return absl::InvalidArgumentError("stage: no model directory");
+  if (options.num_blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("stage: num_blocks must be >= 1, got ", options.num_blocks));
+  }
+  auto exec = std::unique_ptr<StageExecutor>(new StageExecutor());
+  exec->options_ = options;
+  SPAR_ASSIGN_OR_RETURN(exec->backend_, CreateBackend(options.backend));
+  ModelOptions mo;
+  mo.first_layer = options.first_layer;
+  mo.last_layer = options.last_layer;
+  mo.num_blocks = options.num_blocks;
+  SPAR_ASSIGN_OR_RETURN(exec->model_, Model::Load(options.model_dir, exec->backend_.get(), mo));
+  exec->last_layer_ = options.last_layer < 0 ? exec->model_->config().num_hidden_layers : options.last_layer;
+  exec->options_.last_layer = exec->last_layer_;
+  return exec;
+}
+
+absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, Activations input) {
+  const bool last = is_last_stage();
+  if (last) {
+    for (int64_t id : plan.release) sampling_.Release(id);
+  }
+  StageOutput out;
+  if (plan.seqs.empty()) return out;  // a release-only micro-batch
+
+  StepPlan step;
+  step.seqs.reserve(plan.seqs.size());
+  for (const PlannedSequence& p : plan.seqs) step.seqs.push_back(p.step);
+  const ModelConfig& c = config();
+  SPAR_RETURN_IF_ERROR(step.Finalize(c.vocab_size, c.max_position_embeddings, model_->num_blocks()));
+
+  if (last) {
+    // Sampling states first, so a bad plan fails before any compute.
+    for (const PlannedSequence& p : plan.seqs) {
+      if (p.sampling) {
+        if (p.step.start_pos != 0) {
+          return absl::InvalidArgumentError(absl::StrCat("sequence ", p.step.seq_id,
+                                                         ": sampling state sent at start_pos ", p.step.start_pos,
+                                                         " (only a sequence's first chunk may carry it)"));
+        }
+        sampling_.Create(p.step.seq_id, *p.sampling);
+      }
+      SPAR_RETURN_IF_ERROR(sampling_.Observe(p.step.seq_id, p.step.start_pos, p.step.tokens));
+    }
+  }
+
+  Tensor in;
+  if (!is_first_stage()) {
+    if (input.rows != step.num_tokens() || input.cols != c.hidden_size ||
+        static_cast<int64_t>(input.data.size()) != input.rows * input.cols) {
+      return absl::InvalidArgumentError(absl::StrCat("hidden states are [", input.rows, ", ", input.cols, "] with ",
+                                                     input.data.size(), " values; the plan needs [",
+                                                     step.num_tokens(), ", ", c.hidden_size, "]"));
+    }
+    SPAR_ASSIGN_OR_RETURN(in, backend_->FromHost(input.data, input.rows, input.cols));
+  }
+  SPAR_ASSIGN_OR_RETURN(Tensor y, model_->Forward(step, is_first_stage() ? nullptr : &in));
+  if (options_.delay_per_layer > absl::ZeroDuration()) {
+    absl::SleepFor(options_.delay_per_layer * (last_layer_ - options_.first_layer));
+  }
+
+  if (!last) {
+    SPAR_ASSIGN_OR_RETURN(out.hidden.data, backend_->ToHost(y));
+    out.hidden.rows = y.rows();
+    out.hidden.cols = y.cols();
+    return out;
+  }
+  std::vector<SampleRequest> requests;
+  std::vector<int64_t> ids;
+  for (const PlannedSequence& p : plan.seqs) {
+    if (p.step.num_logits == 0) continue;
+    if (p.step.num_logits != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", p.step.seq_id, ": num_logits must be 0 or 1"));
+    }
+    SPAR_ASSIGN_OR_RETURN(SampleRequest r, sampling_.Request(p.step.seq_id));
+    requests.push_back(r);
+    ids.push_back(p.step.seq_id);
+  }
+  if (requests.empty()) return out;
+  SPAR_ASSIGN_OR_RETURN(std::vector<SampleResult> sampled, backend_->Sample(y, requests));
+  if (sampled.size() != ids.size()) return absl::InternalError("sampler returned the wrong number of tokens");
+  out.tokens.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    out.tokens.push_back({ids[i], sampled[i].token, sampled[i].logprob, std::move(sampled[i].top)});
+  }
+  return out;
+}
+
+}  // namespace spar

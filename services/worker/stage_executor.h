@@ -1,0 +1,79 @@
+// One pipeline stage's model execution, without threads or networking: a
+// Model holding this stage's layer range on a backend, and (on the last
+// stage) the per-sequence sampling states. The worker runtime calls
+// Execute() for each micro-batch, in arrival order.
+//
+// Thread-compatible: one thread (the worker's compute thread) uses it.
+#ifndef SPAR_SERVICES_WORKER_STAGE_EXECUTOR_H_
+#define SPAR_SERVICES_WORKER_STAGE_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "services/common/micro_batch.h"
+#include "services/worker/sampling_states.h"
+
+namespace spar {
+
+struct StageOptions {
+  std::string model_dir;
+  int first_layer = 0;
+  int last_layer = -1;  // exclusive; -1: through the last layer
+  int64_t num_blocks = 256;
+  std::string backend = "cpu";
+  // Benchmarks only: sleep this long per held layer after each forward, to
+  // emulate a heavy stage on a small model (pipeline-overlap measurements).
+  absl::Duration delay_per_layer = absl::ZeroDuration();
+};
+
+// Hidden states between stages: [rows = tokens, cols = hidden] fp32.
+struct Activations {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> data;
+};
+
+struct StageOutput {
+  Activations hidden;                // non-last stage
+  std::vector<SampledToken> tokens;  // last stage
+};
+
+class StageExecutor {
+ public:
+  static absl::StatusOr<std::unique_ptr<StageExecutor>> Load(const StageOptions& options);
+
+  const ModelConfig& config() const { return model_->config(); }
+  const StageOptions& options() const { return options_; }
+  int first_layer() const { return options_.first_layer; }
+  int last_layer() const { return last_layer_; }
+  bool is_first_stage() const { return model_->is_first_stage(); }
+  bool is_last_stage() const { return model_->is_last_stage(); }
+  size_t num_sampling_states() const { return sampling_.size(); }
+
+  // Runs one micro-batch: applies its releases and sampling (re)creations,
+  // executes the forward on `input` (ignored on the first stage), and on the
+  // last stage samples one token per sequence that asks for a logit.
+  absl::StatusOr<StageOutput> Execute(const MicroBatchPlan& plan, Activations input);
+
+  // Drops every sampling state (a new pipeline epoch).
+  void ResetSequences() { sampling_.Clear(); }
+
+ private:
+  StageExecutor() = default;
+
+  StageOptions options_;
+  int last_layer_ = 0;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  SamplingStates sampling_;
+};
+
+}  // namespace spar
+
+#endif  // SPAR_SERVICES_WORKER_STAGE_EXECUTOR_H_

@@ -1,0 +1,133 @@
+#include "services/worker/worker_main.h"
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include "base/log.h"
+#include "engine/model_config.h"
+#include "services/common/args.h"
+#include "services/common/daemon.h"
+#include "services/common/layer_split.h"
+#include "services/worker/worker_runtime.h"
+#include "services/worker/worker_service.h"
+
+namespace spar {
+
+int RunWorkerMain(int argc, char** argv, int begin) {
+  BlockShutdownSignals();
+  std::string host = "0.0.0.0", port_file, model, layers, backend = "cpu";
+  int64_t port = 50061, stage = -1, stages = 0, num_blocks = 256, tp_rank = 0, tp_size = 1;
+  double delay_ms = 0;
+  ArgParser args("worker", "SPAR_");
+  args.AddString("host", &host, "address to listen on (default 0.0.0.0)");
+  args.AddInt("port", &port, "port to listen on (default 50061; 0 picks a free port)");
+  args.AddString("port-file", &port_file, "write the port here once listening (for supervisors and tests)");
+  args.AddString("model", &model, "model directory (config.json, safetensors); else named by the scheduler");
+  args.AddString("layers", &layers, "decoder layers of this stage, FIRST:LAST (LAST exclusive)");
+  args.AddInt("stage", &stage, "this stage's index, with --stages: an even split of the layers");
+  args.AddInt("stages", &stages, "number of pipeline stages (with --stage)");
+  args.AddInt("num-blocks", &num_blocks, "KV cache blocks of 64 tokens (default 256)");
+  args.AddString("backend", &backend, "cpu (default) or cuda");
+  args.AddInt("tp-rank", &tp_rank, "tensor-parallel rank inside the stage (0 = leader; only 0 today)");
+  args.AddInt("tp-size", &tp_size, "tensor-parallel size of the stage (only 1 today)");
+  args.AddDouble("delay-per-layer-ms", &delay_ms, "benchmarks: sleep this long per layer after each forward");
+  if (auto s = args.Parse(argc, argv, begin); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 2;
+  }
+  if (args.help_requested()) {
+    std::cout << "spar-worker: one pipeline stage of the spar runtime\n" << args.Usage();
+    return 0;
+  }
+  auto fail = [](const std::string& message) {
+    std::cerr << "worker: " << message << "\n";
+    return 2;
+  };
+  if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
+  if (num_blocks < 1) return fail("--num-blocks must be >= 1");
+  if (tp_size != 1 || tp_rank != 0) {
+    return fail("tensor parallelism is not implemented yet: --tp-size must be 1 and --tp-rank 0");
+  }
+  if (delay_ms < 0) return fail("--delay-per-layer-ms must be >= 0");
+
+  WorkerOptions options;
+  options.stage.model_dir = model;
+  options.stage.num_blocks = num_blocks;
+  options.stage.backend = backend;
+  options.stage.delay_per_layer = absl::Microseconds(static_cast<int64_t>(delay_ms * 1000));
+  options.tp_rank = static_cast<int>(tp_rank);
+  options.tp_size = static_cast<int>(tp_size);
+  if (!layers.empty()) {
+    auto r = ParseLayerRange(layers);
+    if (!r.ok()) return fail(std::string("--layers: ") + std::string(r.status().message()));
+    options.stage.first_layer = r->first;
+    options.stage.last_layer = r->last;
+    options.preload = !model.empty();
+  } else if (stages > 0) {
+    if (model.empty()) return fail("--stage/--stages need --model (the split depends on the model's layers)");
+    if (stage < 0 || stage >= stages) return fail("--stage must be in [0, --stages)");
+    auto config = LoadModelConfig(model + "/config.json");
+    if (!config.ok()) return fail(std::string(config.status().message()));
+    auto split = SplitLayers(*config, static_cast<int>(stages));
+    if (!split.ok()) return fail(std::string(split.status().message()));
+    options.stage.first_layer = (*split)[stage].first;
+    options.stage.last_layer = (*split)[stage].last;
+    options.preload = true;
+  } else if (!model.empty()) {
+    // A model but no range: the scheduler's Configure names the range.
+    options.preload = false;
+  }
+
+  WorkerRuntime runtime(options);
+  WorkerService service(&runtime);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  ConfigureWorkerServer(&builder);
+  int selected_port = 0;
+  builder.AddListeningPort(HostPort(host, static_cast<int>(port)), grpc::InsecureServerCredentials(), &selected_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || selected_port == 0) {
+    std::cerr << "worker: cannot listen on " << HostPort(host, static_cast<int>(port)) << "\n";
+    return 1;
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  // Not serving until the shard is loaded (readiness).
+  health->SetServingStatus("", false);
+  health->SetServingStatus("spar.v1.Worker", false);
+  runtime.Start([health](bool ready) {
+    health->SetServingStatus("", ready);
+    health->SetServingStatus("spar.v1.Worker", ready);
+  });
+  SPAR_LOG(INFO) << "spar-worker listening on " << HostPort(host, selected_port);
+  if (!port_file.empty()) {
+    if (auto s = WritePortFile(port_file, selected_port); !s.ok()) {
+      std::cerr << "worker: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  int exit_code = 0;
+  for (;;) {
+    const int sig = WaitForShutdownSignal(absl::Milliseconds(200));
+    if (sig != 0) {
+      SPAR_LOG(INFO) << "signal " << sig << ": shutting down";
+      break;
+    }
+    if (absl::Status s = runtime.fatal_error(); !s.ok()) {
+      std::cerr << "worker: " << s.message() << "\n";
+      exit_code = 1;
+      break;
+    }
+  }
+  health->SetServingStatus("", false);
+  runtime.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return exit_code;
+}
+
+}  // namespace spar

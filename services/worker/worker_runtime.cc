@@ -1,0 +1,357 @@
+#include "services/worker/worker_runtime.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "services/common/worker_convert.h"
+
+namespace spar {
+
+WorkerRuntime::WorkerRuntime(WorkerOptions options) : options_(std::move(options)) {
+  window_start_ = absl::Now();
+}
+
+WorkerRuntime::~WorkerRuntime() { Stop(); }
+
+void WorkerRuntime::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::deque<Task> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(tasks_);
+  }
+  // Answer Configure calls that never ran, so their RPCs finish.
+  for (Task& t : left) {
+    if (t.kind == Task::kConfigure && t.done) t.done(absl::UnavailableError("worker is shutting down"));
+  }
+  downstream_.reset();
+}
+
+void WorkerRuntime::Start(std::function<void(bool)> on_ready_change) {
+  on_ready_change_ = std::move(on_ready_change);
+  if (options_.preload) {
+    Task t;
+    t.kind = Task::kLoad;
+    Push(std::move(t));
+  }
+  thread_ = std::thread([this] { Run(); });
+}
+
+void WorkerRuntime::Push(Task task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      tasks_.push_back(std::move(task));
+    } else if (task.kind == Task::kConfigure) {
+      task.done(absl::UnavailableError("worker is shutting down"));
+    }
+  }
+  cv_.notify_one();
+}
+
+void WorkerRuntime::Configure(v1::ConfigureRequest request, ConfigureDone done) {
+  Task t;
+  t.kind = Task::kConfigure;
+  t.configure = std::move(request);
+  t.done = std::move(done);
+  Push(std::move(t));
+}
+
+void WorkerRuntime::Enqueue(std::unique_ptr<v1::MicroBatch> batch) {
+  Task t;
+  t.kind = Task::kBatch;
+  t.batch = std::move(batch);
+  t.arrived = absl::Now();
+  Push(std::move(t));
+}
+
+void WorkerRuntime::Run() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      if (stopping_) return;
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    switch (task.kind) {
+      case Task::kLoad:
+        if (absl::Status s = Load(options_.stage); !s.ok()) {
+          SPAR_LOG(ERROR) << "loading the shard failed: " << s;
+          std::lock_guard<std::mutex> lock(mu_);
+          fatal_ = s;
+        }
+        break;
+      case Task::kConfigure: {
+        auto info = DoConfigure(task.configure);
+        if (!info.ok()) SPAR_LOG(WARNING) << "configure failed: " << info.status();
+        task.done(std::move(info));
+        break;
+      }
+      case Task::kBatch:
+        DoBatch(std::move(task.batch), task.arrived);
+        break;
+    }
+  }
+}
+
+absl::Status WorkerRuntime::Load(const StageOptions& options) {
+  const absl::Time start = absl::Now();
+  SPAR_LOG(INFO) << "loading layers [" << options.first_layer << ", "
+                 << (options.last_layer < 0 ? std::string("end") : std::to_string(options.last_layer)) << ") of "
+                 << options.model_dir << " (" << options.num_blocks << " KV blocks, " << options.backend << ")";
+  SPAR_ASSIGN_OR_RETURN(auto exec, StageExecutor::Load(options));
+  exec_ = std::move(exec);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loaded_ = true;
+    last_stage_ = exec_->is_last_stage();
+    shard_.set_model_path(options.model_dir);
+    shard_.set_first_layer(exec_->first_layer());
+    shard_.set_last_layer(exec_->last_layer());
+    shard_.set_num_blocks(options.num_blocks);
+    shard_.set_backend(options.backend);
+    shard_.mutable_tp()->set_rank(options_.tp_rank);
+    shard_.mutable_tp()->set_size(options_.tp_size);
+    num_model_layers_ = exec_->config().num_hidden_layers;
+    hidden_size_ = exec_->config().hidden_size;
+    vocab_size_ = exec_->config().vocab_size;
+  }
+  SPAR_LOG(INFO) << "loaded layers [" << exec_->first_layer() << ", " << exec_->last_layer() << ") in "
+                 << absl::FormatDuration(absl::Now() - start);
+  if (on_ready_change_) on_ready_change_(true);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::WorkerInfo> WorkerRuntime::DoConfigure(const v1::ConfigureRequest& r) {
+  if (r.epoch() == 0) return absl::InvalidArgumentError("configure: epoch must be > 0");
+  if (r.num_stages() < 1 || r.stage_index() < 0 || r.stage_index() >= r.num_stages()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("configure: stage_index ", r.stage_index(), " is outside [0, num_stages = ", r.num_stages(), ")"));
+  }
+  const v1::ShardSpec& want = r.shard();
+  if (want.tp().size() > 1) {
+    return absl::UnimplementedError("configure: tensor parallelism (tp.size > 1) is not implemented yet");
+  }
+  if (exec_ == nullptr) {
+    StageOptions so = options_.stage;
+    if (so.model_dir.empty()) so.model_dir = want.model_path();
+    if (so.model_dir.empty()) {
+      return absl::FailedPreconditionError("configure: the worker has no model (--model) and shard.model_path is empty");
+    }
+    so.first_layer = want.first_layer();
+    so.last_layer = want.last_layer();
+    if (want.num_blocks() > 0) so.num_blocks = want.num_blocks();
+    if (!want.backend().empty()) so.backend = want.backend();
+    SPAR_RETURN_IF_ERROR(Load(so));
+  }
+  if (want.first_layer() != exec_->first_layer() || want.last_layer() != exec_->last_layer()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "configure: shard mismatch: this worker holds layers [", exec_->first_layer(), ", ", exec_->last_layer(),
+        "), the scheduler expects [", want.first_layer(), ", ", want.last_layer(), ") for stage ", r.stage_index()));
+  }
+  if (want.num_blocks() > exec_->options().num_blocks) {
+    return absl::FailedPreconditionError(absl::StrCat("configure: the scheduler needs ", want.num_blocks(),
+                                                      " KV blocks, this worker has ", exec_->options().num_blocks));
+  }
+  if (!want.backend().empty() && want.backend() != exec_->options().backend) {
+    return absl::FailedPreconditionError(absl::StrCat("configure: the scheduler expects backend ", want.backend(),
+                                                      ", this worker runs ", exec_->options().backend));
+  }
+  const bool last = exec_->is_last_stage();
+  if (last != r.next_stage_address().empty()) {
+    return absl::InvalidArgumentError(
+        last ? "configure: the last stage has no next stage, but next_stage_address is set"
+             : "configure: next_stage_address is required (this worker is not the last stage)");
+  }
+  // A new epoch: per-sequence state and undelivered results of the old one
+  // are meaningless (the scheduler treats the caches as lost).
+  exec_->ResetSequences();
+  results_.Reset();
+  downstream_.reset();
+  if (!last) downstream_ = std::make_unique<Downstream>(r.next_stage_address());
+  std::lock_guard<std::mutex> lock(mu_);
+  epoch_ = r.epoch();
+  stage_index_ = r.stage_index();
+  num_stages_ = r.num_stages();
+  next_address_ = r.next_stage_address();
+  SPAR_LOG(INFO) << "configured as stage " << stage_index_ << " of " << num_stages_ << " (epoch " << epoch_ << ")"
+                 << (last ? "" : absl::StrCat(", next stage at ", next_address_));
+  return InfoLocked();
+}
+
+absl::StatusOr<StageOutput> WorkerRuntime::ExecuteBatch(const v1::MicroBatch& batch) {
+  if (exec_ == nullptr) return absl::FailedPreconditionError("this worker has not loaded its shard");
+  SPAR_ASSIGN_OR_RETURN(MicroBatchPlan plan, PlanFromProto(batch));
+  Activations in;
+  if (!exec_->is_first_stage() && !plan.seqs.empty()) {
+    const v1::Activation& h = batch.hidden();
+    if (h.dtype() != v1::ACTIVATION_DTYPE_F32) {
+      return absl::InvalidArgumentError(absl::StrCat("hidden.dtype ", v1::ActivationDType_Name(h.dtype()),
+                                                     " is not supported by this worker (F32)"));
+    }
+    if (h.rows() < 0 || h.cols() < 0 || h.rows() * h.cols() * 4 != static_cast<int64_t>(h.data().size())) {
+      return absl::InvalidArgumentError(absl::StrCat("hidden has ", h.data().size(), " bytes, not ", h.rows(), " x ",
+                                                     h.cols(), " fp32 values"));
+    }
+    in.rows = h.rows();
+    in.cols = h.cols();
+    in.data.resize(h.rows() * h.cols());
+    if (!in.data.empty()) std::memcpy(in.data.data(), h.data().data(), h.data().size());
+  }
+  return exec_->Execute(plan, std::move(in));
+}
+
+void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time arrived) {
+  const absl::Time start = absl::Now();
+  uint64_t epoch;
+  int stage;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    epoch = epoch_;
+    stage = stage_index_;
+  }
+  const size_t bytes_in = batch->hidden().data().size();
+  absl::Status status;
+  StageOutput out;
+  if (batch->epoch() != epoch) {
+    status = absl::FailedPreconditionError(absl::StrCat("micro-batch of epoch ", batch->epoch(),
+                                                        " reached a stage configured for epoch ", epoch));
+  } else if (!batch->has_error()) {
+    auto r = ExecuteBatch(*batch);
+    if (r.ok()) {
+      out = std::move(*r);
+    } else {
+      status = r.status();
+      SPAR_LOG(WARNING) << "micro-batch " << batch->batch_id() << " failed: " << status;
+    }
+  }
+  const absl::Time end = absl::Now();
+  v1::StageTiming timing;
+  timing.set_stage(stage);
+  timing.set_queue_ns(absl::ToInt64Nanoseconds(start - arrived));
+  timing.set_compute_ns(absl::ToInt64Nanoseconds(end - start));
+  int64_t tokens = 0;
+  for (const auto& s : batch->seqs()) tokens += s.tokens_size();
+  size_t bytes_out = 0;
+
+  const bool last = exec_ != nullptr && exec_->is_last_stage();
+  if (last) {
+    v1::MicroBatchResult result;
+    result.set_epoch(batch->epoch());
+    result.set_batch_id(batch->batch_id());
+    if (batch->has_error()) {
+      *result.mutable_error() = batch->error();
+    } else if (!status.ok()) {
+      ErrorToProto(status, stage, result.mutable_error());
+    } else {
+      MicroBatchResult domain;
+      domain.id = batch->batch_id();
+      domain.tokens = std::move(out.tokens);
+      ResultToProto(domain, batch->epoch(), &result);
+    }
+    *result.mutable_timings() = batch->timings();
+    *result.add_timings() = timing;
+    results_.Publish(std::move(result));
+  } else if (downstream_ != nullptr) {
+    batch->clear_hidden();
+    if (!status.ok() && !batch->has_error()) {
+      ErrorToProto(status, stage, batch->mutable_error());
+    } else if (status.ok() && !batch->has_error()) {
+      v1::Activation* h = batch->mutable_hidden();
+      h->set_dtype(v1::ACTIVATION_DTYPE_F32);
+      h->set_rows(out.hidden.rows);
+      h->set_cols(out.hidden.cols);
+      bytes_out = out.hidden.data.size() * sizeof(float);
+      h->mutable_data()->resize(bytes_out);
+      if (bytes_out > 0) std::memcpy(h->mutable_data()->data(), out.hidden.data.data(), bytes_out);
+    }
+    *batch->add_timings() = timing;
+    downstream_->Send(std::move(batch));
+  } else {
+    SPAR_LOG(ERROR) << "micro-batch " << batch->batch_id() << " dropped: this stage is not configured ("
+                    << (status.ok() ? "no next stage" : std::string(status.message())) << ")";
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  ++micro_batches_;
+  tokens_ += tokens;
+  busy_ns_ += absl::ToInt64Nanoseconds(end - start);
+  bytes_in_ += bytes_in;
+  bytes_out_ += bytes_out;
+  sampling_states_ = exec_ ? exec_->num_sampling_states() : 0;
+}
+
+v1::WorkerInfo WorkerRuntime::InfoLocked() const {
+  v1::WorkerInfo info;
+  *info.mutable_shard() = shard_;
+  if (!loaded_) {
+    info.mutable_shard()->set_model_path(options_.stage.model_dir);
+    info.mutable_shard()->set_num_blocks(options_.stage.num_blocks);
+    info.mutable_shard()->set_backend(options_.stage.backend);
+    info.mutable_shard()->mutable_tp()->set_rank(options_.tp_rank);
+    info.mutable_shard()->mutable_tp()->set_size(options_.tp_size);
+  }
+  info.set_loaded(loaded_);
+  info.set_epoch(epoch_);
+  info.set_stage_index(stage_index_);
+  info.set_num_stages(num_stages_);
+  info.set_num_model_layers(num_model_layers_);
+  info.set_hidden_size(hidden_size_);
+  info.set_vocab_size(vocab_size_);
+  info.set_activation_dtype(v1::ACTIVATION_DTYPE_F32);
+  info.set_next_stage_address(next_address_);
+  return info;
+}
+
+v1::WorkerInfo WorkerRuntime::Info() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return InfoLocked();
+}
+
+v1::WorkerStats WorkerRuntime::Stats(bool reset) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::WorkerStats s;
+  const absl::Time now = absl::Now();
+  s.set_micro_batches(micro_batches_);
+  s.set_tokens(tokens_);
+  s.set_busy_ns(busy_ns_);
+  s.set_window_ns(absl::ToInt64Nanoseconds(now - window_start_));
+  int queued = 0;
+  for (const Task& t : tasks_) queued += t.kind == Task::kBatch;
+  s.set_queue_depth(queued);
+  s.set_sampling_states(static_cast<int32_t>(sampling_states_));
+  s.set_activation_bytes_in(bytes_in_);
+  s.set_activation_bytes_out(bytes_out_);
+  if (reset) {
+    window_start_ = now;
+    micro_batches_ = tokens_ = bytes_in_ = bytes_out_ = 0;
+    busy_ns_ = 0;
+  }
+  return s;
+}
+
+uint64_t WorkerRuntime::epoch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return epoch_;
+}
+
+bool WorkerRuntime::is_last_stage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_stage_;
+}
+
+absl::Status WorkerRuntime::fatal_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fatal_;
+}
+
+}  // namespace spar

@@ -1,0 +1,120 @@
+// The worker's engine room: one compute thread that loads the shard and
+// executes micro-batches strictly in arrival order, the link to the next
+// stage, the last stage's results outbox, and statistics. gRPC threads only
+// enqueue work here (WorkerService is a thin adapter); nothing in this class
+// blocks a caller.
+//
+// Thread-safe. Lifetime: Start() once; the destructor stops the compute
+// thread after the task it is running.
+#ifndef SPAR_SERVICES_WORKER_WORKER_RUNTIME_H_
+#define SPAR_SERVICES_WORKER_WORKER_RUNTIME_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "services/worker/downstream.h"
+#include "services/worker/results_hub.h"
+#include "services/worker/stage_executor.h"
+#include "spar/v1/worker.pb.h"
+
+namespace spar {
+
+struct WorkerOptions {
+  // What to load. model_dir empty: wait for Configure to name the model.
+  StageOptions stage;
+  // Load at start (else at the first Configure).
+  bool preload = false;
+  int tp_rank = 0;
+  int tp_size = 1;
+};
+
+class WorkerRuntime {
+ public:
+  using ConfigureDone = std::function<void(absl::StatusOr<v1::WorkerInfo>)>;
+
+  explicit WorkerRuntime(WorkerOptions options);
+  ~WorkerRuntime();
+  WorkerRuntime(const WorkerRuntime&) = delete;
+  WorkerRuntime& operator=(const WorkerRuntime&) = delete;
+
+  // Starts the compute thread (and the preload, if asked for).
+  // `on_ready_change(true)` is called once a shard is loaded.
+  void Start(std::function<void(bool)> on_ready_change = nullptr);
+  // Stops the compute thread after its current task; queued Configure calls
+  // and later ones are answered UNAVAILABLE, queued micro-batches dropped.
+  // Idempotent; the destructor calls it.
+  void Stop();
+
+  // Queues a Configure; `done` runs on the compute thread when it is
+  // applied (after every micro-batch queued before it).
+  void Configure(v1::ConfigureRequest request, ConfigureDone done);
+  // Queues a micro-batch from the upstream stream.
+  void Enqueue(std::unique_ptr<v1::MicroBatch> batch);
+
+  v1::WorkerInfo Info() const;
+  v1::WorkerStats Stats(bool reset);
+  ResultsHub* results() { return &results_; }
+  uint64_t epoch() const;
+  bool is_last_stage() const;
+  // A preload failure: the daemon should exit (a worker without its shard
+  // is of no use); empty while fine.
+  absl::Status fatal_error() const;
+
+ private:
+  struct Task {
+    enum Kind { kLoad, kConfigure, kBatch } kind = kBatch;
+    v1::ConfigureRequest configure;
+    ConfigureDone done;
+    std::unique_ptr<v1::MicroBatch> batch;
+    absl::Time arrived;
+  };
+
+  void Run();
+  absl::Status Load(const StageOptions& options);
+  absl::StatusOr<v1::WorkerInfo> DoConfigure(const v1::ConfigureRequest& request);
+  void DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time arrived);
+  absl::StatusOr<StageOutput> ExecuteBatch(const v1::MicroBatch& batch);
+  v1::WorkerInfo InfoLocked() const;
+  void Push(Task task);
+
+  const WorkerOptions options_;
+  std::function<void(bool)> on_ready_change_;
+  ResultsHub results_;
+
+  // Owned by the compute thread.
+  std::unique_ptr<StageExecutor> exec_;
+  std::unique_ptr<Downstream> downstream_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> tasks_;
+  bool stopping_ = false;
+  std::thread thread_;
+  // Published state (guarded by mu_).
+  bool loaded_ = false;
+  bool last_stage_ = false;
+  v1::ShardSpec shard_;
+  int num_model_layers_ = 0;
+  int64_t hidden_size_ = 0, vocab_size_ = 0;
+  uint64_t epoch_ = 0;
+  int stage_index_ = 0, num_stages_ = 0;
+  std::string next_address_;
+  absl::Status fatal_;
+  // Statistics window (guarded by mu_).
+  absl::Time window_start_;
+  uint64_t micro_batches_ = 0, tokens_ = 0, bytes_in_ = 0, bytes_out_ = 0;
+  int64_t busy_ns_ = 0;
+  size_t sampling_states_ = 0;
+};
+
+}  // namespace spar
+
+#endif  // SPAR_SERVICES_WORKER_WORKER_RUNTIME_H_

@@ -1,0 +1,119 @@
+// A real local cluster for multi-process tests: S spar-worker processes and
+// a spar-scheduler on 127.0.0.1, ports picked by the daemons (port 0) and
+// learnt through port files; every wait has a timeout and the children are
+// stopped by the destructor (and die with the test process otherwise).
+// Daemon logs are printed when the test failed.
+#ifndef SPAR_TESTS_SERVICES_TEST_CLUSTER_H_
+#define SPAR_TESTS_SERVICES_TEST_CLUSTER_H_
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "services/common/daemon.h"
+#include "services/common/health_client.h"
+#include "services/common/subprocess.h"
+#include "tests/engine/test_util.h"
+
+namespace spar::testing {
+
+class TestCluster {
+ public:
+  struct Options {
+    std::string model;
+    int stages = 3;
+    int64_t num_blocks = 64;
+    double delay_per_layer_ms = 0;
+    std::vector<std::string> scheduler_flags;
+  };
+
+  static std::unique_ptr<TestCluster> Start(const Options& options, const std::string& name) {
+    auto c = std::unique_ptr<TestCluster>(new TestCluster());
+    c->options_ = options;
+    c->dir_ = TempDir(name);
+    for (int i = 0; i < options.stages; ++i) {
+      const std::string port_file = absl::StrCat(c->dir_, "/worker", i, ".port");
+      auto child = ChildProcess::Spawn(
+          {SPAR_WORKER_BIN, "--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--model", options.model,
+           "--stage", absl::StrCat(i), "--stages", absl::StrCat(options.stages), "--num-blocks",
+           absl::StrCat(options.num_blocks), "--delay-per-layer-ms", absl::StrCat(options.delay_per_layer_ms)},
+          {absl::StrCat(c->dir_, "/worker", i, ".log")});
+      EXPECT_TRUE(child.ok()) << child.status();
+      if (!child.ok()) return nullptr;
+      c->workers_.push_back(std::move(*child));
+    }
+    for (int i = 0; i < options.stages; ++i) {
+      auto port = WaitForPortFile(absl::StrCat(c->dir_, "/worker", i, ".port"), absl::Seconds(30), c->workers_[i].get());
+      EXPECT_TRUE(port.ok()) << port.status();
+      if (!port.ok()) return nullptr;
+      c->worker_addresses_.push_back(absl::StrCat("127.0.0.1:", *port));
+    }
+    if (!c->StartScheduler(options.scheduler_flags)) return nullptr;
+    return c;
+  }
+
+  // Stops the scheduler (if running) and starts a new one with `flags`; the
+  // workers are reconfigured for a new epoch.
+  bool StartScheduler(const std::vector<std::string>& flags) {
+    scheduler_.reset();
+    ++scheduler_runs_;
+    const std::string port_file = absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".port");
+    std::vector<std::string> argv = {SPAR_SCHEDULER_BIN, "--host", "127.0.0.1", "--port", "0", "--port-file",
+                                     port_file, "--model", options_.model, "--workers",
+                                     absl::StrJoin(worker_addresses_, ","), "--connect-timeout-s", "60",
+                                     "--step-timeout-s", "60"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto child = ChildProcess::Spawn(argv, {absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".log")});
+    EXPECT_TRUE(child.ok()) << child.status();
+    if (!child.ok()) return false;
+    scheduler_ = std::move(*child);
+    auto port = WaitForPortFile(port_file, absl::Seconds(30), scheduler_.get());
+    EXPECT_TRUE(port.ok()) << port.status();
+    if (!port.ok()) return false;
+    address_ = absl::StrCat("127.0.0.1:", *port);
+    absl::Status ready = WaitForServing(address_, "", absl::Seconds(60));
+    EXPECT_TRUE(ready.ok()) << ready;
+    return ready.ok();
+  }
+
+  ~TestCluster() {
+    scheduler_.reset();
+    workers_.clear();
+    if (::testing::Test::HasFailure()) {
+      for (const std::string& log : {std::string("scheduler1"), std::string("worker0"), std::string("worker1"),
+                                     std::string("worker2")}) {
+        std::ifstream in(absl::StrCat(dir_, "/", log, ".log"));
+        if (!in) continue;
+        std::stringstream ss;
+        ss << in.rdbuf();
+        std::string text = ss.str();
+        if (text.size() > 4000) text = text.substr(text.size() - 4000);
+        std::cerr << "----- " << log << ".log (tail) -----\n" << text << "\n";
+      }
+    }
+  }
+
+  const std::string& address() const { return address_; }
+  const std::vector<std::string>& worker_addresses() const { return worker_addresses_; }
+  ChildProcess* worker(int i) { return workers_[i].get(); }
+
+ private:
+  TestCluster() = default;
+  Options options_;
+  std::string dir_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::vector<std::string> worker_addresses_;
+  std::unique_ptr<ChildProcess> scheduler_;
+  std::string address_;
+  int scheduler_runs_ = 0;
+};
+
+}  // namespace spar::testing
+
+#endif  // SPAR_TESTS_SERVICES_TEST_CLUSTER_H_
