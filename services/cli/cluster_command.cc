@@ -33,7 +33,7 @@ int RunCluster(int argc, char** argv) {
   std::string model, host = "127.0.0.1", port_file, log_dir, backend = "cpu";
   int64_t stages = 1, port = 50051, num_blocks = 256, max_in_flight = 0, max_batch_tokens = 512, max_queue = 256,
           ready_timeout_s = 600;
-  double delay_ms = 0;
+  double delay_ms = 0, delay_token_us = 0;
   ArgParser args("cluster");
   args.AddString("model", &model, "model directory (required)");
   args.AddInt("stages", &stages, "pipeline stages, one worker process each (default 1)");
@@ -47,6 +47,7 @@ int RunCluster(int argc, char** argv) {
   args.AddInt("max-batch-tokens", &max_batch_tokens, "tokens per micro-batch (default 512)");
   args.AddInt("max-queue", &max_queue, "waiting sequences before RESOURCE_EXHAUSTED (default 256)");
   args.AddDouble("delay-per-layer-ms", &delay_ms, "benchmarks: artificial per-layer delay in every worker");
+  args.AddDouble("delay-per-token-us", &delay_token_us, "benchmarks: artificial per-layer, per-token delay");
   args.AddInt("ready-timeout-s", &ready_timeout_s, "give up if not serving after this long (default 600)");
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) {
     std::cerr << s.message() << "\n";
@@ -90,7 +91,8 @@ int RunCluster(int argc, char** argv) {
                                        "--port-file", absl::StrCat(run_dir, "/worker-", i, ".port"),
                                        "--model", model, "--layers", absl::StrCat(r.first, ":", r.last),
                                        "--num-blocks", absl::StrCat(num_blocks), "--backend", backend,
-                                       "--delay-per-layer-ms", FormatDouble(delay_ms)};
+                                       "--delay-per-layer-ms", FormatDouble(delay_ms),
+                                       "--delay-per-token-us", FormatDouble(delay_token_us)};
     auto child = ChildProcess::Spawn(argv_w, {absl::StrCat(log_dir, "/worker-", i, ".log")});
     if (!child.ok()) {
       std::cerr << "cluster: " << child.status().message() << "\n";

@@ -64,8 +64,9 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
     SPAR_ASSIGN_OR_RETURN(in, backend_->FromHost(input.data, input.rows, input.cols));
   }
   SPAR_ASSIGN_OR_RETURN(Tensor y, model_->Forward(step, is_first_stage() ? nullptr : &in));
-  if (options_.delay_per_layer > absl::ZeroDuration()) {
-    absl::SleepFor(options_.delay_per_layer * (last_layer_ - options_.first_layer));
+  if (options_.delay_per_layer > absl::ZeroDuration() || options_.delay_per_token > absl::ZeroDuration()) {
+    absl::SleepFor((options_.delay_per_layer + options_.delay_per_token * step.num_tokens()) *
+                   (last_layer_ - options_.first_layer));
   }
 
   if (!last) {

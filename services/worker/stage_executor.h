@@ -27,9 +27,12 @@ struct StageOptions {
   int last_layer = -1;  // exclusive; -1: through the last layer
   int64_t num_blocks = 256;
   std::string backend = "cpu";
-  // Benchmarks only: sleep this long per held layer after each forward, to
-  // emulate a heavy stage on a small model (pipeline-overlap measurements).
+  // Benchmarks only: after each forward, sleep per held layer this long plus
+  // delay_per_token per token of the micro-batch, to emulate a heavy stage
+  // on a small model (pipeline-overlap measurements): a fixed cost is a
+  // memory-bound decode step, a per-token cost a compute-bound one.
   absl::Duration delay_per_layer = absl::ZeroDuration();
+  absl::Duration delay_per_token = absl::ZeroDuration();
 };
 
 // Hidden states between stages: [rows = tokens, cols = hidden] fp32.

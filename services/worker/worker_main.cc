@@ -22,7 +22,7 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   BlockShutdownSignals();
   std::string host = "0.0.0.0", port_file, model, layers, backend = "cpu";
   int64_t port = 50061, stage = -1, stages = 0, num_blocks = 256, tp_rank = 0, tp_size = 1;
-  double delay_ms = 0;
+  double delay_ms = 0, delay_token_us = 0;
   ArgParser args("worker", "SPAR_");
   args.AddString("host", &host, "address to listen on (default 0.0.0.0)");
   args.AddInt("port", &port, "port to listen on (default 50061; 0 picks a free port)");
@@ -36,6 +36,7 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   args.AddInt("tp-rank", &tp_rank, "tensor-parallel rank inside the stage (0 = leader; only 0 today)");
   args.AddInt("tp-size", &tp_size, "tensor-parallel size of the stage (only 1 today)");
   args.AddDouble("delay-per-layer-ms", &delay_ms, "benchmarks: sleep this long per layer after each forward");
+  args.AddDouble("delay-per-token-us", &delay_token_us, "benchmarks: and this long per layer and token");
   if (auto s = args.Parse(argc, argv, begin); !s.ok()) {
     std::cerr << s.message() << "\n";
     return 2;
@@ -53,13 +54,14 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   if (tp_size != 1 || tp_rank != 0) {
     return fail("tensor parallelism is not implemented yet: --tp-size must be 1 and --tp-rank 0");
   }
-  if (delay_ms < 0) return fail("--delay-per-layer-ms must be >= 0");
+  if (delay_ms < 0 || delay_token_us < 0) return fail("--delay-per-layer-ms and --delay-per-token-us must be >= 0");
 
   WorkerOptions options;
   options.stage.model_dir = model;
   options.stage.num_blocks = num_blocks;
   options.stage.backend = backend;
   options.stage.delay_per_layer = absl::Microseconds(static_cast<int64_t>(delay_ms * 1000));
+  options.stage.delay_per_token = absl::Nanoseconds(static_cast<int64_t>(delay_token_us * 1000));
   options.tp_rank = static_cast<int>(tp_rank);
   options.tp_size = static_cast<int>(tp_size);
   if (!layers.empty()) {

@@ -24,9 +24,17 @@
 namespace spar {
 namespace {
 
-constexpr int kRequests = 24;
-constexpr int kMaxTokens = 10;
-constexpr double kDelayMs = 40;
+// Overridable for the recorded benchmark (bench/results/pipeline.md):
+// SPAR_PIPELINE_REQUESTS, SPAR_PIPELINE_MAX_TOKENS, SPAR_PIPELINE_DELAY_MS,
+// SPAR_PIPELINE_DELAY_PER_TOKEN_US.
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : fallback;
+}
+const int kRequests = EnvInt("SPAR_PIPELINE_REQUESTS", 12);
+const int kMaxTokens = EnvInt("SPAR_PIPELINE_MAX_TOKENS", 8);
+const double kDelayMs = EnvInt("SPAR_PIPELINE_DELAY_MS", 50);
+const double kDelayPerTokenUs = EnvInt("SPAR_PIPELINE_DELAY_PER_TOKEN_US", 0);
 
 struct Measurement {
   double wall_s = 0;
@@ -102,7 +110,8 @@ TEST(PipelineOverlapTest, AllStagesBusyWithSMicroBatchesInFlight) {
   o.out_dir = testing::TempDir("overlap_model");
   ASSERT_TRUE(MakeTinyModel(o).ok());
   auto cluster = testing::TestCluster::Start(
-      {.model = o.out_dir, .stages = 3, .num_blocks = 64, .delay_per_layer_ms = kDelayMs, .scheduler_flags = {}}, "overlap");
+      {.model = o.out_dir, .stages = 3, .num_blocks = 64, .delay_per_layer_ms = kDelayMs,
+       .delay_per_token_us = kDelayPerTokenUs, .scheduler_flags = {}}, "overlap");
   ASSERT_NE(cluster, nullptr);
   const Measurement overlapped = Measure(*cluster);
   // The same workers, re-handshaken by a scheduler that keeps one
@@ -112,8 +121,11 @@ TEST(PipelineOverlapTest, AllStagesBusyWithSMicroBatchesInFlight) {
 
   const std::string header = "| pipeline | wall | micro-batches | stage 0 busy | stage 1 busy | stage 2 busy |\n"
                              "|---|---|---|---|---|---|";
-  const std::string table = absl::StrCat(header, "\n", Row("3 micro-batches in flight", overlapped), "\n",
-                                         Row("1 micro-batch at a time", serial), "\n");
+  const std::string table =
+      absl::StrCat(header, "\n", Row("3 micro-batches in flight", overlapped), "\n",
+                   Row("1 micro-batch at a time", serial), "\n", "(", kRequests, " requests x ", kMaxTokens,
+                   " tokens, delay per layer ", kDelayMs, " ms + ", kDelayPerTokenUs,
+                   " us per token; 1 layer per stage)\n");
   std::cout << table;
   if (const char* out = std::getenv("SPAR_PIPELINE_BENCH_OUT")) std::ofstream(out, std::ios::app) << table;
 
@@ -121,7 +133,10 @@ TEST(PipelineOverlapTest, AllStagesBusyWithSMicroBatchesInFlight) {
     EXPECT_GE(overlapped.busy[s], 0.70) << "stage " << s;
     EXPECT_LE(serial.busy[s], 0.50) << "stage " << s;
   }
-  EXPECT_LT(overlapped.wall_s, serial.wall_s);
+  // Wall time is printed, not asserted. With a fixed per-forward cost (the
+  // default, like a memory-bound decode step) S small micro-batches take as
+  // long per token as one big one: overlap shows as utilization. With a
+  // per-token cost (SPAR_PIPELINE_DELAY_PER_TOKEN_US) it is throughput too.
   EXPECT_EQ(overlapped.outputs, serial.outputs);  // scheduling never changes tokens
 }
 

@@ -30,6 +30,7 @@ class TestCluster {
     int stages = 3;
     int64_t num_blocks = 64;
     double delay_per_layer_ms = 0;
+    double delay_per_token_us = 0;
     std::vector<std::string> scheduler_flags;
   };
 
@@ -42,7 +43,8 @@ class TestCluster {
       auto child = ChildProcess::Spawn(
           {SPAR_WORKER_BIN, "--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--model", options.model,
            "--stage", absl::StrCat(i), "--stages", absl::StrCat(options.stages), "--num-blocks",
-           absl::StrCat(options.num_blocks), "--delay-per-layer-ms", absl::StrCat(options.delay_per_layer_ms)},
+           absl::StrCat(options.num_blocks), "--delay-per-layer-ms", absl::StrCat(options.delay_per_layer_ms),
+           "--delay-per-token-us", absl::StrCat(options.delay_per_token_us)},
           {absl::StrCat(c->dir_, "/worker", i, ".log")});
       EXPECT_TRUE(child.ok()) << child.status();
       if (!child.ok()) return nullptr;
