@@ -41,6 +41,7 @@ struct MatrixSource {
 // y = x · Wᵀ where W stacks `parts` along the output dimension.
 struct LinearSource {
   std::vector<MatrixSource> parts;
+  bool fp32_output = false;  // lm_head: the sampler reads fp32 logits
 };
 
 struct MlpSource {

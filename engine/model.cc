@@ -137,6 +137,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
     LinearSource head;
     SPAR_ASSIGN_OR_RETURN(auto head_m, Matrix(ck, names::kLmHead, c.vocab_size, c.hidden_size));
     head.parts.push_back(head_m);
+    head.fp32_output = true;
     SPAR_ASSIGN_OR_RETURN(m->lm_head_, backend->CreateLinear(head));
   }
   CacheSpec cache;

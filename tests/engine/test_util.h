@@ -12,7 +12,12 @@
 
 namespace spar::testing {
 
-inline std::string SourcePath(const std::string& rel) { return std::string(SPAR_SOURCE_DIR) + "/" + rel; }
+// The source tree: SPAR_SOURCE_DIR from the environment (tests run on another
+// machine, e.g. a GPU host with a copy of the tree), else the build's.
+inline std::string SourcePath(const std::string& rel) {
+  const char* env = std::getenv("SPAR_SOURCE_DIR");
+  return std::string(env != nullptr ? env : SPAR_SOURCE_DIR) + "/" + rel;
+}
 
 inline std::string ReadSource(const std::string& rel) {
   auto text = ReadFileToString(SourcePath(rel));

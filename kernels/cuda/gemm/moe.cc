@@ -39,8 +39,8 @@ int64_t MaxWorkEntries(int64_t max_rows, int num_experts, int block_tokens) {
 absl::Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "MoeRoute";
   if (p.tokens < 0) return Invalid(kOp, "tokens", "must be >= 0");
-  if (p.num_experts < 32 || p.num_experts > 512 || p.num_experts % 32 != 0) {
-    return Invalid(kOp, "num_experts", "must be a multiple of 32 in [32, 512]");
+  if (p.num_experts < 1 || p.num_experts > 512 || (p.num_experts > 32 && p.num_experts % 32 != 0)) {
+    return Invalid(kOp, "num_experts", "must be in [1, 32] or a multiple of 32 up to 512");
   }
   if (p.n_group < 1 || p.n_group > 32 || p.num_experts % p.n_group != 0) {
     return Invalid(kOp, "n_group", "must divide num_experts and be <= 32");

@@ -57,7 +57,7 @@ namespace spar {
 // are ordered best first. One warp per token.
 struct MoeRouteParams {
   int64_t tokens = 0;
-  int num_experts = 0;  // multiple of 32, <= 512
+  int num_experts = 0;  // 1..32, or a multiple of 32 up to 512
   int top_k = 0;        // 1..32, <= experts in the allowed groups
   int n_group = 1;      // divides num_experts
   int topk_group = 1;   // 1..n_group

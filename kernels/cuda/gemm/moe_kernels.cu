@@ -29,7 +29,9 @@ __global__ void __launch_bounds__(kRouteWarpsPerBlock * 32) MoeRouteKernel(const
   const int lane = threadIdx.x & 31;
   const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarpsPerBlock + (threadIdx.x >> 5);
   if (tok >= p.tokens) return;
-  const int per_lane = p.num_experts / 32;  // lane owns experts [lane*per_lane, (lane+1)*per_lane)
+  // Lane owns experts [lane*per_lane, (lane+1)*per_lane); below 32 experts
+  // lanes >= num_experts own none.
+  const int per_lane = p.num_experts >= 32 ? p.num_experts / 32 : 1;
   const int group_size = p.num_experts / p.n_group;
   const float* lg = p.logits + tok * p.ld_logits;
 
@@ -39,7 +41,7 @@ __global__ void __launch_bounds__(kRouteWarpsPerBlock * 32) MoeRouteKernel(const
   for (int i = 0; i < kMaxExpertsPerLane; ++i) {
     score[i] = 0.0f;
     choice[i] = -INFINITY;
-    if (i < per_lane) {
+    if (i < per_lane && lane * per_lane + i < p.num_experts) {
       const int e = lane * per_lane + i;
       score[i] = 1.0f / (1.0f + expf(-lg[e]));
       choice[i] = score[i] + p.bias[e];
@@ -55,7 +57,7 @@ __global__ void __launch_bounds__(kRouteWarpsPerBlock * 32) MoeRouteKernel(const
       float b1 = -INFINITY, b2 = -INFINITY;
 #pragma unroll
       for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-        if (i < per_lane && (lane * per_lane + i) / group_size == grp) {
+        if (i < per_lane && lane * per_lane + i < p.num_experts && (lane * per_lane + i) / group_size == grp) {
           const float v = choice[i];
           if (v > b1) {
             b2 = b1;
@@ -95,7 +97,7 @@ __global__ void __launch_bounds__(kRouteWarpsPerBlock * 32) MoeRouteKernel(const
     float bs = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-      if (i < per_lane && !((taken >> i) & 1u)) {
+      if (i < per_lane && lane * per_lane + i < p.num_experts && !((taken >> i) & 1u)) {
         const int e = lane * per_lane + i;
         const bool al = (allowed_groups >> (e / group_size)) & 1u;
         if (Better(al, choice[i], e, ba, bc, bi)) {

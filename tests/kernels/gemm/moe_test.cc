@@ -98,6 +98,12 @@ TEST(Sm80_MoeRoute, MatchesReference) {
   CheckRoute(RandomLogits(50, 64, 3), bias64, 50, {64, 6, 8, 3, true, 1.0f});
   CheckRoute(RandomLogits(9, 64, 4), bias64, 9, {64, 3, 4, 1, false, 1.5f});
   CheckRoute(RandomLogits(300, 32, 6), std::vector<float>(32, 0.0f), 300, {32, 1, 1, 1, true, 1.0f});
+  // Fewer experts than lanes (the tiny test models: 16 experts, top-4,
+  // DeepSeek-style 4 groups of which 2 are kept).
+  std::vector<float> bias16(bias64.begin(), bias64.begin() + 16);
+  CheckRoute(RandomLogits(70, 16, 7), bias16, 70, {16, 4, 1, 1, true, 2.5f});
+  CheckRoute(RandomLogits(70, 16, 8), bias16, 70, {16, 4, 4, 2, true, 2.5f});
+  CheckRoute(RandomLogits(5, 7, 9), std::vector<float>(7, 0.0f), 5, {7, 3, 1, 1, false, 1.0f});
 }
 
 TEST(Sm80_MoeRoute, TiesGoToTheLowerExpert) {

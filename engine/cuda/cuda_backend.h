@@ -1,0 +1,30 @@
+// The cuda backend: the engine's op interface on the sm80 kernels of
+// kernels/cuda, bf16 activations with fp32 accumulation, weights kept as
+// they are stored (block-FP8 or bf16), paged latent (bf16 or FP8 656 B) and
+// indexer (FP8 132 B or bf16) caches on the GPU.
+#ifndef SPAR_ENGINE_CUDA_CUDA_BACKEND_H_
+#define SPAR_ENGINE_CUDA_CUDA_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+
+namespace spar {
+
+struct CudaBackendOptions {
+  int device = 0;
+  // Cache formats used when the model asks for the cpu defaults (F32).
+  ref::LatentFormat latent_format = ref::LatentFormat::kBF16;
+  ref::IndexerFormat indexer_format = ref::IndexerFormat::kFp8;
+  // Positions the RoPE tables cover (0: max_position_embeddings).
+  int64_t max_positions = 0;
+};
+
+// Fails with a clear error when no GPU is visible or its compute capability
+// is below 8.0 (the sm80 kernels need Ampere or newer).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);
+
+}  // namespace spar
+
+#endif  // SPAR_ENGINE_CUDA_CUDA_BACKEND_H_

@@ -1,0 +1,280 @@
+// The cuda backend against the cpu backend (the reference) on every
+// make-tiny variant. GPU test: SKIPPED without an sm80+ GPU.
+//
+// What can be asserted: the tiny models have random weights, so the
+// indexer's top-k boundary and the MoE router are full of near-ties, and
+// bf16 activations or an FP8 key cache flip some of those discrete choices;
+// each flip changes that token's attention or expert mix completely and the
+// change compounds through the layers (the cpu backend itself moves by ~0.5
+// of the logit scale when only its indexer cache is switched to FP8;
+// measured on the H200, 2026-11-30). So:
+//   * dense attention (index_topk above every context): most rows agree to
+//     bf16 tolerance (a router flip spoils a few), most greedy picks are the
+//     reference's argmax, decode equals prefill, batching is invariant;
+//   * sparse regime: the selections are compared directly — layer 0 (where
+//     the inputs differ only by bf16 rounding) must agree almost entirely —
+//     and the end-to-end numbers are printed for the record.
+// A bug in any op makes most rows disagree, which these bounds catch.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "engine/engine.h"
+#include "engine/make_tiny.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/engine/test_util.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace spar {
+namespace {
+
+using nlohmann::json;
+
+struct Variant {
+  const char* name;
+  ModelArch arch;
+  bool fp8;
+  int layers = 0;
+  const char* pattern = "";
+};
+
+constexpr int kDense = 4096;  // index_topk above every test context
+
+std::unique_ptr<Engine> MakeEngine(const std::string& dir, const std::string& backend, int topk_override = 0,
+                                   ref::LatentFormat lf = ref::LatentFormat::kF32,
+                                   ref::IndexerFormat xf = ref::IndexerFormat::kF32) {
+  EngineOptions eo;
+  eo.backend = backend;
+  eo.model.num_blocks = 64;
+  eo.model.index_topk_override = topk_override;
+  eo.model.latent_format = lf;
+  eo.model.indexer_format = xf;
+  auto e = Engine::Create(dir, eo);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// max |a - b| / max |a| over a row.
+double RelErr(const std::vector<float>& ref, const std::vector<float>& got) {
+  double err = 0, scale = 0;
+  for (size_t v = 0; v < ref.size(); ++v) {
+    if (!std::isfinite(got[v])) return INFINITY;
+    err = std::max(err, std::fabs(double(got[v]) - ref[v]));
+    scale = std::max(scale, std::fabs(double(ref[v])));
+  }
+  return err / scale;
+}
+
+class CudaParityTest : public ::testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override {
+    SPAR_REQUIRE_GPU();
+    const Variant v = GetParam();
+    MakeTinyOptions o;
+    o.arch = v.arch;
+    o.fp8 = v.fp8;
+    o.layers = v.layers;
+    o.indexer_pattern = v.pattern;
+    o.out_dir = testing::TempDir(std::string("cuda_parity_") + v.name);
+    ASSERT_TRUE(MakeTinyModel(o).ok());
+    dir_ = o.out_dir;
+    golden_ = json::parse(testing::ReadSource(std::string("tests/data/goldens/") + v.name + ".json"));
+    for (const auto& p : golden_["prompts"]) prompts_.push_back(p["ids"].get<std::vector<int32_t>>());
+  }
+
+  std::string dir_;
+  json golden_;
+  std::vector<std::vector<int32_t>> prompts_;
+};
+
+TEST_P(CudaParityTest, DenseLogitsMatchCpuWithinBf16Tolerance) {
+  auto cpu = MakeEngine(dir_, "cpu", kDense);
+  auto cuda = MakeEngine(dir_, "cuda", kDense);
+  ASSERT_TRUE(cpu && cuda);
+  std::vector<double> errs;
+  for (const auto& ids : prompts_) {
+    auto a = cpu->PromptLogits({ids}, 4);
+    auto b = cuda->PromptLogits({ids}, 4);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    for (size_t r = 0; r < (*a)[0].size(); ++r) errs.push_back(RelErr((*a)[0][r], (*b)[0][r]));
+  }
+  std::sort(errs.begin(), errs.end());
+  const size_t within = std::upper_bound(errs.begin(), errs.end(), 3e-2) - errs.begin();
+  std::cout << GetParam().name << ": dense, relative logit error cuda vs cpu: median " << errs[errs.size() / 2]
+            << ", worst " << errs.back() << ", " << within << "/" << errs.size() << " rows within 3e-2\n";
+  // Measured 2026-11-30 on the H200: medians 1.0-1.8%, 19-24 of 24 rows within 3e-2.
+  EXPECT_LE(errs[errs.size() / 2], 3e-2);
+  EXPECT_GE(within, errs.size() * 3 / 4);
+}
+
+// Greedy decoding on cuda; every chosen token must be a near-argmax of the
+// reference's logits for the same prefix (teacher forcing on the cpu).
+TEST_P(CudaParityTest, DenseGreedyPicksAreReferenceNearArgmax) {
+  auto cpu = MakeEngine(dir_, "cpu", kDense);
+  auto cuda = MakeEngine(dir_, "cuda", kDense);
+  ASSERT_TRUE(cpu && cuda);
+  std::vector<GenerationRequest> reqs;
+  for (const auto& ids : prompts_) {
+    GenerationRequest r;
+    r.prompt = ids;
+    r.sampling.temperature = 0;
+    r.max_tokens = 16;
+    r.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  auto gens = cuda->Generate(reqs);
+  ASSERT_TRUE(gens.ok()) << gens.status();
+  int exact = 0, near = 0, total = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    std::vector<int32_t> seq = reqs[i].prompt;
+    for (const auto& t : (*gens)[i].tokens) seq.push_back(t.id);
+    const int n = static_cast<int>((*gens)[i].tokens.size());
+    auto ref = cpu->PromptLogits({std::vector<int32_t>(seq.begin(), seq.end() - 1)}, n);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    for (int j = 0; j < n; ++j) {
+      const auto& row = (*ref)[0][j];
+      const float best = *std::max_element(row.begin(), row.end());
+      double scale = 0;
+      for (float v : row) scale = std::max(scale, std::fabs(double(v)));
+      const float chosen = row[(*gens)[i].tokens[j].id];
+      near += chosen >= best - 3e-2 * scale;
+      exact += chosen == best;
+      ++total;
+    }
+  }
+  std::cout << GetParam().name << ": dense greedy, " << exact << "/" << total << " picks are the reference argmax, "
+            << near << " within 3e-2 of it\n";
+  EXPECT_GE(exact, total * 85 / 100);
+}
+
+TEST_P(CudaParityTest, DenseDecodeEqualsPrefillAndBatchingIsInvariant) {
+  auto cuda = MakeEngine(dir_, "cuda", kDense);
+  ASSERT_TRUE(cuda);
+  GenerationRequest r;
+  r.prompt = prompts_[3];  // 80 tokens
+  r.sampling.temperature = 0;
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  r.top_logprobs = 3;
+  auto gen = cuda->Generate({r});
+  ASSERT_TRUE(gen.ok()) << gen.status();
+  std::vector<int32_t> full = r.prompt;
+  for (const auto& t : (*gen)[0].tokens) full.push_back(t.id);
+  auto logits = cuda->PromptLogits({std::vector<int32_t>(full.begin(), full.end() - 1)}, 8);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  int steps_ok = 0;
+  for (int i = 0; i < 8; ++i) {
+    const auto& row = (*logits)[0][i];
+    double mx = -1e30, sum = 0;
+    for (float v : row) mx = std::max<double>(mx, v);
+    for (float v : row) sum += std::exp(v - mx);
+    bool ok = true;
+    for (const auto& [id, lp] : (*gen)[0].tokens[i].top) ok = ok && std::fabs(lp - (row[id] - mx - std::log(sum))) <= 5e-2;
+    steps_ok += ok;
+  }
+  // Split-K plans and tile shapes differ between a 1-token decode and a
+  // prefill, so bf16 rounding differs; a rare router flip is tolerated.
+  EXPECT_GE(steps_ok, 6) << "decode steps whose top logprobs match the prefill";
+  std::vector<std::vector<int32_t>> batch(prompts_.begin() + 1, prompts_.begin() + 5);
+  auto together = cuda->PromptLogits(batch, 1);
+  ASSERT_TRUE(together.ok()) << together.status();
+  int same = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    auto alone = cuda->PromptLogits({batch[i]}, 1);
+    ASSERT_TRUE(alone.ok());
+    same += RelErr((*alone)[0][0], (*together)[i][0]) <= 2e-2;
+  }
+  EXPECT_GE(same, 3) << "prompts whose logits do not depend on the batch";
+  std::cout << GetParam().name << ": decode=prefill on " << steps_ok << "/8 steps, batch-invariant " << same << "/4\n";
+}
+
+// Sparse regime: the selections themselves. The cpu reference here stores
+// its caches in the cuda formats (bf16 latent rows, FP8 indexer keys), so
+// the only difference left is bf16 activations.
+TEST_P(CudaParityTest, SparseSelectionsAgreeWithCpu) {
+  auto cpu = MakeEngine(dir_, "cpu", 0, ref::LatentFormat::kBF16, ref::IndexerFormat::kFp8);
+  auto cuda = MakeEngine(dir_, "cuda", 0, ref::LatentFormat::kBF16, ref::IndexerFormat::kFp8);
+  ASSERT_TRUE(cpu && cuda);
+  const int first_layer = 0;
+  for (size_t p = 3; p < prompts_.size(); ++p) {  // 80, 200 and 350 tokens
+    ForwardTrace ta, tb;
+    auto a = cpu->PromptLogits({prompts_[p]}, 1, &ta);
+    auto b = cuda->PromptLogits({prompts_[p]}, 1, &tb);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    const int topk = ta.topk;
+    for (const auto& [layer, sa] : ta.topk_slots) {
+      const auto& sb = tb.topk_slots.at(layer);
+      int64_t same = 0, total = 0;
+      for (size_t t = 0; t < prompts_[p].size(); ++t) {
+        const std::set<int32_t> set_a(sa.begin() + t * topk, sa.begin() + (t + 1) * topk);
+        for (int j = 0; j < topk; ++j) {
+          if (sb[t * topk + j] < 0) continue;
+          ++total;
+          same += set_a.count(sb[t * topk + j]);
+        }
+      }
+      const double overlap = double(same) / total;
+      std::cout << GetParam().name << ": " << prompts_[p].size() << " tokens, layer " << layer
+                << " top-k overlap cuda vs cpu " << overlap << "\n";
+      if (layer == first_layer) EXPECT_GE(overlap, 0.95) << "layer 0, prompt of " << prompts_[p].size();
+    }
+    std::cout << GetParam().name << ": " << prompts_[p].size() << " tokens, sparse last-logit rel err "
+              << RelErr((*a)[0][0], (*b)[0][0]) << " (selection flips compound; see the file comment)\n";
+  }
+}
+
+// For the record: greedy continuations against the transformers goldens.
+TEST_P(CudaParityTest, ReportsGreedyAgreementWithTransformers) {
+  auto cuda = MakeEngine(dir_, "cuda");
+  ASSERT_TRUE(cuda);
+  std::vector<GenerationRequest> reqs;
+  for (const auto& ids : prompts_) {
+    GenerationRequest r;
+    r.prompt = ids;
+    r.sampling.temperature = 0;
+    r.max_tokens = 32;
+    r.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  auto gens = cuda->Generate(reqs);
+  ASSERT_TRUE(gens.ok()) << gens.status();
+  std::string summary;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto want = golden_["prompts"][i]["greedy"].get<std::vector<int32_t>>();
+    size_t same = 0;
+    while (same < want.size() && same < (*gens)[i].tokens.size() && (*gens)[i].tokens[same].id == want[same]) ++same;
+    summary += std::to_string(prompts_[i].size()) + ":" + std::to_string(same) + "/32 ";
+    // Contexts below index_topk are dense in transformers too: no flips.
+    if (prompts_[i].size() + 32 <= static_cast<size_t>(cuda->config().index_topk)) {
+      EXPECT_GT(same, 0u) << "prompt " << i;
+    }
+  }
+  std::cout << GetParam().name << ": greedy tokens identical to transformers before the first difference, by "
+            << "prompt length: " << summary << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVariants, CudaParityTest,
+                         ::testing::Values(Variant{"glm5-bf16", ModelArch::kGlmMoeDsa, false},
+                                           Variant{"glm5-fp8", ModelArch::kGlmMoeDsa, true},
+                                           Variant{"dsv32-bf16", ModelArch::kDeepseekV32, false},
+                                           Variant{"dsv32-fp8", ModelArch::kDeepseekV32, true},
+                                           Variant{"glm5-shared", ModelArch::kGlmMoeDsa, false, 4, "FSFS"}),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (auto& ch : n) if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(CudaBackendTest, RefusesWithoutAGpuOrExplainsTheDevice) {
+  auto b = CreateBackend("cuda");
+  if (!testing::HasSm80Gpu()) {
+    ASSERT_FALSE(b.ok());
+    EXPECT_NE(std::string(b.status().message()).find("device"), std::string::npos) << b.status();
+  } else {
+    EXPECT_TRUE(b.ok()) << b.status();
+  }
+}
+
+}  // namespace
+}  // namespace spar
