@@ -7,6 +7,7 @@ namespace spar {
 int RunMakeTiny(int argc, char** argv);
 int RunGenerate(int argc, char** argv);
 int RunCluster(int argc, char** argv);
+int RunWorkers(int argc, char** argv);
 
 }  // namespace spar
 

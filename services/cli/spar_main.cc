@@ -16,6 +16,7 @@ constexpr char kUsage[] =
     "  cluster     start a local cluster: a scheduler and --stages workers on this machine\n"
     "  scheduler   run the spar-scheduler daemon (same as the spar-scheduler binary)\n"
     "  worker      run the spar-worker daemon (same as the spar-worker binary)\n"
+    "  workers     show running workers' shards, epochs and statistics\n"
     "  make-tiny   write a deterministic random-weight GLM-5 / DeepSeek-V3.2 checkpoint\n"
     "run `spar <command> --help` for its flags\n";
 
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   if (command == "cluster") return spar::RunCluster(argc, argv);
   if (command == "scheduler") return spar::RunSchedulerMain(argc, argv, 2);
   if (command == "worker") return spar::RunWorkerMain(argc, argv, 2);
+  if (command == "workers") return spar::RunWorkers(argc, argv);
   std::cerr << "spar: unknown command \"" << command << "\"\n" << kUsage;
   return 2;
 }

@@ -24,7 +24,7 @@ GrpcPipeline::~GrpcPipeline() { Close(); }
 
 absl::StatusOr<v1::WorkerInfo> GrpcPipeline::WaitForWorker(size_t stage, absl::Time until) {
   absl::Status last = absl::UnavailableError("not tried");
-  while (absl::Now() < until) {
+  while (absl::Now() < until && !shutdown_) {
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(true);
     ctx.set_deadline(ToDeadline(std::min(until, absl::Now() + absl::Seconds(2))));
@@ -44,6 +44,7 @@ absl::StatusOr<v1::WorkerInfo> GrpcPipeline::WaitForWorker(size_t stage, absl::T
 
 absl::StatusOr<PipelineInfo> GrpcPipeline::Connect(Callbacks callbacks, absl::Duration timeout) {
   Close();
+  if (shutdown_) return absl::UnavailableError("the pipeline is shut down");
   const absl::Time until = absl::Now() + timeout;
   const int stages = static_cast<int>(stubs_.size());
   if (stages == 0) return absl::InvalidArgumentError("no workers: pass the stage leaders' addresses");
@@ -89,8 +90,17 @@ absl::StatusOr<PipelineInfo> GrpcPipeline::Connect(Callbacks callbacks, absl::Du
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(true);
     ctx.set_deadline(ToDeadline(until));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shutdown_) return absl::UnavailableError("the pipeline is shut down");
+      connect_ctx_ = &ctx;  // Shutdown() cancels a long Configure (a worker still loading)
+    }
     v1::ConfigureResponse resp;
     grpc::Status s = stubs_[i]->Configure(&ctx, req, &resp);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      connect_ctx_ = nullptr;
+    }
     if (!s.ok()) {
       return absl::Status(FromGrpcStatus(s).code(),
                           absl::StrCat("configuring stage ", i, " at ", options_.workers[i], ": ", s.error_message()));
@@ -109,6 +119,7 @@ absl::StatusOr<PipelineInfo> GrpcPipeline::Connect(Callbacks callbacks, absl::Du
   }
   receiver_ = std::thread([this, epoch] { RunReceiver(epoch); });
   sender_ = std::thread([this, epoch] { RunSender(epoch); });
+  monitor_ = std::thread([this, epoch] { RunMonitor(epoch); });
   SPAR_LOG(INFO) << "pipeline connected: " << stages << " stages (" << FormatStageLayers(info.stage_layers) << "), "
                  << blocks << " KV blocks, epoch " << epoch;
   return info;
@@ -171,6 +182,46 @@ void GrpcPipeline::RunReceiver(uint64_t epoch) {
                                            ") ended: ", s.ok() ? std::string("closed") : s.error_message())));
 }
 
+void GrpcPipeline::RunMonitor(uint64_t epoch) {
+  std::vector<int> misses(stubs_.size(), 0);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (monitor_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return closing_; })) return;
+    }
+    for (size_t i = 0; i < stubs_.size(); ++i) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(ToDeadline(absl::Now() + absl::Seconds(1)));
+      v1::WorkerInfo info;
+      grpc::Status s = stubs_[i]->GetInfo(&ctx, v1::GetInfoRequest(), &info);
+      if (!s.ok()) {
+        // Two misses in a row: a busy worker may answer one probe late.
+        if (++misses[i] >= 2) {
+          Fail(absl::UnavailableError(
+              absl::StrCat("stage ", i, " at ", options_.workers[i], " is unreachable: ", s.error_message())));
+          return;
+        }
+        continue;
+      }
+      misses[i] = 0;
+      if (info.epoch() != epoch) {
+        Fail(absl::UnavailableError(absl::StrCat("stage ", i, " at ", options_.workers[i],
+                                                 " restarted or was reconfigured (its caches are gone)")));
+        return;
+      }
+    }
+  }
+}
+
+void GrpcPipeline::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+    if (connect_ctx_ != nullptr) connect_ctx_->TryCancel();
+  }
+  Close();
+}
+
 void GrpcPipeline::Close() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -179,8 +230,10 @@ void GrpcPipeline::Close() {
     if (recv_ctx_) recv_ctx_->TryCancel();
   }
   cv_.notify_all();
+  monitor_cv_.notify_all();
   if (sender_.joinable()) sender_.join();
   if (receiver_.joinable()) receiver_.join();
+  if (monitor_.joinable()) monitor_.join();
   std::lock_guard<std::mutex> lock(mu_);
   send_ctx_.reset();
   recv_ctx_.reset();

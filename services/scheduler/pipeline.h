@@ -40,6 +40,8 @@ class Pipeline {
   virtual void Send(MicroBatchPlan plan) = 0;
   // Closes the streams; no callbacks after it returns.
   virtual void Close() = 0;
+  // Closes and makes a Connect in progress (and any later one) give up soon.
+  virtual void Shutdown() { Close(); }
 };
 
 }  // namespace spar

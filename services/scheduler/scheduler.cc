@@ -22,13 +22,14 @@ Scheduler::Scheduler(SchedulerOptions options, ModelConfig config, std::unique_p
 
 Scheduler::~Scheduler() { Stop(); }
 
-absl::Status Scheduler::ConnectOnce() {
+absl::Status Scheduler::ConnectOnce(absl::Duration timeout) {
   Pipeline::Callbacks cb;
   cb.on_result = [this](MicroBatchResult r) { OnResult(std::move(r)); };
   cb.on_failure = [this](absl::Status s) { OnFailure(std::move(s)); };
-  auto info = pipeline_->Connect(std::move(cb), options_.connect_timeout);
+  auto info = pipeline_->Connect(std::move(cb), timeout);
   std::lock_guard<std::mutex> lock(mu_);
   if (!info.ok()) return info.status();
+  if (stopping_) return absl::UnavailableError("the scheduler is shutting down");
   pipeline_info_ = *info;
   CoreOptions co;
   co.num_blocks = info->num_blocks;
@@ -52,11 +53,10 @@ absl::Status Scheduler::ConnectOnce() {
 }
 
 absl::Status Scheduler::Start() {
-  absl::Status s = ConnectOnce();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!s.ok()) reconnect_ = true;
-  }
+  absl::Status s = ConnectOnce(options_.connect_timeout);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("the scheduler is shutting down");
+  if (!s.ok()) reconnect_ = true;
   loop_ = std::thread([this] { Loop(); });
   return s;
 }
@@ -70,8 +70,9 @@ void Scheduler::Stop() {
     FailLocked(absl::UnavailableError("the scheduler is shutting down"));
   }
   cv_.notify_all();
+  pipeline_->Shutdown();  // a Connect in progress (Start or the loop) gives up
+  // loop_ is only assigned under mu_ while !stopping_: stable from here on.
   if (loop_.joinable()) loop_.join();
-  pipeline_->Close();
 }
 
 void Scheduler::HandleLocked(const std::vector<SeqEvent>& events) {
@@ -210,7 +211,7 @@ void Scheduler::Loop() {
     absl::Time now = absl::Now();
     if (reconnect_ && now >= next_reconnect) {
       lock.unlock();
-      absl::Status s = ConnectOnce();
+      absl::Status s = ConnectOnce(options_.reconnect_timeout);
       lock.lock();
       if (!s.ok()) {
         SPAR_LOG(WARNING) << "pipeline not connected: " << s;

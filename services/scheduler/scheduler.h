@@ -44,6 +44,8 @@ struct SchedulerOptions {
   // stuck or gone); its requests end with UNAVAILABLE.
   absl::Duration step_timeout = absl::Minutes(2);
   absl::Duration reconnect_interval = absl::Seconds(1);
+  // Each reconnection attempt after a failure gives up after this long.
+  absl::Duration reconnect_timeout = absl::Seconds(5);
 };
 
 struct LoadInfo {
@@ -78,6 +80,7 @@ class Scheduler {
   // background and the error is returned (the scheduler is not ready).
   absl::Status Start();
   // Ends every request (UNAVAILABLE), closes the pipeline, joins threads.
+  // May be called while Start() is still connecting (it then gives up).
   void Stop();
 
   // Admits a request; its updates go to `sink`. Returns the request id.
@@ -102,7 +105,7 @@ class Scheduler {
   void PumpLocked();
   void HandleLocked(const std::vector<SeqEvent>& events);
   void FailLocked(const absl::Status& status);
-  absl::Status ConnectOnce();
+  absl::Status ConnectOnce(absl::Duration timeout);
   void Loop();
 
   const SchedulerOptions options_;

@@ -149,8 +149,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   }
   health->SetServingStatus("", false);
   health->SetServingStatus("spar.v1.Generation", false);
+  scheduler.Stop();  // also ends a connection attempt still in progress
   starter.join();
-  scheduler.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

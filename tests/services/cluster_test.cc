@@ -112,10 +112,10 @@ TEST(ClusterTest, ThirtyTwoConcurrentStreamsEqualTheSingleProcessEngine) {
   const auto want = testing::EngineReference(TinyModel(), requests);
   const absl::Time start = absl::Now();
   ASSERT_EQ(want.size(), requests.size());
-  // 24 blocks for 32 sequences of up to 2 blocks: preemption by recompute
+  // 16 blocks for 32 sequences of up to 2 blocks: preemption by recompute
   // happens; 48-token micro-batches: long prompts are prefilled in chunks.
   auto cluster = testing::TestCluster::Start(
-      {.model = TinyModel(), .stages = 3, .num_blocks = 24, .scheduler_flags = {"--max-batch-tokens", "48"}},
+      {.model = TinyModel(), .stages = 3, .num_blocks = 16, .scheduler_flags = {"--max-batch-tokens", "48"}},
       "cluster32");
   ASSERT_NE(cluster, nullptr);
   auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
@@ -153,7 +153,7 @@ TEST(ClusterTest, ThirtyTwoConcurrentStreamsEqualTheSingleProcessEngine) {
   EXPECT_TRUE(WaitIdle(stub.get()));
   const auto load = Load(stub.get());
   EXPECT_EQ(load.used_kv_blocks(), 0);
-  EXPECT_EQ(load.total_kv_blocks(), 24);
+  EXPECT_EQ(load.total_kv_blocks(), 16);
   std::cout << "[cluster] 32 streams in " << absl::Now() - start << ": " << load.num_micro_batches()
             << " micro-batches, " << load.num_preemptions() << " preemptions\n";
 }
@@ -245,6 +245,48 @@ TEST(ClusterTest, PublicApiBehaviour) {
   Streamed again = Stream(stub.get(), text, absl::Seconds(30));
   EXPECT_TRUE(again.status.ok());
   EXPECT_EQ(again.ids, t.ids);
+}
+
+// A stage worker dies mid-stream: the stream ends promptly with UNAVAILABLE
+// (never hangs), the scheduler reports not ready, and it reconnects (new
+// epoch, caches treated as lost) once the worker is back on its address.
+TEST(ClusterTest, WorkerLossFailsStreamsPromptlyAndRecovers) {
+  auto cluster = testing::TestCluster::Start({.model = TinyModel(), .stages = 3, .num_blocks = 64, .scheduler_flags = {}},
+                                             "cluster_fault");
+  ASSERT_NE(cluster, nullptr);
+  auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
+  v1::GenerateRequest longreq;
+  longreq.mutable_token_ids()->add_ids(5);
+  longreq.mutable_stopping()->set_max_tokens(3000);
+  longreq.mutable_stopping()->set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  auto reader = stub->Generate(&ctx, longreq);
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  cluster->KillWorker(1);
+  const absl::Time killed = absl::Now();
+  while (reader->Read(&resp)) {
+  }
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  // Not ready while the stage is gone; new requests are refused, not queued.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (CheckHealth(cluster->address(), "").ok() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(CheckHealth(cluster->address(), "").ok());
+  v1::GenerateRequest small;
+  small.mutable_token_ids()->add_ids(5);
+  small.mutable_stopping()->set_max_tokens(4);
+  small.mutable_sampling()->set_temperature(0);
+  EXPECT_EQ(Stream(stub.get(), small, absl::Seconds(10)).status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  // Back on its address: the scheduler re-handshakes and serves again.
+  ASSERT_TRUE(cluster->RestartWorker(1));
+  EXPECT_TRUE(WaitForServing(cluster->address(), "", absl::Seconds(30)).ok());
+  Streamed ok = Stream(stub.get(), small, absl::Seconds(30));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.ids.size(), 4u);
+  EXPECT_TRUE(WaitIdle(stub.get()));
 }
 
 }  // namespace

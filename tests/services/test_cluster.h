@@ -6,6 +6,9 @@
 #ifndef SPAR_TESTS_SERVICES_TEST_CLUSTER_H_
 #define SPAR_TESTS_SERVICES_TEST_CLUSTER_H_
 
+#include <signal.h>
+
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -39,16 +42,9 @@ class TestCluster {
     c->options_ = options;
     c->dir_ = TempDir(name);
     for (int i = 0; i < options.stages; ++i) {
-      const std::string port_file = absl::StrCat(c->dir_, "/worker", i, ".port");
-      auto child = ChildProcess::Spawn(
-          {SPAR_WORKER_BIN, "--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--model", options.model,
-           "--stage", absl::StrCat(i), "--stages", absl::StrCat(options.stages), "--num-blocks",
-           absl::StrCat(options.num_blocks), "--delay-per-layer-ms", absl::StrCat(options.delay_per_layer_ms),
-           "--delay-per-token-us", absl::StrCat(options.delay_per_token_us)},
-          {absl::StrCat(c->dir_, "/worker", i, ".log")});
-      EXPECT_TRUE(child.ok()) << child.status();
-      if (!child.ok()) return nullptr;
-      c->workers_.push_back(std::move(*child));
+      auto child = c->SpawnWorker(i, 0);
+      if (child == nullptr) return nullptr;
+      c->workers_.push_back(std::move(child));
     }
     for (int i = 0; i < options.stages; ++i) {
       auto port = WaitForPortFile(absl::StrCat(c->dir_, "/worker", i, ".port"), absl::Seconds(30), c->workers_[i].get());
@@ -58,6 +54,19 @@ class TestCluster {
     }
     if (!c->StartScheduler(options.scheduler_flags)) return nullptr;
     return c;
+  }
+
+  // Kills worker `i` (SIGKILL, no goodbye), or starts it again on its port.
+  void KillWorker(int i) {
+    workers_[i]->Signal(SIGKILL);
+    workers_[i]->Stop();
+  }
+  bool RestartWorker(int i) {
+    const std::string& address = worker_addresses_[i];
+    const int port = std::stoi(address.substr(address.rfind(':') + 1));
+    workers_[i] = SpawnWorker(i, port);
+    return workers_[i] != nullptr &&
+           WaitForPortFile(absl::StrCat(dir_, "/worker", i, ".port"), absl::Seconds(30), workers_[i].get()).ok();
   }
 
   // Stops the scheduler (if running) and starts a new one with `flags`; the
@@ -107,6 +116,20 @@ class TestCluster {
 
  private:
   TestCluster() = default;
+
+  std::unique_ptr<ChildProcess> SpawnWorker(int i, int port) {
+    const std::string port_file = absl::StrCat(dir_, "/worker", i, ".port");
+    std::remove(port_file.c_str());
+    auto child = ChildProcess::Spawn(
+        {SPAR_WORKER_BIN, "--host", "127.0.0.1", "--port", absl::StrCat(port), "--port-file", port_file, "--model",
+         options_.model, "--stage", absl::StrCat(i), "--stages", absl::StrCat(options_.stages), "--num-blocks",
+         absl::StrCat(options_.num_blocks), "--delay-per-layer-ms", absl::StrCat(options_.delay_per_layer_ms),
+         "--delay-per-token-us", absl::StrCat(options_.delay_per_token_us)},
+        {absl::StrCat(dir_, "/worker", i, ".log")});
+    EXPECT_TRUE(child.ok()) << child.status();
+    return child.ok() ? std::move(*child) : nullptr;
+  }
+
   Options options_;
   std::string dir_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
