@@ -198,7 +198,10 @@ absl::StatusOr<StageOutput> WorkerRuntime::ExecuteBatch(const v1::MicroBatch& ba
       return absl::InvalidArgumentError(absl::StrCat("hidden.dtype ", v1::ActivationDType_Name(h.dtype()),
                                                      " is not supported by this worker (F32)"));
     }
-    if (h.rows() < 0 || h.cols() < 0 || h.rows() * h.cols() * 4 != static_cast<int64_t>(h.data().size())) {
+    // Bounds first, so rows * cols cannot overflow on a hostile message.
+    constexpr int64_t kMaxDim = int64_t{1} << 24;
+    if (h.rows() < 0 || h.cols() < 0 || h.rows() > kMaxDim || h.cols() > kMaxDim ||
+        h.rows() * h.cols() * 4 != static_cast<int64_t>(h.data().size())) {
       return absl::InvalidArgumentError(absl::StrCat("hidden has ", h.data().size(), " bytes, not ", h.rows(), " x ",
                                                      h.cols(), " fp32 values"));
     }
