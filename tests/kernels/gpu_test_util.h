@@ -55,7 +55,9 @@ class DeviceArray {
     cudaFree(ptr_);
     ptr_ = nullptr;
     n_ = n;
-    if (n > 0) EXPECT_EQ(cudaMalloc(&ptr_, n * sizeof(T)), cudaSuccess);
+    if (n > 0) {
+      EXPECT_EQ(cudaMalloc(&ptr_, n * sizeof(T)), cudaSuccess);
+    }
   }
   T* get() const { return ptr_; }
   size_t size() const { return n_; }
