@@ -8,6 +8,7 @@
 #include "base/numeric.h"
 #include "base/status_macros.h"
 #include "base/thread_pool.h"
+#include "engine/weight_convert.h"
 #include "kernels/ref/fp8_block_ref.h"
 #include "kernels/ref/gemm_ref.h"
 #include "kernels/ref/indexer_ref.h"
@@ -50,64 +51,6 @@ struct CpuMoe : Weight {
   ref::MoeRoutingParams routing;
 };
 
-absl::StatusOr<std::vector<float>> VectorToFloat(const TensorView& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  switch (t.dtype) {
-    case DType::kF32:
-      std::memcpy(out.data(), t.data, t.nbytes);
-      return out;
-    case DType::kBF16:
-      for (size_t i = 0; i < out.size(); ++i) {
-        uint16_t b;
-        std::memcpy(&b, t.data + 2 * i, 2);
-        out[i] = Bf16ToFloat(b);
-      }
-      return out;
-    case DType::kF16:
-      for (size_t i = 0; i < out.size(); ++i) {
-        uint16_t b;
-        std::memcpy(&b, t.data + 2 * i, 2);
-        out[i] = HalfToFloat(b);
-      }
-      return out;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor \"", t.name, "\": dtype ", DTypeName(t.dtype), " cannot be used here"));
-  }
-}
-
-// Dequantizes rows [row_begin, row_end) of a checkpoint matrix to fp32.
-absl::Status AppendMatrix(const MatrixSource& src, std::vector<float>* out) {
-  const TensorView& t = src.weight;
-  if (t.shape.size() != 2) return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\" is not 2-D"));
-  const int64_t cols = t.shape[1];
-  const int64_t r0 = src.row_begin, r1 = src.row_end < 0 ? t.shape[0] : src.row_end;
-  if (r0 < 0 || r1 > t.shape[0] || r0 > r1) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\": row range out of bounds"));
-  }
-  const size_t base = out->size();
-  out->resize(base + static_cast<size_t>((r1 - r0) * cols));
-  float* dst = out->data() + base;
-  if (t.dtype == DType::kF8E4M3) {
-    if (!src.scale_inv) return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\": FP8 without scales"));
-    const TensorView& s = *src.scale_inv;
-    const int64_t srows = (t.shape[0] + 127) / 128, scols = (cols + 127) / 128;
-    if (s.dtype != DType::kF32 || s.shape != std::vector<int64_t>{srows, scols}) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor \"", s.name, "\" is ", DTypeName(s.dtype),
-                                                     s.ShapeString(), ", expected F32[", srows, ", ", scols, "]"));
-    }
-    const float* scales = reinterpret_cast<const float*>(s.data);
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* srow = scales + (r / 128) * scols;
-      for (int64_t c = 0; c < cols; ++c) dst[(r - r0) * cols + c] = E4m3ToFloat(t.data[r * cols + c]) * srow[c / 128];
-    }
-    return absl::OkStatus();
-  }
-  SPAR_ASSIGN_OR_RETURN(std::vector<float> all, VectorToFloat(t));
-  std::memcpy(dst, all.data() + r0 * cols, static_cast<size_t>((r1 - r0) * cols) * sizeof(float));
-  return absl::OkStatus();
-}
-
 absl::StatusOr<CpuMatrix> BuildMatrix(const std::vector<MatrixSource>& parts) {
   CpuMatrix m;
   for (const auto& p : parts) {
@@ -116,7 +59,8 @@ absl::StatusOr<CpuMatrix> BuildMatrix(const std::vector<MatrixSource>& parts) {
                                                      " columns, expected ", m.cols));
     }
     m.cols = p.cols();
-    SPAR_RETURN_IF_ERROR(AppendMatrix(p, &m.w));
+    SPAR_ASSIGN_OR_RETURN(std::vector<float> part, MatrixToFloat(p));
+    m.w.insert(m.w.end(), part.begin(), part.end());
     m.rows += p.rows();
   }
   return m;
@@ -172,7 +116,7 @@ class CpuBackend final : public Backend {
 
   absl::StatusOr<std::unique_ptr<Weight>> CreateVector(const TensorView& src) override {
     auto v = std::make_unique<CpuVector>();
-    SPAR_ASSIGN_OR_RETURN(v->v, VectorToFloat(src));
+    SPAR_ASSIGN_OR_RETURN(v->v, TensorToFloat(src));
     return std::unique_ptr<Weight>(std::move(v));
   }
 
@@ -220,7 +164,7 @@ class CpuBackend final : public Backend {
     MatrixSource router;
     router.weight = src.router;
     SPAR_ASSIGN_OR_RETURN(moe->router, BuildMatrix({router}));
-    SPAR_ASSIGN_OR_RETURN(moe->bias, VectorToFloat(src.correction_bias));
+    SPAR_ASSIGN_OR_RETURN(moe->bias, TensorToFloat(src.correction_bias));
     if (moe->router.rows != src.num_experts || static_cast<int>(moe->bias.size()) != src.num_experts) {
       return absl::InvalidArgumentError(absl::StrCat("router \"", src.router.name, "\" does not have ",
                                                      src.num_experts, " experts"));

@@ -12,6 +12,7 @@
 #include "base/numeric.h"
 #include "base/status_macros.h"
 #include "engine/cuda/glue_kernels.h"
+#include "engine/weight_convert.h"
 #include "kernels/cuda/attention/absorb_gemm.h"
 #include "kernels/cuda/attention/mla_cache.h"
 #include "kernels/cuda/attention/sampling.h"
@@ -21,7 +22,6 @@
 #include "kernels/cuda/gemm/moe.h"
 #include "kernels/cuda/gemm/w8a16_gemm.h"
 #include "kernels/cuda/indexer/indexer.h"
-#include "kernels/ref/fp8_block_ref.h"
 #include "kernels/ref/rope_ref.h"
 
 namespace spar {
@@ -78,48 +78,10 @@ class DeviceBuffer {
 
 // ---------------------------------------------------------------- host conversion
 
-absl::StatusOr<std::vector<float>> ToFloat(const TensorView& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    uint16_t h;
-    switch (t.dtype) {
-      case DType::kF32:
-        std::memcpy(&out[i], t.data + 4 * i, 4);
-        break;
-      case DType::kBF16:
-        std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = Bf16ToFloat(h);
-        break;
-      case DType::kF16:
-        std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = HalfToFloat(h);
-        break;
-      default:
-        return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\": unsupported dtype ",
-                                                        DTypeName(t.dtype)));
-    }
-  }
-  return out;
-}
-
 std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBf16(v[i]);
   return out;
-}
-
-// Full fp32 matrix of a source (dequantizing FP8), rows [row_begin, row_end).
-absl::StatusOr<std::vector<float>> MatrixToFloat(const MatrixSource& m) {
-  const int64_t rows = m.weight.shape[0], cols = m.weight.shape[1];
-  std::vector<float> all(static_cast<size_t>(rows * cols));
-  if (m.weight.dtype == DType::kF8E4M3) {
-    if (!m.scale_inv) return absl::InvalidArgumentError(absl::StrCat("tensor \"", m.weight.name, "\": FP8 without scales"));
-    DequantizeFp8Blocks(m.weight.data, reinterpret_cast<const float*>(m.scale_inv->data), rows, cols, 128, all.data());
-  } else {
-    SPAR_ASSIGN_OR_RETURN(all, ToFloat(m.weight));
-  }
-  const int64_t r0 = m.row_begin, r1 = m.row_end < 0 ? rows : m.row_end;
-  return std::vector<float>(all.begin() + r0 * cols, all.begin() + r1 * cols);
 }
 
 // ---------------------------------------------------------------- weights
@@ -308,7 +270,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<std::unique_ptr<Weight>> CreateVector(const TensorView& src) override {
     auto v = std::make_unique<CudaVector>();
-    SPAR_ASSIGN_OR_RETURN(std::vector<float> f, ToFloat(src));
+    SPAR_ASSIGN_OR_RETURN(std::vector<float> f, TensorToFloat(src));
     v->n = static_cast<int64_t>(f.size());
     const auto b = ToBf16(f);
     SPAR_RETURN_IF_ERROR(v->bf16.Upload(b.data(), b.size() * 2));
@@ -318,7 +280,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<std::unique_ptr<Weight>> CreateEmbedding(const TensorView& src) override {
     auto e = std::make_unique<CudaEmbedding>();
-    SPAR_ASSIGN_OR_RETURN(std::vector<float> f, ToFloat(src));
+    SPAR_ASSIGN_OR_RETURN(std::vector<float> f, TensorToFloat(src));
     e->vocab = src.shape[0];
     e->dim = src.shape[1];
     const auto b = ToBf16(f);
@@ -360,7 +322,7 @@ class CudaBackend final : public Backend {
     MatrixSource router;
     router.weight = src.router;
     SPAR_RETURN_IF_ERROR(UploadMatrix(router, &moe->router));
-    SPAR_ASSIGN_OR_RETURN(std::vector<float> bias, ToFloat(src.correction_bias));
+    SPAR_ASSIGN_OR_RETURN(std::vector<float> bias, TensorToFloat(src.correction_bias));
     SPAR_RETURN_IF_ERROR(moe->bias.Upload(bias.data(), bias.size() * 4));
     if (src.experts.empty()) return absl::InvalidArgumentError("MoE layer without local experts");
     std::vector<const MatrixSource*> gate, up, down;

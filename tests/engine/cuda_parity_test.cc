@@ -24,20 +24,13 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/engine/test_util.h"
+#include "tests/engine/tiny_variants.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace spar {
 namespace {
 
 using nlohmann::json;
-
-struct Variant {
-  const char* name;
-  ModelArch arch;
-  bool fp8;
-  int layers = 0;
-  const char* pattern = "";
-};
 
 constexpr int kDense = 4096;  // index_topk above every test context
 
@@ -66,19 +59,12 @@ double RelErr(const std::vector<float>& ref, const std::vector<float>& got) {
   return err / scale;
 }
 
-class CudaParityTest : public ::testing::TestWithParam<Variant> {
+class CudaParityTest : public ::testing::TestWithParam<testing::TinyVariant> {
  protected:
   void SetUp() override {
     SPAR_REQUIRE_GPU();
-    const Variant v = GetParam();
-    MakeTinyOptions o;
-    o.arch = v.arch;
-    o.fp8 = v.fp8;
-    o.layers = v.layers;
-    o.indexer_pattern = v.pattern;
-    o.out_dir = testing::TempDir(std::string("cuda_parity_") + v.name);
-    ASSERT_TRUE(MakeTinyModel(o).ok());
-    dir_ = o.out_dir;
+    const testing::TinyVariant v = GetParam();
+    dir_ = testing::MakeTinyVariant(v, "cuda_parity_");
     golden_ = json::parse(testing::ReadSource(std::string("tests/data/goldens/") + v.name + ".json"));
     for (const auto& p : golden_["prompts"]) prompts_.push_back(p["ids"].get<std::vector<int32_t>>());
   }
@@ -254,17 +240,7 @@ TEST_P(CudaParityTest, ReportsGreedyAgreementWithTransformers) {
             << "prompt length: " << summary << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllVariants, CudaParityTest,
-                         ::testing::Values(Variant{"glm5-bf16", ModelArch::kGlmMoeDsa, false},
-                                           Variant{"glm5-fp8", ModelArch::kGlmMoeDsa, true},
-                                           Variant{"dsv32-bf16", ModelArch::kDeepseekV32, false},
-                                           Variant{"dsv32-fp8", ModelArch::kDeepseekV32, true},
-                                           Variant{"glm5-shared", ModelArch::kGlmMoeDsa, false, 4, "FSFS"}),
-                         [](const auto& info) {
-                           std::string n = info.param.name;
-                           for (auto& ch : n) if (ch == '-') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(AllVariants, CudaParityTest, testing::AllTinyVariants(), testing::TinyVariantTestName);
 
 TEST(CudaBackendTest, RefusesWithoutAGpuOrExplainsTheDevice) {
   auto b = CreateBackend("cuda");

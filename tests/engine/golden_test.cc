@@ -11,33 +11,19 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/engine/test_util.h"
+#include "tests/engine/tiny_variants.h"
 
 namespace spar {
 namespace {
 
 using nlohmann::json;
 
-struct Variant {
-  const char* name;
-  ModelArch arch;
-  bool fp8;
-  int layers = 0;
-  const char* indexer_pattern = "";
-};
-
-class GoldenTest : public ::testing::TestWithParam<Variant> {
+class GoldenTest : public ::testing::TestWithParam<testing::TinyVariant> {
  protected:
   void SetUp() override {
-    const Variant v = GetParam();
+    const testing::TinyVariant v = GetParam();
     golden_ = json::parse(testing::ReadSource(std::string("tests/data/goldens/") + v.name + ".json"));
-    MakeTinyOptions o;
-    o.arch = v.arch;
-    o.fp8 = v.fp8;
-    o.layers = v.layers;
-    o.indexer_pattern = v.indexer_pattern;
-    o.out_dir = testing::TempDir(std::string("golden_") + v.name);
-    ASSERT_TRUE(MakeTinyModel(o).ok());
-    dir_ = o.out_dir;
+    dir_ = testing::MakeTinyVariant(v, "golden_");
     EngineOptions eo;
     eo.model.num_blocks = 64;
     auto engine = Engine::Create(dir_, eo);
@@ -150,18 +136,7 @@ TEST_P(GoldenTest, DenseControlMatchesTransformersAndDiffersFromSparse) {
   EXPECT_GT(moved, 0.5);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllVariants, GoldenTest,
-                         ::testing::Values(Variant{"glm5-bf16", ModelArch::kGlmMoeDsa, false},
-                                           Variant{"glm5-fp8", ModelArch::kGlmMoeDsa, true},
-                                           Variant{"dsv32-bf16", ModelArch::kDeepseekV32, false},
-                                           Variant{"dsv32-fp8", ModelArch::kDeepseekV32, true},
-                                           // GLM-5.2-style cross-layer top-k sharing.
-                                           Variant{"glm5-shared", ModelArch::kGlmMoeDsa, false, 4, "FSFS"}),
-                         [](const auto& info) {
-                           std::string n = info.param.name;
-                           for (auto& ch : n) if (ch == '-') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(AllVariants, GoldenTest, testing::AllTinyVariants(), testing::TinyVariantTestName);
 
 }  // namespace
 }  // namespace spar
