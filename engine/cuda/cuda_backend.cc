@@ -754,7 +754,8 @@ class CudaBackend final : public Backend {
     SPAR_RETURN_IF_ERROR(LaunchIndexerQueryPrep(qp, stream_));
     // Logits [tokens, stride]; rows are either per-sequence paged (decode
     // steps) or over each sequence's gathered keys (prefill and mixed steps).
-    std::vector<int32_t> row_start(tokens_, 0);
+    // Gathered rows: row t starts at its sequence's first key (ks, on the device).
+    const int32_t* d_row_start = nullptr;
     int64_t stride = (max_ctx_ + 3) / 4 * 4;
     Tensor logits, keys, kscale;
     DeviceBuffer starts;
@@ -792,7 +793,6 @@ class CudaBackend final : public Backend {
       for (int64_t t = 0; t < tokens_; ++t) {
         ks[t] = seq_off[plan_->token_seq[t]];
         ke[t] = ks[t] + plan_->positions[t] + 1;
-        row_start[t] = ks[t];
       }
       stride = (total + 3) / 4 * 4;
       std::vector<int32_t> meta;
@@ -802,6 +802,7 @@ class CudaBackend final : public Backend {
       const int32_t* d_off = d_len + num_seqs_;
       const int32_t* d_ks = d_off + num_seqs_;
       const int32_t* d_ke = d_ks + tokens_;
+      d_row_start = d_ks;
       const bool fp8 = spec_.indexer_format == ref::IndexerFormat::kFp8;
       SPAR_ASSIGN_OR_RETURN(keys, NewTensor(total, fp8 ? 128 : 256, DType::kU8));
       SPAR_ASSIGN_OR_RETURN(kscale, NewTensor(1, total, DType::kF32));
@@ -840,11 +841,7 @@ class CudaBackend final : public Backend {
     tp.k = spec.topk;
     tp.logits = logits.as<float>();
     tp.logits_stride = stride;
-    DeviceBuffer starts2;
-    if (!all_single_) {
-      SPAR_RETURN_IF_ERROR(starts2.Upload(row_start.data(), row_start.size() * 4, stream_));
-      tp.row_start = starts2.as<int32_t>();
-    }
+    tp.row_start = d_row_start;  // null in the paged case: rows start at 0
     tp.row_len = d_kv_len_;
     tp.num_cols = stride;
     tp.out = out.as<int32_t>();
