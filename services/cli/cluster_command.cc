@@ -49,14 +49,7 @@ int RunCluster(int argc, char** argv) {
   args.AddDouble("delay-per-layer-ms", &delay_ms, "benchmarks: artificial per-layer delay in every worker");
   args.AddDouble("delay-per-token-us", &delay_token_us, "benchmarks: artificial per-layer, per-token delay");
   args.AddInt("ready-timeout-s", &ready_timeout_s, "give up if not serving after this long (default 600)");
-  if (auto s = args.Parse(argc, argv, 2); !s.ok()) {
-    std::cerr << s.message() << "\n";
-    return 2;
-  }
-  if (args.help_requested()) {
-    std::cout << args.Usage();
-    return 0;
-  }
+  if (auto code = args.ParseOrExitCode(argc, argv, 2)) return *code;
   if (model.empty()) {
     std::cerr << "cluster: --model is required\n" << args.Usage();
     return 2;

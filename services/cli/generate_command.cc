@@ -239,14 +239,7 @@ int RunGenerate(int argc, char** argv) {
   args.AddString("stop", &f.stop, "--server: a stop string");
   args.AddString("request-id", &f.request_id, "--server: the request id (default: assigned)");
   args.AddDouble("timeout-s", &f.timeout_s, "--server: deadline of the call (default 300)");
-  if (auto s = args.Parse(argc, argv, 2); !s.ok()) {
-    std::cerr << s.message() << "\n";
-    return 2;
-  }
-  if (args.help_requested()) {
-    std::cout << args.Usage();
-    return 0;
-  }
+  if (auto code = args.ParseOrExitCode(argc, argv, 2)) return *code;
   if (f.model.empty() == f.server.empty() || f.prompt.empty() == f.prompt_ids.empty()) {
     std::cerr << "generate: exactly one of --model / --server and one of --prompt / --prompt-ids are required\n"
               << args.Usage();

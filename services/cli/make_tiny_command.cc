@@ -22,14 +22,7 @@ int RunMakeTiny(int argc, char** argv) {
   args.AddInt("index-topk", &index_topk, "override index_topk (default: 32 tiny, 2048 glm5-full)");
   args.AddString("indexer-pattern", &indexer_pattern, "per-layer indexer kinds, F = full, S = shared (glm5), e.g. FSF");
   args.AddInt("shard-mb", &shard_mb, "split weights into shards of at most this many MiB (0: one file)");
-  if (auto s = args.Parse(argc, argv, 2); !s.ok()) {
-    std::cerr << s.message() << "\n";
-    return 2;
-  }
-  if (args.help_requested()) {
-    std::cout << args.Usage();
-    return 0;
-  }
+  if (auto code = args.ParseOrExitCode(argc, argv, 2)) return *code;
   MakeTinyOptions options;
   if (arch == "glm5") {
     options.arch = ModelArch::kGlmMoeDsa;

@@ -1,5 +1,7 @@
 #include "services/common/args.h"
 
+#include <iostream>
+
 #include <cctype>
 #include <cstdlib>
 
@@ -95,6 +97,18 @@ absl::Status ArgParser::Parse(int argc, char** argv, int begin) {
     set_.insert(name);
   }
   return absl::OkStatus();
+}
+
+std::optional<int> ArgParser::ParseOrExitCode(int argc, char** argv, int begin, absl::string_view intro) {
+  if (absl::Status s = Parse(argc, argv, begin); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 2;
+  }
+  if (help_) {
+    std::cout << intro << Usage();
+    return 0;
+  }
+  return std::nullopt;
 }
 
 std::string ArgParser::Usage() const {

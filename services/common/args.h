@@ -14,11 +14,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace spar {
 
@@ -35,6 +37,10 @@ class ArgParser {
   // Applies the environment (when a prefix is set), then parses
   // argv[begin..argc). Positional arguments are collected.
   absl::Status Parse(int argc, char** argv, int begin);
+  // Parse for a command's main(): on a bad flag prints the error (exit code
+  // 2), on --help prints `intro` and the usage (exit code 0); returns the
+  // exit code when the command must stop, nullopt when it should run.
+  std::optional<int> ParseOrExitCode(int argc, char** argv, int begin, absl::string_view intro = "");
   // The environment variable that sets flag `name` ("" without a prefix).
   std::string EnvName(const std::string& name) const;
   // Whether the flag was given on the command line or in the environment.

@@ -47,14 +47,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   args.AddInt("connect-timeout-s", &connect_timeout_s, "wait this long for the workers at start (default 600)");
   args.AddInt("step-timeout-s", &step_timeout_s, "a micro-batch not back after this long fails the pipeline (default 120)");
   args.AddBool("no-balance", &no_balance, "do not spread sequences evenly over the micro-batches in flight");
-  if (auto s = args.Parse(argc, argv, begin); !s.ok()) {
-    std::cerr << s.message() << "\n";
-    return 2;
-  }
-  if (args.help_requested()) {
-    std::cout << "spar-scheduler: batching and the public generation API of the spar runtime\n" << args.Usage();
-    return 0;
-  }
+  if (auto code = args.ParseOrExitCode(argc, argv, begin, "spar-scheduler: batching and the public generation API of the spar runtime\n"))
+    return *code;
   auto fail = [](const std::string& message) {
     std::cerr << "scheduler: " << message << "\n";
     return 2;

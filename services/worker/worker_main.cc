@@ -37,14 +37,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   args.AddInt("tp-size", &tp_size, "tensor-parallel size of the stage (only 1 today)");
   args.AddDouble("delay-per-layer-ms", &delay_ms, "benchmarks: sleep this long per layer after each forward");
   args.AddDouble("delay-per-token-us", &delay_token_us, "benchmarks: and this long per layer and token");
-  if (auto s = args.Parse(argc, argv, begin); !s.ok()) {
-    std::cerr << s.message() << "\n";
-    return 2;
-  }
-  if (args.help_requested()) {
-    std::cout << "spar-worker: one pipeline stage of the spar runtime\n" << args.Usage();
-    return 0;
-  }
+  if (auto code = args.ParseOrExitCode(argc, argv, begin, "spar-worker: one pipeline stage of the spar runtime\n"))
+    return *code;
   auto fail = [](const std::string& message) {
     std::cerr << "worker: " << message << "\n";
     return 2;
