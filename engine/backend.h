@@ -6,6 +6,7 @@
 #ifndef SPAR_ENGINE_BACKEND_H_
 #define SPAR_ENGINE_BACKEND_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "engine/safetensors.h"
 #include "engine/step_plan.h"
 #include "engine/tensor.h"
+#include "engine/tensor_parallel.h"
 #include "kernels/ref/cache_ref.h"
 #include "kernels/ref/rope_ref.h"
 #include "kernels/ref/sampling_ref.h"
@@ -32,10 +34,14 @@ class Weight {
 struct MatrixSource {
   TensorView weight;
   std::optional<TensorView> scale_inv;  // [ceil(rows/128), ceil(cols/128)] for F8_E4M3
-  // Row range of `weight` to use (tensor/expert parallel slicing); [0, rows) by default.
+  // Row and column ranges of `weight` to use (tensor parallel slicing:
+  // column-parallel layers take rows, row-parallel layers take columns);
+  // the whole matrix by default.
   int64_t row_begin = 0, row_end = -1;
+  int64_t col_begin = 0, col_end = -1;
   int64_t rows() const { return (row_end < 0 ? weight.shape[0] : row_end) - row_begin; }
-  int64_t cols() const { return weight.shape[1]; }
+  int64_t cols() const { return (col_end < 0 ? weight.shape[1] : col_end) - col_begin; }
+  bool sliced() const { return row_begin != 0 || col_begin != 0 || row_end >= 0 || col_end >= 0; }
 };
 
 // y = x · Wᵀ where W stacks `parts` along the output dimension.
@@ -96,10 +102,20 @@ struct SampleResult {
   std::vector<std::pair<int32_t, float>> top;
 };
 
+// Time spent in tensor-parallel all-reduces since the backend was created
+// (GPU time between events around each call on the cuda backend).
+struct CollectiveStats {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The tensor-parallel group this backend belongs to ({0, 1}: alone).
+  virtual TpRank tp() const { return TpRank(); }
 
   // ---- weights (load time) ----
   virtual absl::StatusOr<std::unique_ptr<Weight>> CreateLinear(const LinearSource& src) = 0;
@@ -143,6 +159,16 @@ class Backend {
   virtual absl::StatusOr<Tensor> SparseMla(int layer, const Tensor& q_abs, const Tensor& indices, float scale) = 0;
   // o_lat: [T, H·512] → [T, H·Dv].
   virtual absl::StatusOr<Tensor> UnabsorbOutput(const Tensor& o_lat, const Weight& absorb) = 0;
+
+  // Sums x over the ranks of the tensor-parallel group, in place; every rank
+  // ends with the same values. A no-op without a group.
+  virtual absl::Status AllReduceSum(Tensor* x) = 0;
+  // Runs `work` (which enqueues ops on this backend) and returns its duration
+  // in seconds on the backend's own clock: CUDA events on the backend's
+  // stream (waits for the work to finish), wall time on the cpu.
+  virtual absl::StatusOr<double> TimeWork(const std::function<absl::Status()>& work) = 0;
+  // Totals of the all-reduces so far (may wait for the ones in flight).
+  virtual CollectiveStats collective_stats() { return CollectiveStats(); }
 
   // Logits [S, vocab] → one sample per row.
   virtual absl::StatusOr<std::vector<SampleResult>> Sample(const Tensor& logits,

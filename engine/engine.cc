@@ -13,10 +13,24 @@
 namespace spar {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name) {
-  if (name == "cpu") return CreateCpuBackend();
+  BackendOptions options;
+  options.name = name;
+  return CreateBackend(options);
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {
+  const std::string& name = options.name;
+  if (name == "cpu") {
+    if (options.tp.size == 1) return CreateCpuBackend();
+    return CreateCpuBackend(options.tp, options.cpu_group);
+  }
   if (name == "cuda") {
 #ifdef SPAR_HAVE_CUDA_BACKEND
-    return CreateCudaBackend(CudaBackendOptions());
+    CudaBackendOptions cuda;
+    cuda.device = options.device;
+    cuda.tp = options.tp;
+    cuda.nccl_unique_id = options.nccl_unique_id;
+    return CreateCudaBackend(cuda);
 #else
     return absl::UnimplementedError("this binary was built without CUDA (use --backend cpu)");
 #endif
@@ -53,7 +67,9 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& c) {
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_dir, const EngineOptions& options) {
-  SPAR_ASSIGN_OR_RETURN(auto backend, CreateBackend(options.backend));
+  BackendOptions backend_options = options.backend_options;
+  backend_options.name = options.backend;
+  SPAR_ASSIGN_OR_RETURN(auto backend, CreateBackend(backend_options));
   SPAR_ASSIGN_OR_RETURN(auto model, Model::Load(model_dir, backend.get(), options.model));
   if (!model->is_first_stage() || !model->is_last_stage()) {
     return absl::InvalidArgumentError("the in-process engine runs the whole model (one stage)");

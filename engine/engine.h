@@ -43,8 +43,21 @@ struct Generation {
   std::optional<int32_t> stop_token;  // the EOS / stop id that ended it (not in tokens)
 };
 
+// Which backend to create and, for tensor parallelism, this rank's place in
+// its group: cuda ranks join an NCCL communicator (one process per GPU);
+// cpu ranks are threads sharing an InProcessGroup.
+struct BackendOptions {
+  std::string name = "cpu";
+  int device = 0;  // cuda: the GPU of this process
+  TpRank tp;
+  std::string nccl_unique_id;                  // cuda, tp.size > 1
+  std::shared_ptr<InProcessGroup> cpu_group;   // cpu, tp.size > 1
+};
+
 struct EngineOptions {
   std::string backend = "cpu";
+  // Device and tensor-parallel settings; `backend` above names the kind.
+  BackendOptions backend_options;
   ModelOptions model;
   int64_t max_batch_tokens = 4096;  // prefill chunk budget per step
 };
@@ -86,6 +99,7 @@ class Engine {
 
 // Creates a backend by name ("cpu", or "cuda" when built with CUDA).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name);
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 
 }  // namespace spar
 

@@ -61,12 +61,18 @@ absl::StatusOr<TensorView> Vector(const Checkpoint& ck, const std::string& name,
   return t;
 }
 
+// An MLP whose intermediate columns [part.begin, part.end) this rank holds
+// (gate/up rows, down columns); the whole MLP when part is empty.
 absl::StatusOr<MlpSource> MlpFrom(const Checkpoint& ck, const std::string& gate, const std::string& up,
-                                  const std::string& down, int64_t hidden, int64_t inter) {
+                                  const std::string& down, int64_t hidden, int64_t inter, Slice part = {}) {
   MlpSource m;
   SPAR_ASSIGN_OR_RETURN(m.gate, Matrix(ck, gate, inter, hidden));
   SPAR_ASSIGN_OR_RETURN(m.up, Matrix(ck, up, inter, hidden));
   SPAR_ASSIGN_OR_RETURN(m.down, Matrix(ck, down, hidden, inter));
+  if (part.size() > 0 && part.size() != inter) {
+    m.gate.row_begin = m.up.row_begin = m.down.col_begin = part.begin;
+    m.gate.row_end = m.up.row_end = m.down.col_end = part.end;
+  }
   return m;
 }
 
@@ -184,13 +190,33 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
     fused.push_back({names::kIdxWeights, c.index_n_heads});
   }
   SPAR_RETURN_IF_ERROR(linear(fused, h, &layer->fused_a));
-  SPAR_RETURN_IF_ERROR(linear({{names::kQB, static_cast<int64_t>(heads) * c.qk_head_dim()}}, c.q_lora_rank, &layer->q_b));
-  SPAR_RETURN_IF_ERROR(linear({{names::kO, h}}, static_cast<int64_t>(heads) * c.v_head_dim, &layer->o_proj));
+  // Tensor parallel (DESIGN §3): a rank holds a slice of the heads (q_b
+  // rows, W_UK/W_UV, o_proj columns); the A projections and the indexer are
+  // replicated, so every rank writes the same full caches.
+  const TpRank tp = backend_->tp();
+  SPAR_ASSIGN_OR_RETURN(Slice hs, EvenSlice(heads, tp, "attention heads"));
+  {
+    LinearSource q_b;
+    SPAR_ASSIGN_OR_RETURN(MatrixSource m, Matrix(ck, Layer(l, names::kQB), heads * c.qk_head_dim(), c.q_lora_rank));
+    m.row_begin = hs.begin * c.qk_head_dim();
+    m.row_end = hs.end * c.qk_head_dim();
+    q_b.parts.push_back(m);
+    SPAR_ASSIGN_OR_RETURN(layer->q_b, backend_->CreateLinear(q_b));
+  }
+  {
+    LinearSource o;
+    SPAR_ASSIGN_OR_RETURN(MatrixSource m, Matrix(ck, Layer(l, names::kO), h, heads * c.v_head_dim));
+    m.col_begin = hs.begin * c.v_head_dim;
+    m.col_end = hs.end * c.v_head_dim;
+    o.parts.push_back(m);
+    SPAR_ASSIGN_OR_RETURN(layer->o_proj, backend_->CreateLinear(o));
+  }
   AbsorbSource absorb;
   SPAR_ASSIGN_OR_RETURN(absorb.kv_b, Matrix(ck, Layer(l, names::kKvB),
                                             static_cast<int64_t>(heads) * (c.qk_nope_head_dim + c.v_head_dim),
                                             c.kv_lora_rank));
-  absorb.heads = heads;
+  absorb.heads = static_cast<int>(hs.size());
+  absorb.head_begin = static_cast<int>(hs.begin);
   absorb.nope_dim = c.qk_nope_head_dim;
   absorb.v_dim = c.v_head_dim;
   absorb.kv_lora_rank = c.kv_lora_rank;
@@ -202,23 +228,29 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
     SPAR_RETURN_IF_ERROR(vec(names::kIdxKNormB, c.index_head_dim, &layer->idx_norm_b));
   }
   if (!layer->moe) {
+    SPAR_ASSIGN_OR_RETURN(Slice part, EvenSlice(c.intermediate_size, tp, "MLP intermediate columns"));
     SPAR_ASSIGN_OR_RETURN(MlpSource mlp, MlpFrom(ck, Layer(l, names::kMlpGate), Layer(l, names::kMlpUp),
-                                                 Layer(l, names::kMlpDown), h, c.intermediate_size));
+                                                 Layer(l, names::kMlpDown), h, c.intermediate_size, part));
     SPAR_ASSIGN_OR_RETURN(layer->ffn, backend_->CreateMlp(mlp));
   } else {
     MoeSource moe;
     SPAR_ASSIGN_OR_RETURN(auto router, Matrix(ck, Layer(l, names::kRouter), c.n_routed_experts, h));
     moe.router = router.weight;
     SPAR_ASSIGN_OR_RETURN(moe.correction_bias, Vector(ck, Layer(l, names::kRouterBias), c.n_routed_experts));
-    for (int e = 0; e < c.n_routed_experts; ++e) {
+    // Expert parallel: a rank runs its own routed experts for every token
+    // (routing is replicated) and a column slice of the shared expert.
+    SPAR_ASSIGN_OR_RETURN(Slice experts, EvenSlice(c.n_routed_experts, tp, "routed experts"));
+    moe.expert_begin = static_cast<int>(experts.begin);
+    for (int e = static_cast<int>(experts.begin); e < experts.end; ++e) {
       SPAR_ASSIGN_OR_RETURN(MlpSource ex, MlpFrom(ck, names::Expert(l, e, "gate_proj"), names::Expert(l, e, "up_proj"),
                                                   names::Expert(l, e, "down_proj"), h, c.moe_intermediate_size));
       moe.experts.push_back(ex);
     }
     if (c.n_shared_experts > 0) {
+      const int64_t inter = static_cast<int64_t>(c.moe_intermediate_size) * c.n_shared_experts;
+      SPAR_ASSIGN_OR_RETURN(Slice part, EvenSlice(inter, tp, "shared expert intermediate columns"));
       SPAR_ASSIGN_OR_RETURN(MlpSource sh, MlpFrom(ck, Layer(l, names::kSharedGate), Layer(l, names::kSharedUp),
-                                                  Layer(l, names::kSharedDown), h,
-                                                  c.moe_intermediate_size * c.n_shared_experts));
+                                                  Layer(l, names::kSharedDown), h, inter, part));
       moe.shared = sh;
     }
     moe.num_experts = c.n_routed_experts;
@@ -261,7 +293,10 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
   SPAR_ASSIGN_OR_RETURN(Tensor o_lat,
                         backend_->SparseMla(local, q_abs, *shared_topk, static_cast<float>(c.softmax_scale())));
   SPAR_ASSIGN_OR_RETURN(Tensor o, backend_->UnabsorbOutput(o_lat, *layer.absorb));
-  return backend_->Linear(o, *layer.o_proj);
+  SPAR_ASSIGN_OR_RETURN(Tensor out, backend_->Linear(o, *layer.o_proj));
+  // Each rank's o_proj saw only its heads: the partial sums add up.
+  SPAR_RETURN_IF_ERROR(backend_->AllReduceSum(&out));
+  return out;
 }
 
 absl::StatusOr<Tensor> Model::Forward(const StepPlan& plan, const Tensor* input, ForwardTrace* trace) {
@@ -288,6 +323,7 @@ absl::StatusOr<Tensor> Model::Forward(const StepPlan& plan, const Tensor* input,
     } else {
       SPAR_ASSIGN_OR_RETURN(x, backend_->Mlp(h, *layer.ffn));
     }
+    SPAR_RETURN_IF_ERROR(backend_->AllReduceSum(&x));
   }
   SPAR_RETURN_IF_ERROR(backend_->AddInPlace(&residual, x));
   if (!is_last_stage()) return residual;

@@ -37,10 +37,13 @@ absl::StatusOr<std::vector<float>> MatrixToFloat(const MatrixSource& m) {
   if (t.shape.size() != 2) return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\" is not 2-D"));
   const int64_t rows = t.shape[0], cols = t.shape[1];
   const int64_t r0 = m.row_begin, r1 = m.row_end < 0 ? rows : m.row_end;
-  if (r0 < 0 || r1 > rows || r0 > r1) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\": row range out of bounds"));
+  const int64_t c0 = m.col_begin, c1 = m.col_end < 0 ? cols : m.col_end;
+  if (r0 < 0 || r1 > rows || r0 > r1 || c0 < 0 || c1 > cols || c0 > c1) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\" ", t.ShapeString(), ": slice rows [", r0,
+                                                   ", ", r1, ") cols [", c0, ", ", c1, ") out of bounds"));
   }
-  std::vector<float> out(static_cast<size_t>((r1 - r0) * cols));
+  const int64_t out_cols = c1 - c0;
+  std::vector<float> out(static_cast<size_t>((r1 - r0) * out_cols));
   if (t.dtype == DType::kF8E4M3) {
     if (!m.scale_inv) return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\": FP8 without scales"));
     const TensorView& s = *m.scale_inv;
@@ -52,12 +55,25 @@ absl::StatusOr<std::vector<float>> MatrixToFloat(const MatrixSource& m) {
     const float* scales = reinterpret_cast<const float*>(s.data);
     for (int64_t r = r0; r < r1; ++r) {
       const float* srow = scales + (r / 128) * scols;
-      for (int64_t c = 0; c < cols; ++c) out[(r - r0) * cols + c] = E4m3ToFloat(t.data[r * cols + c]) * srow[c / 128];
+      float* dst = out.data() + (r - r0) * out_cols;
+      for (int64_t c = c0; c < c1; ++c) dst[c - c0] = E4m3ToFloat(t.data[r * cols + c]) * srow[c / 128];
     }
     return out;
   }
-  SPAR_ASSIGN_OR_RETURN(std::vector<float> all, TensorToFloat(t));
-  std::memcpy(out.data(), all.data() + r0 * cols, out.size() * sizeof(float));
+  // Convert row runs: the whole range at once when all columns are kept.
+  const size_t esize = DTypeSize(t.dtype);
+  const bool full_rows = c0 == 0 && c1 == cols;
+  const int64_t run = full_rows ? r1 - r0 : 1;
+  for (int64_t r = r0; r < r1; r += run) {
+    TensorView part;
+    part.name = t.name;
+    part.dtype = t.dtype;
+    part.shape = {run * out_cols};
+    part.data = t.data + (r * cols + c0) * esize;
+    part.nbytes = static_cast<size_t>(run * out_cols) * esize;
+    SPAR_ASSIGN_OR_RETURN(std::vector<float> f, TensorToFloat(part));
+    std::memcpy(out.data() + (r - r0) * out_cols, f.data(), f.size() * sizeof(float));
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "engine/cpu/cpu_backend.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -107,7 +108,25 @@ Tensor RunMlp(const Tensor& x, const CpuMlp& mlp) {
 
 class CpuBackend final : public Backend {
  public:
+  CpuBackend() = default;
+  CpuBackend(TpRank tp, std::shared_ptr<InProcessGroup> group) : tp_(tp), group_(std::move(group)) {}
+
   std::string name() const override { return "cpu"; }
+  TpRank tp() const override { return tp_; }
+
+  absl::StatusOr<double> TimeWork(const std::function<absl::Status()>& work) override {
+    const auto start = std::chrono::steady_clock::now();
+    SPAR_RETURN_IF_ERROR(work());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  absl::Status AllReduceSum(Tensor* x) override {
+    if (tp_.size == 1) return absl::OkStatus();
+    if (!x->contiguous() || x->dtype() != DType::kF32) {
+      return absl::InvalidArgumentError("all-reduce needs a contiguous fp32 tensor");
+    }
+    return group_->AllReduceSum(tp_.rank, x->as<float>(), static_cast<size_t>(x->rows() * x->cols()));
+  }
 
   absl::StatusOr<std::unique_ptr<Weight>> CreateLinear(const LinearSource& src) override {
     SPAR_ASSIGN_OR_RETURN(CpuMatrix m, BuildMatrix(src.parts));
@@ -485,6 +504,8 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  TpRank tp_;
+  std::shared_ptr<InProcessGroup> group_;
   ref::RopeParams rope_;
   CacheSpec spec_;
   std::vector<std::vector<uint8_t>> latent_, indexer_;
@@ -494,5 +515,14 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(TpRank tp, std::shared_ptr<InProcessGroup> group) {
+  SPAR_RETURN_IF_ERROR(ValidateTpRank(tp));
+  if (tp.size > 1 && (group == nullptr || group->size() != tp.size)) {
+    return absl::InvalidArgumentError(absl::StrCat("cpu backend: tensor-parallel size ", tp.size,
+                                                   " needs an in-process group of that size"));
+  }
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(tp, std::move(group)));
+}
 
 }  // namespace spar

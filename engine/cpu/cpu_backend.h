@@ -7,11 +7,18 @@
 
 #include <memory>
 
+#include "absl/status/statusor.h"
+
 #include "engine/backend.h"
 
 namespace spar {
 
 std::unique_ptr<Backend> CreateCpuBackend();
+
+// One rank of a tensor-parallel group run as threads of this process: the
+// all-reduces go through `group` (shared by the ranks; group->size() ==
+// tp.size).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(TpRank tp, std::shared_ptr<InProcessGroup> group);
 
 }  // namespace spar
 

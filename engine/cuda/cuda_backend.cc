@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include <algorithm>
 #include <cstring>
@@ -92,19 +93,37 @@ struct CudaMatrix {
   DeviceBuffer values, scales;
 };
 
+// FP8 weights stay FP8 on the GPU when the slice keeps whole 128x128 scale
+// blocks (always true for the real models' TP splits); other slices (tiny
+// test models) are dequantized to bf16, which the GEMM takes as well.
+bool KeepsScaleBlocks(const MatrixSource& m) {
+  const int64_t rows = m.weight.shape[0], cols = m.weight.shape[1];
+  const int64_t r1 = m.row_end < 0 ? rows : m.row_end, c1 = m.col_end < 0 ? cols : m.col_end;
+  return m.scale_inv && m.row_begin % 128 == 0 && m.col_begin % 128 == 0 && (r1 % 128 == 0 || r1 == rows) &&
+         (c1 % 128 == 0 || c1 == cols);
+}
+
 absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
   const int64_t rows = m.rows(), cols = m.cols();
   out->cols = cols;
   out->gemm.n = rows;
-  if (m.weight.dtype == DType::kF8E4M3) {
-    if (m.row_begin % 128 != 0 || !m.scale_inv) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor \"", m.weight.name,
-                                                     "\": FP8 row slices must start on a 128-row block"));
+  if (m.weight.dtype == DType::kF8E4M3 && KeepsScaleBlocks(m)) {
+    const int64_t full_cols = m.weight.shape[1];
+    const int64_t full_scols = (full_cols + 127) / 128, scols = (cols + 127) / 128, srows = (rows + 127) / 128;
+    if (rows < 0 || cols < 0 || m.row_begin + rows > m.weight.shape[0] || m.col_begin + cols > full_cols) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", m.weight.name, "\": slice out of bounds"));
     }
-    const int64_t scols = (cols + 127) / 128;
-    SPAR_RETURN_IF_ERROR(out->values.Upload(m.weight.data + m.row_begin * cols, static_cast<size_t>(rows * cols)));
-    SPAR_RETURN_IF_ERROR(out->scales.Upload(m.scale_inv->data + (m.row_begin / 128) * scols * 4,
-                                            static_cast<size_t>((rows + 127) / 128 * scols * 4)));
+    std::vector<uint8_t> values(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(values.data() + r * cols, m.weight.data + (m.row_begin + r) * full_cols + m.col_begin, cols);
+    }
+    std::vector<float> scales(static_cast<size_t>(srows * scols));
+    const float* s = reinterpret_cast<const float*>(m.scale_inv->data);
+    for (int64_t r = 0; r < srows; ++r) {
+      std::memcpy(scales.data() + r * scols, s + (m.row_begin / 128 + r) * full_scols + m.col_begin / 128, scols * 4);
+    }
+    SPAR_RETURN_IF_ERROR(out->values.Upload(values.data(), values.size()));
+    SPAR_RETURN_IF_ERROR(out->scales.Upload(scales.data(), scales.size() * 4));
     out->gemm.type = GemmWeightType::kFp8Block128;
     out->gemm.data = out->values.as<void>();
     out->gemm.scale = out->scales.as<float>();
@@ -212,10 +231,10 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
   ~CudaBackend() override {
-    if (stream_) {
-      cudaStreamSynchronize(stream_);
-      cudaStreamDestroy(stream_);
-    }
+    if (stream_) cudaStreamSynchronize(stream_);
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    for (cudaEvent_t e : all_events_) cudaEventDestroy(e);
+    if (stream_) cudaStreamDestroy(stream_);
     if (pinned_) cudaFreeHost(pinned_);
   }
 
@@ -243,10 +262,60 @@ class CudaBackend final : public Backend {
     SPAR_RETURN_IF_ERROR(gemm_workspace_.Allocate(kGemmWorkspaceBytes));
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemm_workspace_.as<void>(), 0, kGemmWorkspaceBytes, stream_));
     SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return absl::OkStatus();
+    return InitTensorParallel();
   }
 
   std::string name() const override { return "cuda"; }
+  TpRank tp() const override { return options_.tp; }
+
+  absl::Status AllReduceSum(Tensor* x) override {
+    if (options_.tp.size == 1) return absl::OkStatus();
+    if (!x->contiguous() || x->dtype() != DType::kBF16) {
+      return absl::InvalidArgumentError("all-reduce needs a contiguous bf16 tensor");
+    }
+    const size_t n = static_cast<size_t>(x->rows() * x->cols());
+    SPAR_ASSIGN_OR_RETURN(TimedSpan span, StartSpan());
+    const ncclResult_t r = ncclAllReduce(x->data(), x->data(), n, ncclBfloat16, ncclSum, comm_, stream_);
+    if (r != ncclSuccess) return absl::InternalError(absl::StrCat("ncclAllReduce: ", ncclGetErrorString(r)));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaEventRecord(span.end, stream_));
+    pending_spans_.push_back(span);
+    stats_.calls += 1;
+    stats_.bytes += static_cast<int64_t>(n * 2);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> TimeWork(const std::function<absl::Status()>& work) override {
+    SPAR_ASSIGN_OR_RETURN(cudaEvent_t start, TakeEvent());
+    SPAR_ASSIGN_OR_RETURN(cudaEvent_t end, TakeEvent());
+    auto recycle = [&] {
+      free_events_.push_back(start);
+      free_events_.push_back(end);
+    };
+    SPAR_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream_));
+    if (auto s = work(); !s.ok()) {
+      recycle();
+      return s;
+    }
+    SPAR_CUDA_RETURN_IF_ERROR(cudaEventRecord(end, stream_));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end));
+    float ms = 0;
+    SPAR_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, end));
+    recycle();
+    return ms * 1e-3;
+  }
+
+  CollectiveStats collective_stats() override {
+    for (const TimedSpan& s : pending_spans_) {
+      float ms = 0;
+      if (cudaEventSynchronize(s.end) == cudaSuccess && cudaEventElapsedTime(&ms, s.start, s.end) == cudaSuccess) {
+        stats_.seconds += ms * 1e-3;
+      }
+      free_events_.push_back(s.start);
+      free_events_.push_back(s.end);
+    }
+    pending_spans_.clear();
+    return stats_;
+  }
 
   // ---- weights ----
 
@@ -1028,7 +1097,55 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  // A pair of events around one all-reduce; read (and recycled) lazily so
+  // timing never synchronises the stream.
+  struct TimedSpan {
+    cudaEvent_t start = nullptr, end = nullptr;
+  };
+  absl::StatusOr<cudaEvent_t> TakeEvent() {
+    if (!free_events_.empty()) {
+      cudaEvent_t e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e;
+    SPAR_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    all_events_.push_back(e);
+    return e;
+  }
+  absl::StatusOr<TimedSpan> StartSpan() {
+    // Bound the pending list: resolve it when it grows (a long prefill).
+    if (pending_spans_.size() >= 4096) collective_stats();
+    TimedSpan s;
+    SPAR_ASSIGN_OR_RETURN(s.start, TakeEvent());
+    SPAR_ASSIGN_OR_RETURN(s.end, TakeEvent());
+    SPAR_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.start, stream_));
+    return s;
+  }
+
+  absl::Status InitTensorParallel() {
+    SPAR_RETURN_IF_ERROR(ValidateTpRank(options_.tp));
+    if (options_.tp.size == 1) return absl::OkStatus();
+    ncclUniqueId id;
+    if (options_.nccl_unique_id.size() != sizeof(id.internal)) {
+      return absl::InvalidArgumentError(absl::StrCat("NCCL unique id has ", options_.nccl_unique_id.size(),
+                                                     " bytes, expected ", sizeof(id.internal)));
+    }
+    std::memcpy(id.internal, options_.nccl_unique_id.data(), sizeof(id.internal));
+    const ncclResult_t r = ncclCommInitRank(&comm_, options_.tp.size, id, options_.tp.rank);
+    if (r != ncclSuccess) {
+      comm_ = nullptr;
+      return absl::UnavailableError(absl::StrCat("rank ", options_.tp.rank, " of ", options_.tp.size,
+                                                 " could not join the NCCL group: ", ncclGetErrorString(r)));
+    }
+    return absl::OkStatus();
+  }
+
   CudaBackendOptions options_;
+  ncclComm_t comm_ = nullptr;
+  CollectiveStats stats_;
+  std::vector<TimedSpan> pending_spans_;
+  std::vector<cudaEvent_t> free_events_, all_events_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer gemm_workspace_;
@@ -1050,6 +1167,13 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+absl::StatusOr<std::string> NewNcclUniqueId() {
+  ncclUniqueId id;
+  const ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) return absl::UnavailableError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r)));
+  return std::string(id.internal, sizeof(id.internal));
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
   auto backend = std::make_unique<CudaBackend>(options);

@@ -6,6 +6,7 @@
 #define SPAR_ENGINE_CUDA_CUDA_BACKEND_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
@@ -19,7 +20,15 @@ struct CudaBackendOptions {
   ref::IndexerFormat indexer_format = ref::IndexerFormat::kFp8;
   // Positions the RoPE tables cover (0: max_position_embeddings).
   int64_t max_positions = 0;
+  // Tensor parallel: this process is rank tp.rank of tp.size, one GPU each;
+  // the ranks join an NCCL communicator from the unique id rank 0 made
+  // (NewNcclUniqueId) and handed to the others.
+  TpRank tp;
+  std::string nccl_unique_id;
 };
+
+// A fresh NCCL unique id (opaque bytes) for a tensor-parallel group.
+absl::StatusOr<std::string> NewNcclUniqueId();
 
 // Fails with a clear error when no GPU is visible or its compute capability
 // is below 8.0 (the sm80 kernels need Ampere or newer).
