@@ -4,8 +4,12 @@
 // as `spar worker` / `spar scheduler`), waits until it serves, then runs
 // until SIGINT/SIGTERM or a child dies, and stops them all. Children also
 // die with this process (parent-death signal), so nothing is left behind.
+// Every daemon gets a metrics port (/metrics, /health, /readyz): printed at
+// start, and written as a Prometheus file_sd target list with
+// --metrics-targets-file so a local Prometheus can scrape the cluster.
 #include <stdlib.h>
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -26,11 +30,28 @@ namespace {
 
 std::string FormatDouble(double v) { return absl::StrCat(v); }
 
+// The metrics port flag of daemon `index` (0 = scheduler, 1 + i = worker i):
+// consecutive ports from --metrics-port, or each picks a free one (0).
+std::string MetricsPortOf(int64_t base, int index) {
+  if (base < 0) return "-1";
+  if (base == 0) return "0";
+  return absl::StrCat(base + index);
+}
+
+// A Prometheus file_sd_config target group (JSON): one per daemon, with
+// its job and a `daemon` label ("scheduler", "stage-0", ...). Not "stage":
+// worker series carry that label themselves.
+std::string TargetGroup(const std::string& address, const std::string& job, const std::string& daemon) {
+  return absl::StrCat("  {\"targets\": [\"", address, "\"], \"labels\": {\"job\": \"", job,
+                      "\", \"daemon\": \"", daemon, "\"}}");
+}
+
 }  // namespace
 
 int RunCluster(int argc, char** argv) {
   BlockShutdownSignals();
-  std::string model, host = "127.0.0.1", port_file, log_dir, backend = "cpu";
+  std::string model, host = "127.0.0.1", port_file, log_dir, backend = "cpu", metrics_targets_file;
+  int64_t metrics_port = 0, shutdown_timeout_s = 30;
   int64_t stages = 1, port = 50051, num_blocks = 256, max_in_flight = 0, max_batch_tokens = 512, max_queue = 256,
           ready_timeout_s = 600;
   double delay_ms = 0, delay_token_us = 0;
@@ -49,11 +70,29 @@ int RunCluster(int argc, char** argv) {
   args.AddDouble("delay-per-layer-ms", &delay_ms, "benchmarks: artificial per-layer delay in every worker");
   args.AddDouble("delay-per-token-us", &delay_token_us, "benchmarks: artificial per-layer, per-token delay");
   args.AddInt("ready-timeout-s", &ready_timeout_s, "give up if not serving after this long (default 600)");
+  args.AddInt("metrics-port", &metrics_port,
+              "the scheduler's metrics port; workers take the next ones (default 0: free ports; -1: off)");
+  args.AddString("metrics-targets-file", &metrics_targets_file,
+                 "write the metrics endpoints here as Prometheus file_sd JSON once serving");
+  args.AddInt("shutdown-timeout", &shutdown_timeout_s,
+              "on SIGINT/SIGTERM, let running requests finish for up to this many seconds (default 30)");
   if (auto code = args.ParseOrExitCode(argc, argv, 2)) return *code;
   if (model.empty()) {
     std::cerr << "cluster: --model is required\n" << args.Usage();
     return 2;
   }
+  if (metrics_port < -1 || metrics_port + stages > 65535) {
+    std::cerr << "cluster: --metrics-port must be -1 (off), 0 (free ports) or leave room for " << stages + 1
+              << " consecutive ports below 65536\n";
+    return 2;
+  }
+  if (shutdown_timeout_s < 0) {
+    std::cerr << "cluster: --shutdown-timeout must be >= 0 seconds\n";
+    return 2;
+  }
+  const std::string shutdown_timeout = absl::StrCat(shutdown_timeout_s);
+  // Children get SIGTERM and this long to drain before SIGKILL.
+  const absl::Duration stop_grace = absl::Seconds(shutdown_timeout_s + 10);
   auto config = LoadModelConfig(model + "/config.json");
   if (!config.ok()) {
     std::cerr << "cluster: " << config.status().message() << "\n";
@@ -76,7 +115,8 @@ int RunCluster(int argc, char** argv) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   std::vector<std::string> addresses;
   auto cleanup = [&] {
-    workers.clear();  // destructors stop them
+    for (auto& w : workers) w->Stop(stop_grace);
+    workers.clear();
   };
   for (int i = 0; i < stages; ++i) {
     const LayerRange r = (*split)[i];
@@ -85,7 +125,10 @@ int RunCluster(int argc, char** argv) {
                                        "--model", model, "--layers", absl::StrCat(r.first, ":", r.last),
                                        "--num-blocks", absl::StrCat(num_blocks), "--backend", backend,
                                        "--delay-per-layer-ms", FormatDouble(delay_ms),
-                                       "--delay-per-token-us", FormatDouble(delay_token_us)};
+                                       "--delay-per-token-us", FormatDouble(delay_token_us),
+                                       "--metrics-host", host, "--metrics-port", MetricsPortOf(metrics_port, 1 + i),
+                                       "--metrics-port-file", absl::StrCat(run_dir, "/worker-", i, ".metrics-port"),
+                                       "--shutdown-timeout", shutdown_timeout};
     auto child = ChildProcess::Spawn(argv_w, {absl::StrCat(log_dir, "/worker-", i, ".log")});
     if (!child.ok()) {
       std::cerr << "cluster: " << child.status().message() << "\n";
@@ -108,7 +151,10 @@ int RunCluster(int argc, char** argv) {
                                      "--workers", absl::StrJoin(addresses, ","),
                                      "--max-in-flight", absl::StrCat(max_in_flight),
                                      "--max-batch-tokens", absl::StrCat(max_batch_tokens),
-                                     "--max-queue", absl::StrCat(max_queue)};
+                                     "--max-queue", absl::StrCat(max_queue),
+                                     "--metrics-host", host, "--metrics-port", MetricsPortOf(metrics_port, 0),
+                                     "--metrics-port-file", run_dir + "/scheduler.metrics-port",
+                                     "--shutdown-timeout", shutdown_timeout};
   auto sched = ChildProcess::Spawn(argv_s, {log_dir + "/scheduler.log"});
   if (!sched.ok()) {
     std::cerr << "cluster: " << sched.status().message() << "\n";
@@ -150,6 +196,34 @@ int RunCluster(int argc, char** argv) {
   std::cout << "spar cluster: serving " << model << " at " << address << " (" << stages << " stage"
             << (stages > 1 ? "s" : "") << ": " << FormatStageLayers(*split) << "; logs in " << log_dir << ")"
             << std::endl;
+  if (metrics_port >= 0) {
+    // The daemons wrote their metrics ports before their gRPC ports.
+    std::vector<std::string> groups, shown;
+    auto add = [&](const std::string& port_path, const std::string& name, const std::string& job,
+                   const std::string& stage) {
+      auto p = WaitForPortFile(port_path, absl::Seconds(5));
+      if (!p.ok()) return;
+      const std::string a = HostPort(host, *p);
+      groups.push_back(TargetGroup(a, job, stage));
+      shown.push_back(absl::StrCat(name, " http://", a, "/metrics"));
+    };
+    add(run_dir + "/scheduler.metrics-port", "scheduler", "spar-scheduler", "scheduler");
+    for (int i = 0; i < stages; ++i) {
+      add(absl::StrCat(run_dir, "/worker-", i, ".metrics-port"), absl::StrCat("stage ", i), "spar-worker",
+          absl::StrCat("stage-", i));
+    }
+    std::cout << "spar cluster: metrics " << absl::StrJoin(shown, ", ") << std::endl;
+    if (!metrics_targets_file.empty()) {
+      const std::string tmp = metrics_targets_file + ".tmp";
+      if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+        std::fprintf(f, "[\n%s\n]\n", absl::StrJoin(groups, ",\n").c_str());
+        std::fclose(f);
+        std::rename(tmp.c_str(), metrics_targets_file.c_str());
+      } else {
+        std::cerr << "cluster: cannot write " << metrics_targets_file << "\n";
+      }
+    }
+  }
   int code = 0;
   for (;;) {
     if (WaitForShutdownSignal(absl::Milliseconds(200)) != 0) break;
@@ -161,7 +235,10 @@ int RunCluster(int argc, char** argv) {
       break;
     }
   }
-  scheduler.reset();  // stop the scheduler first: it ends its streams cleanly
+  // Stop the scheduler first: it drains its requests, then closes its
+  // streams, and the workers (draining too) follow.
+  scheduler->Stop(stop_grace);
+  scheduler.reset();
   cleanup();
   std::cout << "spar cluster: stopped" << std::endl;
   return code;

@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -57,6 +58,16 @@ int WaitForShutdownSignal(absl::Duration timeout) {
     if (sig > 0) return sig;
     if (errno == EAGAIN) return 0;
     // EINTR: another signal; wait again (a slightly longer total is fine).
+  }
+}
+
+bool WaitForDrain(const std::function<bool()>& idle, absl::Duration timeout) {
+  const absl::Time until = absl::Now() + timeout;
+  for (;;) {
+    if (idle()) return true;
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    if (WaitForShutdownSignal(std::min(left, absl::Milliseconds(20))) != 0) return false;
   }
 }
 

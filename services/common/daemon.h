@@ -4,6 +4,7 @@
 #ifndef SPAR_SERVICES_COMMON_DAEMON_H_
 #define SPAR_SERVICES_COMMON_DAEMON_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,11 @@ void BlockShutdownSignals();
 // Waits for SIGINT or SIGTERM (blocked beforehand). Returns the signal, or 0
 // when `timeout` passes first.
 int WaitForShutdownSignal(absl::Duration timeout = absl::InfiniteDuration());
+
+// The drain after a shutdown signal: polls `idle` until it is true (returns
+// true), `timeout` passes, or a second SIGINT/SIGTERM asks to stop at once
+// (returns false for both).
+bool WaitForDrain(const std::function<bool()>& idle, absl::Duration timeout);
 
 // Message-size limits. Hidden states of a long prefill chunk exceed gRPC's
 // 4 MiB default (GLM-5: 8192 tokens x 6144 x bf16 = 96 MiB), so the worker

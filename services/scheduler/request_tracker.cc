@@ -9,7 +9,8 @@ void RequestTracker::Add(const std::string& request_id, const GenerateParams& pa
   r.output_text = params.output_text && tokenizer_ != nullptr;
   r.output_logprobs = params.output_logprobs;
   r.top_logprobs = params.top_logprobs;
-  r.prompt.num_prompt_tokens = static_cast<int>(prompt_ids.size());
+  const int num_prompt_tokens = static_cast<int>(prompt_ids.size());
+  r.prompt.num_prompt_tokens = num_prompt_tokens;
   if (params.echo_prompt_ids) r.prompt.prompt_ids = std::move(prompt_ids);
   r.sink = std::move(sink);
   for (size_t i = 0; i < seq_ids.size(); ++i) {
@@ -24,6 +25,12 @@ void RequestTracker::Add(const std::string& request_id, const GenerateParams& pa
     r.seqs.push_back(std::move(q));
   }
   requests_[request_id] = std::move(r);
+  if (observer_) observer_->OnAdmitted(request_id, num_prompt_tokens, static_cast<int>(seq_ids.size()));
+}
+
+const std::string* RequestTracker::RequestOf(int64_t seq) const {
+  auto it = by_seq_.find(seq);
+  return it == by_seq_.end() ? nullptr : &it->second.first;
 }
 
 std::string RequestTracker::Text(Sequence& q, int32_t token) {
@@ -64,7 +71,9 @@ bool RequestTracker::Emit(Request& r, SequenceUpdate update, std::vector<int64_t
   }
   if (last) {
     r.sink->Close(absl::OkStatus());
-    Erase(r.id);
+    const std::string id = r.id;
+    Erase(id);
+    if (observer_) observer_->OnRequestEnded(id, absl::OkStatus());
   }
   return true;
 }
@@ -80,6 +89,7 @@ std::vector<int64_t> RequestTracker::Apply(const std::vector<SeqEvent>& events) 
     if (q.finished) continue;
     if (e.token) {
       ++q.num_output;
+      if (observer_) observer_->OnOutputToken(request_id, q.index);
       SequenceUpdate u;
       u.index = q.index;
       u.token_ids.push_back(e.token->token);
@@ -97,6 +107,7 @@ std::vector<int64_t> RequestTracker::Apply(const std::vector<SeqEvent>& events) 
         ++r.num_finished;
         by_seq_.erase(q.seq);
         to_end.push_back(q.seq);
+        if (observer_) observer_->OnSequenceFinished(request_id, q.index, SeqFinishReason::kStop);
       }
       if (!Emit(r, std::move(u), &to_end)) continue;
     }
@@ -131,6 +142,7 @@ std::vector<int64_t> RequestTracker::Apply(const std::vector<SeqEvent>& events) 
       q2.finished = true;
       ++r2.num_finished;
       by_seq_.erase(q2.seq);
+      if (observer_) observer_->OnSequenceFinished(request_id, q2.index, f.reason);
       Emit(r2, std::move(u), &to_end);
     }
   }
@@ -145,7 +157,9 @@ std::vector<int64_t> RequestTracker::End(const std::string& request_id, const ab
     if (!q.finished) live.push_back(q.seq);
   }
   it->second.sink->Close(status);
-  Erase(request_id);
+  const std::string id = request_id;  // `request_id` may live in the erased entry
+  Erase(id);
+  if (observer_) observer_->OnRequestEnded(id, status);
   return live;
 }
 

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "services/scheduler/generation_types.h"
+#include "services/scheduler/request_observer.h"
 #include "services/scheduler/scheduler_core.h"
 #include "services/scheduler/stop_strings.h"
 #include "text/detokenizer.h"
@@ -25,11 +26,15 @@ namespace spar {
 
 class RequestTracker {
  public:
-  // `tokenizer` (may be null: no text output) must outlive the tracker.
-  explicit RequestTracker(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
+  // `tokenizer` (may be null: no text output) and `observer` (may be null)
+  // must outlive the tracker.
+  explicit RequestTracker(const Tokenizer* tokenizer, RequestObserver* observer = nullptr)
+      : tokenizer_(tokenizer), observer_(observer) {}
 
   bool Contains(const std::string& request_id) const { return requests_.count(request_id) > 0; }
   size_t size() const { return requests_.size(); }
+  // The request a live sequence belongs to; null if none.
+  const std::string* RequestOf(int64_t seq) const;
 
   // Registers an admitted request; seq_ids[i] is sequence index i.
   void Add(const std::string& request_id, const GenerateParams& params, std::vector<int32_t> prompt_ids,
@@ -73,6 +78,7 @@ class RequestTracker {
   void Erase(const std::string& request_id);
 
   const Tokenizer* tokenizer_;
+  RequestObserver* observer_;
   std::unordered_map<std::string, Request> requests_;
   std::unordered_map<int64_t, std::pair<std::string, int>> by_seq_;  // seq -> (request, index)
 };

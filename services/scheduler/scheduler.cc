@@ -1,5 +1,6 @@
 #include "services/scheduler/scheduler.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +14,7 @@ Scheduler::Scheduler(SchedulerOptions options, ModelConfig config, std::unique_p
       config_(std::move(config)),
       tokenizer_(std::move(tokenizer)),
       pipeline_(std::move(pipeline)),
-      tracker_(tokenizer_.get()) {
+      tracker_(tokenizer_.get(), options_.observer) {
   limits_.vocab_size = config_.vocab_size;
   limits_.max_model_len = options_.max_model_len > 0 ? options_.max_model_len : config_.max_position_embeddings;
   limits_.served_model_name = options_.served_model_name;
@@ -83,7 +84,14 @@ void Scheduler::HandleLocked(const std::vector<SeqEvent>& events) {
 void Scheduler::PumpLocked() {
   if (!ready_ || !core_) return;
   const absl::Time now = absl::Now();
-  while (auto plan = core_->NextMicroBatch(now)) pipeline_->Send(std::move(*plan));
+  while (auto plan = core_->NextMicroBatch(now)) {
+    if (options_.observer != nullptr) {
+      for (const PlannedSequence& p : plan->seqs) {
+        if (const std::string* request = tracker_.RequestOf(p.step.seq_id)) options_.observer->OnScheduled(*request);
+      }
+    }
+    pipeline_->Send(std::move(*plan));
+  }
 }
 
 void Scheduler::FailLocked(const absl::Status& status) {
@@ -112,6 +120,12 @@ void Scheduler::OnFailure(absl::Status status) {
 }
 
 absl::StatusOr<std::string> Scheduler::Submit(GenerateParams params, std::shared_ptr<GenerationSink> sink) {
+  auto id = SubmitAdmitted(std::move(params), std::move(sink));
+  if (!id.ok() && options_.observer != nullptr) options_.observer->OnRejected(id.status().code());
+  return id;
+}
+
+absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std::shared_ptr<GenerationSink> sink) {
   std::vector<int32_t> prompt = std::move(params.prompt_ids);
   if (params.text) {
     if (tokenizer_ == nullptr) {
@@ -163,6 +177,7 @@ absl::StatusOr<std::string> Scheduler::Submit(GenerateParams params, std::shared
 
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the scheduler is shutting down");
+  if (draining_) return absl::UnavailableError("the server is draining (shutting down): retry on another replica");
   if (!ready_ || !core_) return absl::UnavailableError("not ready: the pipeline of workers is not connected");
   std::string id = params.request_id;
   if (id.empty()) {
@@ -237,6 +252,8 @@ LoadInfo Scheduler::Load() const {
   std::lock_guard<std::mutex> lock(mu_);
   LoadInfo l;
   l.ready = ready_;
+  l.draining = draining_;
+  l.active_requests = tracker_.size();
   l.max_waiting = options_.max_waiting;
   if (core_) {
     l.core = core_->Stats();
@@ -269,7 +286,31 @@ ModelInfo Scheduler::Info() const {
 
 bool Scheduler::ready() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return ready_;
+  return ready_ && !draining_;
+}
+
+bool Scheduler::draining() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return draining_;
+}
+
+void Scheduler::BeginDrain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!draining_) SPAR_LOG(INFO) << "draining: " << tracker_.size() << " active requests, refusing new ones";
+  draining_ = true;
+}
+
+bool Scheduler::WaitUntilIdle(absl::Duration timeout) {
+  const absl::Time until = absl::Now() + timeout;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (tracker_.size() == 0) return true;
+    const absl::Time now = absl::Now();
+    if (now >= until) return false;
+    // Requests end on pipeline threads, which do not signal this wait: poll
+    // (a drain lasts seconds; 20 ms of lag does not matter).
+    cv_.wait_for(lock, std::chrono::milliseconds(std::min<int64_t>(20, absl::ToInt64Milliseconds(until - now) + 1)));
+  }
 }
 
 }  // namespace spar

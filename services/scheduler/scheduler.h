@@ -24,6 +24,7 @@
 #include "services/scheduler/generation_convert.h"
 #include "services/scheduler/generation_types.h"
 #include "services/scheduler/pipeline.h"
+#include "services/scheduler/request_observer.h"
 #include "services/scheduler/request_tracker.h"
 #include "services/scheduler/scheduler_core.h"
 #include "text/tokenizer.h"
@@ -46,6 +47,9 @@ struct SchedulerOptions {
   absl::Duration reconnect_interval = absl::Seconds(1);
   // Each reconnection attempt after a failure gives up after this long.
   absl::Duration reconnect_timeout = absl::Seconds(5);
+  // Told about every request's progress (metrics); may be null. Must
+  // outlive the scheduler.
+  RequestObserver* observer = nullptr;
 };
 
 struct LoadInfo {
@@ -53,7 +57,9 @@ struct LoadInfo {
   int waiting_requests = 0;
   CoreStats core;
   size_t max_waiting = 0;
-  bool ready = false;
+  bool ready = false;     // the pipeline is connected
+  bool draining = false;  // BeginDrain() was called
+  size_t active_requests = 0;
 };
 
 struct ModelInfo {
@@ -93,12 +99,22 @@ class Scheduler {
   // The client of `request_id` went away: abort it, free its blocks.
   void Cancel(const std::string& request_id);
 
+  // Graceful shutdown, first step: from now on Submit refuses new requests
+  // with UNAVAILABLE and ready() is false; admitted requests go on.
+  void BeginDrain();
+  // Waits until no request is active or `timeout` passes; true when idle.
+  // Stop() afterwards ends whatever is left.
+  bool WaitUntilIdle(absl::Duration timeout);
+
   LoadInfo Load() const;
   ModelInfo Info() const;
   const ApiLimits& limits() const { return limits_; }
+  // Ready for new requests: the pipeline is connected and not draining.
   bool ready() const;
+  bool draining() const;
 
  private:
+  absl::StatusOr<std::string> SubmitAdmitted(GenerateParams params, std::shared_ptr<GenerationSink> sink);
   void OnResult(MicroBatchResult result);
   void OnFailure(absl::Status status);
   // Sends every micro-batch the core will form now. Requires mu_.
@@ -120,6 +136,7 @@ class Scheduler {
   RequestTracker tracker_;
   PipelineInfo pipeline_info_;
   bool ready_ = false;
+  bool draining_ = false;
   bool stopping_ = false;
   bool reconnect_ = false;
   uint64_t next_request_ = 1;

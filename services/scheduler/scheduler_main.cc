@@ -16,16 +16,38 @@
 #include "services/common/args.h"
 #include "services/common/daemon.h"
 #include "services/common/layer_split.h"
+#include "services/metrics/metrics_port.h"
+#include "services/metrics/scheduler_metrics.h"
 #include "services/scheduler/generation_service.h"
 #include "services/scheduler/grpc_pipeline.h"
 #include "services/scheduler/scheduler.h"
 
 namespace spar {
+namespace {
+
+SchedulerGauges GaugesOf(const LoadInfo& l, int stages) {
+  SchedulerGauges g;
+  g.running = static_cast<int64_t>(l.core.running);
+  g.waiting = static_cast<int64_t>(l.core.waiting);
+  g.active_requests = static_cast<int64_t>(l.active_requests);
+  g.used_blocks = l.core.used_blocks;
+  g.total_blocks = l.core.total_blocks;
+  g.block_size = kBlockSize;
+  g.preemptions = l.core.preemptions;
+  g.micro_batches = l.core.micro_batches;
+  g.in_flight = static_cast<int64_t>(l.core.in_flight);
+  g.stages = stages;
+  g.pipeline_ready = l.ready;
+  g.draining = l.draining;
+  return g;
+}
+
+}  // namespace
 
 int RunSchedulerMain(int argc, char** argv, int begin) {
   BlockShutdownSignals();
   std::string host = "0.0.0.0", port_file, model, workers, stage_layers, served_name, backend;
-  int64_t port = 50051, num_blocks = 0, max_batch_tokens = 512, max_seqs = 256, max_running = 256,
+  int64_t port = 50051, shutdown_timeout_s = 30, num_blocks = 0, max_batch_tokens = 512, max_seqs = 256, max_running = 256,
           max_in_flight = 0, max_queue = 256, max_model_len = 0, connect_timeout_s = 600, step_timeout_s = 120;
   bool no_balance = false;
   ArgParser args("scheduler", "SPAR_");
@@ -47,6 +69,10 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   args.AddInt("connect-timeout-s", &connect_timeout_s, "wait this long for the workers at start (default 600)");
   args.AddInt("step-timeout-s", &step_timeout_s, "a micro-batch not back after this long fails the pipeline (default 120)");
   args.AddBool("no-balance", &no_balance, "do not spread sequences evenly over the micro-batches in flight");
+  args.AddInt("shutdown-timeout", &shutdown_timeout_s,
+              "on SIGTERM, let running requests finish for up to this many seconds, then abort them (default 30)");
+  MetricsPortFlags metrics_flags;
+  metrics_flags.Register(&args, 9400);
   if (auto code = args.ParseOrExitCode(argc, argv, begin, "spar-scheduler: batching and the public generation API of the spar runtime\n"))
     return *code;
   auto fail = [](const std::string& message) {
@@ -60,6 +86,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
       num_blocks < 0 || max_model_len < 0 || connect_timeout_s < 1 || step_timeout_s < 1) {
     return fail("limits must be positive (--max-batch-tokens, --max-seqs-per-batch, --max-running, --max-queue, ...)");
   }
+  if (shutdown_timeout_s < 0) return fail("--shutdown-timeout must be >= 0 seconds");
+  if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
   auto config = LoadModelConfig(model + "/config.json");
   if (!config.ok()) return fail(std::string(config.status().message()));
   std::unique_ptr<Tokenizer> tokenizer;
@@ -96,6 +124,12 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   so.balance = !no_balance;
   so.connect_timeout = absl::Seconds(connect_timeout_s);
   so.step_timeout = absl::Seconds(step_timeout_s);
+  // Declared before the scheduler: it observes requests until the
+  // scheduler is gone.
+  prometheus::Registry registry;
+  SchedulerMetrics metrics(&registry, served_name);
+  so.observer = &metrics;
+  const int num_stages = static_cast<int>(po.workers.size());
   Scheduler scheduler(so, *config, std::move(tokenizer), std::make_unique<GrpcPipeline>(po, *config));
 
   GenerationService service(&scheduler);
@@ -121,6 +155,18 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
       return 1;
     }
   }
+  auto metrics_server = StartMetricsPort(
+      metrics_flags, &registry, [&] { metrics.Refresh(GaugesOf(scheduler.Load(), num_stages)); },
+      [&scheduler]() -> absl::Status {
+        if (scheduler.draining()) return absl::UnavailableError("draining (shutting down)");
+        if (!scheduler.ready()) return absl::UnavailableError("the pipeline of workers is not connected");
+        return absl::OkStatus();
+      });
+  if (!metrics_server.ok()) {
+    std::cerr << "scheduler: " << metrics_server.status().message() << "\n";
+    return 1;
+  }
+  if (*metrics_server) SPAR_LOG(INFO) << "metrics on http://" << HostPort(metrics_flags.host, (*metrics_server)->port()) << "/metrics";
   // Connecting may take long (workers loading their shards): do it off the
   // main thread so a shutdown signal is still taken promptly.
   std::thread starter([&scheduler] {
@@ -141,11 +187,25 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
       serving = ready;
     }
   }
+  // Drain: not ready (gRPC health, /readyz), new requests refused with
+  // UNAVAILABLE, running ones finish; past --shutdown-timeout (or at a
+  // second signal) the rest are ended with UNAVAILABLE.
   health->SetServingStatus("", false);
   health->SetServingStatus("spar.v1.Generation", false);
+  scheduler.BeginDrain();
+  const absl::Time drain_start = absl::Now();
+  const bool drained = WaitForDrain([&] { return scheduler.Load().active_requests == 0; },
+                                    absl::Seconds(shutdown_timeout_s));
+  if (drained) {
+    SPAR_LOG(INFO) << "drained in " << absl::FormatDuration(absl::Now() - drain_start);
+  } else {
+    SPAR_LOG(WARNING) << "drain stopped after " << absl::FormatDuration(absl::Now() - drain_start) << ": aborting "
+                      << scheduler.Load().active_requests << " requests still running";
+  }
   scheduler.Stop();  // also ends a connection attempt still in progress
   starter.join();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (*metrics_server) (*metrics_server)->Stop();
   return 0;
 }
 

@@ -5,8 +5,8 @@
 
 namespace spar {
 
-Downstream::Downstream(std::string address)
-    : address_(std::move(address)), stub_(v1::Worker::NewStub(CreateWorkerChannel(address_))) {
+Downstream::Downstream(std::string address, SentCallback on_sent)
+    : address_(std::move(address)), on_sent_(std::move(on_sent)), stub_(v1::Worker::NewStub(CreateWorkerChannel(address_))) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -73,6 +73,8 @@ void Downstream::Run() {
     }
     if (!writer) writer = stub_->Pipeline(context_.get(), &summary);
     const size_t bytes = batch->ByteSizeLong();
+    const uint64_t activation_bytes = batch->hidden().data().size();
+    const absl::Time write_start = absl::Now();
     if (!writer->Write(*batch)) {
       SPAR_LOG(ERROR) << "cannot send micro-batch " << batch->batch_id() << " to " << address_
                       << "; the next stage is unreachable";
@@ -81,6 +83,7 @@ void Downstream::Run() {
       ++dropped_;
       continue;
     }
+    if (on_sent_) on_sent_(absl::Now() - write_start, activation_bytes);
     std::lock_guard<std::mutex> lock(mu_);
     bytes_sent_ += bytes;
   }

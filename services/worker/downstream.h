@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,13 +18,19 @@
 
 #include <grpcpp/client_context.h>
 
+#include "absl/time/time.h"
 #include "spar/v1/worker.grpc.pb.h"
 
 namespace spar {
 
 class Downstream {
  public:
-  explicit Downstream(std::string address);
+  // Told after each delivered micro-batch how long its write took
+  // (serialization and flow control) and how many activation bytes it
+  // carried; called on the sender thread.
+  using SentCallback = std::function<void(absl::Duration write_time, uint64_t activation_bytes)>;
+
+  explicit Downstream(std::string address, SentCallback on_sent = nullptr);
   ~Downstream();
   Downstream(const Downstream&) = delete;
   Downstream& operator=(const Downstream&) = delete;
@@ -39,6 +46,7 @@ class Downstream {
   void Run();
 
   const std::string address_;
+  const SentCallback on_sent_;
   std::unique_ptr<v1::Worker::Stub> stub_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -63,6 +63,7 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
     }
     SPAR_ASSIGN_OR_RETURN(in, backend_->FromHost(input.data, input.rows, input.cols));
   }
+  const absl::Time forward_start = absl::Now();
   SPAR_ASSIGN_OR_RETURN(Tensor y, model_->Forward(step, is_first_stage() ? nullptr : &in));
   if (options_.delay_per_layer > absl::ZeroDuration() || options_.delay_per_token > absl::ZeroDuration()) {
     absl::SleepFor((options_.delay_per_layer + options_.delay_per_token * step.num_tokens()) *
@@ -73,8 +74,11 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
     SPAR_ASSIGN_OR_RETURN(out.hidden.data, backend_->ToHost(y));
     out.hidden.rows = y.rows();
     out.hidden.cols = y.cols();
+    out.timings.forward = absl::Now() - forward_start;
     return out;
   }
+  const absl::Time sampling_start = absl::Now();
+  out.timings.forward = sampling_start - forward_start;
   std::vector<SampleRequest> requests;
   std::vector<int64_t> ids;
   for (const PlannedSequence& p : plan.seqs) {
@@ -88,6 +92,7 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
   }
   if (requests.empty()) return out;
   SPAR_ASSIGN_OR_RETURN(std::vector<SampleResult> sampled, backend_->Sample(y, requests));
+  out.timings.sampling = absl::Now() - sampling_start;
   if (sampled.size() != ids.size()) return absl::InternalError("sampler returned the wrong number of tokens");
   out.tokens.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -42,9 +42,29 @@ struct Activations {
   std::vector<float> data;
 };
 
+// What one Execute() measured, for the worker's metrics (docs/metrics.md).
+// This is the engine-side hook: `forward` and `sampling` are timed here for
+// every backend; `allreduce` takes one duration per NCCL all-reduce of the
+// step (after o_proj and after the MoE/MLP of each layer) and stays empty
+// until tensor parallelism inside a stage is implemented.
+struct StepTimings {
+  absl::Duration forward = absl::ZeroDuration();   // the layers (+ final norm and lm_head on the last stage)
+  absl::Duration sampling = absl::ZeroDuration();  // last stage
+  std::vector<absl::Duration> allreduce;
+};
+
+// Device memory a stage holds (spar_gpu_memory_bytes). The cpu backend
+// holds none, so zeros there; a GPU backend reports its weight and cache
+// allocations through this struct.
+struct StageMemory {
+  int64_t weights_bytes = 0;
+  int64_t kv_cache_bytes = 0;
+};
+
 struct StageOutput {
   Activations hidden;                // non-last stage
   std::vector<SampledToken> tokens;  // last stage
+  StepTimings timings;
 };
 
 class StageExecutor {
@@ -58,6 +78,10 @@ class StageExecutor {
   bool is_first_stage() const { return model_->is_first_stage(); }
   bool is_last_stage() const { return model_->is_last_stage(); }
   size_t num_sampling_states() const { return sampling_.size(); }
+  const std::string& backend_name() const { return options_.backend; }
+  // Device memory held: zeros on the cpu backend (host memory only). The
+  // cuda backend does not report its allocations yet (docs/metrics.md).
+  StageMemory device_memory() const { return StageMemory(); }
 
   // Runs one micro-batch: applies its releases and sampling (re)creations,
   // executes the forward on `input` (ignored on the first stage), and on the

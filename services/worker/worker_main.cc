@@ -1,5 +1,6 @@
 #include "services/worker/worker_main.h"
 
+#include <atomic>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -13,6 +14,8 @@
 #include "services/common/args.h"
 #include "services/common/daemon.h"
 #include "services/common/layer_split.h"
+#include "services/metrics/metrics_port.h"
+#include "services/metrics/worker_metrics.h"
 #include "services/worker/worker_runtime.h"
 #include "services/worker/worker_service.h"
 
@@ -21,7 +24,7 @@ namespace spar {
 int RunWorkerMain(int argc, char** argv, int begin) {
   BlockShutdownSignals();
   std::string host = "0.0.0.0", port_file, model, layers, backend = "cpu";
-  int64_t port = 50061, stage = -1, stages = 0, num_blocks = 256, tp_rank = 0, tp_size = 1;
+  int64_t port = 50061, shutdown_timeout_s = 30, stage = -1, stages = 0, num_blocks = 256, tp_rank = 0, tp_size = 1;
   double delay_ms = 0, delay_token_us = 0;
   ArgParser args("worker", "SPAR_");
   args.AddString("host", &host, "address to listen on (default 0.0.0.0)");
@@ -37,6 +40,11 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   args.AddInt("tp-size", &tp_size, "tensor-parallel size of the stage (only 1 today)");
   args.AddDouble("delay-per-layer-ms", &delay_ms, "benchmarks: sleep this long per layer after each forward");
   args.AddDouble("delay-per-token-us", &delay_token_us, "benchmarks: and this long per layer and token");
+  args.AddInt("shutdown-timeout", &shutdown_timeout_s,
+              "on SIGTERM, keep executing until upstream is done with this stage, for up to this many seconds "
+              "(default 30)");
+  MetricsPortFlags metrics_flags;
+  metrics_flags.Register(&args, 9401);
   if (auto code = args.ParseOrExitCode(argc, argv, begin, "spar-worker: one pipeline stage of the spar runtime\n"))
     return *code;
   auto fail = [](const std::string& message) {
@@ -49,6 +57,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
     return fail("tensor parallelism is not implemented yet: --tp-size must be 1 and --tp-rank 0");
   }
   if (delay_ms < 0 || delay_token_us < 0) return fail("--delay-per-layer-ms and --delay-per-token-us must be >= 0");
+  if (shutdown_timeout_s < 0) return fail("--shutdown-timeout must be >= 0 seconds");
+  if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
 
   WorkerOptions options;
   options.stage.model_dir = model;
@@ -73,12 +83,16 @@ int RunWorkerMain(int argc, char** argv, int begin) {
     if (!split.ok()) return fail(std::string(split.status().message()));
     options.stage.first_layer = (*split)[stage].first;
     options.stage.last_layer = (*split)[stage].last;
+    options.stage_index = static_cast<int>(stage);
     options.preload = true;
   } else if (!model.empty()) {
     // A model but no range: the scheduler's Configure names the range.
     options.preload = false;
   }
 
+  prometheus::Registry registry;
+  WorkerMetrics metrics(&registry);
+  options.metrics = &metrics;
   WorkerRuntime runtime(options);
   WorkerService service(&runtime);
   grpc::EnableDefaultHealthCheckService(true);
@@ -100,6 +114,20 @@ int RunWorkerMain(int argc, char** argv, int begin) {
     health->SetServingStatus("", ready);
     health->SetServingStatus("spar.v1.Worker", ready);
   });
+  std::atomic<bool> draining{false};
+  auto metrics_server = StartMetricsPort(
+      metrics_flags, &registry, [&] { metrics.Refresh(runtime.Gauges()); },
+      [&]() -> absl::Status {
+        if (draining) return absl::UnavailableError("draining (shutting down)");
+        if (absl::Status s = runtime.fatal_error(); !s.ok()) return s;
+        if (!runtime.Gauges().loaded) return absl::UnavailableError("the shard is not loaded yet");
+        return absl::OkStatus();
+      });
+  if (!metrics_server.ok()) {
+    std::cerr << "worker: " << metrics_server.status().message() << "\n";
+    return 1;
+  }
+  if (*metrics_server) SPAR_LOG(INFO) << "metrics on http://" << HostPort(metrics_flags.host, (*metrics_server)->port()) << "/metrics";
   SPAR_LOG(INFO) << "spar-worker listening on " << HostPort(host, selected_port);
   if (!port_file.empty()) {
     if (auto s = WritePortFile(port_file, selected_port); !s.ok()) {
@@ -120,9 +148,24 @@ int RunWorkerMain(int argc, char** argv, int begin) {
       break;
     }
   }
+  // Drain: not ready, but keep executing until upstream (the scheduler, or
+  // the previous stage) has closed its streams and nothing is queued, so the
+  // scheduler's own drain can finish its requests through this stage.
   health->SetServingStatus("", false);
+  health->SetServingStatus("spar.v1.Worker", false);
+  draining = true;
+  if (exit_code == 0) {
+    const absl::Time drain_start = absl::Now();
+    if (WaitForDrain([&] { return runtime.Idle(); }, absl::Seconds(shutdown_timeout_s))) {
+      SPAR_LOG(INFO) << "drained in " << absl::FormatDuration(absl::Now() - drain_start);
+    } else {
+      SPAR_LOG(WARNING) << "drain stopped after " << absl::FormatDuration(absl::Now() - drain_start)
+                        << " with upstream still connected or work queued";
+    }
+  }
   runtime.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (*metrics_server) (*metrics_server)->Stop();
   return exit_code;
 }
 

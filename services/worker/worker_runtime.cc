@@ -11,6 +11,7 @@ namespace spar {
 
 WorkerRuntime::WorkerRuntime(WorkerOptions options) : options_(std::move(options)) {
   window_start_ = absl::Now();
+  metrics_stage_ = options_.stage_index;
 }
 
 WorkerRuntime::~WorkerRuntime() { Stop(); }
@@ -77,10 +78,12 @@ void WorkerRuntime::Run() {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      executing_ = false;
       cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
       if (stopping_) return;
       task = std::move(tasks_.front());
       tasks_.pop_front();
+      executing_ = true;
     }
     switch (task.kind) {
       case Task::kLoad:
@@ -122,6 +125,7 @@ absl::Status WorkerRuntime::Load(const StageOptions& options) {
     shard_.mutable_tp()->set_rank(options_.tp_rank);
     shard_.mutable_tp()->set_size(options_.tp_size);
     num_model_layers_ = exec_->config().num_hidden_layers;
+    memory_ = exec_->device_memory();
     hidden_size_ = exec_->config().hidden_size;
     vocab_size_ = exec_->config().vocab_size;
   }
@@ -177,10 +181,18 @@ absl::StatusOr<v1::WorkerInfo> WorkerRuntime::DoConfigure(const v1::ConfigureReq
   exec_->ResetSequences();
   results_.Reset();
   downstream_.reset();
-  if (!last) downstream_ = std::make_unique<Downstream>(r.next_stage_address());
+  if (!last) {
+    Downstream::SentCallback on_sent;
+    if (WorkerMetrics* metrics = options_.metrics) {
+      const int stage = r.stage_index();
+      on_sent = [metrics, stage](absl::Duration d, uint64_t bytes) { metrics->OnActivationsSent(stage, d, bytes); };
+    }
+    downstream_ = std::make_unique<Downstream>(r.next_stage_address(), std::move(on_sent));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   epoch_ = r.epoch();
   stage_index_ = r.stage_index();
+  metrics_stage_ = r.stage_index();
   num_stages_ = r.num_stages();
   next_address_ = r.next_stage_address();
   SPAR_LOG(INFO) << "configured as stage " << stage_index_ << " of " << num_stages_ << " (epoch " << epoch_ << ")"
@@ -222,7 +234,10 @@ void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time ar
     epoch = epoch_;
     stage = stage_index_;
   }
+  WorkerMetrics* metrics = options_.metrics;
+  if (metrics) metrics->OnMicroBatchStart(stage, start);
   const size_t bytes_in = batch->hidden().data().size();
+  const bool batch_failed = batch->has_error();  // failed upstream: passed on, not executed
   absl::Status status;
   StageOutput out;
   if (batch->epoch() != epoch) {
@@ -284,6 +299,21 @@ void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time ar
                     << (status.ok() ? "no next stage" : std::string(status.message())) << ")";
   }
 
+  if (metrics) {
+    MicroBatchObservation o;
+    o.stage = stage;
+    o.start = start;
+    o.end = end;
+    o.queued = start - arrived;
+    o.forward = out.timings.forward;
+    o.sampling = out.timings.sampling;
+    o.allreduce = out.timings.allreduce;
+    o.tokens = tokens;
+    o.bytes_in = bytes_in;
+    o.ok = status.ok();
+    o.executed = status.ok() && !batch_failed && tokens > 0;
+    metrics->OnMicroBatch(o);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   ++micro_batches_;
   tokens_ += tokens;
@@ -340,6 +370,36 @@ v1::WorkerStats WorkerRuntime::Stats(bool reset) {
     busy_ns_ = 0;
   }
   return s;
+}
+
+WorkerGauges WorkerRuntime::Gauges() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkerGauges g;
+  g.stage = metrics_stage_;
+  g.loaded = loaded_;
+  g.first_layer = shard_.first_layer();
+  g.last_layer = shard_.last_layer();
+  g.backend = loaded_ ? shard_.backend() : options_.stage.backend;
+  for (const Task& t : tasks_) g.queue_depth += t.kind == Task::kBatch;
+  g.sampling_states = static_cast<int64_t>(sampling_states_);
+  g.weights_bytes = memory_.weights_bytes;
+  g.kv_cache_bytes = memory_.kv_cache_bytes;
+  return g;
+}
+
+void WorkerRuntime::UpstreamOpened() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++open_upstreams_;
+}
+
+void WorkerRuntime::UpstreamClosed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  --open_upstreams_;
+}
+
+bool WorkerRuntime::Idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_upstreams_ <= 0 && tasks_.empty() && !executing_;
 }
 
 uint64_t WorkerRuntime::epoch() const {

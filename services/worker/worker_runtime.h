@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "services/metrics/worker_metrics.h"
 #include "services/worker/downstream.h"
 #include "services/worker/results_hub.h"
 #include "services/worker/stage_executor.h"
@@ -34,6 +35,11 @@ struct WorkerOptions {
   bool preload = false;
   int tp_rank = 0;
   int tp_size = 1;
+  // This worker's stage index when known at start (--stage); -1 until the
+  // scheduler's Configure names it.
+  int stage_index = -1;
+  // Per-micro-batch figures go here (may be null); must outlive the runtime.
+  WorkerMetrics* metrics = nullptr;
 };
 
 class WorkerRuntime {
@@ -61,6 +67,17 @@ class WorkerRuntime {
 
   v1::WorkerInfo Info() const;
   v1::WorkerStats Stats(bool reset);
+  // The gauges of the metrics port, now.
+  WorkerGauges Gauges() const;
+
+  // Upstream Pipeline streams (the scheduler's or the previous stage's):
+  // the service reports them opening and closing, so a draining worker
+  // knows when its upstream is done with it.
+  void UpstreamOpened();
+  void UpstreamClosed();
+  // Nothing to do and nobody upstream: no open upstream stream, no task
+  // queued or running. A draining worker may exit then.
+  bool Idle() const;
   ResultsHub* results() { return &results_; }
   uint64_t epoch() const;
   bool is_last_stage() const;
@@ -97,6 +114,8 @@ class WorkerRuntime {
   std::condition_variable cv_;
   std::deque<Task> tasks_;
   bool stopping_ = false;
+  bool executing_ = false;
+  int open_upstreams_ = 0;
   std::thread thread_;
   // Published state (guarded by mu_).
   bool loaded_ = false;
@@ -106,6 +125,8 @@ class WorkerRuntime {
   int64_t hidden_size_ = 0, vocab_size_ = 0;
   uint64_t epoch_ = 0;
   int stage_index_ = 0, num_stages_ = 0;
+  // Stage label of the metrics: options_.stage_index until configured.
+  int metrics_stage_ = -1;
   std::string next_address_;
   absl::Status fatal_;
   // Statistics window (guarded by mu_).
@@ -113,6 +134,7 @@ class WorkerRuntime {
   uint64_t micro_batches_ = 0, tokens_ = 0, bytes_in_ = 0, bytes_out_ = 0;
   int64_t busy_ns_ = 0;
   size_t sampling_states_ = 0;
+  StageMemory memory_;
 };
 
 }  // namespace spar

@@ -13,6 +13,7 @@ namespace {
 class PipelineReader : public grpc::ServerReadReactor<v1::MicroBatch> {
  public:
   PipelineReader(WorkerRuntime* runtime, v1::PipelineSummary* summary) : runtime_(runtime), summary_(summary) {
+    runtime_->UpstreamOpened();
     next_ = std::make_unique<v1::MicroBatch>();
     StartRead(next_.get());
   }
@@ -27,7 +28,10 @@ class PipelineReader : public grpc::ServerReadReactor<v1::MicroBatch> {
     next_ = std::make_unique<v1::MicroBatch>();
     StartRead(next_.get());
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    runtime_->UpstreamClosed();
+    delete this;
+  }
 
  private:
   WorkerRuntime* runtime_;

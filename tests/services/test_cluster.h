@@ -78,7 +78,8 @@ class TestCluster {
     std::vector<std::string> argv = {SPAR_SCHEDULER_BIN, "--host", "127.0.0.1", "--port", "0", "--port-file",
                                      port_file, "--model", options_.model, "--workers",
                                      absl::StrJoin(worker_addresses_, ","), "--connect-timeout-s", "60",
-                                     "--step-timeout-s", "60"};
+                                     "--step-timeout-s", "60", "--metrics-port", "0", "--metrics-port-file",
+                                     absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".metrics-port")};
     argv.insert(argv.end(), flags.begin(), flags.end());
     auto child = ChildProcess::Spawn(argv, {absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".log")});
     EXPECT_TRUE(child.ok()) << child.status();
@@ -88,6 +89,9 @@ class TestCluster {
     EXPECT_TRUE(port.ok()) << port.status();
     if (!port.ok()) return false;
     address_ = absl::StrCat("127.0.0.1:", *port);
+    auto metrics_port =
+        WaitForPortFile(absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".metrics-port"), absl::Seconds(5));
+    scheduler_metrics_port_ = metrics_port.ok() ? *metrics_port : -1;
     absl::Status ready = WaitForServing(address_, "", absl::Seconds(60));
     EXPECT_TRUE(ready.ok()) << ready;
     return ready.ok();
@@ -111,6 +115,14 @@ class TestCluster {
   }
 
   const std::string& address() const { return address_; }
+  // The scheduler's metrics port (/metrics, /health, /readyz); -1 if unknown.
+  int scheduler_metrics_port() const { return scheduler_metrics_port_; }
+  // Worker i's metrics port; -1 if unknown.
+  int worker_metrics_port(int i) const {
+    auto p = WaitForPortFile(absl::StrCat(dir_, "/worker", i, ".metrics-port"), absl::Seconds(5));
+    return p.ok() ? *p : -1;
+  }
+  ChildProcess* scheduler() { return scheduler_.get(); }
   const std::vector<std::string>& worker_addresses() const { return worker_addresses_; }
   ChildProcess* worker(int i) { return workers_[i].get(); }
 
@@ -124,7 +136,8 @@ class TestCluster {
         {SPAR_WORKER_BIN, "--host", "127.0.0.1", "--port", absl::StrCat(port), "--port-file", port_file, "--model",
          options_.model, "--stage", absl::StrCat(i), "--stages", absl::StrCat(options_.stages), "--num-blocks",
          absl::StrCat(options_.num_blocks), "--delay-per-layer-ms", absl::StrCat(options_.delay_per_layer_ms),
-         "--delay-per-token-us", absl::StrCat(options_.delay_per_token_us)},
+         "--delay-per-token-us", absl::StrCat(options_.delay_per_token_us), "--metrics-port", "0",
+         "--metrics-port-file", absl::StrCat(dir_, "/worker", i, ".metrics-port")},
         {absl::StrCat(dir_, "/worker", i, ".log")});
     EXPECT_TRUE(child.ok()) << child.status();
     return child.ok() ? std::move(*child) : nullptr;
@@ -136,6 +149,7 @@ class TestCluster {
   std::vector<std::string> worker_addresses_;
   std::unique_ptr<ChildProcess> scheduler_;
   std::string address_;
+  int scheduler_metrics_port_ = -1;
   int scheduler_runs_ = 0;
 };
 

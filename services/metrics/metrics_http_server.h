@@ -1,0 +1,68 @@
+// A daemon's metrics port (--metrics-host/--metrics-port), for Prometheus
+// and Kubernetes probes:
+//   GET /metrics  Prometheus text exposition (0.0.4) of the daemon's registry,
+//                 refreshed just before each scrape;
+//   GET /health   liveness: 200 "ok" while the process answers;
+//   GET /readyz   readiness: 200 "ready", or 503 with the reason (loading,
+//                 pipeline not connected, draining).
+// HTTP is cpp-httplib (Debian's libcpp-httplib-dev, also the OpenAI
+// server's), not prometheus-cpp's civetweb Exposer, because the Exposer
+// serves metrics only and the probes belong on the same port.
+//
+// Thread-safe; handlers run on the server's own small thread pool.
+#ifndef SPAR_SERVICES_METRICS_METRICS_HTTP_SERVER_H_
+#define SPAR_SERVICES_METRICS_METRICS_HTTP_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <prometheus/registry.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace spar {
+
+// Renders `registry` in the Prometheus text format.
+std::string RenderPrometheusText(const prometheus::Registry& registry);
+
+class MetricsHttpServer {
+ public:
+  struct Options {
+    std::string host = "0.0.0.0";
+    int port = 0;  // 0 picks a free port
+    // Called before each /metrics render (sets gauges); may be empty.
+    std::function<void()> refresh;
+    // OK when ready for traffic, else the reason /readyz reports. Empty:
+    // always ready.
+    std::function<absl::Status()> readiness;
+  };
+
+  // Binds and starts serving; the registry must outlive the server.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const prometheus::Registry* registry,
+                                                                  Options options);
+  ~MetricsHttpServer();
+  MetricsHttpServer(const MetricsHttpServer&) = delete;
+  MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  int port() const { return port_; }
+  // Stops listening and joins the server thread. Idempotent.
+  void Stop();
+
+ private:
+  MetricsHttpServer() = default;
+
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace spar
+
+#endif  // SPAR_SERVICES_METRICS_METRICS_HTTP_SERVER_H_
