@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "base/numeric.h"
 #include "base/rng.h"
 #include "base/status_macros.h"
+#include "base/thread_pool.h"
 #include "engine/checkpoint.h"
 #include "engine/tiny_tokenizer.h"
 #include "engine/weight_names.h"
@@ -94,6 +96,7 @@ class TinyWriter {
                       std::optional<Init> init_override = std::nullopt) {
     const Init init = init_override.value_or(LinearInit(cols));
     const uint64_t seed = options_.seed;
+    if (options_.geometry == TinyGeometry::kGlm5Full) return FastMatrix(name, rows, cols, quantizable, init);
     if (!(options_.fp8 && quantizable)) {
       return writer_.Add(name, DType::kBF16, {rows, cols}, [=](uint8_t* dst, size_t) {
         auto v = DrawValues(seed, name, rows * cols, init);
@@ -125,6 +128,55 @@ class TinyWriter {
   }
 
   absl::Status Write(const std::string& dir) { return writer_.Write(dir, options_.max_shard_bytes); }
+
+ private:
+  // Benchmark-size weights (GLM-5 geometry: ~10 GB per MoE layer) drawn
+  // straight in their stored form, 8 values per PRNG call, instead of
+  // drawing floats and quantizing them: FP8 codes with magnitudes up to 1.875
+  // (exponent field <= 7, never NaN) times a per-block scale of the init
+  // spread, or bf16 bit patterns of uniform values. The numbers only have to
+  // be finite and of the right scale; timing does not depend on them.
+  absl::Status FastMatrix(const std::string& name, int64_t rows, int64_t cols, bool quantizable, Init init) {
+    const uint64_t seed = TensorSeed(options_.seed, name);
+    if (options_.fp8 && quantizable) {
+      SPAR_RETURN_IF_ERROR(writer_.Add(name, DType::kF8E4M3, {rows, cols}, [=](uint8_t* dst, size_t n) {
+        // 64 KiB chunks with their own streams, on all cores.
+        constexpr int64_t kChunk = 1 << 16;
+        ParallelFor((static_cast<int64_t>(n) + kChunk - 1) / kChunk, 1, [&](int64_t c0, int64_t c1) {
+          for (int64_t c = c0; c < c1; ++c) {
+            Rng rng(SplitMix64(seed + static_cast<uint64_t>(c)));
+            const size_t end = std::min(n, static_cast<size_t>((c + 1) * kChunk));
+            for (size_t i = static_cast<size_t>(c * kChunk); i < end; i += 8) {
+              uint64_t bits = rng.NextU64();
+              for (size_t j = i; j < std::min(end, i + 8); ++j, bits >>= 8) {
+                dst[j] = static_cast<uint8_t>(bits & 0xBF);  // exponent's top bit clear: |x| <= 1.875
+              }
+            }
+          }
+        });
+      }));
+      const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
+      return writer_.Add(names::ScaleOf(name), DType::kF32, {srows, scols}, [=](uint8_t* dst, size_t n) {
+        const float scale = init.spread;
+        for (size_t i = 0; i < n; i += 4) std::memcpy(dst + i, &scale, 4);
+      });
+    }
+    return writer_.Add(name, DType::kBF16, {rows, cols}, [=](uint8_t* dst, size_t n) {
+      constexpr int64_t kChunk = 1 << 16;  // values
+      const int64_t count = static_cast<int64_t>(n / 2);
+      ParallelFor((count + kChunk - 1) / kChunk, 1, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          Rng rng(SplitMix64(seed + static_cast<uint64_t>(c)));
+          for (int64_t i = c * kChunk; i < std::min(count, (c + 1) * kChunk); ++i) {
+            const uint16_t b = FloatToBf16(init.center + init.spread * rng.Symmetric());
+            std::memcpy(dst + 2 * i, &b, 2);
+          }
+        }
+      });
+    });
+  }
+
+ public:
 
  private:
   struct Fp8Cache {

@@ -138,6 +138,23 @@ absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
   return absl::OkStatus();
 }
 
+// A matrix as bf16 [rows_out, cols_out]: the source in the top-left corner,
+// zeros elsewhere.
+absl::Status UploadPaddedBf16(const MatrixSource& m, int64_t rows_out, int64_t cols_out, CudaMatrix* out) {
+  SPAR_ASSIGN_OR_RETURN(std::vector<float> f, MatrixToFloat(m));
+  const int64_t rows = m.rows(), cols = m.cols();
+  std::vector<float> padded(static_cast<size_t>(rows_out * cols_out), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(padded.data() + r * cols_out, f.data() + r * cols, cols * 4);
+  const auto b = ToBf16(padded);
+  SPAR_RETURN_IF_ERROR(out->values.Upload(b.data(), b.size() * 2));
+  out->cols = cols_out;
+  out->gemm.n = rows_out;
+  out->gemm.type = GemmWeightType::kBf16;
+  out->gemm.data = out->values.as<void>();
+  out->gemm.scale = nullptr;
+  return absl::OkStatus();
+}
+
 struct CudaLinear : Weight {
   std::vector<std::unique_ptr<CudaMatrix>> parts;
   int64_t n_total = 0, k = 0;
@@ -163,6 +180,27 @@ struct CudaMlp : Weight {
   CudaMatrix gate, up, down;
   int64_t inter = 0;
 };
+
+// The GEMMs need K (the down projection's input) to be a multiple of 64. A
+// tensor-parallel slice of a small MLP may not be (the tiny models' shared
+// expert: 192 / 2 = 96): pad the intermediate dimension with zero rows of
+// gate/up and zero columns of down, which adds exactly nothing.
+absl::Status UploadMlp(const MlpSource& src, CudaMlp* m) {
+  const int64_t inter = src.gate.rows();
+  const int64_t padded = (inter + 63) / 64 * 64;
+  if (padded == inter) {
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.gate, &m->gate));
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.up, &m->up));
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.down, &m->down));
+  } else {
+    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.gate, padded, src.gate.cols(), &m->gate));
+    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.up, padded, src.up.cols(), &m->up));
+    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.down, src.down.rows(), padded, &m->down));
+  }
+  m->inter = m->gate.gemm.n;
+  if (m->gate.gemm.type != m->up.gemm.type) return absl::InvalidArgumentError("MLP gate and up differ in dtype");
+  return absl::OkStatus();
+}
 
 // Local experts' projections packed [E, n, k] (+ scales [E, n/128, k/128]).
 struct PackedExperts {
@@ -378,11 +416,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<std::unique_ptr<Weight>> CreateMlp(const MlpSource& src) override {
     auto m = std::make_unique<CudaMlp>();
-    SPAR_RETURN_IF_ERROR(UploadMatrix(src.gate, &m->gate));
-    SPAR_RETURN_IF_ERROR(UploadMatrix(src.up, &m->up));
-    SPAR_RETURN_IF_ERROR(UploadMatrix(src.down, &m->down));
-    m->inter = m->gate.gemm.n;
-    if (m->gate.gemm.type != m->up.gemm.type) return absl::InvalidArgumentError("MLP gate and up differ in dtype");
+    SPAR_RETURN_IF_ERROR(UploadMlp(src, m.get()));
     return std::unique_ptr<Weight>(std::move(m));
   }
 
@@ -409,10 +443,7 @@ class CudaBackend final : public Backend {
     moe->hidden = src.experts[0].gate.cols();
     if (src.shared) {
       moe->shared = std::make_unique<CudaMlp>();
-      SPAR_RETURN_IF_ERROR(UploadMatrix(src.shared->gate, &moe->shared->gate));
-      SPAR_RETURN_IF_ERROR(UploadMatrix(src.shared->up, &moe->shared->up));
-      SPAR_RETURN_IF_ERROR(UploadMatrix(src.shared->down, &moe->shared->down));
-      moe->shared->inter = moe->shared->gate.gemm.n;
+      SPAR_RETURN_IF_ERROR(UploadMlp(*src.shared, moe->shared.get()));
     }
     moe->route.num_experts = src.num_experts;
     moe->route.top_k = src.top_k;
