@@ -77,6 +77,12 @@ struct AbsorbSource {
 struct CacheSpec {
   int num_layers = 0;  // layers held by this backend
   int64_t num_blocks = 0;
+  // GPU backends: when > 0, num_blocks is ignored and as many blocks are
+  // allocated as fit in this fraction of the device's memory, after what is
+  // already in use (weights, other processes) and `activation_reserve_bytes`
+  // kept free for the step's activations (vLLM's --gpu-memory-utilization).
+  double memory_utilization = 0;
+  int64_t activation_reserve_bytes = 0;
   ref::LatentFormat latent_format = ref::LatentFormat::kF32;
   ref::IndexerFormat indexer_format = ref::IndexerFormat::kF32;
 };
@@ -124,11 +130,14 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<Weight>> CreateAbsorb(const AbsorbSource& src) = 0;
   virtual absl::StatusOr<std::unique_ptr<Weight>> CreateMlp(const MlpSource& src) = 0;
   virtual absl::StatusOr<std::unique_ptr<Weight>> CreateMoe(const MoeSource& src) = 0;
-  // RoPE tables for MLA and the indexer (same frequencies, maybe other pairs).
-  virtual absl::Status SetRope(const ref::RopeParams& params) = 0;
+  // RoPE tables for MLA and the indexer (same frequencies, maybe other
+  // pairs), covering positions [0, max_positions).
+  virtual absl::Status SetRope(const ref::RopeParams& params, int64_t max_positions) = 0;
 
   // ---- caches ----
-  virtual absl::Status AllocateCaches(const CacheSpec& spec) = 0;
+  // Returns the number of blocks allocated (spec.num_blocks unless the
+  // backend sized the caches from spec.memory_utilization).
+  virtual absl::StatusOr<int64_t> AllocateCaches(const CacheSpec& spec) = 0;
 
   // ---- per step ----
   // Uploads the plan's per-token metadata; ops below refer to it.

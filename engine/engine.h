@@ -89,7 +89,7 @@ class Engine {
  private:
   Engine(std::unique_ptr<Backend> backend, std::unique_ptr<Model> model, const EngineOptions& options)
       : backend_(std::move(backend)), model_(std::move(model)), options_(options),
-        allocator_(options.model.num_blocks) {}
+        allocator_(model_->num_blocks()) {}
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;

@@ -119,6 +119,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
                                                    ": it shares the top-k of a layer on the previous stage"));
   }
   if (options.index_topk_override > 0) m->config_.index_topk = options.index_topk_override;
+  if (options.max_model_len > 0) {
+    if (options.max_model_len > config.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat("max model len ", options.max_model_len,
+                                                     " exceeds the model's max_position_embeddings ",
+                                                     config.max_position_embeddings));
+    }
+    m->config_.max_position_embeddings = options.max_model_len;
+  }
   const ModelConfig& c = m->config_;
   m->indexer_.heads = c.index_n_heads;
   m->indexer_.topk = c.index_topk;
@@ -131,7 +139,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
                                                    "index_head_dim 128 (the DSA cache layouts); got ",
                                                    c.kv_lora_rank, ", ", c.qk_rope_head_dim, ", ", c.index_head_dim));
   }
-  SPAR_RETURN_IF_ERROR(backend->SetRope(RopeParamsFor(c)));
+  SPAR_RETURN_IF_ERROR(backend->SetRope(RopeParamsFor(c), c.max_position_embeddings));
   if (m->is_first_stage()) {
     SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, names::kEmbed, c.vocab_size, c.hidden_size));
     SPAR_ASSIGN_OR_RETURN(m->embedding_, backend->CreateEmbedding(emb.weight));
@@ -151,7 +159,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
   cache.num_blocks = options.num_blocks;
   cache.latent_format = options.latent_format;
   cache.indexer_format = options.indexer_format;
-  SPAR_RETURN_IF_ERROR(backend->AllocateCaches(cache));
+  cache.memory_utilization = options.gpu_memory_utilization;
+  // Kept free for activations: a fixed 2 GiB plus the prefill indexer logits
+  // of one 4096-token chunk over the longest context (fp32).
+  cache.activation_reserve_bytes =
+      (int64_t{2} << 30) + int64_t{4096} * 4 * m->config_.max_position_embeddings;
+  SPAR_ASSIGN_OR_RETURN(m->options_.num_blocks, backend->AllocateCaches(cache));
+  const int64_t need = (m->config_.max_position_embeddings + kBlockSize - 1) / kBlockSize;
+  if (options.max_model_len > 0 && m->options_.num_blocks < need) {
+    return absl::ResourceExhaustedError(absl::StrCat("the KV cache holds ", m->options_.num_blocks * kBlockSize,
+                                                     " tokens, less than one sequence of max model len ",
+                                                     options.max_model_len));
+  }
   return m;
 }
 
@@ -209,6 +228,8 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
     m.col_begin = hs.begin * c.v_head_dim;
     m.col_end = hs.end * c.v_head_dim;
     o.parts.push_back(m);
+    // A rank's o_proj output is a partial sum: fp32 until the all-reduce.
+    o.fp32_output = tp.size > 1;
     SPAR_ASSIGN_OR_RETURN(layer->o_proj, backend_->CreateLinear(o));
   }
   AbsorbSource absorb;

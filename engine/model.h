@@ -24,6 +24,13 @@ struct ModelOptions {
   int index_topk_override = 0;
   // Cache blocks to allocate (64 tokens each) and their formats.
   int64_t num_blocks = 256;
+  // When > 0 (GPU backends): size the caches to this fraction of the GPU's
+  // memory instead of num_blocks (--gpu-memory-utilization).
+  double gpu_memory_utilization = 0;
+  // When > 0: the longest sequence served (prompt + output), at most the
+  // model's max_position_embeddings (--max-model-len). The caches must hold
+  // at least one such sequence.
+  int64_t max_model_len = 0;
   ref::LatentFormat latent_format = ref::LatentFormat::kF32;
   ref::IndexerFormat indexer_format = ref::IndexerFormat::kF32;
 };

@@ -202,12 +202,13 @@ class CpuBackend final : public Backend {
     return std::unique_ptr<Weight>(std::move(moe));
   }
 
-  absl::Status SetRope(const ref::RopeParams& params) override {
+  absl::Status SetRope(const ref::RopeParams& params, int64_t /*max_positions: computed per position*/) override {
     rope_ = params;
     return absl::OkStatus();
   }
 
-  absl::Status AllocateCaches(const CacheSpec& spec) override {
+  absl::StatusOr<int64_t> AllocateCaches(const CacheSpec& spec) override {
+    // Host memory: the block count is always explicit here.
     if (spec.num_layers <= 0 || spec.num_blocks <= 0) {
       return absl::InvalidArgumentError("cache needs at least one layer and one block");
     }
@@ -216,7 +217,7 @@ class CpuBackend final : public Backend {
     const size_t indexer_bytes = static_cast<size_t>(spec.num_blocks) * ref::IndexerPageBytes(spec.indexer_format);
     latent_.assign(spec.num_layers, std::vector<uint8_t>(latent_bytes, 0));
     indexer_.assign(spec.num_layers, std::vector<uint8_t>(indexer_bytes, 0));
-    return absl::OkStatus();
+    return spec.num_blocks;
   }
 
   absl::Status BeginStep(const StepPlan& plan) override {

@@ -308,17 +308,28 @@ class CudaBackend final : public Backend {
 
   absl::Status AllReduceSum(Tensor* x) override {
     if (options_.tp.size == 1) return absl::OkStatus();
-    if (!x->contiguous() || x->dtype() != DType::kBF16) {
-      return absl::InvalidArgumentError("all-reduce needs a contiguous bf16 tensor");
+    // Ranks hand over fp32 partial sums (o_proj, MLP down and the MoE
+    // combine write fp32 under TP), summed in fp32 and rounded to bf16 once,
+    // as TP 1 rounds its full sums: TP 2 then differs from TP 1 only in the
+    // fp32 summation order.
+    if (!x->contiguous() || (x->dtype() != DType::kBF16 && x->dtype() != DType::kF32)) {
+      return absl::InvalidArgumentError("all-reduce needs a contiguous bf16 or fp32 tensor");
     }
     const size_t n = static_cast<size_t>(x->rows() * x->cols());
+    const bool f32 = x->dtype() == DType::kF32;
     SPAR_ASSIGN_OR_RETURN(TimedSpan span, StartSpan());
-    const ncclResult_t r = ncclAllReduce(x->data(), x->data(), n, ncclBfloat16, ncclSum, comm_, stream_);
+    const ncclResult_t r =
+        ncclAllReduce(x->data(), x->data(), n, f32 ? ncclFloat32 : ncclBfloat16, ncclSum, comm_, stream_);
     if (r != ncclSuccess) return absl::InternalError(absl::StrCat("ncclAllReduce: ", ncclGetErrorString(r)));
     SPAR_CUDA_RETURN_IF_ERROR(cudaEventRecord(span.end, stream_));
     pending_spans_.push_back(span);
     stats_.calls += 1;
-    stats_.bytes += static_cast<int64_t>(n * 2);
+    stats_.bytes += static_cast<int64_t>(n * (f32 ? 4 : 2));
+    if (f32) {
+      SPAR_ASSIGN_OR_RETURN(Tensor rounded, NewTensor(x->rows(), x->cols()));
+      SPAR_RETURN_IF_ERROR(glue::F32ToBf16(x->as<float>(), static_cast<int64_t>(n), rounded.as<uint16_t>(), stream_));
+      *x = rounded;
+    }
     return absl::OkStatus();
   }
 
@@ -454,12 +465,15 @@ class CudaBackend final : public Backend {
     return std::unique_ptr<Weight>(std::move(moe));
   }
 
-  absl::Status SetRope(const ref::RopeParams& params) override {
+  absl::Status SetRope(const ref::RopeParams& params, int64_t max_positions) override {
     rope_ = params;
     const std::vector<float> inv = ref::RopeInvFreq(params);
     SPAR_RETURN_IF_ERROR(inv_freq_.Upload(inv.data(), inv.size() * 4));
     // Host-built angle tables for the indexer kernels, one row per position.
-    rope_rows_ = options_.max_positions > 0 ? options_.max_positions : kDefaultRopeRows;
+    // The served context (the model's, or --max-model-len), unless the
+    // backend options cap it.
+    rope_rows_ = options_.max_positions > 0 ? options_.max_positions
+                                            : (max_positions > 0 ? max_positions : kDefaultRopeRows);
     std::vector<float> cs(static_cast<size_t>(rope_rows_) * inv.size()), sn(cs.size());
     for (int64_t p = 0; p < rope_rows_; ++p) {
       ref::RopeCosSin(inv, p, static_cast<float>(params.attention_factor), cs.data() + p * inv.size(),
@@ -472,7 +486,7 @@ class CudaBackend final : public Backend {
 
   // ---- caches ----
 
-  absl::Status AllocateCaches(const CacheSpec& spec) override {
+  absl::StatusOr<int64_t> AllocateCaches(const CacheSpec& spec) override {
     spec_ = spec;
     // The cpu reference formats (F32) have no GPU kernels: use the cuda defaults.
     if (spec_.latent_format == ref::LatentFormat::kF32) spec_.latent_format = options_.latent_format;
@@ -480,10 +494,16 @@ class CudaBackend final : public Backend {
     if (!MlaCacheWriteSupported(spec_.latent_format)) return absl::InvalidArgumentError("latent cache format unsupported");
     latent_.clear();
     indexer_.clear();
+    const size_t block_bytes_per_layer =
+        64 * ref::LatentRowBytes(spec_.latent_format) + ref::IndexerPageBytes(spec_.indexer_format);
+    if (spec.memory_utilization > 0) {
+      SPAR_ASSIGN_OR_RETURN(spec_.num_blocks, BlocksForBudget(spec, block_bytes_per_layer * spec.num_layers));
+    }
+    if (spec_.num_blocks < 1) return absl::InvalidArgumentError("cache needs at least one block");
     latent_.resize(spec.num_layers);
     indexer_.resize(spec.num_layers);
-    const size_t latent_bytes = static_cast<size_t>(spec.num_blocks) * 64 * ref::LatentRowBytes(spec_.latent_format);
-    const size_t indexer_bytes = static_cast<size_t>(spec.num_blocks) * ref::IndexerPageBytes(spec_.indexer_format);
+    const size_t latent_bytes = static_cast<size_t>(spec_.num_blocks) * 64 * ref::LatentRowBytes(spec_.latent_format);
+    const size_t indexer_bytes = static_cast<size_t>(spec_.num_blocks) * ref::IndexerPageBytes(spec_.indexer_format);
     for (int l = 0; l < spec.num_layers; ++l) {
       SPAR_RETURN_IF_ERROR(latent_[l].Allocate(latent_bytes));
       SPAR_RETURN_IF_ERROR(indexer_[l].Allocate(indexer_bytes));
@@ -491,7 +511,29 @@ class CudaBackend final : public Backend {
       SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(indexer_[l].as<void>(), 0, indexer_bytes, stream_));
     }
     SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return absl::OkStatus();
+    return spec_.num_blocks;
+  }
+
+  // Blocks that fit in utilization × device memory next to what is in use.
+  absl::StatusOr<int64_t> BlocksForBudget(const CacheSpec& spec, size_t bytes_per_block) {
+    if (spec.memory_utilization > 1) {
+      return absl::InvalidArgumentError(absl::StrCat("gpu memory utilization ", spec.memory_utilization,
+                                                     " is above 1"));
+    }
+    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    size_t free_bytes = 0, total = 0;
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total));
+    const double used = static_cast<double>(total - free_bytes);
+    const double budget = spec.memory_utilization * static_cast<double>(total) - used -
+                          static_cast<double>(spec.activation_reserve_bytes);
+    const int64_t blocks = budget > 0 ? static_cast<int64_t>(budget / static_cast<double>(bytes_per_block)) : 0;
+    if (blocks < 1) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no room for the KV cache: ", spec.memory_utilization, " x ", total >> 20, " MiB allowed, ", used / (1 << 20),
+          " MiB in use (weights, other processes), ", spec.activation_reserve_bytes >> 20,
+          " MiB kept for activations; raise --gpu-memory-utilization or hold fewer layers per GPU"));
+    }
+    return blocks;
   }
 
   // ---- step metadata ----
@@ -653,7 +695,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Tensor> Mlp(const Tensor& x, const Weight& w) override {
     const auto& m = As<CudaMlp>(w);
     SPAR_ASSIGN_OR_RETURN(Tensor h, Gemm(x, {&m.gate.gemm}, m.inter, false, &m.up.gemm));
-    return Gemm(h, {&m.down.gemm}, m.down.gemm.n, false);
+    // Under TP the output is a partial sum: keep it fp32 for the all-reduce.
+    return Gemm(h, {&m.down.gemm}, m.down.gemm.n, /*fp32_out=*/options_.tp.size > 1);
   }
 
   absl::StatusOr<Tensor> Moe(const Tensor& x, const Weight& w) override {
@@ -717,9 +760,12 @@ class CudaBackend final : public Backend {
     SPAR_ASSIGN_OR_RETURN(Tensor yd, grouped(h, nullptr, moe.down, nullptr, moe.hidden));
     Tensor shared;
     if (moe.shared) {
-      SPAR_ASSIGN_OR_RETURN(shared, Mlp(x, *moe.shared));
+      const auto& sh = *moe.shared;
+      SPAR_ASSIGN_OR_RETURN(Tensor hs, Gemm(x, {&sh.gate.gemm}, sh.inter, false, &sh.up.gemm));
+      SPAR_ASSIGN_OR_RETURN(shared, Gemm(hs, {&sh.down.gemm}, sh.down.gemm.n, false));
     }
-    SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(t_count, moe.hidden));
+    const bool partial = options_.tp.size > 1;  // fp32 partial sum for the all-reduce
+    SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(t_count, moe.hidden, partial ? DType::kF32 : DType::kBF16));
     MoeCombineParams c;
     c.tokens = t_count;
     c.top_k = k;
@@ -732,7 +778,11 @@ class CudaBackend final : public Backend {
       c.shared = Bf16(shared);
       c.ld_shared = shared.ld();
     }
-    c.out = Bf16Mut(out);
+    if (partial) {
+      c.out_f32 = out.as<float>();
+    } else {
+      c.out = Bf16Mut(out);
+    }
     c.ld_out = out.ld();
     SPAR_RETURN_IF_ERROR(LaunchMoeCombine(c, stream_));
     return out;

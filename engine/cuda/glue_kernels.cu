@@ -2,6 +2,8 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/common/arch.cuh"
 #include "kernels/cuda/common/cuda_status.h"
 
@@ -14,6 +16,13 @@ __global__ void AddBf16Kernel(__nv_bfloat16* acc, int64_t ld_acc, const __nv_bfl
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     const float v = __bfloat162float(acc[r * ld_acc + c]) + __bfloat162float(x[r * ldx + c]);
     acc[r * ld_acc + c] = __float2bfloat16(v);
+  }
+}
+
+__global__ void F32ToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16(x[i]);
   }
 }
 
@@ -51,6 +60,14 @@ absl::Status AddBf16(uint16_t* acc, int64_t ld_acc, const uint16_t* x, int64_t l
   AddBf16Kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(reinterpret_cast<__nv_bfloat16*>(acc), ld_acc,
                                                                   reinterpret_cast<const __nv_bfloat16*>(x), ldx, cols);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("AddBf16Kernel");
+  return absl::OkStatus();
+}
+
+absl::Status F32ToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
+  F32ToBf16Kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, n, reinterpret_cast<__nv_bfloat16*>(out));
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("F32ToBf16Kernel");
   return absl::OkStatus();
 }
 

@@ -16,6 +16,9 @@ namespace spar::glue {
 absl::Status AddBf16(uint16_t* acc, int64_t ld_acc, const uint16_t* x, int64_t ldx, int64_t rows, int64_t cols,
                      cudaStream_t stream);
 
+// out[r][c] = bf16(x[r][c]) (contiguous rows).
+absl::Status F32ToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+
 // out[i] = x[rows[i]] for element size 2 (bf16) or 4 (fp32).
 absl::Status GatherRows(const void* x, int64_t ldx, const int32_t* rows, int64_t num_rows, int64_t cols,
                         int elem_bytes, void* out, int64_t ld_out, cudaStream_t stream);

@@ -24,7 +24,8 @@ namespace {
 
 struct GenerateFlags {
   std::string model, server, prompt, prompt_ids, backend = "cpu", stop, request_id;
-  int64_t max_tokens = 32, top_k = 0, seed = -1, num_blocks = 256, n = 1, top_logprobs = 0;
+  int64_t max_tokens = 32, top_k = 0, seed = -1, num_blocks = 256, n = 1, top_logprobs = 0, max_model_len = 0;
+  double gpu_memory_utilization = 0;
   double temperature = 0.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, frequency_penalty = 0.0,
          presence_penalty = 0.0, timeout_s = 300;
   bool ignore_eos = false, show_ids = false, logprobs = false;
@@ -173,6 +174,8 @@ int RunLocal(const GenerateFlags& f) {
   EngineOptions options;
   options.backend = f.backend;
   options.model.num_blocks = f.num_blocks;
+  options.model.gpu_memory_utilization = f.gpu_memory_utilization;
+  options.model.max_model_len = f.max_model_len;
   auto engine = Engine::Create(f.model, options);
   if (!engine.ok()) {
     std::cerr << "generate: " << engine.status().message() << "\n";
@@ -235,6 +238,9 @@ int RunGenerate(int argc, char** argv) {
   args.AddInt("top-logprobs", &f.top_logprobs, "alternatives per token to compute (default 0)");
   args.AddString("backend", &f.backend, "in-process: cpu (default) or cuda");
   args.AddInt("num-blocks", &f.num_blocks, "in-process: KV cache blocks of 64 tokens (default 256)");
+  args.AddDouble("gpu-memory-utilization", &f.gpu_memory_utilization,
+                 "in-process, cuda: size the KV cache to this fraction of GPU memory (0..1; 0 = --num-blocks)");
+  args.AddInt("max-model-len", &f.max_model_len, "in-process: longest sequence served (default: the model's)");
   args.AddInt("n", &f.n, "--server: sequences to generate (default 1)");
   args.AddString("stop", &f.stop, "--server: a stop string");
   args.AddString("request-id", &f.request_id, "--server: the request id (default: assigned)");
@@ -243,6 +249,10 @@ int RunGenerate(int argc, char** argv) {
   if (f.model.empty() == f.server.empty() || f.prompt.empty() == f.prompt_ids.empty()) {
     std::cerr << "generate: exactly one of --model / --server and one of --prompt / --prompt-ids are required\n"
               << args.Usage();
+    return 2;
+  }
+  if (!(f.gpu_memory_utilization >= 0 && f.gpu_memory_utilization <= 1) || f.max_model_len < 0) {
+    std::cerr << "generate: --gpu-memory-utilization must be in [0, 1] and --max-model-len >= 0\n";
     return 2;
   }
   if (f.n < 1 || f.max_tokens < 1 || f.top_logprobs < 0) {

@@ -18,7 +18,10 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
   mo.first_layer = options.first_layer;
   mo.last_layer = options.last_layer;
   mo.num_blocks = options.num_blocks;
+  mo.gpu_memory_utilization = options.gpu_memory_utilization;
+  mo.max_model_len = options.max_model_len;
   SPAR_ASSIGN_OR_RETURN(exec->model_, Model::Load(options.model_dir, exec->backend_.get(), mo));
+  exec->options_.num_blocks = exec->model_->num_blocks();  // what the memory budget gave
   exec->last_layer_ = options.last_layer < 0 ? exec->model_->config().num_hidden_layers : options.last_layer;
   exec->options_.last_layer = exec->last_layer_;
   return exec;

@@ -26,6 +26,11 @@ struct StageOptions {
   int first_layer = 0;
   int last_layer = -1;  // exclusive; -1: through the last layer
   int64_t num_blocks = 256;
+  // GPU: size the KV cache to this fraction of the GPU memory instead of
+  // num_blocks (0: use num_blocks); the longest sequence served (0: the
+  // model's context).
+  double gpu_memory_utilization = 0;
+  int64_t max_model_len = 0;
   std::string backend = "cpu";
   // Benchmarks only: after each forward, sleep per held layer this long plus
   // delay_per_token per token of the micro-batch, to emulate a heavy stage

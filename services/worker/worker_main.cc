@@ -25,7 +25,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   BlockShutdownSignals();
   std::string host = "0.0.0.0", port_file, model, layers, backend = "cpu";
   int64_t port = 50061, shutdown_timeout_s = 30, stage = -1, stages = 0, num_blocks = 256, tp_rank = 0, tp_size = 1;
-  double delay_ms = 0, delay_token_us = 0;
+  double delay_ms = 0, delay_token_us = 0, gpu_memory_utilization = 0;
+  int64_t max_model_len = 0;
   ArgParser args("worker", "SPAR_");
   args.AddString("host", &host, "address to listen on (default 0.0.0.0)");
   args.AddInt("port", &port, "port to listen on (default 50061; 0 picks a free port)");
@@ -35,6 +36,9 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   args.AddInt("stage", &stage, "this stage's index, with --stages: an even split of the layers");
   args.AddInt("stages", &stages, "number of pipeline stages (with --stage)");
   args.AddInt("num-blocks", &num_blocks, "KV cache blocks of 64 tokens (default 256)");
+  args.AddDouble("gpu-memory-utilization", &gpu_memory_utilization,
+                 "cuda: size the KV cache to this fraction of the GPU memory (0..1; 0 = use --num-blocks)");
+  args.AddInt("max-model-len", &max_model_len, "longest sequence served, prompt + output (default: the model's)");
   args.AddString("backend", &backend, "cpu (default) or cuda");
   args.AddInt("tp-rank", &tp_rank, "tensor-parallel rank inside the stage (0 = leader; only 0 today)");
   args.AddInt("tp-size", &tp_size, "tensor-parallel size of the stage (only 1 today)");
@@ -53,6 +57,10 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   };
   if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
   if (num_blocks < 1) return fail("--num-blocks must be >= 1");
+  if (!(gpu_memory_utilization >= 0 && gpu_memory_utilization <= 1)) {
+    return fail("--gpu-memory-utilization must be in [0, 1]");
+  }
+  if (max_model_len < 0) return fail("--max-model-len must be >= 0");
   if (tp_size != 1 || tp_rank != 0) {
     return fail("tensor parallelism is not implemented yet: --tp-size must be 1 and --tp-rank 0");
   }
@@ -63,6 +71,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   WorkerOptions options;
   options.stage.model_dir = model;
   options.stage.num_blocks = num_blocks;
+  options.stage.gpu_memory_utilization = gpu_memory_utilization;
+  options.stage.max_model_len = max_model_len;
   options.stage.backend = backend;
   options.stage.delay_per_layer = absl::Microseconds(static_cast<int64_t>(delay_ms * 1000));
   options.stage.delay_per_token = absl::Nanoseconds(static_cast<int64_t>(delay_token_us * 1000));

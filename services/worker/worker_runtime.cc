@@ -120,7 +120,7 @@ absl::Status WorkerRuntime::Load(const StageOptions& options) {
     shard_.set_model_path(options.model_dir);
     shard_.set_first_layer(exec_->first_layer());
     shard_.set_last_layer(exec_->last_layer());
-    shard_.set_num_blocks(options.num_blocks);
+    shard_.set_num_blocks(exec_->options().num_blocks);
     shard_.set_backend(options.backend);
     shard_.mutable_tp()->set_rank(options_.tp_rank);
     shard_.mutable_tp()->set_size(options_.tp_size);

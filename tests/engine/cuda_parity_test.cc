@@ -252,5 +252,38 @@ TEST(CudaBackendTest, RefusesWithoutAGpuOrExplainsTheDevice) {
   }
 }
 
+TEST(CudaBackendTest, GpuMemoryUtilizationSizesTheCacheFromFreeMemory) {
+  SPAR_REQUIRE_GPU();
+  const testing::TinyVariant v{"glm5-bf16", ModelArch::kGlmMoeDsa, false};
+  const std::string dir = testing::MakeTinyVariant(v, "cuda_mem_");
+  size_t free_before = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  EngineOptions eo;
+  eo.backend = "cuda";
+  eo.model.gpu_memory_utilization = 0.3;
+  eo.model.max_model_len = 2048;
+  auto e = Engine::Create(dir, eo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const int64_t blocks = (*e)->model().num_blocks();
+  // bf16 latent (64 x 1152 B) + FP8 indexer page (64 x 132 B) per layer.
+  const double block_bytes = 3.0 * 64 * (1152 + 132);
+  const double budget = 0.3 * total - (total - free_before) - (2.0 * (1 << 30) + 4096.0 * 4 * 2048);
+  std::cout << "gpu-memory-utilization 0.3 of " << (total >> 30) << " GiB: " << blocks << " blocks ("
+            << blocks * 64 << " tokens)\n";
+  EXPECT_GT(blocks, 0.9 * budget / block_bytes);
+  EXPECT_LE(blocks, budget / block_bytes);
+  EXPECT_EQ((*e)->allocator().num_free(), blocks);
+  GenerationRequest r;
+  r.prompt = {1, 2, 3, 4, 5};
+  r.max_tokens = 4;
+  r.sampling.temperature = 0;
+  auto gen = (*e)->Generate({r});
+  ASSERT_TRUE(gen.ok()) << gen.status();
+  eo.model.gpu_memory_utilization = 0.0001;  // less than what is already in use
+  auto none = Engine::Create(dir, eo);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted) << none.status();
+}
+
 }  // namespace
 }  // namespace spar

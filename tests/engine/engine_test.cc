@@ -224,3 +224,39 @@ TEST(SharedIndexerTest, SharedLayersReuseThePreviousFullLayersTopK) {
 
 }  // namespace
 }  // namespace spar
+
+namespace spar {
+namespace {
+
+TEST(EngineMemoryOptions, MaxModelLenBoundsRequestsAndNeedsRoomForOneSequence) {
+  const std::string dir = TinyModel("max_model_len", ModelArch::kGlmMoeDsa);
+  EngineOptions eo;
+  eo.model.num_blocks = 4;  // 256 tokens
+  eo.model.max_model_len = 200;
+  auto engine = Engine::Create(dir, eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->config().max_position_embeddings, 200);
+  GenerationRequest r;
+  r.prompt = RandomPrompt(150, 4);
+  r.max_tokens = 60;  // 210 > 200
+  r.sampling.temperature = 0;
+  EXPECT_FALSE(ValidateRequest(r, (*engine)->config()).ok());
+  r.max_tokens = 50;
+  EXPECT_TRUE(ValidateRequest(r, (*engine)->config()).ok());
+  auto gen = (*engine)->Generate({r});
+  ASSERT_TRUE(gen.ok()) << gen.status();
+  EXPECT_LE((*gen)[0].tokens.size(), 50u);
+
+  eo.model.max_model_len = 1 << 20;  // beyond the model's context
+  auto too_long = Engine::Create(dir, eo);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("max_position_embeddings"), std::string::npos) << too_long.status();
+
+  eo.model.max_model_len = 1000;  // 16 blocks needed, 4 allocated
+  auto too_small = Engine::Create(dir, eo);
+  ASSERT_FALSE(too_small.ok());
+  EXPECT_EQ(too_small.status().code(), absl::StatusCode::kResourceExhausted) << too_small.status();
+}
+
+}  // namespace
+}  // namespace spar

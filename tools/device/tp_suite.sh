@@ -10,7 +10,7 @@ export SPAR_SOURCE_DIR=$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 nvidia-smi -L | tee "$out/gpus.txt"
 .bundle-tp/bin/tensor_parallel_gpu_test 2>&1 | tee "$out/tp_test.log" | grep -E "^\[|TP2" 
-.bundle-tp/bin/cuda_parity_gpu_test 2>&1 | tee "$out/parity.log" | grep -E "FAILED|PASSED|tests ran" | tail -12
+.bundle-tp/bin/cuda_parity_gpu_test 2>&1 | tee "$out/parity.log" | grep -E "FAILED|PASSED|tests ran|gpu-memory" | tail -12
 [[ ${SPAR_TP_BENCH:-1} == 1 ]] || exit 0
 # The checkpoint (~15 GB) goes to RAM when /dev/shm is large enough.
 m=/tmp/glm5full

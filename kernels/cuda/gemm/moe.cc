@@ -198,7 +198,9 @@ absl::Status LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
   if (p.residual != nullptr && (!Aligned(p.residual, 16) || p.ld_residual < p.hidden || p.ld_residual % 8 != 0)) {
     return Invalid(kOp, "residual", "must be 16-byte aligned with ld_residual >= hidden, multiple of 8");
   }
-  if (p.out == nullptr || !Aligned(p.out, 16) || p.ld_out < p.hidden || p.ld_out % 8 != 0) {
+  if ((p.out == nullptr) == (p.out_f32 == nullptr)) return Invalid(kOp, "out", "set exactly one of out and out_f32");
+  const void* out = p.out != nullptr ? static_cast<const void*>(p.out) : static_cast<const void*>(p.out_f32);
+  if (!Aligned(out, 16) || p.ld_out < p.hidden || p.ld_out % 8 != 0) {
     return Invalid(kOp, "out", "must be 16-byte aligned with ld_out >= hidden, multiple of 8");
   }
   return CudaStatus(gemm::internal::LaunchMoeCombineKernel(p, stream), "MoeCombineKernel launch");

@@ -135,6 +135,9 @@ struct MoeCombineParams {
   int64_t ld_residual = 0;
   __nv_bfloat16* out = nullptr;     // [tokens, hidden], row stride ld_out
   int64_t ld_out = 0;
+  // Instead of `out`: fp32 output, not rounded (a tensor-parallel rank's
+  // partial sum, rounded once after the all-reduce).
+  float* out_f32 = nullptr;
 };
 absl::Status LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream);
 

@@ -222,6 +222,12 @@ __global__ void __launch_bounds__(128) MoeCombineKernel(const MoeCombineParams p
     }
     if (p.shared != nullptr) AddBf16x8(acc, p.shared + t * p.ld_shared + d, 1.0f);
     if (p.residual != nullptr) AddBf16x8(acc, p.residual + t * p.ld_residual + d, 1.0f);
+    if (p.out_f32 != nullptr) {
+      float4* dst = reinterpret_cast<float4*>(p.out_f32 + t * p.ld_out + d);
+      dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      continue;
+    }
     uint32_t packed[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
