@@ -116,6 +116,13 @@ struct CollectiveStats {
   double seconds = 0;
 };
 
+// Device memory a backend holds: weights and KV caches (0 on the cpu
+// backend, whose memory is the host's).
+struct DeviceMemoryUsage {
+  int64_t weights_bytes = 0;
+  int64_t cache_bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -176,6 +183,7 @@ class Backend {
   // in seconds on the backend's own clock: CUDA events on the backend's
   // stream (waits for the work to finish), wall time on the cpu.
   virtual absl::StatusOr<double> TimeWork(const std::function<absl::Status()>& work) = 0;
+  virtual DeviceMemoryUsage device_memory() const { return DeviceMemoryUsage(); }
   // Totals of the all-reduces so far (may wait for the ones in flight).
   virtual CollectiveStats collective_stats() { return CollectiveStats(); }
 

@@ -300,8 +300,16 @@ class CudaBackend final : public Backend {
     SPAR_RETURN_IF_ERROR(gemm_workspace_.Allocate(kGemmWorkspaceBytes));
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemm_workspace_.as<void>(), 0, kGemmWorkspaceBytes, stream_));
     SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return InitTensorParallel();
+    SPAR_RETURN_IF_ERROR(InitTensorParallel());
+    // Weights are what the device gains between now and the cache
+    // allocation (Model::Load uploads every weight first).
+    size_t free_bytes = 0, total = 0;
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total));
+    used_at_init_ = static_cast<int64_t>(total - free_bytes);
+    return absl::OkStatus();
   }
+
+  DeviceMemoryUsage device_memory() const override { return memory_; }
 
   std::string name() const override { return "cuda"; }
   TpRank tp() const override { return options_.tp; }
@@ -496,9 +504,16 @@ class CudaBackend final : public Backend {
     indexer_.clear();
     const size_t block_bytes_per_layer =
         64 * ref::LatentRowBytes(spec_.latent_format) + ref::IndexerPageBytes(spec_.indexer_format);
+    {
+      SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      size_t free_bytes = 0, total = 0;
+      SPAR_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total));
+      memory_.weights_bytes = std::max<int64_t>(0, static_cast<int64_t>(total - free_bytes) - used_at_init_);
+    }
     if (spec.memory_utilization > 0) {
       SPAR_ASSIGN_OR_RETURN(spec_.num_blocks, BlocksForBudget(spec, block_bytes_per_layer * spec.num_layers));
     }
+    memory_.cache_bytes = static_cast<int64_t>(block_bytes_per_layer * spec.num_layers * spec_.num_blocks);
     if (spec_.num_blocks < 1) return absl::InvalidArgumentError("cache needs at least one block");
     latent_.resize(spec.num_layers);
     indexer_.resize(spec.num_layers);
@@ -1223,6 +1238,8 @@ class CudaBackend final : public Backend {
   }
 
   CudaBackendOptions options_;
+  int64_t used_at_init_ = 0;
+  DeviceMemoryUsage memory_;
   ncclComm_t comm_ = nullptr;
   CollectiveStats stats_;
   std::vector<TimedSpan> pending_spans_;

@@ -84,9 +84,11 @@ class StageExecutor {
   bool is_last_stage() const { return model_->is_last_stage(); }
   size_t num_sampling_states() const { return sampling_.size(); }
   const std::string& backend_name() const { return options_.backend; }
-  // Device memory held: zeros on the cpu backend (host memory only). The
-  // cuda backend does not report its allocations yet (docs/metrics.md).
-  StageMemory device_memory() const { return StageMemory(); }
+  // Device memory held: zeros on the cpu backend (host memory only).
+  StageMemory device_memory() const {
+    const DeviceMemoryUsage m = backend_->device_memory();
+    return StageMemory{m.weights_bytes, m.cache_bytes};
+  }
 
   // Runs one micro-batch: applies its releases and sampling (re)creations,
   // executes the forward on `input` (ignored on the first stage), and on the

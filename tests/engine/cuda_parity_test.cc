@@ -273,6 +273,10 @@ TEST(CudaBackendTest, GpuMemoryUtilizationSizesTheCacheFromFreeMemory) {
   EXPECT_GT(blocks, 0.9 * budget / block_bytes);
   EXPECT_LE(blocks, budget / block_bytes);
   EXPECT_EQ((*e)->allocator().num_free(), blocks);
+  const DeviceMemoryUsage mem = (*e)->model().backend()->device_memory();
+  EXPECT_EQ(mem.cache_bytes, static_cast<int64_t>(blocks * block_bytes));
+  EXPECT_GT(mem.weights_bytes, 1 << 20);  // the tiny model's bf16 weights: a few MB
+  EXPECT_LT(mem.weights_bytes, 512 << 20);
   GenerationRequest r;
   r.prompt = {1, 2, 3, 4, 5};
   r.max_tokens = 4;
