@@ -377,8 +377,25 @@ void RunMoeLayer(const MoeCase& c) {
   cb.out = reinterpret_cast<__nv_bfloat16*>(out.get());
   cb.ld_out = H;
   ASSERT_TRUE(LaunchMoeCombine(cb, nullptr).ok());
+  // The fp32 output (a tensor-parallel rank's partial sum) is the same
+  // accumulation left unrounded: rounding it must give the bf16 output.
+  DeviceArray<float> out32(T * H);
+  out32.Poison();
+  MoeCombineParams cb32 = cb;
+  cb32.out = nullptr;
+  cb32.out_f32 = out32.get();
+  ASSERT_TRUE(LaunchMoeCombine(cb32, nullptr).ok());
+  cb32.out = cb.out;  // both outputs set: rejected
+  EXPECT_FALSE(LaunchMoeCombine(cb32, nullptr).ok());
   SPAR_ASSERT_CUDA(cudaGetLastError());
   SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+  {
+    const std::vector<float> f32 = out32.Download();
+    const std::vector<float> b16 = testing::FromBf16(out.Download());
+    int64_t mismatched = 0;
+    for (size_t i = 0; i < f32.size(); ++i) mismatched += RoundToBf16(f32[i]) != b16[i];
+    EXPECT_EQ(mismatched, 0) << "fp32 combine output does not round to the bf16 one";
+  }
 
   // Reference: routing from kernels/ref must agree exactly; the layer math
   // uses the GPU's weights (tested separately) and models the bf16 storage
