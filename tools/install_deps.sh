@@ -13,6 +13,9 @@ packages=(
   # Prometheus server scrape a local cluster; kubectl renders the Kustomize
   # overlays (Debian's kubernetes-client, see below).
   prometheus
+  # libssl-dev: API-key hashing and TLS file checks (services/security);
+  # openssl: the TLS tests make their certificates with it.
+  libssl-dev openssl
 )
 # The text layer's parity tests run Hugging Face's tokenizers and jinja
 # through Node (npm packages pinned in tests/npm).

@@ -13,6 +13,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "absl/strings/str_cat.h"
+#include "services/security/worker_plane.h"
 
 namespace spar {
 
@@ -89,7 +90,10 @@ std::shared_ptr<grpc::Channel> CreateWorkerChannel(const std::string& address) {
   grpc::ChannelArguments args = BaseArgs();
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const WorkerPlane& plane = ProcessWorkerPlane();
+  plane.AddChannelArguments(&args);
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, plane.ChannelCredentials(), args,
+                                                                 plane.Interceptors());
 }
 
 std::shared_ptr<grpc::Channel> CreatePublicChannel(const std::string& address) {

@@ -41,7 +41,8 @@ bool WaitForDrain(const std::function<bool()>& idle, absl::Duration timeout);
 inline constexpr int kPublicMaxMessageBytes = 64 << 20;
 
 // Channel to a worker (internal plane): unlimited messages, keepalive so a
-// dead peer is noticed on idle streams.
+// dead peer is noticed on idle streams; TLS and the worker token as the
+// process's worker plane says (services/security/worker_plane.h).
 std::shared_ptr<grpc::Channel> CreateWorkerChannel(const std::string& address);
 // Channel to the public API.
 std::shared_ptr<grpc::Channel> CreatePublicChannel(const std::string& address);

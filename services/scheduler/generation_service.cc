@@ -7,6 +7,7 @@
 #include "services/common/grpc_status.h"
 #include "services/common/stream_writer.h"
 #include "services/scheduler/generation_convert.h"
+#include "services/security/grpc_auth.h"
 
 namespace spar {
 namespace {
@@ -36,9 +37,17 @@ struct CancelState {
 
 }  // namespace
 
+absl::Status GenerationService::Authorize(const grpc::CallbackServerContext& ctx) const {
+  return api_keys_ == nullptr ? absl::OkStatus() : CheckGrpcAuthorization(*api_keys_, ctx);
+}
+
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc::CallbackServerContext* ctx,
                                                                             const v1::GenerateRequest* request) {
   auto* reactor = new QueuedWriteReactor<v1::GenerateResponse>();
+  if (absl::Status auth = Authorize(*ctx); !auth.ok()) {
+    reactor->handle()->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
   auto params = ParseGenerateRequest(*request, scheduler_->limits());
   if (!params.ok()) {
     reactor->handle()->Finish(ToGrpcStatus(params.status()));
@@ -74,6 +83,11 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc
 
 grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* ctx, const v1::AbortRequest* request,
                                                    v1::AbortResponse* response) {
+  if (absl::Status auth = Authorize(*ctx); !auth.ok()) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
   std::vector<std::string> ids(request->request_ids().begin(), request->request_ids().end());
   for (const std::string& id : scheduler_->Abort(ids)) response->add_aborted_request_ids(id);
   auto* reactor = ctx->DefaultReactor();
@@ -84,6 +98,11 @@ grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* ctx,
                                                           const v1::GetModelInfoRequest*,
                                                           v1::GetModelInfoResponse* r) {
+  if (absl::Status auth = Authorize(*ctx); !auth.ok()) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
   const ModelInfo m = scheduler_->Info();
   r->set_served_model_name(m.served_model_name);
   r->set_model_path(m.model_path);
@@ -108,6 +127,11 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
 
 grpc::ServerUnaryReactor* GenerationService::GetLoad(grpc::CallbackServerContext* ctx, const v1::GetLoadRequest*,
                                                      v1::GetLoadResponse* r) {
+  if (absl::Status auth = Authorize(*ctx); !auth.ok()) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
   const LoadInfo l = scheduler_->Load();
   r->set_num_running_requests(l.running_requests);
   r->set_num_waiting_requests(l.waiting_requests);

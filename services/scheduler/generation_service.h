@@ -2,18 +2,22 @@
 // and validates the request (generation_convert), hands it to the Scheduler
 // with a sink that feeds a QueuedWriteReactor, and turns a client
 // cancellation into Scheduler::Cancel; the other RPCs read the Scheduler.
-// No reaction blocks.
+// No reaction blocks. With API keys configured every RPC first checks the
+// call's "authorization" metadata (UNAUTHENTICATED otherwise).
 #ifndef SPAR_SERVICES_SCHEDULER_GENERATION_SERVICE_H_
 #define SPAR_SERVICES_SCHEDULER_GENERATION_SERVICE_H_
 
 #include "services/scheduler/scheduler.h"
+#include "services/security/api_keys.h"
 #include "spar/v1/generation.grpc.pb.h"
 
 namespace spar {
 
 class GenerationService final : public v1::Generation::CallbackService {
  public:
-  explicit GenerationService(Scheduler* scheduler) : scheduler_(scheduler) {}
+  // `api_keys` (may be null: no authentication) must outlive the service.
+  explicit GenerationService(Scheduler* scheduler, const ApiKeys* api_keys = nullptr)
+      : scheduler_(scheduler), api_keys_(api_keys) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
                                                            const v1::GenerateRequest* request) override;
@@ -25,7 +29,10 @@ class GenerationService final : public v1::Generation::CallbackService {
                                     v1::GetLoadResponse* response) override;
 
  private:
+  absl::Status Authorize(const grpc::CallbackServerContext& ctx) const;
+
   Scheduler* scheduler_;
+  const ApiKeys* api_keys_;
 };
 
 }  // namespace spar

@@ -16,6 +16,7 @@
 #include "services/common/args.h"
 #include "services/common/daemon.h"
 #include "services/common/layer_split.h"
+#include "services/common/security_flags.h"
 #include "services/metrics/metrics_port.h"
 #include "services/metrics/scheduler_metrics.h"
 #include "services/scheduler/generation_service.h"
@@ -73,6 +74,10 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
               "on SIGTERM, let running requests finish for up to this many seconds, then abort them (default 30)");
   MetricsPortFlags metrics_flags;
   metrics_flags.Register(&args, 9400);
+  PublicPlaneOptions public_options;
+  AddPublicPlaneFlags(&args, &public_options);
+  WorkerPlaneOptions plane_options;
+  AddWorkerPlaneFlags(&args, &plane_options);
   if (auto code = args.ParseOrExitCode(argc, argv, begin, "spar-scheduler: batching and the public generation API of the spar runtime\n"))
     return *code;
   auto fail = [](const std::string& message) {
@@ -88,6 +93,12 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   }
   if (shutdown_timeout_s < 0) return fail("--shutdown-timeout must be >= 0 seconds");
   if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
+  auto public_plane = PublicPlane::Create(public_options);
+  if (!public_plane.ok()) return fail(std::string(public_plane.status().message()));
+  // Before the pipeline makes its worker channels.
+  auto worker_plane = WorkerPlane::Create(plane_options);
+  if (!worker_plane.ok()) return fail(std::string(worker_plane.status().message()));
+  SetProcessWorkerPlane(std::move(*worker_plane));
   auto config = LoadModelConfig(model + "/config.json");
   if (!config.ok()) return fail(std::string(config.status().message()));
   std::unique_ptr<Tokenizer> tokenizer;
@@ -132,12 +143,12 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   const int num_stages = static_cast<int>(po.workers.size());
   Scheduler scheduler(so, *config, std::move(tokenizer), std::make_unique<GrpcPipeline>(po, *config));
 
-  GenerationService service(&scheduler);
+  GenerationService service(&scheduler, &public_plane->api_keys());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigurePublicServer(&builder);
   int selected_port = 0;
-  builder.AddListeningPort(HostPort(host, static_cast<int>(port)), grpc::InsecureServerCredentials(), &selected_port);
+  builder.AddListeningPort(HostPort(host, static_cast<int>(port)), public_plane->ServerCredentials(), &selected_port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || selected_port == 0) {
@@ -148,7 +159,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   health->SetServingStatus("", false);
   health->SetServingStatus("spar.v1.Generation", false);
   SPAR_LOG(INFO) << "spar-scheduler listening on " << HostPort(host, selected_port) << " for " << po.workers.size()
-                 << " stages";
+                 << " stages (public API: " << public_plane->Describe()
+                 << "; worker plane: " << ProcessWorkerPlane().Describe() << ")";
   if (!port_file.empty()) {
     if (auto s = WritePortFile(port_file, selected_port); !s.ok()) {
       std::cerr << "scheduler: " << s.message() << "\n";

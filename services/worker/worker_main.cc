@@ -14,6 +14,7 @@
 #include "services/common/args.h"
 #include "services/common/daemon.h"
 #include "services/common/layer_split.h"
+#include "services/common/security_flags.h"
 #include "services/metrics/metrics_port.h"
 #include "services/metrics/worker_metrics.h"
 #include "services/worker/worker_runtime.h"
@@ -49,6 +50,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
               "(default 30)");
   MetricsPortFlags metrics_flags;
   metrics_flags.Register(&args, 9401);
+  WorkerPlaneOptions plane_options;
+  AddWorkerPlaneFlags(&args, &plane_options);
   if (auto code = args.ParseOrExitCode(argc, argv, begin, "spar-worker: one pipeline stage of the spar runtime\n"))
     return *code;
   auto fail = [](const std::string& message) {
@@ -67,6 +70,11 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   if (delay_ms < 0 || delay_token_us < 0) return fail("--delay-per-layer-ms and --delay-per-token-us must be >= 0");
   if (shutdown_timeout_s < 0) return fail("--shutdown-timeout must be >= 0 seconds");
   if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
+  // Before any channel or server exists: the next-stage link and the
+  // listener read it.
+  auto plane = WorkerPlane::Create(plane_options);
+  if (!plane.ok()) return fail(std::string(plane.status().message()));
+  SetProcessWorkerPlane(std::move(*plane));
 
   WorkerOptions options;
   options.stage.model_dir = model;
@@ -109,7 +117,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   grpc::ServerBuilder builder;
   ConfigureWorkerServer(&builder);
   int selected_port = 0;
-  builder.AddListeningPort(HostPort(host, static_cast<int>(port)), grpc::InsecureServerCredentials(), &selected_port);
+  builder.AddListeningPort(HostPort(host, static_cast<int>(port)), ProcessWorkerPlane().ServerCredentials(),
+                           &selected_port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || selected_port == 0) {
@@ -138,7 +147,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
     return 1;
   }
   if (*metrics_server) SPAR_LOG(INFO) << "metrics on http://" << HostPort(metrics_flags.host, (*metrics_server)->port()) << "/metrics";
-  SPAR_LOG(INFO) << "spar-worker listening on " << HostPort(host, selected_port);
+  SPAR_LOG(INFO) << "spar-worker listening on " << HostPort(host, selected_port) << " ("
+                 << ProcessWorkerPlane().Describe() << ")";
   if (!port_file.empty()) {
     if (auto s = WritePortFile(port_file, selected_port); !s.ok()) {
       std::cerr << "worker: " << s.message() << "\n";

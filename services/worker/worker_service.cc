@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/common/grpc_status.h"
 #include "services/common/stream_writer.h"
+#include "services/security/worker_plane.h"
 
 namespace spar {
 namespace {
@@ -40,10 +41,27 @@ class PipelineReader : public grpc::ServerReadReactor<v1::MicroBatch> {
   uint64_t count_ = 0;
 };
 
+// A unary reactor already finished with `status` (a refused caller).
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// Refuses a client stream without reading it.
+class RefusedReader : public grpc::ServerReadReactor<v1::MicroBatch> {
+ public:
+  explicit RefusedReader(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
+// Every RPC first checks that the caller belongs to the worker plane
+// (its token; certificates are checked by TLS before a call exists).
 grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
                                                  v1::WorkerInfo* response) {
+  if (absl::Status s = ProcessWorkerPlane().CheckCaller(*ctx); !s.ok()) return Refuse(ctx, s);
   *response = runtime_->Info();
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -53,6 +71,7 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* WorkerService::Configure(grpc::CallbackServerContext* ctx,
                                                    const v1::ConfigureRequest* request,
                                                    v1::ConfigureResponse* response) {
+  if (absl::Status s = ProcessWorkerPlane().CheckCaller(*ctx); !s.ok()) return Refuse(ctx, s);
   auto* reactor = ctx->DefaultReactor();
   runtime_->Configure(*request, [reactor, response](absl::StatusOr<v1::WorkerInfo> info) {
     if (info.ok()) *response->mutable_info() = std::move(*info);
@@ -64,6 +83,7 @@ grpc::ServerUnaryReactor* WorkerService::Configure(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* WorkerService::JoinTpGroup(grpc::CallbackServerContext* ctx,
                                                      const v1::JoinTpGroupRequest* request,
                                                      v1::JoinTpGroupResponse*) {
+  if (absl::Status s = ProcessWorkerPlane().CheckCaller(*ctx); !s.ok()) return Refuse(ctx, s);
   auto* reactor = ctx->DefaultReactor();
   if (request->tp_size() <= 1) {
     reactor->Finish(grpc::Status::OK);  // a group of one: nothing to join
@@ -74,14 +94,19 @@ grpc::ServerUnaryReactor* WorkerService::JoinTpGroup(grpc::CallbackServerContext
   return reactor;
 }
 
-grpc::ServerReadReactor<v1::MicroBatch>* WorkerService::Pipeline(grpc::CallbackServerContext*,
+grpc::ServerReadReactor<v1::MicroBatch>* WorkerService::Pipeline(grpc::CallbackServerContext* ctx,
                                                                  v1::PipelineSummary* response) {
+  if (absl::Status s = ProcessWorkerPlane().CheckCaller(*ctx); !s.ok()) return new RefusedReader(s);
   return new PipelineReader(runtime_, response);
 }
 
-grpc::ServerWriteReactor<v1::MicroBatchResult>* WorkerService::Results(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::MicroBatchResult>* WorkerService::Results(grpc::CallbackServerContext* ctx,
                                                                        const v1::ResultsRequest* request) {
   auto* reactor = new QueuedWriteReactor<v1::MicroBatchResult>();
+  if (absl::Status s = ProcessWorkerPlane().CheckCaller(*ctx); !s.ok()) {
+    reactor->handle()->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
   const uint64_t epoch = runtime_->epoch();
   if (!runtime_->is_last_stage() || request->epoch() != epoch) {
     reactor->handle()->Finish(grpc::Status(
@@ -97,6 +122,7 @@ grpc::ServerWriteReactor<v1::MicroBatchResult>* WorkerService::Results(grpc::Cal
 
 grpc::ServerUnaryReactor* WorkerService::GetStats(grpc::CallbackServerContext* ctx, const v1::GetStatsRequest* request,
                                                   v1::WorkerStats* response) {
+  if (absl::Status s = ProcessWorkerPlane().CheckCaller(*ctx); !s.ok()) return Refuse(ctx, s);
   *response = runtime_->Stats(request->reset());
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
