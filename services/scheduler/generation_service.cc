@@ -12,20 +12,35 @@
 namespace spar {
 namespace {
 
-// Scheduler updates -> GenerateResponse messages on the call's stream.
+// Scheduler updates -> serialized GenerateResponse messages on the call's
+// stream.
 class StreamSink : public GenerationSink {
  public:
-  explicit StreamSink(std::shared_ptr<StreamHandle<v1::GenerateResponse>> handle) : handle_(std::move(handle)) {}
+  explicit StreamSink(std::shared_ptr<StreamHandle<grpc::ByteBuffer>> handle) : handle_(std::move(handle)) {}
   bool Send(GenerationUpdate update) override {
     v1::GenerateResponse response;
     UpdateToProto(update, &response);
-    return handle_->Push(std::move(response));
+    grpc::ByteBuffer bytes;
+    bool own_buffer = false;
+    if (!grpc::SerializationTraits<v1::GenerateResponse>::Serialize(response, &bytes, &own_buffer).ok()) return false;
+    return handle_->Push(std::move(bytes));
   }
   void Close(const absl::Status& status) override { handle_->Finish(ToGrpcStatus(status)); }
 
  private:
-  std::shared_ptr<StreamHandle<v1::GenerateResponse>> handle_;
+  std::shared_ptr<StreamHandle<grpc::ByteBuffer>> handle_;
 };
+
+absl::StatusOr<v1::GenerateRequest> ParseWireRequest(const grpc::ByteBuffer& bytes) {
+  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer (slices are shared, not copied)
+  v1::GenerateRequest request;
+  if (!grpc::SerializationTraits<v1::GenerateRequest>::Deserialize(&copy, &request).ok()) {
+    return absl::InvalidArgumentError(
+        "the request is not a valid spar.v1.GenerateRequest: malformed protobuf, or a string field (text, "
+        "request_id, model, stop_strings) that is not valid UTF-8");
+  }
+  return request;
+}
 
 // The request id, known once the scheduler admitted the request; the
 // cancellation callback may run before that.
@@ -41,11 +56,16 @@ absl::Status GenerationService::Authorize(const grpc::CallbackServerContext& ctx
   return api_keys_ == nullptr ? absl::OkStatus() : CheckGrpcAuthorization(*api_keys_, ctx);
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc::CallbackServerContext* ctx,
-                                                                            const v1::GenerateRequest* request) {
-  auto* reactor = new QueuedWriteReactor<v1::GenerateResponse>();
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(grpc::CallbackServerContext* ctx,
+                                                                        const grpc::ByteBuffer* bytes) {
+  auto* reactor = new QueuedWriteReactor<grpc::ByteBuffer>();
   if (absl::Status auth = Authorize(*ctx); !auth.ok()) {
     reactor->handle()->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
+  auto request = ParseWireRequest(*bytes);
+  if (!request.ok()) {
+    reactor->handle()->Finish(ToGrpcStatus(request.status()));
     return reactor;
   }
   auto params = ParseGenerateRequest(*request, scheduler_->limits());

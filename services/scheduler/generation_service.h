@@ -4,8 +4,17 @@
 // cancellation into Scheduler::Cancel; the other RPCs read the Scheduler.
 // No reaction blocks. With API keys configured every RPC first checks the
 // call's "authorization" metadata (UNAUTHENTICATED otherwise).
+//
+// Generate takes the request as raw bytes and parses it itself: gRPC 1.51's
+// callback API answers a request that does not deserialize (malformed
+// protobuf, a string field that is not UTF-8) with UNIMPLEMENTED and no
+// message, which reads as "no such method"; here it is an INVALID_ARGUMENT
+// that says what is wrong. Responses are serialized here for the same
+// reason (a raw method is raw both ways).
 #ifndef SPAR_SERVICES_SCHEDULER_GENERATION_SERVICE_H_
 #define SPAR_SERVICES_SCHEDULER_GENERATION_SERVICE_H_
+
+#include <grpcpp/support/byte_buffer.h>
 
 #include "services/scheduler/scheduler.h"
 #include "services/security/api_keys.h"
@@ -13,14 +22,14 @@
 
 namespace spar {
 
-class GenerationService final : public v1::Generation::CallbackService {
+class GenerationService final : public v1::Generation::WithRawCallbackMethod_Generate<v1::Generation::CallbackService> {
  public:
   // `api_keys` (may be null: no authentication) must outlive the service.
   explicit GenerationService(Scheduler* scheduler, const ApiKeys* api_keys = nullptr)
       : scheduler_(scheduler), api_keys_(api_keys) {}
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
-                                                           const v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* ctx, const v1::AbortRequest* request,
                                   v1::AbortResponse* response) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx, const v1::GetModelInfoRequest* request,
