@@ -35,6 +35,10 @@ class TestCluster {
     double delay_per_layer_ms = 0;
     double delay_per_token_us = 0;
     std::vector<std::string> scheduler_flags;
+    std::vector<std::string> worker_flags;  // appended to every worker's command line
+    // Wait for the scheduler's health to say SERVING (plaintext API only;
+    // a test of a TLS API waits through its own channel).
+    bool wait_for_serving = true;
   };
 
   static std::unique_ptr<TestCluster> Start(const Options& options, const std::string& name) {
@@ -92,6 +96,7 @@ class TestCluster {
     auto metrics_port =
         WaitForPortFile(absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".metrics-port"), absl::Seconds(5));
     scheduler_metrics_port_ = metrics_port.ok() ? *metrics_port : -1;
+    if (!options_.wait_for_serving) return true;
     absl::Status ready = WaitForServing(address_, "", absl::Seconds(60));
     EXPECT_TRUE(ready.ok()) << ready;
     return ready.ok();
@@ -114,6 +119,15 @@ class TestCluster {
     }
   }
 
+  // Kills the scheduler (SIGKILL, no goodbye); StartScheduler starts a new one.
+  void KillScheduler() {
+    scheduler_->Signal(SIGKILL);
+    scheduler_->Stop();
+  }
+  // Log files of the daemons ("scheduler1", "worker0", ...).
+  std::string log_path(const std::string& name) const { return absl::StrCat(dir_, "/", name, ".log"); }
+  const std::string& dir() const { return dir_; }
+
   const std::string& address() const { return address_; }
   // The scheduler's metrics port (/metrics, /health, /readyz); -1 if unknown.
   int scheduler_metrics_port() const { return scheduler_metrics_port_; }
@@ -132,13 +146,14 @@ class TestCluster {
   std::unique_ptr<ChildProcess> SpawnWorker(int i, int port) {
     const std::string port_file = absl::StrCat(dir_, "/worker", i, ".port");
     std::remove(port_file.c_str());
-    auto child = ChildProcess::Spawn(
-        {SPAR_WORKER_BIN, "--host", "127.0.0.1", "--port", absl::StrCat(port), "--port-file", port_file, "--model",
-         options_.model, "--stage", absl::StrCat(i), "--stages", absl::StrCat(options_.stages), "--num-blocks",
-         absl::StrCat(options_.num_blocks), "--delay-per-layer-ms", absl::StrCat(options_.delay_per_layer_ms),
-         "--delay-per-token-us", absl::StrCat(options_.delay_per_token_us), "--metrics-port", "0",
-         "--metrics-port-file", absl::StrCat(dir_, "/worker", i, ".metrics-port")},
-        {absl::StrCat(dir_, "/worker", i, ".log")});
+    std::vector<std::string> argv = {
+        SPAR_WORKER_BIN, "--host", "127.0.0.1", "--port", absl::StrCat(port), "--port-file", port_file, "--model",
+        options_.model, "--stage", absl::StrCat(i), "--stages", absl::StrCat(options_.stages), "--num-blocks",
+        absl::StrCat(options_.num_blocks), "--delay-per-layer-ms", absl::StrCat(options_.delay_per_layer_ms),
+        "--delay-per-token-us", absl::StrCat(options_.delay_per_token_us), "--metrics-port", "0",
+        "--metrics-port-file", absl::StrCat(dir_, "/worker", i, ".metrics-port")};
+    argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+    auto child = ChildProcess::Spawn(argv, {absl::StrCat(dir_, "/worker", i, ".log")});
     EXPECT_TRUE(child.ok()) << child.status();
     return child.ok() ? std::move(*child) : nullptr;
   }
