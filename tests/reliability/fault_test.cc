@@ -6,9 +6,12 @@
 // promptly with UNAVAILABLE (or their deadline), never hang and never carry
 // a wrong token; the scheduler stays up, reports not-ready and recovers;
 // freed KV blocks are freed at once; later requests are exactly right.
+#include <httplib.h>
 #include <signal.h>
 
 #include <atomic>
+#include <cmath>
+#include <sstream>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -77,6 +80,23 @@ bool WaitNotServing(const std::string& address, absl::Duration timeout) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   return false;
+}
+
+// The value of the first sample of `name` on the scheduler's /metrics
+// (NaN when absent).
+double SchedulerMetric(testing::TestCluster* cluster, const std::string& name) {
+  httplib::Client client("127.0.0.1", cluster->scheduler_metrics_port());
+  client.set_read_timeout(5, 0);
+  auto res = client.Get("/metrics");
+  if (!res || res->status != 200) return std::nan("");
+  std::istringstream lines(res->body);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0) {
+      return std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return std::nan("");
 }
 
 // Runs `requests` and checks every output equals the engine's.
@@ -232,12 +252,16 @@ TEST(FaultTest, ClientsDisconnectingMidStreamFreeTheirBlocksAtOnce) {
   const auto busy = testing::Load(stub.get());
   EXPECT_GT(busy.used_kv_blocks(), 0);
   EXPECT_EQ(busy.num_running_requests() + busy.num_waiting_requests(), 16);
+  EXPECT_GT(SchedulerMetric(cluster.get(), "vllm:kv_cache_usage_perc"), 0);
   // Every client goes away at once (a load balancer dropping connections).
   const absl::Time cancelled = absl::Now();
   for (auto& ctx : contexts) ctx->TryCancel();
   const absl::Duration freed = testing::TimeUntilIdle(stub.get(), absl::Seconds(5));
   std::cout << "[cancel] 16 cancelled streams: blocks free after " << freed << "\n";
   EXPECT_LT(freed, absl::Milliseconds(500));
+  // What monitoring sees (issue 10's /metrics) agrees.
+  EXPECT_EQ(SchedulerMetric(cluster.get(), "vllm:kv_cache_usage_perc"), 0);
+  EXPECT_EQ(SchedulerMetric(cluster.get(), "vllm:num_requests_running"), 0);
   for (auto& reader : readers) {
     while (reader->Read(&resp)) {
     }
