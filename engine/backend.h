@@ -93,6 +93,9 @@ struct IndexerSpec {
   int topk = 0;
   float weight_scale = 1.0f;  // heads^-0.5 · dim^-0.5
   ref::RopePairs rope_pairs = ref::RopePairs::kInterleaved;
+  // Control experiment (ModelOptions::random_topk_seed): select a seeded
+  // random set of topk causal positions instead of the top-k scores.
+  std::optional<uint64_t> random_selection_seed;
 };
 
 struct SampleRequest {

@@ -131,6 +131,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
   m->indexer_.heads = c.index_n_heads;
   m->indexer_.topk = c.index_topk;
   m->indexer_.weight_scale = static_cast<float>(c.indexer_weight_scale());
+  if (options.random_topk_seed.has_value()) {
+    if (backend->name() != "cpu") {
+      return absl::UnimplementedError(absl::StrCat("the random top-k control runs on the cpu backend only, not ",
+                                                   backend->name()));
+    }
+    m->indexer_.random_selection_seed = options.random_topk_seed;
+  }
   m->indexer_.rope_pairs =
       c.indexer_rope_layout == RopeLayout::kInterleaved ? ref::RopePairs::kInterleaved : ref::RopePairs::kHalfSplit;
   if (c.kv_lora_rank != ref::kLatentNopeDim || c.qk_rope_head_dim != ref::kLatentRopeDim ||

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct ModelOptions {
   int last_layer = -1;  // exclusive; -1: through the last layer
   // Overrides index_topk (e.g. above the sequence length: dense attention).
   int index_topk_override = 0;
+  // The random-selection control (engine/random_selection.h): every indexer
+  // picks a seeded random set of index_topk causal positions instead of its
+  // top-k. cpu backend only; for tests that prove the indexer matters.
+  std::optional<uint64_t> random_topk_seed;
   // Cache blocks to allocate (64 tokens each) and their formats.
   int64_t num_blocks = 256;
   // When > 0 (GPU backends): size the caches to this fraction of the GPU's

@@ -9,6 +9,7 @@
 #include "base/numeric.h"
 #include "base/status_macros.h"
 #include "base/thread_pool.h"
+#include "engine/random_selection.h"
 #include "engine/weight_convert.h"
 #include "kernels/ref/fp8_block_ref.h"
 #include "kernels/ref/gemm_ref.h"
@@ -419,6 +420,9 @@ class CpuBackend final : public Backend {
         if (ctx <= spec.topk) {
           // Every visible key is selected: skip the scores (same set, same order).
           for (int i = 0; i < spec.topk; ++i) chosen[i] = i < ctx ? i : -1;
+        } else if (spec.random_selection_seed.has_value()) {
+          RandomCausalSelection(*spec.random_selection_seed, layer, plan_->positions[t], ctx, spec.topk,
+                                chosen.data());
         } else {
           logits.resize(ctx);
           const int32_t* table = seq.block_table.data();
