@@ -11,11 +11,15 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/mapped_file.h"
+#include "base/status_macros.h"
 #include "engine/engine.h"
+#include "nlohmann/json.hpp"
 #include "services/cli/commands.h"
 #include "services/common/args.h"
 #include "services/common/daemon.h"
 #include "spar/v1/generation.grpc.pb.h"
+#include "text/chat_template.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
@@ -28,7 +32,7 @@ struct GenerateFlags {
   double gpu_memory_utilization = 0;
   double temperature = 0.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, frequency_penalty = 0.0,
          presence_penalty = 0.0, timeout_s = 300;
-  bool ignore_eos = false, show_ids = false, logprobs = false;
+  bool ignore_eos = false, show_ids = false, logprobs = false, chat = false;
 };
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
@@ -138,6 +142,17 @@ int RunRemote(const GenerateFlags& f) {
   return 0;
 }
 
+// --chat: the prompt as one user message, rendered with the model's chat
+// template (tokenizer_config.json) and its generation prompt, as a chat
+// server would send it.
+absl::StatusOr<std::string> RenderChatPrompt(const std::string& model_dir, const std::string& prompt) {
+  SPAR_ASSIGN_OR_RETURN(std::string config, ReadFileToString(model_dir + "/tokenizer_config.json"));
+  SPAR_ASSIGN_OR_RETURN(auto tmpl, ChatTemplate::FromTokenizerConfig(config));
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  messages.push_back({{"role", "user"}, {"content", prompt}});
+  return tmpl->Apply(messages, ChatTemplateOptions());
+}
+
 int RunLocal(const GenerateFlags& f) {
   auto tokenizer = Tokenizer::FromFile(f.model + "/tokenizer.json");
   if (!tokenizer.ok()) {
@@ -153,7 +168,12 @@ int RunLocal(const GenerateFlags& f) {
     }
     request.prompt = *ids;
   } else {
-    auto ids = (*tokenizer)->Encode(f.prompt);
+    auto text = f.chat ? RenderChatPrompt(f.model, f.prompt) : absl::StatusOr<std::string>(f.prompt);
+    if (!text.ok()) {
+      std::cerr << "generate: " << text.status().message() << "\n";
+      return 1;
+    }
+    auto ids = (*tokenizer)->Encode(*text);
     if (!ids.ok()) {
       std::cerr << "generate: " << ids.status().message() << "\n";
       return 1;
@@ -182,7 +202,7 @@ int RunLocal(const GenerateFlags& f) {
     return 1;
   }
   IncrementalDetokenizer detok(tokenizer->get(), /*skip_special=*/true);
-  std::cout << f.prompt << std::flush;
+  std::cout << f.prompt << (f.chat ? "\n" : "") << std::flush;  // a chat answer starts on its own line
   // Model vocabularies are padded beyond the tokenizer (GLM-5: 154880 rows);
   // ids without a token print nothing, as in Hugging Face's decode.
   int untokenizable = 0;
@@ -235,6 +255,7 @@ int RunGenerate(int argc, char** argv) {
   args.AddBool("ignore-eos", &f.ignore_eos, "keep going past end-of-sequence tokens");
   args.AddBool("show-ids", &f.show_ids, "print token ids after the text");
   args.AddBool("logprobs", &f.logprobs, "print the logprob of every generated token after the text");
+  args.AddBool("chat", &f.chat, "--model: send --prompt as a user message through the model's chat template");
   args.AddInt("top-logprobs", &f.top_logprobs, "alternatives per token to compute (default 0)");
   args.AddString("backend", &f.backend, "in-process: cpu (default) or cuda");
   args.AddInt("num-blocks", &f.num_blocks, "in-process: KV cache blocks of 64 tokens (default 256)");
@@ -249,6 +270,10 @@ int RunGenerate(int argc, char** argv) {
   if (f.model.empty() == f.server.empty() || f.prompt.empty() == f.prompt_ids.empty()) {
     std::cerr << "generate: exactly one of --model / --server and one of --prompt / --prompt-ids are required\n"
               << args.Usage();
+    return 2;
+  }
+  if (f.chat && (f.model.empty() || f.prompt.empty())) {
+    std::cerr << "generate: --chat needs --model and --prompt (the template comes from the model directory)\n";
     return 2;
   }
   if (!(f.gpu_memory_utilization >= 0 && f.gpu_memory_utilization <= 1) || f.max_model_len < 0) {

@@ -69,7 +69,7 @@ TEST_P(TinyChatTemplateTest, DigitsAndRecallWordsAreSingleTokens) {
   EXPECT_EQ(number->size(), 3u);  // digit by digit
   int words = 0;
   for (const auto& c : evals_["recall"]) {
-    for (const std::string w : {c["key"].get<std::string>(), c["value"].get<std::string>()}) {
+    for (const std::string& w : {c["key"].get<std::string>(), c["value"].get<std::string>()}) {
       auto ids = tokenizer_->Encode(" " + w);
       ASSERT_TRUE(ids.ok());
       EXPECT_EQ(ids->size(), 1u) << w;
