@@ -124,7 +124,9 @@ class Attention(nn.Module):
 
         allowed = None  # [B, S, S] bool, None = plain causal
         index = None
-        if mode == "sparse" or (aux is not None and aux.get("want_index")):
+        # Scores only where they are used: a sparse choice among more than
+        # topk keys, or the indexer's own training.
+        if (mode == "sparse" and s > topk) or (aux is not None and aux.get("want_index")):
             index = self.indexer.scores(x.detach(), qr.detach(), cos, sin) if aux is not None else \
                 self.indexer.scores(x, qr, cos, sin)
         if mode in ("sparse", "random") and s > topk:
