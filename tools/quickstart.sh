@@ -2,7 +2,8 @@
 # Quick start: installs what is missing, builds, writes the embedded tiny
 # GLM-5 model, starts a local cluster on it (a spar-scheduler and 3
 # pipeline-stage spar-workers on 127.0.0.1, one process each), streams a
-# completion through the cluster's gRPC API, and stops the cluster.
+# completion through the cluster's gRPC API, asks the same through its
+# OpenAI-compatible HTTP API, and stops the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
@@ -12,7 +13,8 @@ model=build/models/tiny-glm5
 [[ -f $model/config.json ]] || "$spar" make-tiny --arch glm5 --out "$model"
 
 run=$(mktemp -d /tmp/spar-quickstart-XXXXXX)
-"$spar" cluster --stages 3 --model "$model" --port 0 --port-file "$run/port" --log-dir "$run" >"$run/cluster.out" 2>&1 &
+"$spar" cluster --stages 3 --model "$model" --port 0 --port-file "$run/port" --http-port 0 \
+  --http-port-file "$run/http.port" --log-dir "$run" >"$run/cluster.out" 2>&1 &
 cluster=$!
 # SIGTERM makes `spar cluster` stop its daemons; they also die with it.
 trap 'kill "$cluster" 2>/dev/null || true; wait "$cluster" 2>/dev/null || true' EXIT
@@ -28,6 +30,10 @@ done
 [[ -s $run/port ]] || { echo "quickstart: the cluster did not become ready (logs in $run)" >&2; exit 1; }
 cat "$run/cluster.out"
 "$spar" generate --server "127.0.0.1:$(cat "$run/port")" --prompt "${1:-The capital of France is}" --max-tokens 32
+for _ in $(seq 100); do [[ -s $run/http.port ]] && break; sleep 0.1; done
+curl -sS "http://127.0.0.1:$(cat "$run/http.port")/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 16}'
+echo
 kill "$cluster"
 wait "$cluster" || true
 trap - EXIT

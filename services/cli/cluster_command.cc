@@ -1,4 +1,4 @@
-// spar cluster --stages S --model DIR [--port P] [flags]
+// spar cluster --stages S --model DIR [--port P] [--http-port H] [flags]
 // Starts a local cluster on this machine: S spar-worker stages and a
 // spar-scheduler, as child processes of this one (this binary re-executed
 // as `spar worker` / `spar scheduler`), waits until it serves, then runs
@@ -52,6 +52,8 @@ int RunCluster(int argc, char** argv) {
   BlockShutdownSignals();
   std::string model, host = "127.0.0.1", port_file, log_dir, backend = "cpu", metrics_targets_file;
   int64_t metrics_port = 0, shutdown_timeout_s = 30;
+  std::string http_port_file;
+  int64_t http_port = 8000;
   int64_t stages = 1, port = 50051, num_blocks = 256, max_in_flight = 0, max_batch_tokens = 512, max_queue = 256,
           ready_timeout_s = 600;
   double delay_ms = 0, delay_token_us = 0;
@@ -61,6 +63,8 @@ int RunCluster(int argc, char** argv) {
   args.AddString("host", &host, "address every daemon listens on (default 127.0.0.1)");
   args.AddInt("port", &port, "the scheduler's public port (default 50051; 0 picks a free port)");
   args.AddString("port-file", &port_file, "write the scheduler's port here once it serves");
+  args.AddInt("http-port", &http_port, "the OpenAI-compatible HTTP port (default 8000; 0 picks a free port; -1: none)");
+  args.AddString("http-port-file", &http_port_file, "write the HTTP port here once the cluster serves");
   args.AddString("log-dir", &log_dir, "daemon logs (default: a new directory under /tmp)");
   args.AddString("backend", &backend, "cpu (default) or cuda");
   args.AddInt("num-blocks", &num_blocks, "KV blocks per worker (default 256)");
@@ -154,7 +158,9 @@ int RunCluster(int argc, char** argv) {
                                      "--max-queue", absl::StrCat(max_queue),
                                      "--metrics-host", host, "--metrics-port", MetricsPortOf(metrics_port, 0),
                                      "--metrics-port-file", run_dir + "/scheduler.metrics-port",
-                                     "--shutdown-timeout", shutdown_timeout};
+                                     "--shutdown-timeout", shutdown_timeout,
+                                     "--http-port", absl::StrCat(http_port),
+                                     "--http-port-file", run_dir + "/http.port"};
   auto sched = ChildProcess::Spawn(argv_s, {log_dir + "/scheduler.log"});
   if (!sched.ok()) {
     std::cerr << "cluster: " << sched.status().message() << "\n";
@@ -193,9 +199,24 @@ int RunCluster(int argc, char** argv) {
   if (!port_file.empty()) {
     if (auto s = WritePortFile(port_file, *sp); !s.ok()) std::cerr << "cluster: " << s.message() << "\n";
   }
+  std::string http_line;
+  if (http_port >= 0) {
+    // The scheduler writes its HTTP port before it connects the pipeline.
+    auto hp = WaitForPortFile(run_dir + "/http.port", absl::Seconds(10), scheduler.get());
+    if (!hp.ok()) {
+      std::cerr << "cluster: the scheduler's HTTP API: " << hp.status().message() << " (logs in " << log_dir << ")\n";
+      scheduler.reset();
+      cleanup();
+      return 1;
+    }
+    http_line = absl::StrCat("; OpenAI API at http://", HostPort(host, *hp), "/v1");
+    if (!http_port_file.empty()) {
+      if (auto s = WritePortFile(http_port_file, *hp); !s.ok()) std::cerr << "cluster: " << s.message() << "\n";
+    }
+  }
   std::cout << "spar cluster: serving " << model << " at " << address << " (" << stages << " stage"
-            << (stages > 1 ? "s" : "") << ": " << FormatStageLayers(*split) << "; logs in " << log_dir << ")"
-            << std::endl;
+            << (stages > 1 ? "s" : "") << ": " << FormatStageLayers(*split) << http_line << "; logs in " << log_dir
+            << ")" << std::endl;
   if (metrics_port >= 0) {
     // The daemons wrote their metrics ports before their gRPC ports.
     std::vector<std::string> groups, shown;

@@ -4,6 +4,7 @@
 // Either way the completion streams to stdout and a summary to stderr.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 
@@ -27,7 +28,7 @@ namespace spar {
 namespace {
 
 struct GenerateFlags {
-  std::string model, server, prompt, prompt_ids, backend = "cpu", stop, request_id;
+  std::string model, server, prompt, prompt_ids, backend = "cpu", stop, request_id, api_key;
   int64_t max_tokens = 32, top_k = 0, seed = -1, num_blocks = 256, n = 1, top_logprobs = 0, max_model_len = 0;
   double gpu_memory_utilization = 0;
   double temperature = 0.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, frequency_penalty = 0.0,
@@ -93,6 +94,7 @@ int RunRemote(const GenerateFlags& f) {
 
   auto stub = v1::Generation::NewStub(CreatePublicChannel(f.server));
   grpc::ClientContext ctx;
+  if (!f.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + f.api_key);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1e3)));
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse resp;
@@ -254,6 +256,8 @@ int RunGenerate(int argc, char** argv) {
   args.AddInt("seed", &f.seed, "sampling seed (default: random)");
   args.AddBool("ignore-eos", &f.ignore_eos, "keep going past end-of-sequence tokens");
   args.AddBool("show-ids", &f.show_ids, "print token ids after the text");
+  args.AddString("api-key", &f.api_key, "--server: the key of a scheduler started with --api-key (or SPAR_API_KEY)");
+  if (const char* key = std::getenv("SPAR_API_KEY"); key != nullptr) f.api_key = key;
   args.AddBool("logprobs", &f.logprobs, "print the logprob of every generated token after the text");
   args.AddBool("chat", &f.chat, "--model: send --prompt as a user message through the model's chat template");
   args.AddInt("top-logprobs", &f.top_logprobs, "alternatives per token to compute (default 0)");

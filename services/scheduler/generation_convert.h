@@ -1,5 +1,6 @@
 // spar.v1 generation.proto <-> domain types. Parsing validates every field
-// and names the offending one in an INVALID_ARGUMENT ("sampling.top_p must
+// (the rules shared with the HTTP API, generation_validate.h) and names the
+// offending one in an INVALID_ARGUMENT ("sampling.top_p must
 // be in (0, 1], got 1.5"); checks that need the tokenized prompt (context
 // length) happen in the Scheduler.
 #ifndef SPAR_SERVICES_SCHEDULER_GENERATION_CONVERT_H_
@@ -9,20 +10,10 @@
 
 #include "absl/status/statusor.h"
 #include "services/scheduler/generation_types.h"
+#include "services/scheduler/generation_validate.h"
 #include "spar/v1/generation.pb.h"
 
 namespace spar {
-
-struct ApiLimits {
-  int64_t vocab_size = 0;
-  int64_t max_model_len = 0;
-  std::string served_model_name;
-  int max_n = 16;
-  int max_stop_strings = 16;
-  int max_stop_string_bytes = 256;
-  int max_stop_token_ids = 64;
-  int max_request_id_bytes = 256;
-};
 
 absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& request, const ApiLimits& limits);
 

@@ -35,6 +35,10 @@ struct GenerateParams {
   bool skip_special_tokens = true;
   bool echo_prompt_ids = false;
   std::optional<absl::Time> deadline;
+  // How the client named the prompt and max_tokens (set by
+  // ValidateGenerateParams), so the Scheduler's own checks name them too.
+  std::string prompt_field = "text";
+  std::string max_tokens_field = "stopping.max_tokens";
 };
 
 struct FinishInfo {

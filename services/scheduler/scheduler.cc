@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "services/common/status_field.h"
+#include "services/scheduler/block_ledger.h"
 
 namespace spar {
 
@@ -129,31 +131,39 @@ absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std
   std::vector<int32_t> prompt = std::move(params.prompt_ids);
   if (params.text) {
     if (tokenizer_ == nullptr) {
-      return absl::InvalidArgumentError("text: this server has no tokenizer.json; send token_ids");
+      return WithField(absl::InvalidArgumentError(absl::StrCat(params.prompt_field,
+                                                               ": this server has no tokenizer.json; send token ids")),
+                       params.prompt_field);
     }
     // A raw prompt: special tokens written in it are recognized (chat
     // templates are applied by the caller or the OpenAI layer).
     auto ids = tokenizer_->Encode(*params.text, /*allow_special=*/true);
-    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
+    const std::string& field = params.prompt_field;
+    if (!ids.ok()) return WithField(absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.status().message())), field);
     prompt = std::move(*ids);
-    if (prompt.empty()) return absl::InvalidArgumentError("text encodes to no tokens");
+    if (prompt.empty()) return WithField(absl::InvalidArgumentError(absl::StrCat(field, " encodes to no tokens")), field);
     for (int32_t id : prompt) {
       if (id < 0 || id >= config_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("text encodes to token id ", id,
-                                                       ", outside the model's vocabulary of ", config_.vocab_size));
+        return WithField(absl::InvalidArgumentError(absl::StrCat(field, " encodes to token id ", id,
+                                                                 ", outside the model's vocabulary of ",
+                                                                 config_.vocab_size)),
+                         field);
       }
     }
   }
   const int64_t len = static_cast<int64_t>(prompt.size());
   const int64_t context = limits_.max_model_len;
   if (len >= context) {
-    return absl::InvalidArgumentError(absl::StrCat(params.text ? "text" : "token_ids", ": the prompt has ", len,
-                                                   " tokens, leaving no room in the context of ", context));
+    return WithField(absl::InvalidArgumentError(absl::StrCat(params.prompt_field, ": the prompt has ", len,
+                                                             " tokens, leaving no room in the context of ", context)),
+                     params.prompt_field);
   }
   const int max_tokens = params.max_tokens ? *params.max_tokens : static_cast<int>(context - len);
   if (len + max_tokens > context) {
-    return absl::InvalidArgumentError(absl::StrCat("stopping.max_tokens: the prompt (", len, " tokens) + max_tokens (",
-                                                   max_tokens, ") exceeds the context length of ", context));
+    return WithField(absl::InvalidArgumentError(absl::StrCat(params.max_tokens_field, ": the prompt (", len,
+                                                             " tokens) + max_tokens (", max_tokens,
+                                                             ") exceeds the context length of ", context)),
+                     params.max_tokens_field);
   }
   uint64_t seed;
   if (params.seed) {
@@ -188,7 +198,16 @@ absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std
     return absl::AlreadyExistsError(absl::StrCat("request_id \"", id, "\" is already in use by an active request"));
   }
   auto ids = core_->Submit(std::move(seqs));
-  if (!ids.ok()) return ids.status();
+  if (!ids.ok()) {
+    // RESOURCE_EXHAUSTED is either "queue full, retry later" or "this
+    // request can never fit the KV cache"; the field tells a client (and
+    // the HTTP API: 429 vs 400) that retrying the same request is useless.
+    if (ids.status().code() == absl::StatusCode::kResourceExhausted &&
+        BlockLedger::BlocksFor(len + max_tokens) > core_->Stats().total_blocks) {
+      return WithField(ids.status(), params.max_tokens ? params.max_tokens_field : params.prompt_field);
+    }
+    return ids.status();
+  }
   tracker_.Add(id, params, std::move(prompt), *ids, std::move(sink));
   PumpLocked();
   return id;

@@ -109,6 +109,8 @@ class Scheduler {
   LoadInfo Load() const;
   ModelInfo Info() const;
   const ApiLimits& limits() const { return limits_; }
+  // The model's tokenizer (null: token ids only); lives as long as this.
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   // Ready for new requests: the pipeline is connected and not draining.
   bool ready() const;
   bool draining() const;

@@ -11,17 +11,21 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/log.h"
+#include "base/mapped_file.h"
 #include "services/common/args.h"
 #include "services/common/daemon.h"
 #include "services/common/layer_split.h"
 #include "services/common/security_flags.h"
 #include "services/metrics/metrics_port.h"
 #include "services/metrics/scheduler_metrics.h"
+#include "services/http/openai_server.h"
 #include "services/scheduler/generation_service.h"
 #include "services/scheduler/grpc_pipeline.h"
 #include "services/scheduler/scheduler.h"
+#include "text/chat_template.h"
 
 namespace spar {
 namespace {
@@ -43,6 +47,17 @@ SchedulerGauges GaugesOf(const LoadInfo& l, int stages) {
   return g;
 }
 
+// --chat-template, else the model's chat_template.jinja (newer checkpoints,
+// GLM-5 among them), else tokenizer_config.json's chat_template.
+absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const std::string& model, const std::string& path) {
+  if (!path.empty()) return ChatTemplate::FromFile(path);
+  const std::string jinja = model + "/chat_template.jinja";
+  if (::access(jinja.c_str(), R_OK) == 0) return ChatTemplate::FromFile(jinja);
+  auto config = ReadFileToString(model + "/tokenizer_config.json");
+  if (!config.ok()) return config.status();
+  return ChatTemplate::FromTokenizerConfig(*config);
+}
+
 }  // namespace
 
 int RunSchedulerMain(int argc, char** argv, int begin) {
@@ -51,6 +66,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   int64_t port = 50051, shutdown_timeout_s = 30, num_blocks = 0, max_batch_tokens = 512, max_seqs = 256, max_running = 256,
           max_in_flight = 0, max_queue = 256, max_model_len = 0, connect_timeout_s = 600, step_timeout_s = 120;
   bool no_balance = false;
+  std::string http_host, http_port_file, chat_template_path;
+  int64_t http_port = 8000, max_body_bytes = 16 << 20, http_threads = 256;
   ArgParser args("scheduler", "SPAR_");
   args.AddString("host", &host, "address to listen on (default 0.0.0.0)");
   args.AddInt("port", &port, "public gRPC port (default 50051; 0 picks a free port)");
@@ -78,6 +95,13 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   AddPublicPlaneFlags(&args, &public_options);
   WorkerPlaneOptions plane_options;
   AddWorkerPlaneFlags(&args, &plane_options);
+  args.AddInt("http-port", &http_port, "OpenAI-compatible HTTP port (default 8000; 0 picks a free port; -1: no HTTP)");
+  args.AddString("http-host", &http_host, "address the HTTP API listens on (default: --host)");
+  args.AddString("http-port-file", &http_port_file, "write the HTTP port here once listening");
+  args.AddInt("max-body-bytes", &max_body_bytes, "largest HTTP request body (default 16 MiB; larger: 413)");
+  args.AddInt("http-threads", &http_threads, "HTTP requests handled at once (default 256)");
+  args.AddString("chat-template", &chat_template_path,
+                 "Jinja chat template file (default: the model's chat_template.jinja or tokenizer_config.json)");
   if (auto code = args.ParseOrExitCode(argc, argv, begin, "spar-scheduler: batching and the public generation API of the spar runtime\n"))
     return *code;
   auto fail = [](const std::string& message) {
@@ -87,6 +111,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   if (model.empty()) return fail("--model is required (its config.json and tokenizer.json)");
   if (workers.empty()) return fail("--workers is required (the stage leaders, stage 0 first)");
   if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
+  if (http_port < -1 || http_port > 65535) return fail("--http-port must be in [0, 65535], or -1 for no HTTP API");
+  if (max_body_bytes < 1024 || http_threads < 1) return fail("--max-body-bytes must be >= 1024 and --http-threads >= 1");
   if (max_batch_tokens < 1 || max_seqs < 1 || max_running < 1 || max_queue < 0 || max_in_flight < 0 ||
       num_blocks < 0 || max_model_len < 0 || connect_timeout_s < 1 || step_timeout_s < 1) {
     return fail("limits must be positive (--max-batch-tokens, --max-seqs-per-batch, --max-running, --max-queue, ...)");
@@ -106,6 +132,18 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
     tokenizer = std::move(*t);
   } else {
     SPAR_LOG(WARNING) << "no tokenizer (" << t.status().message() << "): token ids only";
+  }
+
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (http_port >= 0) {
+    auto t = LoadChatTemplate(model, chat_template_path);
+    if (t.ok()) {
+      chat_template = std::move(*t);
+    } else if (!chat_template_path.empty()) {
+      return fail(absl::StrCat("--chat-template: ", t.status().message()));
+    } else {
+      SPAR_LOG(WARNING) << "no chat template (" << t.status().message() << "): /v1/chat/completions is refused";
+    }
   }
 
   GrpcPipelineOptions po;
@@ -179,6 +217,29 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
     return 1;
   }
   if (*metrics_server) SPAR_LOG(INFO) << "metrics on http://" << HostPort(metrics_flags.host, (*metrics_server)->port()) << "/metrics";
+  std::unique_ptr<http::OpenAiHttpServer> http_server;
+  if (http_port >= 0) {
+    http::HttpServerOptions ho;
+    ho.host = http_host.empty() ? host : http_host;
+    ho.port = static_cast<int>(http_port);
+    ho.api_keys = &public_plane->api_keys();  // --api-key / --api-key-file, as on gRPC
+    ho.max_body_bytes = static_cast<size_t>(max_body_bytes);
+    ho.threads = static_cast<int>(http_threads);
+    http_server = std::make_unique<http::OpenAiHttpServer>(&scheduler, chat_template.get(), ho);
+    auto bound = http_server->Start();
+    if (!bound.ok()) {
+      std::cerr << "scheduler: " << bound.status().message() << "\n";
+      return 1;
+    }
+    SPAR_LOG(INFO) << "OpenAI-compatible HTTP API on " << HostPort(ho.host, *bound)
+                   << (public_plane->api_keys().enabled() ? " (API key required)" : "");
+    if (!http_port_file.empty()) {
+      if (auto s = WritePortFile(http_port_file, *bound); !s.ok()) {
+        std::cerr << "scheduler: " << s.message() << "\n";
+        return 1;
+      }
+    }
+  }
   // Connecting may take long (workers loading their shards): do it off the
   // main thread so a shutdown signal is still taken promptly.
   std::thread starter([&scheduler] {
@@ -204,6 +265,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   // second signal) the rest are ended with UNAVAILABLE.
   health->SetServingStatus("", false);
   health->SetServingStatus("spar.v1.Generation", false);
+  if (http_server) http_server->set_draining(true);  // new OpenAI requests: 503 "draining"
   scheduler.BeginDrain();
   const absl::Time drain_start = absl::Now();
   const bool drained = WaitForDrain([&] { return scheduler.Load().active_requests == 0; },
@@ -216,6 +278,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   }
   scheduler.Stop();  // also ends a connection attempt still in progress
   starter.join();
+  if (http_server) http_server->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (*metrics_server) (*metrics_server)->Stop();
   return 0;

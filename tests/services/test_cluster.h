@@ -79,8 +79,10 @@ class TestCluster {
     scheduler_.reset();
     ++scheduler_runs_;
     const std::string port_file = absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".port");
+    const std::string http_port_file = absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".http.port");
     std::vector<std::string> argv = {SPAR_SCHEDULER_BIN, "--host", "127.0.0.1", "--port", "0", "--port-file",
-                                     port_file, "--model", options_.model, "--workers",
+                                     port_file, "--http-port", "0", "--http-port-file", http_port_file,
+                                     "--model", options_.model, "--workers",
                                      absl::StrJoin(worker_addresses_, ","), "--connect-timeout-s", "60",
                                      "--step-timeout-s", "60", "--metrics-port", "0", "--metrics-port-file",
                                      absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".metrics-port")};
@@ -97,6 +99,10 @@ class TestCluster {
         WaitForPortFile(absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".metrics-port"), absl::Seconds(5));
     scheduler_metrics_port_ = metrics_port.ok() ? *metrics_port : -1;
     if (!options_.wait_for_serving) return true;
+    auto http_port = WaitForPortFile(http_port_file, absl::Seconds(30), scheduler_.get());
+    EXPECT_TRUE(http_port.ok()) << http_port.status();
+    if (!http_port.ok()) return false;
+    http_address_ = absl::StrCat("127.0.0.1:", *http_port);
     absl::Status ready = WaitForServing(address_, "", absl::Seconds(60));
     EXPECT_TRUE(ready.ok()) << ready;
     return ready.ok();
@@ -137,6 +143,8 @@ class TestCluster {
     return p.ok() ? *p : -1;
   }
   ChildProcess* scheduler() { return scheduler_.get(); }
+  // The scheduler's OpenAI-compatible HTTP API.
+  const std::string& http_address() const { return http_address_; }
   const std::vector<std::string>& worker_addresses() const { return worker_addresses_; }
   ChildProcess* worker(int i) { return workers_[i].get(); }
 
@@ -165,6 +173,7 @@ class TestCluster {
   std::unique_ptr<ChildProcess> scheduler_;
   std::string address_;
   int scheduler_metrics_port_ = -1;
+  std::string http_address_;
   int scheduler_runs_ = 0;
 };
 

@@ -1,0 +1,31 @@
+// OpenAI chat messages -> what chat templates expect, checked field by field.
+//
+//   role          system | developer | user | assistant | tool
+//   content       a string; an array of {"type":"text","text":...} parts
+//                 (joined with "\n", as vLLM does for string-content
+//                 templates); null only on assistant turns. Other part types
+//                 (images, audio, files) are refused: spar serves text models.
+//   name          optional string
+//   tool_calls    assistant only: [{id, type:"function", function:{name,
+//                 arguments}}]; arguments arrive as a JSON string (OpenAI)
+//                 and are parsed into an object, because the GLM templates
+//                 iterate over them (vLLM does the same)
+//   tool_call_id  tool only: optional string
+//   reasoning_content / reasoning   assistant only: earlier thinking, passed
+//                 to the template as reasoning_content (GLM keeps it)
+// Other keys (refusal, annotations, audio: what clients echo back from a
+// previous response) are dropped. Errors name the path, e.g.
+// "messages[2].content[0].type".
+#ifndef SPAR_SERVICES_HTTP_CHAT_MESSAGES_H_
+#define SPAR_SERVICES_HTTP_CHAT_MESSAGES_H_
+
+#include "absl/status/statusor.h"
+#include "services/http/json_fields.h"
+
+namespace spar::http {
+
+absl::StatusOr<Json> NormalizeChatMessages(const Json& messages);
+
+}  // namespace spar::http
+
+#endif  // SPAR_SERVICES_HTTP_CHAT_MESSAGES_H_

@@ -1,0 +1,189 @@
+// The OpenAI response layer: scheduler updates -> SSE chunks and response
+// bodies in OpenAI's shapes (chat and completions, n > 1, several prompts,
+// logprobs, echo, usage), with the tiny model's real tokenizer.
+#include "services/http/openai_response.h"
+
+#include <cmath>
+
+#include "engine/tiny_tokenizer.h"
+#include "gtest/gtest.h"
+
+namespace spar::http {
+namespace {
+
+const Tokenizer& Tiny() {
+  static const Tokenizer* t = [] {
+    auto tok = Tokenizer::FromJson(TinyTokenizerJson());
+    EXPECT_TRUE(tok.ok()) << tok.status();
+    return tok->release();
+  }();
+  return *t;
+}
+
+std::vector<int32_t> Ids(const std::string& text) {
+  auto ids = Tiny().Encode(text, false);
+  EXPECT_TRUE(ids.ok());
+  return *ids;
+}
+
+GenerationUpdate Update(int index, const std::string& text, std::vector<int32_t> ids) {
+  GenerationUpdate u;
+  u.request_id = "r";
+  u.output.index = index;
+  u.output.text = text;
+  u.output.token_ids = std::move(ids);
+  for (size_t i = 0; i < u.output.token_ids.size(); ++i) u.output.logprobs.push_back(-0.5f * (i + 1));
+  return u;
+}
+
+FinishInfo Finish(SeqFinishReason reason, int tokens) {
+  FinishInfo f;
+  f.reason = reason;
+  f.num_output_tokens = tokens;
+  return f;
+}
+
+ResponseOptions Options(ApiKind kind, bool stream) {
+  ResponseOptions o;
+  o.kind = kind;
+  o.id = kind == ApiKind::kChat ? "chatcmpl-1" : "cmpl-1";
+  o.model = "tiny";
+  o.created = 1700000000;
+  o.stream = stream;
+  return o;
+}
+
+TEST(OpenAiResponseTest, CompletionBodyWithTwoChoicesAndUsage) {
+  ResponseOptions o = Options(ApiKind::kCompletion, false);
+  o.n = 2;
+  TokenStrings tokens(&Tiny());
+  ResponseBuilder b(o, &tokens);
+  GenerationUpdate first = Update(1, "the", Ids("the"));
+  first.prompt = PromptInfo{4, {}};
+  EXPECT_TRUE(b.Add(0, first).empty());  // not streaming: no chunks
+  GenerationUpdate a = Update(0, "and", Ids("and"));
+  a.output.finish = Finish(SeqFinishReason::kLength, 1);
+  b.Add(0, a);
+  GenerationUpdate c = Update(1, "", {});
+  c.output.finish = Finish(SeqFinishReason::kStop, 1);
+  c.output.finish->stop_string = "\n";
+  c.usage = UsageInfo{4, 2};
+  b.Add(0, c);
+  const Json r = b.Response();
+  EXPECT_EQ(r["id"], "cmpl-1");
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["model"], "tiny");
+  ASSERT_EQ(r["choices"].size(), 2u);
+  EXPECT_EQ(r["choices"][0]["text"], "and");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(r["choices"][1]["text"], "the");
+  EXPECT_EQ(r["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(r["choices"][1]["stop_reason"], "\n");
+  EXPECT_EQ(r["usage"], (Json{{"prompt_tokens", 4}, {"completion_tokens", 2}, {"total_tokens", 6}}));
+}
+
+TEST(OpenAiResponseTest, ChatStreamOpensWithTheRoleAndEndsWithFinishAndUsage) {
+  ResponseOptions o = Options(ApiKind::kChat, true);
+  o.include_usage = true;
+  TokenStrings tokens(&Tiny());
+  ResponseBuilder b(o, &tokens);
+  GenerationUpdate u1 = Update(0, "Hel", {72, 101, 108});
+  u1.prompt = PromptInfo{9, {}};
+  std::vector<Json> chunks = b.Add(0, u1);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"], (Json{{"role", "assistant"}, {"content", ""}}));
+  EXPECT_TRUE(chunks[0]["usage"].is_null());  // present and null until the end, as OpenAI does
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"]["content"], "Hel");
+  EXPECT_TRUE(chunks[1]["choices"][0]["finish_reason"].is_null());
+  // Tokens whose text is still held back make no chunk without logprobs.
+  EXPECT_TRUE(b.Add(0, Update(0, "", {111})).empty());
+  GenerationUpdate end = Update(0, "lo", {});
+  end.output.finish = Finish(SeqFinishReason::kStop, 4);
+  end.output.finish->eos_token_id = 300;
+  end.usage = UsageInfo{9, 4};
+  chunks = b.Add(0, end);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["content"], "lo");
+  EXPECT_EQ(chunks[0]["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(chunks[0]["choices"][0]["stop_reason"].is_null());  // EOS
+  const Json usage = b.UsageChunk();
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 9);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(usage["usage"]["total_tokens"], 13);
+  // The same builder also holds the whole answer.
+  EXPECT_EQ(b.Response()["choices"][0]["message"]["content"], "Hello");
+}
+
+TEST(OpenAiResponseTest, ChatLogprobsCarryTokensBytesAndAlternatives) {
+  ResponseOptions o = Options(ApiKind::kChat, false);
+  o.logprobs = true;
+  o.top_logprobs = 2;
+  TokenStrings tokens(&Tiny());
+  ResponseBuilder b(o, &tokens);
+  const std::vector<int32_t> ids = Ids("é");  // byte-level: one or two tokens
+  GenerationUpdate u = Update(0, "é", ids);
+  const int32_t a = Ids("A")[0];
+  for (size_t i = 0; i < ids.size(); ++i) u.output.top.push_back({{ids[i], -0.5f}, {a, -1.5f}});
+  u.output.logprobs[0] = -INFINITY;
+  u.output.finish = Finish(SeqFinishReason::kLength, static_cast<int>(ids.size()));
+  b.Add(0, u);
+  const Json content = b.Response()["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), ids.size());
+  std::string bytes;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (const Json& byte : content[i]["bytes"]) bytes.push_back(static_cast<char>(byte.get<int>()));
+    ASSERT_EQ(content[i]["top_logprobs"].size(), 2u);
+    EXPECT_EQ(content[i]["top_logprobs"][1]["token"], "A");
+    EXPECT_EQ(content[i]["top_logprobs"][1]["logprob"], -1.5);
+    EXPECT_EQ(content[i]["top_logprobs"][1]["bytes"], Json::array({65}));
+  }
+  EXPECT_EQ(bytes, "é");  // the raw bytes reassemble the character
+  EXPECT_EQ(content[0]["logprob"], -9999.0);  // -inf has no JSON form
+}
+
+TEST(OpenAiResponseTest, CompletionLogprobsAndEchoAcrossTwoPrompts) {
+  ResponseOptions o = Options(ApiKind::kCompletion, true);
+  o.num_prompts = 2;
+  o.logprobs = true;
+  o.echo = true;
+  o.return_token_ids = true;
+  TokenStrings tokens(&Tiny());
+  ResponseBuilder b(o, &tokens);
+  b.SetEchoText(1, "Say: ");
+  GenerationUpdate u = Update(0, "the cat", Ids("the cat"));
+  u.prompt = PromptInfo{2, {7, 8}};
+  u.output.finish = Finish(SeqFinishReason::kLength, static_cast<int>(u.output.token_ids.size()));
+  std::vector<Json> chunks = b.Add(1, u);
+  ASSERT_EQ(chunks.size(), 1u);
+  const Json& choice = chunks[0]["choices"][0];
+  EXPECT_EQ(choice["index"], 1);  // prompt 1, n = 1
+  EXPECT_EQ(choice["text"], "Say: the cat");
+  EXPECT_EQ(choice["prompt_token_ids"], Json::array({7, 8}));
+  EXPECT_EQ(choice["token_ids"], Json(u.output.token_ids));
+  const Json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), u.output.token_ids.size());
+  std::string joined;
+  for (const Json& t : lp["tokens"]) joined += t.get<std::string>();
+  EXPECT_EQ(joined, "the cat");
+  EXPECT_EQ(lp["text_offset"][0], 5);  // after the echoed "Say: "
+  EXPECT_EQ(lp["token_logprobs"][0], -0.5);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 1u);  // logprobs: 0 -> the sampled token only
+  const Json body = b.Response();
+  EXPECT_EQ(body["choices"][1]["text"], "Say: the cat");
+  EXPECT_EQ(body["choices"][0]["text"], "");
+  EXPECT_TRUE(body["choices"][0]["finish_reason"].is_null());
+}
+
+TEST(OpenAiResponseTest, TokenStringsWithoutATokenizerUseIds) {
+  TokenStrings none(nullptr);
+  EXPECT_EQ(none.Text(42), "token_id:42");
+  EXPECT_EQ(none.Bytes(42), "");
+  TokenStrings tiny(&Tiny());
+  EXPECT_EQ(tiny.Text(1 << 20), "token_id:1048576");
+}
+
+}  // namespace
+}  // namespace spar::http
