@@ -207,12 +207,18 @@ test('completions: text, stop, echo, logprobs; streaming equals non-streaming', 
   assert.equal(lp.choices[0].logprobs.token_logprobs.length, 16);
   assert.equal(lp.choices[0].logprobs.text_offset[0], 0);
   // A stop string taken from the seeded text cuts it right there.
-  const stopAt = text.length > 4 ? text.substring(2, 4) : null;
-  if (stopAt !== null && stopAt.trim() !== '' && !stopAt.includes('\ufffd')) {
-    const stopped = await api.completions.create({ ...req, stop: [stopAt] });
-    assert.equal(stopped.choices[0].text, text.substring(0, text.indexOf(stopAt)));
-    assert.equal(stopped.choices[0].finish_reason, 'stop');
+  // (Two whole characters, not U+FFFD: the random model writes any bytes.)
+  const chars = Array.from(text);
+  let stopAt = null;
+  for (let i = 1; i + 2 <= chars.length && stopAt === null; i++) {
+    const s = chars.slice(i, i + 2).join('');
+    if (!s.includes('\ufffd') && s.trim() !== '') stopAt = s;
   }
+  assert.ok(stopAt !== null, `no stop string candidate in ${JSON.stringify(text)}`);
+  const stopped = await api.completions.create({ ...req, stop: ['never-there', stopAt] });
+  assert.equal(stopped.choices[0].text, text.substring(0, text.indexOf(stopAt)));
+  assert.equal(stopped.choices[0].finish_reason, 'stop');
+  assert.equal(stopped.choices[0].stop_reason, stopAt);
   // Two prompts, n = 2: four choices, prompt-major.
   const multi = await api.completions.create({ ...req, prompt: [req.prompt, 'Hello'], n: 2 });
   assert.deepEqual(multi.choices.map((c) => c.index), [0, 1, 2, 3]);
