@@ -14,19 +14,50 @@
 
 namespace {
 
-bool SameConfig(const spar::ModelConfig& a, const spar::ModelConfig& b) {
-  return a.arch == b.arch && a.model_type == b.model_type && a.vocab_size == b.vocab_size &&
-         a.hidden_size == b.hidden_size && a.num_hidden_layers == b.num_hidden_layers &&
-         a.num_attention_heads == b.num_attention_heads && a.q_lora_rank == b.q_lora_rank &&
-         a.kv_lora_rank == b.kv_lora_rank && a.qk_nope_head_dim == b.qk_nope_head_dim &&
-         a.qk_rope_head_dim == b.qk_rope_head_dim && a.v_head_dim == b.v_head_dim &&
-         a.index_n_heads == b.index_n_heads && a.index_head_dim == b.index_head_dim &&
-         a.index_topk == b.index_topk && a.indexer_types == b.indexer_types &&
-         a.indexer_rope_layout == b.indexer_rope_layout && a.n_routed_experts == b.n_routed_experts &&
-         a.num_experts_per_tok == b.num_experts_per_tok && a.n_group == b.n_group &&
-         a.topk_group == b.topk_group && a.mlp_layer_types == b.mlp_layer_types &&
-         a.max_position_embeddings == b.max_position_embeddings && a.eos_token_ids == b.eos_token_ids &&
-         a.rope.type == b.rope.type && a.quant.fp8 == b.quant.fp8;
+// The first field that differs (empty when none).
+std::string FirstDifference(const spar::ModelConfig& a, const spar::ModelConfig& b) {
+#define SPAR_SAME(field) \
+  if (!(a.field == b.field)) return #field
+  SPAR_SAME(arch);
+  SPAR_SAME(model_type);
+  SPAR_SAME(vocab_size);
+  SPAR_SAME(hidden_size);
+  SPAR_SAME(intermediate_size);
+  SPAR_SAME(moe_intermediate_size);
+  SPAR_SAME(num_hidden_layers);
+  SPAR_SAME(num_attention_heads);
+  SPAR_SAME(q_lora_rank);
+  SPAR_SAME(kv_lora_rank);
+  SPAR_SAME(qk_nope_head_dim);
+  SPAR_SAME(qk_rope_head_dim);
+  SPAR_SAME(v_head_dim);
+  SPAR_SAME(mla_rope_layout);
+  SPAR_SAME(index_n_heads);
+  SPAR_SAME(index_head_dim);
+  SPAR_SAME(index_topk);
+  SPAR_SAME(indexer_rope_layout);
+  SPAR_SAME(indexer_types);
+  SPAR_SAME(n_routed_experts);
+  SPAR_SAME(n_shared_experts);
+  SPAR_SAME(num_experts_per_tok);
+  SPAR_SAME(n_group);
+  SPAR_SAME(topk_group);
+  SPAR_SAME(routed_scaling_factor);
+  SPAR_SAME(norm_topk_prob);
+  SPAR_SAME(first_k_dense_replace);
+  SPAR_SAME(mlp_layer_types);
+  SPAR_SAME(rms_norm_eps);
+  SPAR_SAME(max_position_embeddings);
+  SPAR_SAME(eos_token_ids);
+  SPAR_SAME(rope.type);
+  SPAR_SAME(rope.theta);
+  SPAR_SAME(rope.factor);
+  SPAR_SAME(rope.original_max_position_embeddings);
+  SPAR_SAME(rope.mscale);
+  SPAR_SAME(rope.mscale_all_dim);
+  SPAR_SAME(quant.fp8);
+#undef SPAR_SAME
+  return "";
 }
 
 }  // namespace
@@ -52,6 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fprintf(stderr, "round trip failed: %s\n", std::string(again.status().message()).c_str());
   }
   SPAR_FUZZ_CHECK(again.ok());
-  SPAR_FUZZ_CHECK(SameConfig(c, *again));
+  const std::string differs = FirstDifference(c, *again);
+  if (!differs.empty()) std::fprintf(stderr, "round trip changed %s\n", differs.c_str());
+  SPAR_FUZZ_CHECK(differs.empty());
   return 0;
 }
