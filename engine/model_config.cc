@@ -498,6 +498,10 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     std::vector<std::string> types;
     for (IndexerType t : c.indexer_types) types.push_back(t == IndexerType::kFull ? "full" : "shared");
     j["indexer_types"] = types;
+  } else if (c.indexer_rope_layout == RopeLayout::kInterleaved) {
+    // Not DeepSeek-V3.2's default (half-split): without the key the
+    // config would read back half-split.
+    j["indexer_rope_interleave"] = true;
   }
   json rope;
   rope["rope_theta"] = c.rope.theta;
