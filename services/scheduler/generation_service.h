@@ -22,7 +22,11 @@
 
 namespace spar {
 
-class GenerationService final : public v1::Generation::WithRawCallbackMethod_Generate<v1::Generation::CallbackService> {
+// The callback service with Generate raw and the other RPCs typed.
+using GenerationServiceBase = v1::Generation::WithRawCallbackMethod_Generate<v1::Generation::WithCallbackMethod_Abort<
+    v1::Generation::WithCallbackMethod_GetModelInfo<v1::Generation::WithCallbackMethod_GetLoad<v1::Generation::Service>>>>;
+
+class GenerationService final : public GenerationServiceBase {
  public:
   // `api_keys` (may be null: no authentication) must outlive the service.
   explicit GenerationService(Scheduler* scheduler, const ApiKeys* api_keys = nullptr)
