@@ -56,12 +56,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const spar::ChatTemplate& tmpl = *templates[data[0] % templates.size()];
   json doc = json::parse(data + 1, data + size, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return 0;
-  json messages = doc;
+  // Moved, never copied: copying nlohmann JSON recurses, and a hostile
+  // document may be deeper than the stack (ChatTemplate refuses those).
+  json messages;
   spar::ChatTemplateOptions options;
-  if (doc.is_object()) {
-    messages = doc.contains("messages") ? doc["messages"] : json::array();
-    if (doc.contains("tools")) options.tools = doc["tools"];
-    if (doc.contains("kwargs") && doc["kwargs"].is_object()) options.kwargs = doc["kwargs"];
+  if (!doc.is_object()) {
+    messages = std::move(doc);
+  } else {
+    messages = doc.contains("messages") ? std::move(doc["messages"]) : json::array();
+    if (doc.contains("tools")) options.tools = std::move(doc["tools"]);
+    if (doc.contains("kwargs") && doc["kwargs"].is_object()) options.kwargs = std::move(doc["kwargs"]);
     if (doc.contains("add_generation_prompt") && doc["add_generation_prompt"].is_boolean()) {
       options.add_generation_prompt = doc["add_generation_prompt"].get<bool>();
     }
