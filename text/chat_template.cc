@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/mapped_file.h"
 #include "base/status_macros.h"
+#include "text/json_depth.h"
 
 namespace spar {
 namespace {
@@ -65,8 +66,24 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromTokenizerConfig(
   return t;
 }
 
+namespace {
+
+// Refuses JSON deeper than the template engine's recursive conversion can
+// take (checked before anything copies it).
+absl::Status CheckDepth(const nlohmann::ordered_json& j, absl::string_view what, int levels_above = 0) {
+  const int limit = ChatTemplate::kMaxJsonDepth + levels_above;
+  if (JsonDepth(j, limit) > limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " nest more than ", ChatTemplate::kMaxJsonDepth, " levels deep"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
   if (!context.is_object()) return absl::InvalidArgumentError("chat template context must be a JSON object");
+  SPAR_RETURN_IF_ERROR(CheckDepth(context, "the chat template context's values", /*levels_above=*/1));
   jinja::Interpreter interpreter(limits_);
   return interpreter.Render(body_, jinja::Value::FromJson(context));
 }
@@ -74,6 +91,9 @@ absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& c
 absl::StatusOr<std::string> ChatTemplate::Apply(const nlohmann::ordered_json& messages,
                                                 const ChatTemplateOptions& options) const {
   if (!messages.is_array()) return absl::InvalidArgumentError("messages must be a JSON array");
+  SPAR_RETURN_IF_ERROR(CheckDepth(messages, "messages"));
+  SPAR_RETURN_IF_ERROR(CheckDepth(options.tools, "tools"));
+  SPAR_RETURN_IF_ERROR(CheckDepth(options.kwargs, "chat template kwargs"));
   nlohmann::ordered_json context = nlohmann::ordered_json::object();
   context["messages"] = messages;
   if (!options.tools.is_null() && !(options.tools.is_array() && options.tools.empty())) context["tools"] = options.tools;

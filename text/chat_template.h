@@ -13,7 +13,9 @@
 //
 // Values print as Python's str() does (None, True), as transformers does.
 // Rendering is bounded by RenderLimits; a template that exceeds them, or
-// calls raise_exception, fails with a status naming the line.
+// calls raise_exception, fails with a status naming the line. Contexts,
+// messages, tools and kwargs nested deeper than kMaxJsonDepth are refused
+// (text/json_depth.h says why).
 #ifndef SPAR_TEXT_CHAT_TEMPLATE_H_
 #define SPAR_TEXT_CHAT_TEMPLATE_H_
 
@@ -41,6 +43,8 @@ struct ChatTemplateOptions {
 
 class ChatTemplate {
  public:
+  static constexpr int kMaxJsonDepth = 64;
+
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> Parse(absl::string_view source,
                                                               ChatTemplateLimits limits = {});
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromFile(const std::string& path,

@@ -178,6 +178,34 @@ TEST(ChatTemplateTest, MessageContentIsNeverTemplateCode) {
   EXPECT_EQ(Render("{% for m in messages %}{{ m.content }}{% endfor %}", ctx), "{{ 7 * 7 }} {% raw %} {# c #}");
 }
 
+// Copying or converting JSON recurses: 50,000 levels of "[" in a message
+// overflowed the stack inside Apply (chat_messages_fuzzer regression
+// deep_messages_overflowed_the_stack). Deep input is refused instead.
+TEST(ChatTemplateTest, DeeplyNestedInputIsRefusedNotRecursedInto) {
+  auto t = ChatTemplate::Parse("{% for m in messages %}{{ m.content }}{% endfor %}");
+  ASSERT_TRUE(t.ok());
+  auto nested = [](int depth) {
+    json v = "x";
+    for (int i = 0; i < depth; ++i) v = json::array({std::move(v)});
+    return v;
+  };
+  json ok = json::array({{{"role", "user"}, {"content", nested(ChatTemplate::kMaxJsonDepth - 2)}}});
+  EXPECT_TRUE((*t)->Apply(ok, {}).ok());
+  // Built by moves only: a copy of it would recurse as deep.
+  json message = json::object();
+  message["role"] = "user";
+  message["content"] = nested(50000);
+  json deep = json::array();
+  deep.push_back(std::move(message));
+  auto r = (*t)->Apply(deep, {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("messages nest more than"), absl::string_view::npos) << r.status();
+  ChatTemplateOptions tools;
+  tools.tools = json::array({nested(100)});
+  EXPECT_NE((*t)->Apply(ok, tools).status().message().find("tools nest"), absl::string_view::npos);
+  EXPECT_FALSE((*t)->Render({{"x", nested(100)}}).ok());
+}
+
 TEST(ChatTemplateTest, TinyTokenizerConfigTemplate) {
   // The template make-tiny ships, read the way the scheduler reads it.
   auto t = ChatTemplate::FromTokenizerConfig(TinyTokenizerConfigJson());
