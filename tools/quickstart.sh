@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quick start: installs what is missing, builds, writes the embedded tiny
-# GLM-5 model, starts a local cluster on it (a spar-scheduler and 3
+# Quick start: installs what is missing, builds, starts a local cluster on
+# the embedded trained tiny GLM-5 (models/tiny-glm5-chat, see its
+# PROVENANCE.md) (a spar-scheduler and 3
 # pipeline-stage spar-workers on 127.0.0.1, one process each), streams a
 # completion through the cluster's gRPC API, asks the same through its
 # OpenAI-compatible HTTP API, and stops the cluster.
@@ -9,8 +10,7 @@ cd "$(dirname "$0")/.."
 tools/install_deps.sh
 tools/build.sh -DCMAKE_BUILD_TYPE=Release
 spar=build/services/cli/spar
-model=build/models/tiny-glm5
-[[ -f $model/config.json ]] || "$spar" make-tiny --arch glm5 --out "$model"
+model=models/tiny-glm5-chat/bf16
 
 run=$(mktemp -d /tmp/spar-quickstart-XXXXXX)
 "$spar" cluster --stages 3 --model "$model" --port 0 --port-file "$run/port" --http-port 0 \
@@ -29,10 +29,12 @@ for _ in $(seq 1200); do
 done
 [[ -s $run/port ]] || { echo "quickstart: the cluster did not become ready (logs in $run)" >&2; exit 1; }
 cat "$run/cluster.out"
-"$spar" generate --server "127.0.0.1:$(cat "$run/port")" --prompt "${1:-The capital of France is}" --max-tokens 32
+# The gRPC API takes raw text: here a prompt already in GLM-5's chat format.
+"$spar" generate --server "127.0.0.1:$(cat "$run/port")" \
+  --prompt "[gMASK]<sop><|user|>${1:-What is 12 plus 7?}<|assistant|></think>" --max-tokens 16
 for _ in $(seq 100); do [[ -s $run/http.port ]] && break; sleep 0.1; done
 curl -sS "http://127.0.0.1:$(cat "$run/http.port")/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 16}'
+  -d '{"messages": [{"role": "user", "content": "What is 6 times 7?"}], "max_tokens": 16}'
 echo
 kill "$cluster"
 wait "$cluster" || true
