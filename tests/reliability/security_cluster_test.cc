@@ -6,6 +6,7 @@
 //   * a shared worker-plane token: calls without it are refused before a
 //     micro-batch is read.
 // Certificates are made by the test with the openssl tool.
+#include <httplib.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
@@ -133,6 +134,29 @@ TEST(SecurityClusterTest, ApiKeysGuardEveryPublicRpcAndNoSecretOrBodyIsLogged) {
   EXPECT_TRUE(second.status.ok()) << second.status.error_message();
   EXPECT_EQ(second.ids, ok.ids);
   EXPECT_TRUE(CheckHealth(cluster->address(), "spar.v1.Generation").ok());
+
+  // The same keys guard the OpenAI HTTP API: 401 without, 200 with; the
+  // probes stay open.
+  const std::string& http = cluster->http_address();
+  httplib::Client web(http.substr(0, http.rfind(':')), std::stoi(http.substr(http.rfind(':') + 1)));
+  web.set_read_timeout(30, 0);
+  const std::string body = R"({"prompt": ")" + prompt + R"(", "max_tokens": 3, "temperature": 0})";
+  for (const httplib::Headers& headers : std::vector<httplib::Headers>{
+           {}, {{"Authorization", "Bearer sk-wrong"}}, {{"Authorization", key}}, {{"X-Api-Key", key}}}) {
+    auto r = web.Post("/v1/completions", headers, body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << r->body;
+    EXPECT_EQ(r->body.find("sk-"), std::string::npos) << "the error repeats a key: " << r->body;
+  }
+  auto models = web.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401);
+  auto good = web.Post("/v1/completions", {{"Authorization", "Bearer " + key}}, body, "application/json");
+  ASSERT_TRUE(good);
+  EXPECT_EQ(good->status, 200) << good->body;
+  auto health = web.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
 
   // Stop the daemons so their logs are complete, then read them.
   cluster->KillScheduler();

@@ -10,6 +10,8 @@
 //     once instead of queueing without bound, and the rest are served.
 // Sizes come from SPAR_SOAK_REQUESTS / SPAR_SOAK_CONCURRENCY (defaults
 // 2000 / 64, one to three minutes on 2 busy cores).
+#include <httplib.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -183,6 +185,37 @@ TEST(SoakTest, QueueBoundShedsWithResourceExhaustedAndServesTheRest) {
   // At least the queue's worth: the 64 arrive faster than anything starts
   // running, so the first 8 are queued and the rest shed until room frees.
   EXPECT_GE(ok, 8);
+  EXPECT_LT(testing::TimeUntilIdle(stub.get(), absl::Seconds(5)), absl::Seconds(5));
+
+  // The same burst over HTTP: 429 with OpenAI's rate-limit error.
+  const std::string& http = cluster->http_address();
+  std::vector<int> statuses(kClients);
+  std::vector<std::string> bodies(kClients);
+  clients.clear();
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client web(http.substr(0, http.rfind(':')), std::stoi(http.substr(http.rfind(':') + 1)));
+      web.set_read_timeout(60, 0);
+      auto r = web.Post("/v1/completions", R"({"prompt": [5, 6, 7], "max_tokens": 16, "ignore_eos": true})",
+                        "application/json");
+      statuses[i] = r ? r->status : -1;
+      bodies[i] = r ? r->body : "";
+    });
+  }
+  for (auto& t : clients) t.join();
+  int http_ok = 0, http_shed = 0;
+  for (int i = 0; i < kClients; ++i) {
+    if (statuses[i] == 200) {
+      ++http_ok;
+    } else {
+      EXPECT_EQ(statuses[i], 429) << bodies[i];
+      EXPECT_NE(bodies[i].find("queue_full"), std::string::npos) << bodies[i];
+      ++http_shed;
+    }
+  }
+  std::cout << "[shed] HTTP: " << http_ok << " served, " << http_shed << " shed with 429\n";
+  EXPECT_GT(http_shed, 0);
+  EXPECT_GE(http_ok, 8);
   EXPECT_LT(testing::TimeUntilIdle(stub.get(), absl::Seconds(5)), absl::Seconds(5));
 }
 
