@@ -98,11 +98,11 @@ class TestCluster {
     auto metrics_port =
         WaitForPortFile(absl::StrCat(dir_, "/scheduler", scheduler_runs_, ".metrics-port"), absl::Seconds(5));
     scheduler_metrics_port_ = metrics_port.ok() ? *metrics_port : -1;
-    if (!options_.wait_for_serving) return true;
     auto http_port = WaitForPortFile(http_port_file, absl::Seconds(30), scheduler_.get());
     EXPECT_TRUE(http_port.ok()) << http_port.status();
     if (!http_port.ok()) return false;
     http_address_ = absl::StrCat("127.0.0.1:", *http_port);
+    if (!options_.wait_for_serving) return true;
     absl::Status ready = WaitForServing(address_, "", absl::Seconds(60));
     EXPECT_TRUE(ready.ok()) << ready;
     return ready.ok();
