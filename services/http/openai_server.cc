@@ -99,7 +99,11 @@ OpenAiHttpServer::OpenAiHttpServer(Scheduler* scheduler, const ChatTemplate* cha
       chat_template_(chat_template),
       options_(std::move(options)),
       created_(absl::ToUnixSeconds(absl::Now())),
-      server_(std::make_unique<httplib::Server>()) {}
+      server_(options_.tls.cert.empty()
+                  ? std::make_unique<httplib::Server>()
+                  : std::make_unique<httplib::SSLServer>(
+                        options_.tls.cert.c_str(), options_.tls.key.c_str(),
+                        options_.tls.ca.empty() ? nullptr : options_.tls.ca.c_str())) {}
 
 OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
 
@@ -112,6 +116,10 @@ absl::StatusOr<int> OpenAiHttpServer::Start() {
   // would kill the daemon; httplib 0.11 writes without MSG_NOSIGNAL.
   ::signal(SIGPIPE, SIG_IGN);
   httplib::Server& s = *server_;
+  if (!s.is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot serve HTTPS with --tls-cert ", options_.tls.cert,
+                                                   " and --tls-key ", options_.tls.key));
+  }
   const int threads = options_.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.set_payload_max_length(options_.max_body_bytes);

@@ -7,6 +7,8 @@
 //   GET  /health                                  liveness: 200 while the process serves
 // plus GET routes other parts of the daemon add (AddGet: e.g. /readyz).
 //
+// Served over HTTPS when HttpServerOptions::tls names a certificate.
+//
 // Errors are OpenAI-shaped (api_error.h) with their status codes: 400 bad
 // field, 401 API key, 404 unknown model or route, 405 wrong method, 413
 // body over --max-body-bytes, 429 queue full, 503 not ready or draining,
@@ -34,6 +36,7 @@
 #include "absl/time/time.h"
 #include "services/scheduler/scheduler.h"
 #include "services/security/api_keys.h"
+#include "services/security/tls_material.h"
 #include "text/chat_template.h"
 
 namespace httplib {
@@ -50,6 +53,10 @@ struct HttpServerOptions {
   // Keys /v1/* requires (services/security/api_keys.h, shared with the
   // gRPC API); null or none configured: no authentication.
   const ApiKeys* api_keys = nullptr;
+  // HTTPS when tls.cert is set (the public plane's --tls-cert/--tls-key,
+  // checked by PublicPlane::Create); tls.ca also requires client
+  // certificates signed by it. Debian's cpp-httplib is built with OpenSSL.
+  TlsFiles tls;
   size_t max_body_bytes = 16 << 20;
   int threads = 256;      // concurrent requests being handled
   int max_prompts = 64;   // prompts in one /v1/completions request

@@ -223,6 +223,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
     ho.host = http_host.empty() ? host : http_host;
     ho.port = static_cast<int>(http_port);
     ho.api_keys = &public_plane->api_keys();  // --api-key / --api-key-file, as on gRPC
+    ho.tls = public_options.tls;               // --tls-cert/--tls-key/--tls-ca, as on gRPC
     ho.max_body_bytes = static_cast<size_t>(max_body_bytes);
     ho.threads = static_cast<int>(http_threads);
     http_server = std::make_unique<http::OpenAiHttpServer>(&scheduler, chat_template.get(), ho);
@@ -231,7 +232,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
       std::cerr << "scheduler: " << bound.status().message() << "\n";
       return 1;
     }
-    SPAR_LOG(INFO) << "OpenAI-compatible HTTP API on " << HostPort(ho.host, *bound)
+    SPAR_LOG(INFO) << "OpenAI-compatible HTTP API on " << (public_plane->tls() ? "https://" : "http://")
+                   << HostPort(ho.host, *bound)
                    << (public_plane->api_keys().enabled() ? " (API key required)" : "");
     if (!http_port_file.empty()) {
       if (auto s = WritePortFile(http_port_file, *bound); !s.ok()) {

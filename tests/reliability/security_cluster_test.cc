@@ -10,6 +10,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <csignal>
 #include <fstream>
 
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -228,6 +229,36 @@ TEST_F(TlsClusterTest, PublicTlsWithClientCertificatesAndMutualTlsWorkerPlane) {
   EXPECT_EQ(WorkerGetInfo(TlsChannel(w, plane_ca_.cert, &stranger_, "spar-worker")).error_code(),
             grpc::StatusCode::UNAVAILABLE);
   EXPECT_TRUE(WorkerGetInfo(TlsChannel(w, plane_ca_.cert, &plane_scheduler_, "spar-worker")).ok());
+  // The OpenAI HTTP API is HTTPS with the same certificate, client
+  // certificates and key. (A refused client may write to a socket the
+  // server closed: SIGPIPE must not end the test.)
+  ::signal(SIGPIPE, SIG_IGN);
+  const std::string& http = cluster->http_address();
+  const std::string host = http.substr(0, http.rfind(':'));
+  const int port = std::stoi(http.substr(http.rfind(':') + 1));
+  const std::string body = R"({"prompt": "hello over HTTPS", "max_tokens": 3, "temperature": 0})";
+  const httplib::Headers auth = {{"Authorization", "Bearer " + key}};
+  {
+    httplib::SSLClient web(host, port, client_.cert, client_.key);
+    web.set_ca_cert_path(public_ca_.cert.c_str());
+    web.enable_server_certificate_verification(true);
+    web.set_read_timeout(30, 0);
+    auto r = web.Post("/v1/completions", auth, body, "application/json");
+    ASSERT_TRUE(r) << httplib::to_string(r.error());
+    EXPECT_EQ(r->status, 200) << r->body;
+    auto no_key = web.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(no_key);
+    EXPECT_EQ(no_key->status, 401);
+  }
+  {
+    httplib::SSLClient no_cert(host, port);
+    no_cert.set_ca_cert_path(public_ca_.cert.c_str());
+    no_cert.enable_server_certificate_verification(true);
+    EXPECT_FALSE(no_cert.Post("/v1/completions", auth, body, "application/json")) << "served without a client cert";
+    httplib::Client plain(host, port);
+    auto r = plain.Post("/v1/completions", auth, body, "application/json");
+    EXPECT_TRUE(!r || r->status != 200) << "served plaintext";
+  }
   // Still serving after the strangers.
   EXPECT_TRUE(
       testing::Stream(stub.get(), Greedy("hello over TLS"), absl::Seconds(30), {{"authorization", "Bearer " + key}})
