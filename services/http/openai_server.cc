@@ -12,6 +12,7 @@
 #include "services/common/status_field.h"
 #include "services/http/api_error.h"
 #include "services/http/connection_probe.h"
+#include "services/http/listen_backlog.h"
 #include "services/http/openai_request.h"
 #include "services/http/openai_response.h"
 #include "services/http/token_strings.h"
@@ -221,6 +222,11 @@ absl::StatusOr<int> OpenAiHttpServer::Start() {
     if (port < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host, " (HTTP)"));
   } else if (!s.bind_to_port(options_.host, port)) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host, ":", port, " (HTTP)"));
+  }
+  // httplib listens with a backlog of 5: bursts of connections would be
+  // dropped (listen_backlog.h).
+  if (absl::Status st = RaiseListenBacklog(port, 4096); !st.ok()) {
+    SPAR_LOG(WARNING) << "HTTP accept backlog stays at httplib's 5: " << st;
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   return port;

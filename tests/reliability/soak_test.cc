@@ -199,7 +199,7 @@ TEST(SoakTest, QueueBoundShedsWithResourceExhaustedAndServesTheRest) {
       auto r = web.Post("/v1/completions", R"({"prompt": [5, 6, 7], "max_tokens": 16, "ignore_eos": true})",
                         "application/json");
       statuses[i] = r ? r->status : -1;
-      bodies[i] = r ? r->body : "";
+      bodies[i] = r ? r->body : httplib::to_string(r.error());
     });
   }
   for (auto& t : clients) t.join();
