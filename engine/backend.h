@@ -126,6 +126,15 @@ struct DeviceMemoryUsage {
   int64_t cache_bytes = 0;
 };
 
+// How steps ran on a backend that replays decode steps as graphs.
+struct StepGraphStats {
+  int64_t graphs = 0;            // held now
+  int64_t captures = 0;          // graphs recorded
+  int64_t replays = 0;           // steps run by launching a graph (captures included)
+  int64_t eager_steps = 0;       // steps run op by op
+  int64_t capture_failures = 0;  // shapes that could not be captured (run eagerly)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -152,6 +161,27 @@ class Backend {
   // ---- per step ----
   // Uploads the plan's per-token metadata; ops below refer to it.
   virtual absl::Status BeginStep(const StepPlan& plan) = 0;
+
+  // One whole step: BeginStep(plan), then `ops` (the layer graph's op calls
+  // on `input`; null on the first stage) whose result is returned. A backend
+  // may record the ops of a decode step once per step shape and replay them
+  // later (the cuda backend's CUDA graphs), so when `options.replayable` is
+  // set, `ops` must issue the same op sequence for every plan of the same
+  // shape (same tokens, sequences, logit rows) and read the plan only
+  // through the step metadata BeginStep uploads.
+  struct StepOptions {
+    bool replayable = false;
+    // The indexer's top-k (0: no indexer): a decode step whose contexts all
+    // fit in it selects every key without scoring, a different op sequence.
+    int64_t indexer_topk = 0;
+  };
+  using StepOps = std::function<absl::StatusOr<Tensor>(const Tensor* input)>;
+  virtual absl::StatusOr<Tensor> RunStep(const StepPlan& plan, const Tensor* input, const StepOps& ops,
+                                         const StepOptions& options) {
+    (void)options;
+    if (auto s = BeginStep(plan); !s.ok()) return s;
+    return ops(input);
+  }
 
   virtual absl::StatusOr<Tensor> Embed(const Weight& table) = 0;           // [T, hidden]
   virtual absl::StatusOr<Tensor> Linear(const Tensor& x, const Weight& w) = 0;
@@ -189,6 +219,10 @@ class Backend {
   virtual DeviceMemoryUsage device_memory() const { return DeviceMemoryUsage(); }
   // Totals of the all-reduces so far (may wait for the ones in flight).
   virtual CollectiveStats collective_stats() { return CollectiveStats(); }
+  virtual StepGraphStats graph_stats() const { return StepGraphStats(); }
+  // Turns replaying on or off at run time (benchmarks and tests compare
+  // replayed with eager steps on the same caches); a no-op without graphs.
+  virtual void set_step_replay(bool enabled) { (void)enabled; }
 
   // Logits [S, vocab] → one sample per row.
   virtual absl::StatusOr<std::vector<SampleResult>> Sample(const Tensor& logits,

@@ -52,6 +52,9 @@ struct BackendOptions {
   TpRank tp;
   std::string nccl_unique_id;                  // cuda, tp.size > 1
   std::shared_ptr<InProcessGroup> cpu_group;   // cpu, tp.size > 1
+  // cuda: run every step eagerly instead of replaying decode steps as CUDA
+  // graphs (vLLM's --enforce-eager; for debugging and measurements).
+  bool enforce_eager = false;
 };
 
 struct EngineOptions {

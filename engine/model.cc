@@ -328,14 +328,25 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
 }
 
 absl::StatusOr<Tensor> Model::Forward(const StepPlan& plan, const Tensor* input, ForwardTrace* trace) {
-  SPAR_RETURN_IF_ERROR(backend_->BeginStep(plan));
+  if (!is_first_stage() &&
+      (input == nullptr || input->rows() != plan.num_tokens() || input->cols() != config_.hidden_size)) {
+    return absl::InvalidArgumentError("stage input must be [tokens, hidden]");
+  }
+  Backend::StepOptions options;
+  // A trace reads tensors back mid-step and the random-selection control
+  // draws its positions on the host: neither can be replayed.
+  options.replayable = trace == nullptr && !indexer_.random_selection_seed.has_value();
+  options.indexer_topk = indexer_.topk;
+  return backend_->RunStep(
+      plan, is_first_stage() ? nullptr : input,
+      [&](const Tensor* in) { return ForwardOps(plan, in, trace); }, options);
+}
+
+absl::StatusOr<Tensor> Model::ForwardOps(const StepPlan& plan, const Tensor* input, ForwardTrace* trace) {
   Tensor x;
   if (is_first_stage()) {
     SPAR_ASSIGN_OR_RETURN(x, backend_->Embed(*embedding_));
   } else {
-    if (input == nullptr || input->rows() != plan.num_tokens() || input->cols() != config_.hidden_size) {
-      return absl::InvalidArgumentError("stage input must be [tokens, hidden]");
-    }
     x = *input;
   }
   Tensor residual, topk;

@@ -65,12 +65,15 @@ class Model {
   // Runs this stage on a finalized plan. The first stage embeds the plan's
   // tokens; later stages take `input` [T, hidden]. Returns the hidden state
   // [T, hidden], or on the last stage the logits [plan.logit_rows, vocab].
+  // Decode steps may run as replayed CUDA graphs on the cuda backend.
   absl::StatusOr<Tensor> Forward(const StepPlan& plan, const Tensor* input, ForwardTrace* trace = nullptr);
 
  private:
   struct Layer;
   Model() = default;
   absl::Status LoadLayer(const Checkpoint& ck, int layer);
+  // The op sequence of one step (Forward hands it to Backend::RunStep).
+  absl::StatusOr<Tensor> ForwardOps(const StepPlan& plan, const Tensor* input, ForwardTrace* trace);
   absl::StatusOr<Tensor> Attention(int local, const Layer& layer, const Tensor& h, Tensor* shared_topk,
                                    ForwardTrace* trace);
 

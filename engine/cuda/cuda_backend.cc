@@ -6,13 +6,17 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdio>
 #include <map>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/numeric.h"
 #include "base/status_macros.h"
 #include "engine/cuda/glue_kernels.h"
+#include "engine/decode_graph_key.h"
 #include "engine/weight_convert.h"
 #include "kernels/cuda/attention/absorb_gemm.h"
 #include "kernels/cuda/attention/mla_cache.h"
@@ -263,17 +267,34 @@ const T& As(const Weight& w) {
 const __nv_bfloat16* Bf16(const Tensor& t) { return t.as<__nv_bfloat16>(); }
 __nv_bfloat16* Bf16Mut(const Tensor& t) { return t.as<__nv_bfloat16>(); }
 
+// ---------------------------------------------------------------- decode graphs
+
+// One captured decode step: the executable graph and the fixed buffers its
+// kernels read (step metadata, stage input); its output lives in memory the
+// graph allocates on every launch (freed automatically at the next one).
+struct DecodeGraph {
+  cudaGraphExec_t exec = nullptr;
+  DeviceBuffer meta, input;
+  Tensor output;  // the captured output tensor: the graph's allocation
+  uint64_t last_used = 0;
+  ~DecodeGraph() {
+    output = Tensor();  // frees the graph's output allocation (stream-ordered)
+    if (exec) cudaGraphExecDestroy(exec);
+  }
+};
+
 // ---------------------------------------------------------------- backend
 
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
   ~CudaBackend() override {
+    // Graphs first: their output allocations are freed on the stream.
+    graphs_.clear();
     if (stream_) cudaStreamSynchronize(stream_);
     if (comm_ != nullptr) ncclCommDestroy(comm_);
     for (cudaEvent_t e : all_events_) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
-    if (pinned_) cudaFreeHost(pinned_);
   }
 
   absl::Status Init() {
@@ -325,14 +346,21 @@ class CudaBackend final : public Backend {
     }
     const size_t n = static_cast<size_t>(x->rows() * x->cols());
     const bool f32 = x->dtype() == DType::kF32;
-    SPAR_ASSIGN_OR_RETURN(TimedSpan span, StartSpan());
+    // Inside a graph capture the events would become graph nodes: the
+    // all-reduces of replayed steps are not timed (--enforce-eager times them).
+    TimedSpan span;
+    if (!capturing_) {
+      SPAR_ASSIGN_OR_RETURN(span, StartSpan());
+    }
     const ncclResult_t r =
         ncclAllReduce(x->data(), x->data(), n, f32 ? ncclFloat32 : ncclBfloat16, ncclSum, comm_, stream_);
     if (r != ncclSuccess) return absl::InternalError(absl::StrCat("ncclAllReduce: ", ncclGetErrorString(r)));
-    SPAR_CUDA_RETURN_IF_ERROR(cudaEventRecord(span.end, stream_));
-    pending_spans_.push_back(span);
-    stats_.calls += 1;
-    stats_.bytes += static_cast<int64_t>(n * (f32 ? 4 : 2));
+    if (!capturing_) {
+      SPAR_CUDA_RETURN_IF_ERROR(cudaEventRecord(span.end, stream_));
+      pending_spans_.push_back(span);
+      stats_.calls += 1;
+      stats_.bytes += static_cast<int64_t>(n * (f32 ? 4 : 2));
+    }
     if (f32) {
       SPAR_ASSIGN_OR_RETURN(Tensor rounded, NewTensor(x->rows(), x->cols()));
       SPAR_RETURN_IF_ERROR(glue::F32ToBf16(x->as<float>(), static_cast<int64_t>(n), rounded.as<uint16_t>(), stream_));
@@ -554,6 +582,119 @@ class CudaBackend final : public Backend {
   // ---- step metadata ----
 
   absl::Status BeginStep(const StepPlan& plan) override {
+    SPAR_RETURN_IF_ERROR(ScanPlan(plan));
+    return UploadStepMetadata(plan, table_stride_, &meta_, /*may_grow=*/true);
+  }
+
+  absl::StatusOr<Tensor> RunStep(const StepPlan& plan, const Tensor* input, const StepOps& ops,
+                                 const StepOptions& step) override {
+    std::optional<DecodeGraphKey> key;
+    if (options_.cuda_graphs && step.replayable && (input == nullptr || input->dtype() == DType::kBF16)) {
+      key = DecodeGraphKeyFor(plan, input != nullptr, step.indexer_topk, kMaxGraphTokens);
+    }
+    if (!key || uncapturable_.count(*key)) {
+      graph_stats_.eager_steps += 1;
+      SPAR_RETURN_IF_ERROR(BeginStep(plan));
+      return ops(input);
+    }
+    SPAR_RETURN_IF_ERROR(ScanPlan(plan));
+    DecodeGraph* g = nullptr;
+    if (auto it = graphs_.find(*key); it != graphs_.end()) {
+      g = it->second.get();
+      SPAR_RETURN_IF_ERROR(UploadStepMetadata(plan, key->table_stride, &g->meta, /*may_grow=*/false));
+      if (input != nullptr) SPAR_RETURN_IF_ERROR(CopyRows(*input, g->input.as<void>()));
+    } else {
+      SPAR_ASSIGN_OR_RETURN(g, Capture(*key, plan, input, ops));
+      if (g == nullptr) {  // not capturable: this shape runs eagerly from now on
+        graph_stats_.eager_steps += 1;
+        SPAR_RETURN_IF_ERROR(BeginStep(plan));
+        return ops(input);
+      }
+    }
+    g->last_used = ++graph_clock_;
+    SPAR_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g->exec, stream_));
+    graph_stats_.replays += 1;
+    // Hand out a copy: the graph's output buffer is reallocated by its next
+    // launch, while a caller may keep the result.
+    const Tensor& o = g->output;
+    SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(o.rows(), o.cols(), o.dtype()));
+    const size_t elem = DTypeSize(o.dtype());
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out.data(), out.ld() * elem, o.data(), o.ld() * elem, o.cols() * elem,
+                                                o.rows(), cudaMemcpyDeviceToDevice, stream_));
+    return out;
+  }
+
+  void set_step_replay(bool enabled) override { options_.cuda_graphs = enabled; }
+
+  StepGraphStats graph_stats() const override {
+    StepGraphStats s = graph_stats_;
+    s.graphs = static_cast<int64_t>(graphs_.size());
+    return s;
+  }
+
+  // Contiguous bf16 copy of x's rows into dst (a graph's fixed input).
+  absl::Status CopyRows(const Tensor& x, void* dst) {
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, x.cols() * 2, x.data(), x.ld() * 2, x.cols() * 2, x.rows(),
+                                                cudaMemcpyDeviceToDevice, stream_));
+    return absl::OkStatus();
+  }
+
+  // Records `ops` for this step shape into a new graph (ScanPlan done).
+  // Returns null when the ops cannot be captured (some op synchronises or
+  // allocates outside the stream): the caller runs them eagerly.
+  absl::StatusOr<DecodeGraph*> Capture(const DecodeGraphKey& key, const StepPlan& plan, const Tensor* input,
+                                       const StepOps& ops) {
+    if (static_cast<int>(graphs_.size()) >= std::max(1, options_.max_cuda_graphs)) {
+      auto lru = graphs_.begin();
+      for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+        if (it->second->last_used < lru->second->last_used) lru = it;
+      }
+      SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // no launch of it in flight
+      graphs_.erase(lru);
+    }
+    auto g = std::make_unique<DecodeGraph>();
+    SPAR_RETURN_IF_ERROR(UploadStepMetadata(plan, key.table_stride, &g->meta, /*may_grow=*/true));
+    // Grids sized for the whole bucket: the kernels stop at each row's length.
+    if (!key.select_all) max_ctx_ = std::max<int64_t>(max_ctx_, key.max_context());
+    Tensor in;
+    if (input != nullptr) {
+      SPAR_RETURN_IF_ERROR(g->input.Allocate(static_cast<size_t>(input->rows() * input->cols()) * 2));
+      SPAR_RETURN_IF_ERROR(CopyRows(*input, g->input.as<void>()));
+      in = Tensor(DType::kBF16, input->rows(), input->cols(), nullptr, g->input.as<void>(), input->cols());
+    }
+    cudaGraph_t graph = nullptr;
+    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    absl::StatusOr<Tensor> out = ops(input != nullptr ? &in : nullptr);
+    capturing_ = false;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    cudaError_t inst = cudaErrorUnknown;
+    if (out.ok() && end == cudaSuccess) {
+      inst = cudaGraphInstantiateWithFlags(&g->exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (!out.ok() || end != cudaSuccess || inst != cudaSuccess) {
+      const std::string why = !out.ok() ? std::string(out.status().message())
+                                        : cudaGetErrorString(end != cudaSuccess ? end : inst);
+      g->exec = nullptr;
+      out = Tensor();  // a failed capture's tensors were never allocated
+      cudaGetLastError();  // capture errors are not sticky; clear the last one
+      uncapturable_.insert(key);
+      graph_stats_.capture_failures += 1;
+      std::fprintf(stderr, "cuda backend: decode step (%s) not captured as a graph, runs eagerly: %s\n",
+                   key.DebugString().c_str(), why.c_str());
+      return static_cast<DecodeGraph*>(nullptr);
+    }
+    g->output = *std::move(out);
+    graph_stats_.captures += 1;
+    DecodeGraph* raw = g.get();
+    graphs_[key] = std::move(g);
+    return raw;
+  }
+
+  // Validates the plan against the caches and RoPE tables and sets the
+  // step's host-side numbers.
+  absl::Status ScanPlan(const StepPlan& plan) {
     plan_ = &plan;
     tokens_ = plan.num_tokens();
     num_seqs_ = static_cast<int64_t>(plan.seqs.size());
@@ -573,8 +714,15 @@ class CudaBackend final : public Backend {
       }
       max_ctx_ = std::max<int64_t>(max_ctx_, p + 1);
     }
-    // One staging buffer, one copy: ids, positions, slots, token_seq,
-    // kv_len (= position + 1), logit rows, block tables [seqs, stride].
+    return absl::OkStatus();
+  }
+
+  // Writes the step's per-token metadata into `dst` and points the ops at
+  // it: ids, positions, slots, token_seq, kv_len (= position + 1), logit
+  // rows, block tables [seqs, stride]. One pageable copy: the driver stages
+  // it at once, so no host synchronisation is needed before the buffer is
+  // reused; the stream orders it after the previous step's kernels.
+  absl::Status UploadStepMetadata(const StepPlan& plan, int64_t stride, DeviceBuffer* dst, bool may_grow) {
     host_meta_.clear();
     auto put = [&](const std::vector<int32_t>& v) {
       const size_t at = host_meta_.size();
@@ -584,24 +732,23 @@ class CudaBackend final : public Backend {
     };
     std::vector<int32_t> kv_len(tokens_);
     for (int64_t t = 0; t < tokens_; ++t) kv_len[t] = plan.positions[t] + 1;
-    std::vector<int32_t> tables(static_cast<size_t>(num_seqs_ * table_stride_), 0);
+    std::vector<int32_t> tables(static_cast<size_t>(num_seqs_ * stride), 0);
     for (int64_t s = 0; s < num_seqs_; ++s) {
-      std::copy(plan.seqs[s].block_table.begin(), plan.seqs[s].block_table.end(), tables.begin() + s * table_stride_);
+      std::copy(plan.seqs[s].block_table.begin(), plan.seqs[s].block_table.end(), tables.begin() + s * stride);
     }
     const size_t o_ids = put(plan.token_ids), o_pos = put(plan.positions), o_slots = put(plan.slots),
                  o_seq = put(plan.token_seq), o_kv = put(kv_len), o_logit = put(plan.logit_rows), o_tab = put(tables);
     const size_t bytes = host_meta_.size() * 4;
-    if (bytes > pinned_bytes_) {
-      if (pinned_) cudaFreeHost(pinned_);
-      pinned_bytes_ = std::max<size_t>(bytes * 2, 1 << 16);
-      SPAR_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, pinned_bytes_));
-      SPAR_RETURN_IF_ERROR(meta_.Allocate(pinned_bytes_));
+    if (bytes > dst->bytes()) {
+      if (!may_grow) {
+        return absl::InternalError(absl::StrCat("step metadata of ", bytes, " bytes does not fit its graph's ",
+                                                dst->bytes(), " bytes"));
+      }
+      SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the old buffer may still be read
+      SPAR_RETURN_IF_ERROR(dst->Allocate(std::max<size_t>(bytes * 2, 1 << 16)));
     }
-    // The previous step's copy must have landed before the staging buffer is reused.
-    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    std::memcpy(pinned_, host_meta_.data(), bytes);
-    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<void>(), pinned_, bytes, cudaMemcpyHostToDevice, stream_));
-    int32_t* base = meta_.as<int32_t>();
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst->as<void>(), host_meta_.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    int32_t* base = dst->as<int32_t>();
     d_ids_ = base + o_ids;
     d_pos_ = base + o_pos;
     d_slots_ = base + o_slots;
@@ -609,6 +756,7 @@ class CudaBackend final : public Backend {
     d_kv_len_ = base + o_kv;
     d_logit_rows_ = base + o_logit;
     d_tables_ = base + o_tab;
+    table_stride_ = stride;
     return absl::OkStatus();
   }
 
@@ -806,14 +954,14 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Tensor> GatherRows(const Tensor& x, const std::vector<int32_t>& rows) override {
     SPAR_ASSIGN_OR_RETURN(Tensor y, NewTensor(static_cast<int64_t>(rows.size()), x.cols(), x.dtype()));
     const int32_t* d_rows = d_logit_rows_;
-    DeviceBuffer tmp;
+    Tensor tmp;  // stream-ordered: no host synchronisation for its lifetime
     if (plan_ == nullptr || rows != plan_->logit_rows) {
-      SPAR_RETURN_IF_ERROR(tmp.Upload(rows.data(), rows.size() * 4, stream_));
+      SPAR_ASSIGN_OR_RETURN(tmp, NewTensor(1, static_cast<int64_t>(rows.size()), DType::kI32));
+      SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tmp.data(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, stream_));
       d_rows = tmp.as<int32_t>();
     }
     SPAR_RETURN_IF_ERROR(glue::GatherRows(x.data(), x.ld(), d_rows, static_cast<int64_t>(rows.size()), x.cols(),
                                           static_cast<int>(DTypeSize(x.dtype())), y.data(), y.ld(), stream_));
-    if (tmp.bytes()) SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // tmp dies here
     return y;
   }
 
@@ -922,8 +1070,7 @@ class CudaBackend final : public Backend {
     // Gathered rows: row t starts at its sequence's first key (ks, on the device).
     const int32_t* d_row_start = nullptr;
     int64_t stride = (max_ctx_ + 3) / 4 * 4;
-    Tensor logits, keys, kscale;
-    DeviceBuffer starts;
+    Tensor logits, keys, kscale, starts;
     if (all_single_) {
       SPAR_ASSIGN_OR_RETURN(logits, NewTensor(tokens_, stride, DType::kF32));
       IndexerLogitsPagedParams lp;
@@ -962,7 +1109,10 @@ class CudaBackend final : public Backend {
       stride = (total + 3) / 4 * 4;
       std::vector<int32_t> meta;
       for (auto* v : {&seq_len, &seq_off, &ks, &ke}) meta.insert(meta.end(), v->begin(), v->end());
-      SPAR_RETURN_IF_ERROR(starts.Upload(meta.data(), meta.size() * 4, stream_));
+      // Stream-ordered, so it may die with this frame without a host sync.
+      SPAR_ASSIGN_OR_RETURN(starts, NewTensor(1, static_cast<int64_t>(meta.size()), DType::kI32));
+      SPAR_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(starts.data(), meta.data(), meta.size() * 4, cudaMemcpyHostToDevice, stream_));
       const int32_t* d_len = starts.as<int32_t>();
       const int32_t* d_off = d_len + num_seqs_;
       const int32_t* d_ks = d_off + num_seqs_;
@@ -1014,8 +1164,6 @@ class CudaBackend final : public Backend {
     SPAR_RETURN_IF_ERROR(LaunchTopK(tp, stream_));
     SPAR_RETURN_IF_ERROR(glue::PositionsToSlots(out.as<int32_t>(), tokens_, spec.topk, d_seq_, d_tables_,
                                                 table_stride_, stream_));
-    // The small host-uploaded buffers above die with this frame.
-    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return out;
   }
 
@@ -1093,18 +1241,21 @@ class CudaBackend final : public Backend {
       }
       offsets.push_back(static_cast<int32_t>(ids.size()));
     }
-    DeviceBuffer d_params, d_hist, d_out;
-    SPAR_RETURN_IF_ERROR(d_params.Upload(params.data(), params.size() * sizeof(SamplingRowParams), stream_));
+    // Stream-ordered temporaries (a cudaMalloc/cudaFree pair per step would
+    // synchronise the device); pageable uploads are staged at once.
     std::vector<int32_t> hist = offsets;
     hist.insert(hist.end(), ids.begin(), ids.end());
     hist.insert(hist.end(), pc.begin(), pc.end());
     hist.insert(hist.end(), oc.begin(), oc.end());
-    SPAR_RETURN_IF_ERROR(d_hist.Upload(hist.data(), hist.size() * 4, stream_));
     const size_t ws = SampleWorkspaceBytes(rows, static_cast<int>(logits.cols()));
-    DeviceBuffer d_ws;
-    SPAR_RETURN_IF_ERROR(d_ws.Allocate(ws));
+    SPAR_ASSIGN_OR_RETURN(Tensor d_params, NewTensor(1, static_cast<int64_t>(params.size() * sizeof(SamplingRowParams)), DType::kU8));
+    SPAR_ASSIGN_OR_RETURN(Tensor d_hist, NewTensor(1, static_cast<int64_t>(hist.size()), DType::kI32));
+    SPAR_ASSIGN_OR_RETURN(Tensor d_ws, NewTensor(1, static_cast<int64_t>(ws) + 16, DType::kU8));
     // out: tokens [rows], logprobs [rows], top ids [rows, n], top values [rows, n]
-    SPAR_RETURN_IF_ERROR(d_out.Allocate(static_cast<size_t>(rows) * (2 + 2 * top_n) * 4 + 16));
+    SPAR_ASSIGN_OR_RETURN(Tensor d_out, NewTensor(1, static_cast<int64_t>(rows) * (2 + 2 * top_n) + 4, DType::kI32));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_params.data(), params.data(), params.size() * sizeof(SamplingRowParams),
+                                              cudaMemcpyHostToDevice, stream_));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_hist.data(), hist.data(), hist.size() * 4, cudaMemcpyHostToDevice, stream_));
     SampleParams sp;
     sp.logits = logits.as<float>();
     sp.logits_stride = logits.ld();
@@ -1116,7 +1267,7 @@ class CudaBackend final : public Backend {
     sp.history_ids = h + offsets.size();
     sp.history_prompt_counts = sp.history_ids + ids.size();
     sp.history_output_counts = sp.history_prompt_counts + ids.size();
-    sp.workspace = d_ws.as<void>();
+    sp.workspace = d_ws.data();
     sp.workspace_bytes = ws;
     int32_t* o = d_out.as<int32_t>();
     sp.tokens = o;
@@ -1184,6 +1335,8 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+  // Larger decode batches gain little from a graph (their kernels are long).
+  static constexpr int64_t kMaxGraphTokens = 512;
   static constexpr int64_t kDefaultRopeRows = 32768;
 
   absl::Status CheckLayer(int layer) const {
@@ -1257,9 +1410,13 @@ class CudaBackend final : public Backend {
   int64_t tokens_ = 0, num_seqs_ = 0, table_stride_ = 1, max_ctx_ = 0;
   bool all_single_ = true;
   std::vector<int32_t> host_meta_;
-  void* pinned_ = nullptr;
-  size_t pinned_bytes_ = 0;
   DeviceBuffer meta_;
+  // Decode CUDA graphs (RunStep).
+  std::map<DecodeGraphKey, std::unique_ptr<DecodeGraph>> graphs_;
+  std::set<DecodeGraphKey> uncapturable_;
+  uint64_t graph_clock_ = 0;
+  bool capturing_ = false;
+  StepGraphStats graph_stats_;
   const int32_t *d_ids_ = nullptr, *d_pos_ = nullptr, *d_slots_ = nullptr, *d_seq_ = nullptr, *d_kv_len_ = nullptr,
                 *d_logit_rows_ = nullptr, *d_tables_ = nullptr;
 };

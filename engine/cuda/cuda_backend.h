@@ -25,6 +25,13 @@ struct CudaBackendOptions {
   // (NewNcclUniqueId) and handed to the others.
   TpRank tp;
   std::string nccl_unique_id;
+  // Decode steps (one new token per sequence) are captured once per shape
+  // (batch size, logit rows, block-table width rounded up to a power of two)
+  // as CUDA graphs and replayed: one launch instead of a few hundred, so a
+  // small batch is not bound by the host's kernel-launch rate.
+  bool cuda_graphs = true;
+  // At most this many graphs are kept (least recently used ones go).
+  int max_cuda_graphs = 128;
 };
 
 // A fresh NCCL unique id (opaque bytes) for a tensor-parallel group.

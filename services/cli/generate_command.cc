@@ -33,7 +33,7 @@ struct GenerateFlags {
   double gpu_memory_utilization = 0;
   double temperature = 0.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, frequency_penalty = 0.0,
          presence_penalty = 0.0, timeout_s = 300;
-  bool ignore_eos = false, show_ids = false, logprobs = false, chat = false;
+  bool ignore_eos = false, show_ids = false, logprobs = false, chat = false, enforce_eager = false;
 };
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
@@ -198,6 +198,7 @@ int RunLocal(const GenerateFlags& f) {
   options.model.num_blocks = f.num_blocks;
   options.model.gpu_memory_utilization = f.gpu_memory_utilization;
   options.model.max_model_len = f.max_model_len;
+  options.backend_options.enforce_eager = f.enforce_eager;
   auto engine = Engine::Create(f.model, options);
   if (!engine.ok()) {
     std::cerr << "generate: " << engine.status().message() << "\n";
@@ -266,6 +267,8 @@ int RunGenerate(int argc, char** argv) {
   args.AddDouble("gpu-memory-utilization", &f.gpu_memory_utilization,
                  "in-process, cuda: size the KV cache to this fraction of GPU memory (0..1; 0 = --num-blocks)");
   args.AddInt("max-model-len", &f.max_model_len, "in-process: longest sequence served (default: the model's)");
+  args.AddBool("enforce-eager", &f.enforce_eager,
+               "in-process, cuda: run decode steps op by op instead of replaying them as CUDA graphs");
   args.AddInt("n", &f.n, "--server: sequences to generate (default 1)");
   args.AddString("stop", &f.stop, "--server: a stop string");
   args.AddString("request-id", &f.request_id, "--server: the request id (default: assigned)");

@@ -240,6 +240,106 @@ TEST_P(CudaParityTest, ReportsGreedyAgreementWithTransformers) {
             << "prompt length: " << summary << "\n";
 }
 
+// Decode steps replayed as CUDA graphs against the same steps run eagerly,
+// on the same caches (a decode step rewrites only its own new cache row, so
+// running it twice is harmless). The contexts grow across the indexer's
+// top-k (64 here: all keys selected below it, scored and selected above)
+// and across several power-of-two table widths, and the batch changes
+// shape on the way, so captures of several keys are replayed for plans
+// other than the one they were captured with. Steps whose contexts fit in
+// the top-k run the very same kernels with the same arguments: bitwise
+// equal. Above it the graph's indexer grids cover the whole bucket (the
+// kernels stop at each row's length), which may reorder equal-score
+// selections and so the attention sums: bf16 tolerance and the same argmax.
+TEST_P(CudaParityTest, DecodeGraphsReplayLikeEagerSteps) {
+  constexpr int kTopK = 64, kSteps = 150, kSeqBlocks = 4;
+  auto cuda = MakeEngine(dir_, "cuda", kTopK);
+  ASSERT_TRUE(cuda);
+  Model& model = cuda->model();
+  Backend* backend = model.backend();
+  const ModelConfig& c = model.config();
+  struct Seq {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> table;
+  };
+  std::vector<Seq> seqs(3);
+  for (int i = 0; i < 3; ++i) {
+    seqs[i].tokens.assign(prompts_[i].begin(), prompts_[i].begin() + std::min<size_t>(prompts_[i].size(), 5 + 7 * i));
+    for (int b = 0; b < kSeqBlocks; ++b) seqs[i].table.push_back(i * kSeqBlocks + b);
+  }
+  auto host_rows = [&](const Tensor& t) {
+    auto h = backend->ToHost(t);
+    EXPECT_TRUE(h.ok()) << h.status();
+    return h.ok() ? *h : std::vector<float>();
+  };
+  {  // prefill, eager
+    StepPlan plan;
+    for (int i = 0; i < 3; ++i) {
+      plan.seqs.push_back({.seq_id = i, .start_pos = 0, .tokens = seqs[i].tokens, .block_table = seqs[i].table,
+                           .num_logits = 0});
+    }
+    ASSERT_TRUE(plan.Finalize(c.vocab_size, c.max_position_embeddings, model.num_blocks()).ok());
+    ASSERT_TRUE(model.Forward(plan, nullptr).ok());
+  }
+  const StepGraphStats before = backend->graph_stats();
+  int bitwise = 0, dense_steps = 0, sparse_steps = 0;
+  double worst_sparse = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    // Batch shapes change: all three, then without the second, then all.
+    std::vector<int> active = {0, 1, 2};
+    if (step >= 40 && step < 70) active = {0, 2};
+    StepPlan plan;
+    int max_ctx = 0;
+    for (int i : active) {
+      const int pos = static_cast<int>(seqs[i].tokens.size()) - 1;
+      // The newest token was never cached: decode it at its position.
+      plan.seqs.push_back({.seq_id = i, .start_pos = pos, .tokens = {seqs[i].tokens.back()},
+                           .block_table = std::vector<int32_t>(seqs[i].table.begin(),
+                                                               seqs[i].table.begin() + pos / 64 + 1),
+                           .num_logits = 1});
+      max_ctx = std::max(max_ctx, pos + 1);
+    }
+    ASSERT_TRUE(plan.Finalize(c.vocab_size, c.max_position_embeddings, model.num_blocks()).ok());
+    backend->set_step_replay(true);
+    auto graph = model.Forward(plan, nullptr);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    const std::vector<float> g = host_rows(*graph);
+    backend->set_step_replay(false);
+    auto eager = model.Forward(plan, nullptr);
+    ASSERT_TRUE(eager.ok()) << eager.status();
+    const std::vector<float> e = host_rows(*eager);
+    backend->set_step_replay(true);
+    ASSERT_EQ(g.size(), e.size());
+    bitwise += g == e;
+    const int64_t vocab = c.vocab_size;
+    for (size_t r = 0; r < active.size(); ++r) {
+      const std::vector<float> gr(g.begin() + r * vocab, g.begin() + (r + 1) * vocab);
+      const std::vector<float> er(e.begin() + r * vocab, e.begin() + (r + 1) * vocab);
+      const int32_t next = static_cast<int32_t>(std::max_element(er.begin(), er.end()) - er.begin());
+      if (max_ctx <= kTopK) {
+        ASSERT_EQ(gr, er) << "step " << step << ", row " << r << ": all-keys step differs between graph and eager";
+      } else {
+        const double err = RelErr(er, gr);
+        worst_sparse = std::max(worst_sparse, err);
+        EXPECT_LE(err, 2e-2) << "step " << step << ", row " << r;
+        EXPECT_EQ(std::max_element(gr.begin(), gr.end()) - gr.begin(), next) << "step " << step << ", row " << r;
+      }
+      seqs[active[r]].tokens.push_back(next);
+    }
+    (max_ctx <= kTopK ? dense_steps : sparse_steps) += 1;
+  }
+  const StepGraphStats after = backend->graph_stats();
+  EXPECT_GT(dense_steps, 10);
+  EXPECT_GT(sparse_steps, 10);
+  EXPECT_EQ(after.capture_failures, before.capture_failures);
+  // Keys: (3 or 2 sequences) x (table widths 1, 2, 4) x (all keys or scored).
+  EXPECT_GE(after.captures - before.captures, 4);
+  EXPECT_EQ(after.replays - before.replays, kSteps) << "every graph-enabled step replayed";
+  std::cout << GetParam().name << ": " << kSteps << " decode steps, graphs " << after.captures - before.captures
+            << " captured; bitwise equal to eager on " << bitwise << " steps (" << dense_steps
+            << " all-keys steps must be); worst scored-step rel err " << worst_sparse << "\n";
+}
+
 INSTANTIATE_TEST_SUITE_P(AllVariants, CudaParityTest, testing::AllTinyVariants(), testing::TinyVariantTestName);
 
 TEST(CudaBackendTest, RefusesWithoutAGpuOrExplainsTheDevice) {
