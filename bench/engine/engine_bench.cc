@@ -1,8 +1,10 @@
 // Whole-layer decode and prefill timing of the engine on a backend: loads a
 // stage of a checkpoint (e.g. the MoE layers of `make-tiny --geometry
-// glm5-full`), fills the caches with a real prefill of `--context` tokens,
-// then times decode steps at each batch size (every sequence reads the same
-// context blocks; each writes its own new block) and a prefill chunk.
+// glm5-full`), fills the caches of max(--batches) sequences with a real
+// prefill of max(--contexts) tokens each (distinct contexts: nothing is
+// served from L2 that a real batch would read from memory), then times
+// decode steps at each context and batch size, replayed as CUDA graphs and
+// eagerly, and the prefill chunks.
 // Per-layer time is compared with the roofline: the bytes of the layer's
 // active weights plus the cache rows it must read, at the copy bandwidth
 // measured in the same run. With --tp-size > 1 one process per GPU runs the
@@ -10,7 +12,8 @@
 // all-reduce share of the step is reported.
 //
 // Timings: medians after warm-up, CUDA events on the backend's stream around
-// Model::Forward (host launch work included when it stalls the GPU).
+// Model::Forward (host launch work included when it stalls the GPU); "host"
+// is the wall time the eager step's Forward call takes to enqueue its work.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -42,8 +45,8 @@ struct Flags {
   int make_layers = 5;
   bool fp8 = true;
   int first_layer = 3, last_layer = 5;
-  std::vector<int> batches = {1, 64};
-  int context = 8192;
+  std::vector<int> batches = {1, 8, 32, 128};
+  std::vector<int> contexts = {1024, 8192, 32768};
   int prefill_chunk = 4096;
   int warmup = 3, reps = 15;
   std::string latent = "bf16";
@@ -87,8 +90,16 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
         if (!absl::SimpleAtoi(s, &b) || b < 1) return absl::InvalidArgumentError("--batches wants N,N,...");
         f.batches.push_back(b);
       }
-    } else if (a == "--context") {
-      SPAR_RETURN_IF_ERROR(int_value(&f.context));
+    } else if (a == "--contexts") {
+      SPAR_ASSIGN_OR_RETURN(std::string v, value());
+      f.contexts.clear();
+      for (absl::string_view s : absl::StrSplit(v, ',')) {
+        int c;
+        if (!absl::SimpleAtoi(s, &c) || c < kBlockSize || c % kBlockSize != 0) {
+          return absl::InvalidArgumentError("--contexts wants multiples of 64: N,N,...");
+        }
+        f.contexts.push_back(c);
+      }
     } else if (a == "--prefill-chunk") {
       SPAR_RETURN_IF_ERROR(int_value(&f.prefill_chunk));
     } else if (a == "--reps") {
@@ -108,7 +119,6 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     }
   }
   if (f.model.empty()) return absl::InvalidArgumentError("--model DIR is required");
-  if (f.context % kBlockSize != 0) return absl::InvalidArgumentError("--context must be a multiple of 64");
   return f;
 }
 
@@ -199,11 +209,13 @@ absl::Status Run(const Flags& f) {
   SPAR_ASSIGN_OR_RETURN(auto backend, CreateBackend(bo));
   SPAR_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(f.model + "/config.json"));
   const int max_batch = *std::max_element(f.batches.begin(), f.batches.end());
-  const int ctx_blocks = f.context / kBlockSize;
+  const int max_context = *std::max_element(f.contexts.begin(), f.contexts.end());
+  // Each sequence owns max_context / 64 blocks plus one for its new token.
+  const int seq_blocks = max_context / kBlockSize + 1;
   ModelOptions mo;
   mo.first_layer = f.first_layer;
   mo.last_layer = f.last_layer;
-  mo.num_blocks = ctx_blocks + max_batch + 2;
+  mo.num_blocks = static_cast<int64_t>(max_batch) * seq_blocks + 2;
   mo.latent_format = f.latent == "fp8" ? ref::LatentFormat::kFp8Ds : ref::LatentFormat::kBF16;
   mo.indexer_format = ref::IndexerFormat::kFp8;
   const auto t0 = std::chrono::steady_clock::now();
@@ -219,85 +231,123 @@ absl::Status Run(const Flags& f) {
     for (auto& v : h) v = static_cast<float>((rng.UniformDouble() * 2 - 1) * 1.732);  // unit variance
     return h;
   };
+  auto table_of = [&](int seq, int blocks) {
+    std::vector<int32_t> t(blocks);
+    for (int i = 0; i < blocks; ++i) t[i] = seq * seq_blocks + i;
+    return t;
+  };
 
-  // Prefill the shared context in chunks (timed: prefill throughput).
-  std::vector<int32_t> ctx_table(ctx_blocks);
-  for (int i = 0; i < ctx_blocks; ++i) ctx_table[i] = i;
+  // Prefill every sequence's context in chunks (timed: prefill throughput).
+  // One random chunk serves every chunk: drawing millions of host randoms
+  // per chunk would take longer than the prefill itself.
+  SPAR_ASSIGN_OR_RETURN(const Tensor chunk_in, backend->FromHost(random_hidden(f.prefill_chunk), f.prefill_chunk, hidden));
   std::vector<double> prefill_s;
-  for (int start = 0; start < f.context; start += f.prefill_chunk) {
-    const int n = std::min(f.prefill_chunk, f.context - start);
-    StepPlan plan;
-    SequenceStep s;
-    s.seq_id = 0;
-    s.start_pos = start;
-    s.tokens.assign(n, 1);
-    s.block_table.assign(ctx_table.begin(), ctx_table.begin() + (start + n + kBlockSize - 1) / kBlockSize);
-    s.num_logits = 0;
-    plan.seqs.push_back(s);
-    SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, mo.num_blocks));
-    SPAR_ASSIGN_OR_RETURN(Tensor in, backend->FromHost(random_hidden(n), n, hidden));
-    SPAR_ASSIGN_OR_RETURN(double sec, backend->TimeWork([&]() -> absl::Status {
-      return model->Forward(plan, &in).status();
-    }));
-    if (n == f.prefill_chunk) prefill_s.push_back(sec);
+  const auto p0 = std::chrono::steady_clock::now();
+  for (int seq = 0; seq < max_batch; ++seq) {
+    for (int start = 0; start < max_context; start += f.prefill_chunk) {
+      const int n = std::min(f.prefill_chunk, max_context - start);
+      StepPlan plan;
+      SequenceStep s;
+      s.seq_id = seq;
+      s.start_pos = start;
+      s.tokens.assign(n, 1);
+      s.block_table = table_of(seq, (start + n + kBlockSize - 1) / kBlockSize);
+      s.num_logits = 0;
+      plan.seqs.push_back(s);
+      SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, mo.num_blocks));
+      const Tensor in = chunk_in.Rows(0, n);
+      SPAR_ASSIGN_OR_RETURN(double sec, backend->TimeWork([&]() -> absl::Status {
+        return model->Forward(plan, &in).status();
+      }));
+      if (n == f.prefill_chunk) prefill_s.push_back(sec);
+    }
   }
+  const double prefill_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
 
   const double bw = bench::MeasureCopyBandwidthGBs() * 1e9;
   SPAR_ASSIGN_OR_RETURN(auto ck, Checkpoint::Open(f.model));
   const size_t latent_row = ref::LatentRowBytes(mo.latent_format);
+  const int kModelLayers = 78;  // GLM-5
   if (f.tp.rank == 0) {
-    std::printf("# engine_bench: %s, layers [%d, %d) of %s, context %d, latent %s, TP %d, load %.1f s, copy bw %.0f GB/s\n",
-                bench::DeviceName().c_str(), f.first_layer, f.last_layer, f.model.c_str(), f.context,
-                f.latent.c_str(), f.tp.size, load_s, bw / 1e9);
+    std::printf("# engine_bench: %s, layers [%d, %d) of %s, latent %s, TP %d, load %.1f s, prefill of %d x %d "
+                "tokens %.1f s, copy bw %.0f GB/s\n",
+                bench::DeviceName().c_str(), f.first_layer, f.last_layer, f.model.c_str(), f.latent.c_str(), f.tp.size,
+                load_s, max_batch, max_context, prefill_wall, bw / 1e9);
     if (!prefill_s.empty()) {
       const double s = Median(prefill_s);
-      std::printf("prefill chunk %d tokens at context <= %d: %.2f ms per layer, %.0f tokens/s per layer\n",
-                  f.prefill_chunk, f.context, s * 1e3 / layers, f.prefill_chunk / (s / layers));
+      std::printf("prefill chunk %d tokens at contexts <= %d: %.2f ms per layer, %.0f tokens/s per layer\n",
+                  f.prefill_chunk, max_context, s * 1e3 / layers, f.prefill_chunk / (s / layers));
     }
-    std::printf("| batch | step ms | per-layer ms | weights MB/layer | cache MB/layer | roofline ms/layer | "
-                "%% of roofline | all-reduce ms/step | all-reduce share |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| context | batch | step ms (graph) | per-layer ms (graph) | per-layer ms (eager) | host enqueue ms/layer "
+                "(eager) | weights MB/layer | cache MB/layer | roofline ms/layer | %% of roofline (graph) | "
+                "all-reduce ms/step (eager) | all-reduce share (eager) | %d-layer step ms | tokens/s at %d layers |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+                kModelLayers, kModelLayers);
   }
-  for (int b : f.batches) {
-    StepPlan plan;
-    for (int i = 0; i < b; ++i) {
-      SequenceStep s;
-      s.seq_id = 1 + i;
-      s.start_pos = f.context;
-      s.tokens = {1};
-      s.block_table = ctx_table;
-      s.block_table.push_back(ctx_blocks + i);  // own block for the new row
-      s.num_logits = 0;
-      plan.seqs.push_back(s);
+  for (int context : f.contexts) {
+    for (int b : f.batches) {
+      StepPlan plan;
+      for (int i = 0; i < b; ++i) {
+        SequenceStep s;
+        s.seq_id = 1000 + i;
+        s.start_pos = context;
+        s.tokens = {1};
+        s.block_table = table_of(i, context / kBlockSize + 1);
+        s.num_logits = 0;
+        plan.seqs.push_back(s);
+      }
+      SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, mo.num_blocks));
+      SPAR_ASSIGN_OR_RETURN(Tensor in, backend->FromHost(random_hidden(b), b, hidden));
+      // Replayed (graph) steps, then eager ones on the same caches.
+      std::vector<double> graph_t, eager_t, host_t;
+      double ar_seconds = 0;
+      for (bool replay : {true, false}) {
+        backend->set_step_replay(replay);
+        CollectiveStats before = backend->collective_stats();
+        for (int r = 0; r < f.warmup + f.reps; ++r) {
+          if (r == f.warmup) before = backend->collective_stats();
+          double host = 0;
+          SPAR_ASSIGN_OR_RETURN(double sec, backend->TimeWork([&]() -> absl::Status {
+            const auto h0 = std::chrono::steady_clock::now();
+            absl::Status st = model->Forward(plan, &in).status();
+            host = std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+            return st;
+          }));
+          if (r < f.warmup) continue;
+          (replay ? graph_t : eager_t).push_back(sec);
+          if (!replay) host_t.push_back(host);
+        }
+        if (!replay) ar_seconds = (backend->collective_stats().seconds - before.seconds) / f.reps;
+      }
+      backend->set_step_replay(true);
+      const double step = Median(graph_t), eager = Median(eager_t), host = Median(host_t);
+      double weights = 0, cache = 0;
+      for (int l = f.first_layer; l < f.last_layer; ++l) {
+        SPAR_ASSIGN_OR_RETURN(Roofline r, LayerBytes(*ck, config, l, b, context, latent_row, f.tp.size));
+        weights += r.weight_bytes;
+        cache += r.cache_bytes;
+      }
+      weights /= layers;
+      cache /= layers;
+      // The copy bandwidth is (bytes read + bytes written) / time: a read-only
+      // stream moves its bytes at about the same rate.
+      const double roof = (weights + cache) / bw;
+      const double per_layer = step / layers;
+      if (f.tp.rank == 0) {
+        std::printf("| %d | %d | %.3f | %.3f | %.3f | %.3f | %.1f | %.1f | %.3f | %.0f%% | %.3f | %.0f%% | %.2f | %.0f |\n",
+                    context, b, step * 1e3, per_layer * 1e3, eager * 1e3 / layers, host * 1e3 / layers, weights / 1e6,
+                    cache / 1e6, roof * 1e3, 100.0 * roof / per_layer, ar_seconds * 1e3, 100.0 * ar_seconds / eager,
+                    per_layer * kModelLayers * 1e3, b / (per_layer * kModelLayers));
+        std::fflush(stdout);
+      }
     }
-    SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, mo.num_blocks));
-    SPAR_ASSIGN_OR_RETURN(Tensor in, backend->FromHost(random_hidden(b), b, hidden));
-    std::vector<double> times;
-    CollectiveStats before = backend->collective_stats();
-    for (int r = 0; r < f.warmup + f.reps; ++r) {
-      if (r == f.warmup) before = backend->collective_stats();
-      SPAR_ASSIGN_OR_RETURN(double sec, backend->TimeWork([&]() -> absl::Status {
-        return model->Forward(plan, &in).status();
-      }));
-      if (r >= f.warmup) times.push_back(sec);
-    }
-    const CollectiveStats after = backend->collective_stats();
-    const double step = Median(times);
-    const double ar_per_step = (after.seconds - before.seconds) / f.reps;
-    double weights = 0, cache = 0;
-    for (int l = f.first_layer; l < f.last_layer; ++l) {
-      SPAR_ASSIGN_OR_RETURN(Roofline r, LayerBytes(*ck, config, l, b, f.context, latent_row, f.tp.size));
-      weights += r.weight_bytes;
-      cache += r.cache_bytes;
-    }
-    weights /= layers;
-    cache /= layers;
-    // The copy bandwidth counts read + write; a decode step only reads.
-    const double roof = (weights + cache) / (bw / 2);
-    if (f.tp.rank == 0) {
-      std::printf("| %d | %.3f | %.3f | %.1f | %.1f | %.3f | %.0f%% | %.3f | %.0f%% |\n", b, step * 1e3,
-                  step * 1e3 / layers, weights / 1e6, cache / 1e6, roof * 1e3, 100.0 * roof / (step / layers),
-                  ar_per_step * 1e3, 100.0 * ar_per_step / step);
-    }
+  }
+  if (f.tp.rank == 0) {
+    const StepGraphStats g = backend->graph_stats();
+    std::printf("graphs: %lld held, %lld captured, %lld replayed steps, %lld eager steps, %lld capture failures\n",
+                static_cast<long long>(g.graphs), static_cast<long long>(g.captures),
+                static_cast<long long>(g.replays), static_cast<long long>(g.eager_steps),
+                static_cast<long long>(g.capture_failures));
   }
   return absl::OkStatus();
 }
