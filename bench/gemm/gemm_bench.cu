@@ -5,8 +5,14 @@
 //   gemm_bench --csv out.csv         # also write one CSV row per case
 //   gemm_bench --sweep               # + every (config, split) per shape: calibrates the heuristic
 //   gemm_bench --quick               # M in {1, 64} only, no MoE at 4096 tokens
+//   gemm_bench --shapes mlp_gate_up,q_b --ms 1,16 --no-moe   # a subset
+//   gemm_bench --force 10,4          # main measurement with configuration 10, splits 4 (profiling)
+//   gemm_bench --probe               # + read-only stream ceiling and empty-kernel launch cost
 //
-// Per case: median µs of back-to-back launches (CUDA events, warm-up), with
+// Per case: median µs per launch of back-to-back launches captured in a CUDA
+// graph and replayed (GPU time, as a serving engine replays its decode step),
+// and the same launches enqueued one by one from the host ("stream", which
+// adds whatever host launch cost the GPU waits for); CUDA events, warm-up,
 // the weights rotated over enough copies to exceed L2 (every launch reads
 // its weights from DRAM, as in serving); TFLOP/s; GB/s of weight bytes (e4m3
 // + scales); % of the copy roofline measured in this run (weight bytes /
@@ -93,21 +99,27 @@ void Check(const absl::Status& st, const char* what) {
   }
 }
 
+// All benchmark work runs on this stream (graph capture needs a non-legacy stream).
+cudaStream_t g_stream = nullptr;
+double g_copy_gbs = 0;  // device-to-device copy, bytes read + written
+
 // Median µs per launch of fn(i) (i = launch index, for weight rotation):
-// `batches` timed batches of `per_batch` back-to-back launches.
+// `batches` timed batches of `per_batch` back-to-back launches, enqueued
+// from the host as they run ("stream" timing: includes any host launch cost
+// the GPU waits for).
 template <typename Fn>
 double TimePerLaunch(Fn&& fn, int per_batch, int batches = 7, int warmup = 3) {
   for (int i = 0; i < warmup; ++i) fn(i);
-  CheckCuda(cudaDeviceSynchronize(), "warmup");
+  CheckCuda(cudaStreamSynchronize(g_stream), "warmup");
   cudaEvent_t a, b;
   CheckCuda(cudaEventCreate(&a), "event");
   CheckCuda(cudaEventCreate(&b), "event");
   std::vector<double> t;
   int idx = 0;
   for (int r = 0; r < batches; ++r) {
-    CheckCuda(cudaEventRecord(a), "record");
+    CheckCuda(cudaEventRecord(a, g_stream), "record");
     for (int i = 0; i < per_batch; ++i) fn(idx++);
-    CheckCuda(cudaEventRecord(b), "record");
+    CheckCuda(cudaEventRecord(b, g_stream), "record");
     CheckCuda(cudaEventSynchronize(b), "sync");
     float ms = 0;
     CheckCuda(cudaEventElapsedTime(&ms, a, b), "elapsed");
@@ -120,28 +132,196 @@ double TimePerLaunch(Fn&& fn, int per_batch, int batches = 7, int warmup = 3) {
   return t[t.size() / 2];
 }
 
+// The same launches captured once into a CUDA graph and replayed: the GPU
+// time of back-to-back kernels without host launch overhead (how a serving
+// engine replays its decode step). Median over `batches` replays.
+template <typename Fn>
+double TimePerLaunchGraph(Fn&& fn, int per_batch, int batches = 7, int warmup = 3) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  CheckCuda(cudaStreamSynchronize(g_stream), "warmup");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CheckCuda(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  for (int i = 0; i < per_batch; ++i) fn(i);
+  CheckCuda(cudaStreamEndCapture(g_stream, &graph), "end capture");
+  CheckCuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  CheckCuda(cudaGraphLaunch(exec, g_stream), "graph warm-up");
+  CheckCuda(cudaStreamSynchronize(g_stream), "graph warm-up");
+  cudaEvent_t a, b;
+  CheckCuda(cudaEventCreate(&a), "event");
+  CheckCuda(cudaEventCreate(&b), "event");
+  std::vector<double> t;
+  for (int r = 0; r < batches; ++r) {
+    CheckCuda(cudaEventRecord(a, g_stream), "record");
+    CheckCuda(cudaGraphLaunch(exec, g_stream), "graph launch");
+    CheckCuda(cudaEventRecord(b, g_stream), "record");
+    CheckCuda(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    CheckCuda(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms * 1000.0 / per_batch);
+  }
+  CheckCuda(cudaGetLastError(), "graph replays");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 struct Options {
   bool quick = false;
   bool sweep = false;
   bool moe = true;
+  bool probe = false;          // read-only streaming ceiling and empty-kernel cost
   std::string csv;
+  std::string shapes;          // comma list of shape names (empty: all)
+  std::vector<int64_t> ms;     // token counts (empty: the default set)
+  int force_config = -1;       // main measurement only (profiling)
+  int force_splits = 1;
 };
+
+std::vector<int64_t> ParseList(const std::string& s) {
+  std::vector<int64_t> v;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    v.push_back(std::atoll(s.substr(pos, end - pos).c_str()));
+    pos = end + 1;
+  }
+  return v;
+}
+
+// ---- probes: what a pure weight stream and an empty launch cost ----------
+// Every thread sums 16-byte words of a buffer far larger than L2 (the same
+// non-allocating loads the stream kernel uses) and writes one word, so the
+// time is the read-only DRAM ceiling a decode GEMM could reach.
+__global__ void ReadStreamKernel(const uint4* __restrict__ src, size_t n16, uint32_t* __restrict__ out) {
+  uint32_t acc = 0;
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                   : "l"(src + i + u * stride));
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n16; i += stride) acc ^= src[i].x;
+  out[blockIdx.x * size_t{blockDim.x} + threadIdx.x] = acc;
+}
+
+// The stream kernel's access pattern without its arithmetic: warp w of W
+// reads units [w*U/W, (w+1)*U/W) of (16-row group, 128-byte piece of K),
+// lane (g, t) 16 bytes at 16t and 64 + 16t of rows g and g + 8, 4 units per
+// step. Tells whether the GEMM's row-strided pattern or its instructions
+// limit it.
+__global__ void ReadUnitsKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t row_bytes,
+                                uint32_t* __restrict__ out) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t per_row = row_bytes / 128;
+  const int64_t total = rows / 16 * per_row;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  const int64_t gw = int64_t{blockIdx.x} * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int64_t x0 = gw * total / warps, x1 = (gw + 1) * total / warps;
+  uint32_t acc = 0;
+  for (int64_t x = x0; x < x1; x += 4) {
+    uint4 v[4][4];
+#pragma unroll
+    for (int d = 0; d < 4; ++d) {
+      const int64_t xx = x + d < x1 ? x + d : x1 - 1;
+      const int64_t grp = xx / per_row, u = xx - grp * per_row;
+      const uint8_t* a = w + (grp * 16 + g) * row_bytes + u * 128 + 16 * t;
+      const uint8_t* b = a + 8 * row_bytes;
+      const uint8_t* src[4] = {a, a + 64, b, b + 64};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v[d][i].x), "=r"(v[d][i].y), "=r"(v[d][i].z), "=r"(v[d][i].w)
+                     : "l"(src[i]));
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < 4; ++d)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc ^= v[d][i].x ^ v[d][i].y ^ v[d][i].z ^ v[d][i].w;
+  }
+  out[blockIdx.x * size_t{blockDim.x} + threadIdx.x] = acc;
+}
+
+__global__ void EmptyKernel() {}
+
+void Probe(int sms) {
+  // 75.5 MB (the 12288 x 6144 e4m3 weight) rotated over 6 copies, and 1 GiB.
+  for (size_t bytes : {size_t{75497472}, size_t{1} << 30}) {
+    const int copies = bytes < (size_t{256} << 20) ? 6 : 1;
+    std::vector<uint8_t*> bufs;
+    for (int c = 0; c < copies; ++c) {
+      bufs.push_back(DeviceAlloc<uint8_t>(bytes));
+      CheckCuda(cudaMemset(bufs.back(), c + 1, bytes), "memset");
+    }
+    uint32_t* out = DeviceAlloc<uint32_t>(static_cast<size_t>(sms) * 16 * 256);
+    CheckCuda(cudaDeviceSynchronize(), "probe buffers");
+    for (int per_sm : {4, 8, 16}) {
+      const double us = TimePerLaunchGraph(
+          [&](int i) {
+            ReadStreamKernel<<<sms * per_sm, 256, 0, g_stream>>>(reinterpret_cast<const uint4*>(bufs[i % copies]),
+                                                                 bytes / 16, out);
+          },
+          20);
+      std::printf("probe read-only stream %zu MB, %d x 256 threads per SM: %.2f us, %.0f GB/s (%.1f%% of copy)\n",
+                  bytes >> 20, per_sm, us, bytes / us * 1e-3, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
+    }
+    if (copies > 1) {  // 12288 x 6144 rows, the GEMM's pattern
+      for (int per_sm : {4, 8}) {
+        const double us = TimePerLaunchGraph(
+            [&](int i) { ReadUnitsKernel<<<sms * per_sm, 128, 0, g_stream>>>(bufs[i % copies], 12288, 6144, out); },
+            20);
+        std::printf("probe read 16-row x 128 B units (12288 x 6144), %d x 128 threads per SM: %.2f us, %.0f GB/s "
+                    "(%.1f%% of copy)\n",
+                    per_sm, us, bytes / us * 1e-3, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
+      }
+    }
+    for (auto* b : bufs) cudaFree(b);
+    cudaFree(out);
+  }
+  for (int blocks : {1, sms * 4}) {
+    const double us = TimePerLaunchGraph([&](int) { EmptyKernel<<<blocks, 128, 0, g_stream>>>(); }, 50);
+    const double us_stream = TimePerLaunch([&](int) { EmptyKernel<<<blocks, 128, 0, g_stream>>>(); }, 50);
+    std::printf("probe empty kernel, %d blocks: %.2f us per launch in a graph, %.2f us enqueued one by one\n", blocks,
+                us, us_stream);
+  }
+}
 
 struct Row {
   std::string name;
   int64_t m, n, k;
   std::string plan;
   double us, tflops, gbs, roof_pct, max_err;
+  double us_stream = 0;  // host-enqueued launches (us: graph replay)
 };
 
-std::vector<Row> g_rows;
-double g_copy_gbs = 0;
+
+// --csv: rows are written as they are measured, so a run cut short (time
+// limit, failed launch) still leaves every finished row.
+FILE* g_csv = nullptr;
 
 void Emit(const Row& r) {
-  g_rows.push_back(r);
-  std::printf("%-12s M=%-5lld N=%-6lld K=%-6lld %-16s %9.2f us %7.1f TFLOP/s %7.0f GB/s %6.1f%% roof  err %.2e\n",
-              r.name.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k),
-              r.plan.c_str(), r.us, r.tflops, r.gbs, r.roof_pct, r.max_err);
+  if (g_csv != nullptr) {
+    std::fprintf(g_csv, "%s,%lld,%lld,%lld,%s,%.3f,%.2f,%.1f,%.2f,%.3e,%.0f,%.3f\n", r.name.c_str(),
+                 static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k), r.plan.c_str(),
+                 r.us, r.tflops, r.gbs, r.roof_pct, r.max_err, g_copy_gbs, r.us_stream);
+    std::fflush(g_csv);
+  }
+  std::printf(
+      "%-12s M=%-5lld N=%-6lld K=%-6lld %-16s %9.2f us %7.1f TFLOP/s %7.0f GB/s %6.1f%% roof  err %.2e  (stream %.2f us)\n",
+      r.name.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k),
+      r.plan.c_str(), r.us, r.tflops, r.gbs, r.roof_pct, r.max_err, r.us_stream);
   std::fflush(stdout);
 }
 
@@ -223,6 +403,7 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
     __nv_bfloat16* x = DeviceAlloc<__nv_bfloat16>(m * k);
     __nv_bfloat16* y = DeviceAlloc<__nv_bfloat16>(m * n_total);
     FillBf16<<<1024, 256>>>(x, m * k, 77 + m);
+    CheckCuda(cudaDeviceSynchronize(), "fill x");  // g_stream does not wait for the legacy stream
     W8A16GemmParams p;
     p.m = m;
     p.k = k;
@@ -242,17 +423,20 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
       }
     };
     set_copy(0);
+    p.force_config = opt.force_config;
+    p.force_splits = opt.force_splits;
     const gemm::GemmPlan plan = W8A16GemmPlan(p);
     auto launch = [&](int i) {
       set_copy(i % copies);
-      Check(LaunchW8A16Gemm(p, nullptr), "LaunchW8A16Gemm");
+      Check(LaunchW8A16Gemm(p, g_stream), "LaunchW8A16Gemm");
     };
     const int per_batch = std::max(copies, 20);
-    const double us = TimePerLaunch(launch, per_batch);
+    const double us_stream = TimePerLaunch(launch, per_batch);
+    const double us = TimePerLaunchGraph(launch, per_batch);
 
     // Error on sampled outputs (copy 0).
     set_copy(0);
-    Check(LaunchW8A16Gemm(p, nullptr), "LaunchW8A16Gemm");
+    Check(LaunchW8A16Gemm(p, g_stream), "LaunchW8A16Gemm");
     CheckCuda(cudaDeviceSynchronize(), "run");
     std::vector<uint16_t> hx(m * k), hy(m * n_total);
     CheckCuda(cudaMemcpy(hx.data(), x, hx.size() * 2, cudaMemcpyDeviceToHost), "x");
@@ -270,7 +454,7 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
     }
     const double flops = 2.0 * m * n_total * k;
     Row row{shape.name, m, n_total, k, PlanName(plan), us, flops / us * 1e-6, weight_bytes / us * 1e-3,
-            100.0 * (weight_bytes / (g_copy_gbs * 1e3)) / us, max_diff / std::max(max_ref, 1e-30)};
+            100.0 * (weight_bytes / (g_copy_gbs * 1e3)) / us, max_diff / std::max(max_ref, 1e-30), us_stream};
     Emit(row);
 
     if (opt.sweep) {
@@ -289,13 +473,13 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
           if (!W8A16GemmSupported(q)) continue;
           const gemm::GemmPlan qp = W8A16GemmPlan(q);
           if (qp.splits != splits || qp.workspace_bytes > ws_bytes) continue;
-          const double t = TimePerLaunch(
+          const double t = TimePerLaunchGraph(
               [&](int i) {
                 set_copy(i % copies);
                 for (int s = 0; s < p.num_segments; ++s) q.segments[s] = p.segments[s];
-                Check(LaunchW8A16Gemm(q, nullptr), "sweep");
+                Check(LaunchW8A16Gemm(q, g_stream), "sweep");
               },
-              per_batch, 3, 2);
+              per_batch, 3, 1);
           if (t < best_us) {
             best_us = t;
             best = PlanName(qp);
@@ -357,6 +541,7 @@ void BenchMoe(int64_t tokens) {
   FillF32<<<1, 256>>>(bias, E, 23, 0.001f);
   const size_t ws_bytes = MoeGroupedGemmWorkspaceBytes(rows, E);
   void* ws = DeviceAlloc<uint8_t>(ws_bytes);
+  CheckCuda(cudaDeviceSynchronize(), "fill moe inputs");  // g_stream does not wait for the legacy stream
 
   MoeRouteParams route;
   route.tokens = tokens;
@@ -418,8 +603,8 @@ void BenchMoe(int64_t tokens) {
   cb.out = out;
   cb.ld_out = H;
 
-  Check(LaunchMoeRoute(route, nullptr), "route");
-  Check(LaunchMoePermute(perm, nullptr), "permute");
+  Check(LaunchMoeRoute(route, g_stream), "route");
+  Check(LaunchMoePermute(perm, g_stream), "permute");
   CheckCuda(cudaDeviceSynchronize(), "route");
   std::vector<int32_t> off(E + 1);
   CheckCuda(cudaMemcpy(off.data(), offsets, off.size() * 4, cudaMemcpyDeviceToHost), "offsets");
@@ -430,18 +615,20 @@ void BenchMoe(int64_t tokens) {
   const double flops = 2.0 * rows * (2 * I * H + H * I);
 
   auto gemms = [&](int) {
-    Check(LaunchMoeGroupedGemm(gu, nullptr), "gate_up");
-    Check(LaunchMoeGroupedGemm(dn, nullptr), "down");
+    Check(LaunchMoeGroupedGemm(gu, g_stream), "gate_up");
+    Check(LaunchMoeGroupedGemm(dn, g_stream), "down");
   };
   auto layer = [&](int) {
-    Check(LaunchMoeRoute(route, nullptr), "route");
-    Check(LaunchMoePermute(perm, nullptr), "permute");
+    Check(LaunchMoeRoute(route, g_stream), "route");
+    Check(LaunchMoePermute(perm, g_stream), "permute");
     gemms(0);
-    Check(LaunchMoeCombine(cb, nullptr), "combine");
+    Check(LaunchMoeCombine(cb, g_stream), "combine");
   };
   const int per_batch = tokens <= 64 ? 10 : 3;
-  const double us_gemm = TimePerLaunch(gemms, per_batch, 5, 2);
-  const double us_layer = TimePerLaunch(layer, per_batch, 5, 2);
+  const double us_gemm_stream = TimePerLaunch(gemms, per_batch, 5, 2);
+  const double us_gemm = TimePerLaunchGraph(gemms, per_batch, 5, 2);
+  const double us_layer_stream = TimePerLaunch(layer, per_batch, 5, 2);
+  const double us_layer = TimePerLaunchGraph(layer, per_batch, 5, 2);
   {  // Grouped configurations, forced (calibrates the heuristic).
     std::string all;
     for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
@@ -453,8 +640,8 @@ void BenchMoe(int64_t tokens) {
       if ((I % tc.row_bytes_per_stage()) != 0) continue;
       const double t = TimePerLaunch(
           [&](int) {
-            Check(LaunchMoeGroupedGemm(g2, nullptr), "gate_up");
-            Check(LaunchMoeGroupedGemm(d2, nullptr), "down");
+            Check(LaunchMoeGroupedGemm(g2, g_stream), "gate_up");
+            Check(LaunchMoeGroupedGemm(d2, g_stream), "down");
           },
           tokens <= 64 ? 4 : 2, 3, 1);
       char buf[64];
@@ -515,9 +702,9 @@ void BenchMoe(int64_t tokens) {
   const double err = max_diff / std::max(max_ref, 1e-30);
   const std::string plan = PlanName(MoeGroupedGemmPlan(gu)) + ";" + PlanName(MoeGroupedGemmPlan(dn));
   Emit({"moe_gemms", tokens, hit, H, plan, us_gemm, flops / us_gemm * 1e-6, hit_bytes / us_gemm * 1e-3,
-        100.0 * (hit_bytes / (g_copy_gbs * 1e3)) / us_gemm, err});
+        100.0 * (hit_bytes / (g_copy_gbs * 1e3)) / us_gemm, err, us_gemm_stream});
   Emit({"moe_layer", tokens, hit, H, "route..combine", us_layer, flops / us_layer * 1e-6, hit_bytes / us_layer * 1e-3,
-        100.0 * (hit_bytes / (g_copy_gbs * 1e3)) / us_layer, err});
+        100.0 * (hit_bytes / (g_copy_gbs * 1e3)) / us_layer, err, us_layer_stream});
   for (void* ptr : std::initializer_list<void*>{x, h, yd, out, logits, bias, weights, ids, offsets, sorted, slot, ws}) {
     cudaFree(ptr);
   }
@@ -531,12 +718,30 @@ int Main(int argc, char** argv) {
     else if (a == "--sweep") opt.sweep = true;
     else if (a == "--no-moe") opt.moe = false;
     else if (a == "--csv" && i + 1 < argc) opt.csv = argv[++i];
+    else if (a == "--probe") opt.probe = true;
+    else if (a == "--shapes" && i + 1 < argc) opt.shapes = argv[++i];
+    else if (a == "--ms" && i + 1 < argc) opt.ms = ParseList(argv[++i]);
+    else if (a == "--force" && i + 1 < argc) {  // CONFIG,SPLITS (configuration index, split or blocks per SM)
+      const std::vector<int64_t> f = ParseList(argv[++i]);
+      opt.force_config = f.empty() ? -1 : static_cast<int>(f[0]);
+      opt.force_splits = f.size() > 1 ? static_cast<int>(f[1]) : 1;
+    }
   }
   int sms = 0;
   CheckCuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attr");
+  CheckCuda(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "stream");
   g_copy_gbs = bench::MeasureCopyBandwidthGBs();
   std::printf("device %s, %d SMs, copy bandwidth %.0f GB/s (read + write), H200 running sm80 code\n",
               bench::DeviceName().c_str(), sms, g_copy_gbs);
+  if (!opt.csv.empty()) {
+    g_csv = std::fopen(opt.csv.c_str(), "w");
+    if (g_csv == nullptr) {
+      std::fprintf(stderr, "cannot write %s\n", opt.csv.c_str());
+      return 1;
+    }
+    std::fprintf(g_csv, "name,m,n,k,plan,us,tflops,gbs,roof_pct,max_err,copy_gbs,us_stream\n");
+    std::fflush(g_csv);
+  }
 
   const size_t ws_bytes = size_t{64} << 20;
   void* ws = DeviceAlloc<uint8_t>(ws_bytes);
@@ -552,24 +757,20 @@ int Main(int argc, char** argv) {
       {"exp_down", 2048, {{6144, true}}},
       {"fused_a", 6144, {{2048, true}, {576, true}, {128, true}, {32, false}}},
   };
-  const std::vector<int64_t> ms = opt.quick ? std::vector<int64_t>{1, 64} : std::vector<int64_t>{1, 16, 64, 256, 2048};
-  for (const Shape& s : shapes) BenchDense(s, ms, opt, ws, ws_bytes);
+  std::vector<int64_t> ms = opt.quick ? std::vector<int64_t>{1, 64} : std::vector<int64_t>{1, 16, 64, 256, 2048};
+  if (!opt.ms.empty()) ms = opt.ms;
+  if (opt.probe) Probe(sms);
+  for (const Shape& s : shapes) {
+    if (!opt.shapes.empty() && ("," + opt.shapes + ",").find("," + std::string(s.name) + ",") == std::string::npos) {
+      continue;
+    }
+    BenchDense(s, ms, opt, ws, ws_bytes);
+  }
   if (opt.moe) {
     BenchMoe(64);
     if (!opt.quick) BenchMoe(4096);
   }
-  if (!opt.csv.empty()) {
-    FILE* f = std::fopen(opt.csv.c_str(), "w");
-    if (f != nullptr) {
-      std::fprintf(f, "name,m,n,k,plan,us,tflops,gbs,roof_pct,max_err,copy_gbs\n");
-      for (const Row& r : g_rows) {
-        std::fprintf(f, "%s,%lld,%lld,%lld,%s,%.3f,%.2f,%.1f,%.2f,%.3e,%.0f\n", r.name.c_str(),
-                     static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k),
-                     r.plan.c_str(), r.us, r.tflops, r.gbs, r.roof_pct, r.max_err, g_copy_gbs);
-      }
-      std::fclose(f);
-    }
-  }
+  if (g_csv != nullptr) std::fclose(g_csv);
   return 0;
 }
 

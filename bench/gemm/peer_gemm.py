@@ -7,8 +7,10 @@ For every GLM-5 projection shape and M in {1, 16, 64, 256, 2048}:
             a W8A16 kernel does on sm80 (the dequantisation runs every call).
   cublas    torch.matmul with bf16 weights (cuBLAS; on the H200 it uses
             Hopper-only instructions, which an A100 does not have).
-Timing as gemm_bench: CUDA events around batches of back-to-back calls, weights
-rotated over enough copies to exceed L2, median over batches.
+Timing as gemm_bench: the calls of a batch captured once in a CUDA graph and
+replayed ("us"; GPU time without Python/launch overhead, as gemm_bench's
+main column), and the same calls issued one by one ("us_stream"); CUDA
+events, weights rotated over enough copies to exceed L2, median over batches.
 
 Example: python3 bench/gemm/peer_gemm.py --csv /tmp/peer.csv
 """
@@ -52,6 +54,35 @@ def time_per_launch(fn, per_batch, batches=7, warmup=3):
     return times[len(times) // 2]
 
 
+def time_per_launch_graph(fn, per_batch, batches=7, warmup=3):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture, as torch requires
+        for i in range(warmup):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(per_batch):
+            fn(i)
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(batches):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0 / per_batch)
+    del g
+    torch.cuda.synchronize()
+    times.sort()
+    return times[len(times) // 2]
+
+
 def dequantize(w8, scale, n, k):
     s = scale.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
     return (w8.to(torch.float32) * s).to(torch.bfloat16)
@@ -61,10 +92,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default="")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ms", default="", help="comma list of M (default 1,16,64,256,2048)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
     ms = [1, 64] if args.quick else MS
+    if args.ms:
+        ms = [int(v) for v in args.ms.split(",")]
     rows = []
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
     for name, n, k in SHAPES:
@@ -90,14 +124,17 @@ def main():
             def cublas(i):
                 torch.matmul(x, w16[i % c16].t())
 
-            us_fb = time_per_launch(fallback, max(c8, 10), batches=5, warmup=2)
-            us_cb = time_per_launch(cublas, max(c16, 20))
+            us_fb_stream = time_per_launch(fallback, max(c8, 10), batches=5, warmup=2)
+            us_cb_stream = time_per_launch(cublas, max(c16, 20))
+            us_fb = time_per_launch_graph(fallback, max(c8, 10), batches=5, warmup=2)
+            us_cb = time_per_launch_graph(cublas, max(c16, 20))
             flops = 2.0 * m * n * k
-            for impl, us, wb in (("fallback", us_fb, fp8_bytes), ("cublas_bf16", us_cb, bf16_bytes)):
+            for impl, us, us_s, wb in (("fallback", us_fb, us_fb_stream, fp8_bytes),
+                                       ("cublas_bf16", us_cb, us_cb_stream, bf16_bytes)):
                 rows.append(dict(name=name, m=m, n=n, k=k, impl=impl, us=us, tflops=flops / us * 1e-6,
-                                 gbs=wb / us * 1e-3, max_err=err if impl == "fallback" else 0.0))
+                                 gbs=wb / us * 1e-3, max_err=err if impl == "fallback" else 0.0, us_stream=us_s))
                 print(f"{name:12s} M={m:<5d} {impl:12s} {us:10.2f} us {flops / us * 1e-6:7.1f} TFLOP/s "
-                      f"{wb / us * 1e-3:7.0f} GB/s", flush=True)
+                      f"{wb / us * 1e-3:7.0f} GB/s  (stream {us_s:.2f} us)", flush=True)
         del w8, sc, w16
         torch.cuda.empty_cache()
     if args.csv:

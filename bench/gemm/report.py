@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Joins gemm_bench's CSV with peer_gemm.py's CSV into one markdown table with
-the issue's targets (no torch needed).
+the issue's targets (no torch needed). Times are CUDA-graph replays on both
+sides (GPU time); "enqueued" is ours launched one by one from the host.
 
 Example: python3 bench/gemm/report.py ours.csv peer.csv > table.md
 """
@@ -29,9 +30,9 @@ def main():
             peers[(r["name"], int(r["m"]), r["impl"])] = float(r["us"])
     copy = float(ours[0]["copy_gbs"]) if ours else 0.0
     print(f"copy roofline {copy:.0f} GB/s (read+write); H200 running sm80 code\n")
-    print("| shape | M | plan | µs | TFLOP/s | GB/s | % roof | max err | cuBLAS bf16 µs | vs cuBLAS | fallback µs | "
-          "vs fallback | target |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| shape | M | plan | µs | enqueued µs | TFLOP/s | GB/s | % roof | max err | cuBLAS bf16 µs | vs cuBLAS | "
+          "fallback µs | vs fallback | target |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     misses = 0
     for r in ours:
         name, m, us, roof = r["name"], int(r["m"]), float(r["us"]), float(r["roof_pct"])
@@ -60,7 +61,8 @@ def main():
         fbs = f"{fb:.2f}" if fb else "-"
         vcb = f"{cb / us:.2f}x" if cb else "-"
         vfb = f"{fb / us:.1f}x" if fb else "-"
-        print(f"| {name} | {m} | {r['plan']} | {us:.2f} | {float(r['tflops']):.1f} | {float(r['gbs']):.0f} | "
+        enq = f"{float(r['us_stream']):.2f}" if r.get("us_stream") else "-"
+        print(f"| {name} | {m} | {r['plan']} | {us:.2f} | {enq} | {float(r['tflops']):.1f} | {float(r['gbs']):.0f} | "
               f"{roof:.1f} | {float(r['max_err']):.1e} | {cbs} | {vcb} | {fbs} | {vfb} | {target} |")
     print(f"\ntargets missed: {misses}")
     return 0
