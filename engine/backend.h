@@ -219,6 +219,10 @@ class Backend {
   virtual DeviceMemoryUsage device_memory() const { return DeviceMemoryUsage(); }
   // Totals of the all-reduces so far (may wait for the ones in flight).
   virtual CollectiveStats collective_stats() { return CollectiveStats(); }
+  // The durations in seconds of the all-reduces finished since the last
+  // call, in order (the worker's spar_nccl_allreduce_seconds histogram).
+  // Call after the step's results were read: it may wait for the rest.
+  virtual std::vector<double> TakeCollectiveDurations() { return {}; }
   virtual StepGraphStats graph_stats() const { return StepGraphStats(); }
   // Turns replaying on or off at run time (benchmarks and tests compare
   // replayed with eager steps on the same caches); a no-op without graphs.

@@ -394,12 +394,20 @@ class CudaBackend final : public Backend {
       float ms = 0;
       if (cudaEventSynchronize(s.end) == cudaSuccess && cudaEventElapsedTime(&ms, s.start, s.end) == cudaSuccess) {
         stats_.seconds += ms * 1e-3;
+        if (recent_collectives_.size() < kMaxRecentCollectives) recent_collectives_.push_back(ms * 1e-3);
       }
       free_events_.push_back(s.start);
       free_events_.push_back(s.end);
     }
     pending_spans_.clear();
     return stats_;
+  }
+
+  std::vector<double> TakeCollectiveDurations() override {
+    collective_stats();
+    std::vector<double> out;
+    out.swap(recent_collectives_);
+    return out;
   }
 
   // ---- weights ----
@@ -592,7 +600,11 @@ class CudaBackend final : public Backend {
     if (options_.cuda_graphs && step.replayable && (input == nullptr || input->dtype() == DType::kBF16)) {
       key = DecodeGraphKeyFor(plan, input != nullptr, step.indexer_topk, kMaxGraphTokens);
     }
-    if (!key || uncapturable_.count(*key)) {
+    // Under TP, sample the all-reduce times with an eager step now and then.
+    const bool sample_collectives = key && options_.tp.size > 1 && options_.collective_sample_period > 0 &&
+                                    ++steps_since_collective_sample_ >= options_.collective_sample_period;
+    if (sample_collectives) steps_since_collective_sample_ = 0;
+    if (!key || uncapturable_.count(*key) || sample_collectives) {
       graph_stats_.eager_steps += 1;
       SPAR_RETURN_IF_ERROR(BeginStep(plan));
       return ops(input);
@@ -1416,6 +1428,9 @@ class CudaBackend final : public Backend {
   std::set<DecodeGraphKey> uncapturable_;
   uint64_t graph_clock_ = 0;
   bool capturing_ = false;
+  int steps_since_collective_sample_ = 0;
+  std::vector<double> recent_collectives_;
+  static constexpr size_t kMaxRecentCollectives = 8192;
   StepGraphStats graph_stats_;
   const int32_t *d_ids_ = nullptr, *d_pos_ = nullptr, *d_slots_ = nullptr, *d_seq_ = nullptr, *d_kv_len_ = nullptr,
                 *d_logit_rows_ = nullptr, *d_tables_ = nullptr;

@@ -32,6 +32,10 @@ struct CudaBackendOptions {
   bool cuda_graphs = true;
   // At most this many graphs are kept (least recently used ones go).
   int max_cuda_graphs = 128;
+  // Under tensor parallelism every this-many-th replayable decode step runs
+  // eagerly instead: all-reduces inside a graph cannot be timed with events,
+  // so these steps sample the all-reduce durations the metrics report.
+  int collective_sample_period = 64;
 };
 
 // A fresh NCCL unique id (opaque bytes) for a tensor-parallel group.
