@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "base/mapped_file.h"
 #include "gtest/gtest.h"
@@ -25,12 +26,30 @@ inline std::string ReadSource(const std::string& rel) {
   return text.ok() ? *text : std::string();
 }
 
+// Directories TempDir made, removed when the process that made them exits
+// (a forked child's exit leaves them alone); SPAR_KEEP_TEST_DIRS=1 keeps
+// them for debugging. Without this every run left tens of MB of checkpoints
+// in /tmp: thousands of runs filled a 250 GB disk.
+struct TempDirRegistry {
+  pid_t owner = ::getpid();
+  std::vector<std::string> dirs;
+  ~TempDirRegistry() {
+    if (::getpid() != owner || std::getenv("SPAR_KEEP_TEST_DIRS") != nullptr) return;
+    for (const auto& d : dirs) std::system(("rm -rf '" + d + "'").c_str());
+  }
+};
+inline TempDirRegistry& TempDirs() {
+  static TempDirRegistry registry;
+  return registry;
+}
+
 // A fresh empty directory under the test temp dir.
 inline std::string TempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
   std::string dir = std::string(base ? base : "/tmp") + "/spar_test_" + name + "_" + std::to_string(::getpid());
   std::string cmd = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
+  TempDirs().dirs.push_back(dir);
   return dir;
 }
 
