@@ -45,13 +45,14 @@ struct Generation {
 
 // Which backend to create and, for tensor parallelism, this rank's place in
 // its group: cuda ranks join an NCCL communicator (one process per GPU);
-// cpu ranks are threads sharing an InProcessGroup.
+// cpu ranks share a CpuGroup (threads: InProcessGroup; processes:
+// SocketGroup).
 struct BackendOptions {
   std::string name = "cpu";
   int device = 0;  // cuda: the GPU of this process
   TpRank tp;
   std::string nccl_unique_id;                  // cuda, tp.size > 1
-  std::shared_ptr<InProcessGroup> cpu_group;   // cpu, tp.size > 1
+  std::shared_ptr<CpuGroup> cpu_group;         // cpu, tp.size > 1
   // cuda: run every step eagerly instead of replaying decode steps as CUDA
   // graphs (vLLM's --enforce-eager; for debugging and measurements).
   bool enforce_eager = false;

@@ -22,6 +22,13 @@ absl::StatusOr<Slice> EvenSlice(int64_t total, TpRank tp, const std::string& wha
   return Slice{per * tp.rank, per * (tp.rank + 1)};
 }
 
+void RankOrderSum(const std::vector<const float*>& inputs, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = 0.0f;
+  for (const float* in : inputs) {
+    for (size_t i = 0; i < n; ++i) out[i] += in[i];
+  }
+}
+
 void InProcessGroup::Barrier(std::unique_lock<std::mutex>& lock) {
   const uint64_t gen = generation_;
   if (++arrived_ == size_) {
@@ -45,12 +52,9 @@ absl::Status InProcessGroup::AllReduceSum(int rank, float* data, size_t n) {
   const bool same = n_ == n;
   std::vector<float> sum;
   if (same) {
-    sum.assign(n, 0.0f);
+    sum.resize(n);
     lock.unlock();
-    for (int r = 0; r < size_; ++r) {
-      const float* in = inputs_[r];
-      for (size_t i = 0; i < n; ++i) sum[i] += in[i];
-    }
+    RankOrderSum(inputs_, n, sum.data());
     lock.lock();
   }
   // Phase 2: everyone has read every input; now overwrite our own.

@@ -110,7 +110,7 @@ Tensor RunMlp(const Tensor& x, const CpuMlp& mlp) {
 class CpuBackend final : public Backend {
  public:
   CpuBackend() = default;
-  CpuBackend(TpRank tp, std::shared_ptr<InProcessGroup> group) : tp_(tp), group_(std::move(group)) {}
+  CpuBackend(TpRank tp, std::shared_ptr<CpuGroup> group) : tp_(tp), group_(std::move(group)) {}
 
   std::string name() const override { return "cpu"; }
   TpRank tp() const override { return tp_; }
@@ -510,7 +510,7 @@ class CpuBackend final : public Backend {
   }
 
   TpRank tp_;
-  std::shared_ptr<InProcessGroup> group_;
+  std::shared_ptr<CpuGroup> group_;
   ref::RopeParams rope_;
   CacheSpec spec_;
   std::vector<std::vector<uint8_t>> latent_, indexer_;
@@ -521,11 +521,11 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(TpRank tp, std::shared_ptr<InProcessGroup> group) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(TpRank tp, std::shared_ptr<CpuGroup> group) {
   SPAR_RETURN_IF_ERROR(ValidateTpRank(tp));
   if (tp.size > 1 && (group == nullptr || group->size() != tp.size)) {
     return absl::InvalidArgumentError(absl::StrCat("cpu backend: tensor-parallel size ", tp.size,
-                                                   " needs an in-process group of that size"));
+                                                   " needs an all-reduce group of that size"));
   }
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(tp, std::move(group)));
 }

@@ -15,10 +15,10 @@ namespace spar {
 
 std::unique_ptr<Backend> CreateCpuBackend();
 
-// One rank of a tensor-parallel group run as threads of this process: the
-// all-reduces go through `group` (shared by the ranks; group->size() ==
-// tp.size).
-absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(TpRank tp, std::shared_ptr<InProcessGroup> group);
+// One rank of a tensor-parallel group: the all-reduces go through `group`
+// (threads of this process sharing an InProcessGroup, or processes joined by
+// a SocketGroup; group->size() == tp.size).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(TpRank tp, std::shared_ptr<CpuGroup> group);
 
 }  // namespace spar
 
