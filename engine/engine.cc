@@ -39,6 +39,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
   return absl::InvalidArgumentError(absl::StrCat("unknown backend \"", name, "\" (cpu or cuda)"));
 }
 
+absl::StatusOr<std::string> NewNcclGroupId() {
+#ifdef SPAR_HAVE_CUDA_BACKEND
+  return NewNcclUniqueId();
+#else
+  return absl::UnimplementedError("this binary was built without CUDA: no NCCL (use --backend cpu)");
+#endif
+}
+
 absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& c) {
   if (r.prompt.empty()) return absl::InvalidArgumentError("prompt is empty: at least one token is required");
   for (size_t i = 0; i < r.prompt.size(); ++i) {

@@ -105,6 +105,12 @@ class Engine {
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name);
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 
+// A fresh ncclUniqueId for rank 0 of a cuda tensor-parallel group to hand
+// to the other ranks (BackendOptions.nccl_unique_id); UNIMPLEMENTED in a
+// binary built without CUDA. For code that must not include CUDA headers
+// (the worker daemon).
+absl::StatusOr<std::string> NewNcclGroupId();
+
 }  // namespace spar
 
 #endif  // SPAR_ENGINE_ENGINE_H_

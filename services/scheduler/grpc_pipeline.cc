@@ -84,8 +84,8 @@ absl::StatusOr<PipelineInfo> GrpcPipeline::Connect(Callbacks callbacks, absl::Du
     shard->set_last_layer(info.stage_layers[i].last);
     shard->set_num_blocks(blocks);
     shard->set_backend(options_.backend);
-    shard->mutable_tp()->set_rank(0);
-    shard->mutable_tp()->set_size(1);
+    // tp left at size 0: each stage leader runs its own tensor-parallel
+    // group (the scheduler talks to leaders only).
     if (i + 1 < stages) req.set_next_stage_address(options_.workers[i + 1]);
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(true);

@@ -13,7 +13,13 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
   }
   auto exec = std::unique_ptr<StageExecutor>(new StageExecutor());
   exec->options_ = options;
-  SPAR_ASSIGN_OR_RETURN(exec->backend_, CreateBackend(options.backend));
+  BackendOptions bo;
+  bo.name = options.backend;
+  bo.device = options.device;
+  bo.tp = options.tp;
+  bo.nccl_unique_id = options.nccl_unique_id;
+  bo.cpu_group = options.cpu_group;
+  SPAR_ASSIGN_OR_RETURN(exec->backend_, CreateBackend(bo));
   ModelOptions mo;
   mo.first_layer = options.first_layer;
   mo.last_layer = options.last_layer;

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "engine/tensor_parallel.h"
 #include "services/common/micro_batch.h"
 #include "services/worker/sampling_states.h"
 
@@ -32,6 +33,15 @@ struct StageOptions {
   double gpu_memory_utilization = 0;
   int64_t max_model_len = 0;
   std::string backend = "cpu";
+  // cuda: the GPU of this process.
+  int device = 0;
+  // This process's rank of the stage's tensor-parallel group and how the
+  // group's all-reduce runs: cuda ranks join the NCCL communicator of
+  // `nccl_unique_id`, cpu ranks share `cpu_group` (a SocketGroup between
+  // worker processes). Size 1: neither.
+  TpRank tp;
+  std::string nccl_unique_id;
+  std::shared_ptr<CpuGroup> cpu_group;
   // Benchmarks only: after each forward, sleep per held layer this long plus
   // delay_per_token per token of the micro-batch, to emulate a heavy stage
   // on a small model (pipeline-overlap measurements): a fixed cost is a

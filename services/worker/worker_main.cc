@@ -27,7 +27,9 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   std::string host = "0.0.0.0", port_file, model, layers, backend = "cpu";
   int64_t port = 50061, shutdown_timeout_s = 30, stage = -1, stages = 0, num_blocks = 256, tp_rank = 0, tp_size = 1;
   double delay_ms = 0, delay_token_us = 0, gpu_memory_utilization = 0;
-  int64_t max_model_len = 0;
+  int64_t max_model_len = 0, device = -1;
+  std::string tp_leader, tp_host;
+  double tp_timeout_s = 60, tp_join_timeout_s = 30;
   ArgParser args("worker", "SPAR_");
   args.AddString("host", &host, "address to listen on (default 0.0.0.0)");
   args.AddInt("port", &port, "port to listen on (default 50061; 0 picks a free port)");
@@ -41,8 +43,16 @@ int RunWorkerMain(int argc, char** argv, int begin) {
                  "cuda: size the KV cache to this fraction of the GPU memory (0..1; 0 = use --num-blocks)");
   args.AddInt("max-model-len", &max_model_len, "longest sequence served, prompt + output (default: the model's)");
   args.AddString("backend", &backend, "cpu (default) or cuda");
-  args.AddInt("tp-rank", &tp_rank, "tensor-parallel rank inside the stage (0 = leader; only 0 today)");
-  args.AddInt("tp-size", &tp_size, "tensor-parallel size of the stage (only 1 today)");
+  args.AddInt("device", &device, "cuda: the GPU of this process (default: --tp-rank)");
+  args.AddInt("tp-rank", &tp_rank, "tensor-parallel rank inside the stage (0 = the stage leader, default)");
+  args.AddInt("tp-size", &tp_size, "tensor-parallel size of the stage: worker processes, one per GPU (default 1)");
+  args.AddString("tp-leader", &tp_leader, "ranks > 0: the stage leader's (rank 0's) worker address, HOST:PORT");
+  args.AddString("tp-host", &tp_host,
+                 "ranks > 0: the host the leader reaches this worker at (default: the address it calls from)");
+  args.AddDouble("tp-timeout-s", &tp_timeout_s,
+                 "cpu backend: the longest one all-reduce waits for the other ranks (default 60)");
+  args.AddDouble("tp-join-timeout-s", &tp_join_timeout_s,
+                 "how long a group formation waits for missing ranks (default 30)");
   args.AddDouble("delay-per-layer-ms", &delay_ms, "benchmarks: sleep this long per layer after each forward");
   args.AddDouble("delay-per-token-us", &delay_token_us, "benchmarks: and this long per layer and token");
   args.AddInt("shutdown-timeout", &shutdown_timeout_s,
@@ -64,9 +74,13 @@ int RunWorkerMain(int argc, char** argv, int begin) {
     return fail("--gpu-memory-utilization must be in [0, 1]");
   }
   if (max_model_len < 0) return fail("--max-model-len must be >= 0");
-  if (tp_size != 1 || tp_rank != 0) {
-    return fail("tensor parallelism is not implemented yet: --tp-size must be 1 and --tp-rank 0");
-  }
+  if (tp_size < 1 || tp_size > 64) return fail("--tp-size must be in [1, 64]");
+  if (tp_rank < 0 || tp_rank >= tp_size) return fail("--tp-rank must be in [0, --tp-size)");
+  if (tp_rank > 0 && tp_leader.empty()) return fail("--tp-rank > 0 needs --tp-leader HOST:PORT (rank 0's worker)");
+  if (tp_rank > 0 && tp_leader.rfind(':') == std::string::npos) return fail("--tp-leader must be HOST:PORT");
+  if (tp_rank == 0 && !tp_leader.empty()) return fail("--tp-leader is for ranks > 0 (this worker is the leader)");
+  if (!(tp_timeout_s > 0) || !(tp_join_timeout_s > 0)) return fail("--tp-timeout-s and --tp-join-timeout-s must be > 0");
+  if (device < -1) return fail("--device must be >= 0");
   if (delay_ms < 0 || delay_token_us < 0) return fail("--delay-per-layer-ms and --delay-per-token-us must be >= 0");
   if (shutdown_timeout_s < 0) return fail("--shutdown-timeout must be >= 0 seconds");
   if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
@@ -84,8 +98,14 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   options.stage.backend = backend;
   options.stage.delay_per_layer = absl::Microseconds(static_cast<int64_t>(delay_ms * 1000));
   options.stage.delay_per_token = absl::Nanoseconds(static_cast<int64_t>(delay_token_us * 1000));
+  options.stage.device = static_cast<int>(device >= 0 ? device : tp_rank);
   options.tp_rank = static_cast<int>(tp_rank);
   options.tp_size = static_cast<int>(tp_size);
+  options.tp_leader = tp_leader;
+  options.tp_host = tp_host;
+  options.host = host;
+  options.tp_op_timeout = absl::Milliseconds(static_cast<int64_t>(tp_timeout_s * 1000));
+  options.tp_join_timeout = absl::Milliseconds(static_cast<int64_t>(tp_join_timeout_s * 1000));
   if (!layers.empty()) {
     auto r = ParseLayerRange(layers);
     if (!r.ok()) return fail(std::string("--layers: ") + std::string(r.status().message()));
@@ -149,6 +169,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   if (*metrics_server) SPAR_LOG(INFO) << "metrics on http://" << HostPort(metrics_flags.host, (*metrics_server)->port()) << "/metrics";
   SPAR_LOG(INFO) << "spar-worker listening on " << HostPort(host, selected_port) << " ("
                  << ProcessWorkerPlane().Describe() << ")";
+  // A peer joins its leader's group once it can be called back.
+  runtime.StartTpJoin(selected_port);
   if (!port_file.empty()) {
     if (auto s = WritePortFile(port_file, selected_port); !s.ok()) {
       std::cerr << "worker: " << s.message() << "\n";

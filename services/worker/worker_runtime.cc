@@ -12,6 +12,10 @@ namespace spar {
 WorkerRuntime::WorkerRuntime(WorkerOptions options) : options_(std::move(options)) {
   window_start_ = absl::Now();
   metrics_stage_ = options_.stage_index;
+  if (tp_leader()) {
+    membership_ = std::make_unique<TpMembership>(options_.tp_size);
+    membership_->set_on_change([this](const std::string& what) { OnMembershipChange(what); });
+  }
 }
 
 WorkerRuntime::~WorkerRuntime() { Stop(); }
@@ -20,7 +24,13 @@ void WorkerRuntime::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    // A formation in progress gives up: waits for peers, the rendezvous,
+    // the calls to the peers.
+    if (forming_listener_ != nullptr) forming_listener_->Cancel();
+    for (grpc::ClientContext* c : forming_calls_) c->TryCancel();
   }
+  if (membership_) membership_->Close();
+  joiner_.reset();
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   std::deque<Task> left;
@@ -33,11 +43,20 @@ void WorkerRuntime::Stop() {
     if (t.kind == Task::kConfigure && t.done) t.done(absl::UnavailableError("worker is shutting down"));
   }
   downstream_.reset();
+  peer_links_.clear();
 }
 
 void WorkerRuntime::Start(std::function<void(bool)> on_ready_change) {
   on_ready_change_ = std::move(on_ready_change);
-  if (options_.preload) {
+  if (options_.preload && tp_leader()) {
+    // A group loads together: form it as soon as every peer has joined.
+    group_shard_ = options_.stage;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      group_shard_known_ = true;
+    }
+    MaybeQueueFormGroup();
+  } else if (options_.preload && !tp_peer()) {  // a peer loads when its leader configures it
     Task t;
     t.kind = Task::kLoad;
     Push(std::move(t));
@@ -102,11 +121,14 @@ void WorkerRuntime::Run() {
       case Task::kBatch:
         DoBatch(std::move(task.batch), task.arrived);
         break;
+      case Task::kFormGroup:
+        DoFormGroup();
+        break;
     }
   }
 }
 
-absl::Status WorkerRuntime::Load(const StageOptions& options) {
+absl::Status WorkerRuntime::Load(const StageOptions& options, bool announce) {
   const absl::Time start = absl::Now();
   SPAR_LOG(INFO) << "loading layers [" << options.first_layer << ", "
                  << (options.last_layer < 0 ? std::string("end") : std::to_string(options.last_layer)) << ") of "
@@ -115,7 +137,9 @@ absl::Status WorkerRuntime::Load(const StageOptions& options) {
   exec_ = std::move(exec);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    loaded_ = true;
+    // A rank of a TP group is usable once the whole group is (FormGroup,
+    // ConfigureAsPeer say so).
+    if (announce) loaded_ = true;
     last_stage_ = exec_->is_last_stage();
     shard_.set_model_path(options.model_dir);
     shard_.set_first_layer(exec_->first_layer());
@@ -124,6 +148,7 @@ absl::Status WorkerRuntime::Load(const StageOptions& options) {
     shard_.set_backend(options.backend);
     shard_.mutable_tp()->set_rank(options_.tp_rank);
     shard_.mutable_tp()->set_size(options_.tp_size);
+    shard_.mutable_tp()->set_group_id(group_id_);
     num_model_layers_ = exec_->config().num_hidden_layers;
     memory_ = exec_->device_memory();
     hidden_size_ = exec_->config().hidden_size;
@@ -131,40 +156,58 @@ absl::Status WorkerRuntime::Load(const StageOptions& options) {
   }
   SPAR_LOG(INFO) << "loaded layers [" << exec_->first_layer() << ", " << exec_->last_layer() << ") in "
                  << absl::FormatDuration(absl::Now() - start);
-  if (on_ready_change_) on_ready_change_(true);
+  if (announce && on_ready_change_) on_ready_change_(true);
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::WorkerInfo> WorkerRuntime::DoConfigure(const v1::ConfigureRequest& r) {
+  if (tp_peer()) {
+    // From this peer's leader (the scheduler talks to leaders only); epoch
+    // 0 when the leader forms its group before any scheduler configured it.
+    SPAR_RETURN_IF_ERROR(ConfigureAsPeer(r));
+    std::lock_guard<std::mutex> lock(mu_);
+    epoch_ = r.epoch();
+    stage_index_ = r.stage_index();
+    metrics_stage_ = r.stage_index();
+    num_stages_ = r.num_stages();
+    return InfoLocked();
+  }
   if (r.epoch() == 0) return absl::InvalidArgumentError("configure: epoch must be > 0");
   if (r.num_stages() < 1 || r.stage_index() < 0 || r.stage_index() >= r.num_stages()) {
     return absl::InvalidArgumentError(
         absl::StrCat("configure: stage_index ", r.stage_index(), " is outside [0, num_stages = ", r.num_stages(), ")"));
   }
   const v1::ShardSpec& want = r.shard();
-  if (want.tp().size() > 1) {
-    return absl::UnimplementedError("configure: tensor parallelism (tp.size > 1) is not implemented yet");
+  if (want.tp().size() != 0 && want.tp().size() != options_.tp_size) {
+    return absl::FailedPreconditionError(absl::StrCat("configure: the scheduler expects a tensor-parallel size of ",
+                                                      want.tp().size(), ", this stage runs ", options_.tp_size));
   }
-  if (exec_ == nullptr) {
-    StageOptions so = options_.stage;
-    if (so.model_dir.empty()) so.model_dir = want.model_path();
-    if (so.model_dir.empty()) {
-      return absl::FailedPreconditionError("configure: the worker has no model (--model) and shard.model_path is empty");
+  if (tp_leader() && (exec_ == nullptr || GroupStale())) {
+    SPAR_ASSIGN_OR_RETURN(StageOptions so, ResolveShard(want));
+    if (exec_ != nullptr) {  // a group that lost a member re-forms on the shard it holds
+      so.first_layer = exec_->first_layer();
+      so.last_layer = exec_->last_layer();
     }
-    so.first_layer = want.first_layer();
-    so.last_layer = want.last_layer();
-    if (want.num_blocks() > 0) so.num_blocks = want.num_blocks();
-    if (!want.backend().empty()) so.backend = want.backend();
+    SPAR_RETURN_IF_ERROR(FormGroup(so, r));
+  } else if (exec_ == nullptr) {
+    SPAR_ASSIGN_OR_RETURN(StageOptions so, ResolveShard(want));
     SPAR_RETURN_IF_ERROR(Load(so));
+  } else if (tp_leader()) {
+    SPAR_RETURN_IF_ERROR(ConfigurePeers(r, /*forming=*/false, nullptr));
   }
   if (want.first_layer() != exec_->first_layer() || want.last_layer() != exec_->last_layer()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "configure: shard mismatch: this worker holds layers [", exec_->first_layer(), ", ", exec_->last_layer(),
         "), the scheduler expects [", want.first_layer(), ", ", want.last_layer(), ") for stage ", r.stage_index()));
   }
-  if (want.num_blocks() > exec_->options().num_blocks) {
+  int64_t held_blocks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_blocks = shard_.num_blocks();  // a group's: the fewest any rank has
+  }
+  if (want.num_blocks() > held_blocks) {
     return absl::FailedPreconditionError(absl::StrCat("configure: the scheduler needs ", want.num_blocks(),
-                                                      " KV blocks, this worker has ", exec_->options().num_blocks));
+                                                      " KV blocks, this stage has ", held_blocks));
   }
   if (!want.backend().empty() && want.backend() != exec_->options().backend) {
     return absl::FailedPreconditionError(absl::StrCat("configure: the scheduler expects backend ", want.backend(),
@@ -189,6 +232,7 @@ absl::StatusOr<v1::WorkerInfo> WorkerRuntime::DoConfigure(const v1::ConfigureReq
     }
     downstream_ = std::make_unique<Downstream>(r.next_stage_address(), std::move(on_sent));
   }
+  if (tp_leader()) last_configure_ = r;
   std::lock_guard<std::mutex> lock(mu_);
   epoch_ = r.epoch();
   stage_index_ = r.stage_index();
@@ -229,10 +273,14 @@ void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time ar
   const absl::Time start = absl::Now();
   uint64_t epoch;
   int stage;
+  bool tp_broken;
+  absl::Status tp_reason;
   {
     std::lock_guard<std::mutex> lock(mu_);
     epoch = epoch_;
     stage = stage_index_;
+    tp_broken = tp_broken_;
+    tp_reason = tp_broken_reason_;
   }
   WorkerMetrics* metrics = options_.metrics;
   if (metrics) metrics->OnMicroBatchStart(stage, start);
@@ -240,10 +288,17 @@ void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time ar
   const bool batch_failed = batch->has_error();  // failed upstream: passed on, not executed
   absl::Status status;
   StageOutput out;
-  if (batch->epoch() != epoch) {
+  if (tp_broken && !batch->has_error()) {
+    // What a lost worker means to the requests: UNAVAILABLE, retry.
+    status = absl::UnavailableError(absl::StrCat("this stage's tensor-parallel group lost a member (",
+                                                 tp_reason.message(), "); it re-forms when the member is back"));
+  } else if (batch->epoch() != epoch) {
     status = absl::FailedPreconditionError(absl::StrCat("micro-batch of epoch ", batch->epoch(),
                                                         " reached a stage configured for epoch ", epoch));
   } else if (!batch->has_error()) {
+    // Every rank of the group executes the same micro-batch (the leader
+    // first hands it to its peers, which compute in the same order).
+    for (auto& link : peer_links_) link->Send(std::make_unique<v1::MicroBatch>(*batch));
     auto r = ExecuteBatch(*batch);
     if (r.ok()) {
       out = std::move(*r);
@@ -262,7 +317,11 @@ void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time ar
   size_t bytes_out = 0;
 
   const bool last = exec_ != nullptr && exec_->is_last_stage();
-  if (last) {
+  if (tp_peer()) {
+    // Only the leader publishes or forwards; its own execution of this
+    // micro-batch reports any failure (a peer's failure breaks the leader's
+    // all-reduce too).
+  } else if (last) {
     v1::MicroBatchResult result;
     result.set_epoch(batch->epoch());
     result.set_batch_id(batch->batch_id());

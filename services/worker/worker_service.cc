@@ -1,6 +1,7 @@
 #include "services/worker/worker_service.h"
 
 #include <memory>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "services/common/grpc_status.h"
@@ -55,6 +56,42 @@ class RefusedReader : public grpc::ServerReadReactor<v1::MicroBatch> {
   void OnDone() override { delete this; }
 };
 
+// A tensor-parallel peer's membership: one event ("registered"), then the
+// stream stays open until the peer goes away (or this server shuts down);
+// its end is the membership's end.
+class TpMemberStream : public grpc::ServerWriteReactor<v1::TpGroupEvent> {
+ public:
+  // Refused.
+  explicit TpMemberStream(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  TpMemberStream(TpMembership* membership, int rank, uint64_t ticket, v1::TpGroupEvent event)
+      : membership_(membership), rank_(rank), ticket_(ticket), event_(std::move(event)) {
+    StartWrite(&event_);
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "the peer went away"));
+  }
+  void OnCancel() override { FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "the peer went away")); }
+  void OnDone() override {
+    if (membership_ != nullptr) membership_->Leave(rank_, ticket_);
+    delete this;
+  }
+
+ private:
+  void FinishOnce(const grpc::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  TpMembership* membership_ = nullptr;
+  int rank_ = 0;
+  uint64_t ticket_ = 0;
+  v1::TpGroupEvent event_;
+  std::mutex mu_;
+  bool finished_ = false;
+};
+
 }  // namespace
 
 // Every RPC first checks that the caller belongs to the worker plane
@@ -80,18 +117,31 @@ grpc::ServerUnaryReactor* WorkerService::Configure(grpc::CallbackServerContext* 
   return reactor;
 }
 
-grpc::ServerUnaryReactor* WorkerService::JoinTpGroup(grpc::CallbackServerContext* ctx,
-                                                     const v1::JoinTpGroupRequest* request,
-                                                     v1::JoinTpGroupResponse*) {
-  if (absl::Status s = ProcessWorkerPlane().CheckCaller(*ctx); !s.ok()) return Refuse(ctx, s);
-  auto* reactor = ctx->DefaultReactor();
-  if (request->tp_size() <= 1) {
-    reactor->Finish(grpc::Status::OK);  // a group of one: nothing to join
-  } else {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                 "tensor parallelism over NCCL is not implemented yet (tp_size must be 1)"));
+grpc::ServerWriteReactor<v1::TpGroupEvent>* WorkerService::JoinTpGroup(grpc::CallbackServerContext* ctx,
+                                                                        const v1::JoinTpGroupRequest* request) {
+  if (absl::Status s = ProcessWorkerPlane().CheckCaller(*ctx); !s.ok()) return new TpMemberStream(s);
+  TpMembership* membership = runtime_->tp_membership();
+  if (membership == nullptr) {
+    return new TpMemberStream(absl::FailedPreconditionError(
+        absl::StrCat("this worker is not the leader of a tensor-parallel group (rank ", runtime_->Info().shard().tp().rank(),
+                     ", size ", runtime_->Info().shard().tp().size(), "): start peers with --tp-leader pointing at rank 0")));
   }
-  return reactor;
+  if (request->port() < 1 || request->port() > 65535) {
+    return new TpMemberStream(absl::InvalidArgumentError(absl::StrCat("port ", request->port(), " is not a port")));
+  }
+  std::string host = request->host();
+  if (host.empty()) {
+    auto caller = HostOfGrpcPeer(ctx->peer());
+    if (!caller.ok()) return new TpMemberStream(caller.status());
+    host = *caller;
+  }
+  const std::string address = absl::StrCat(host, ":", request->port());
+  auto ticket = membership->Join(request->tp_rank(), request->tp_size(), address);
+  if (!ticket.ok()) return new TpMemberStream(ticket.status());
+  v1::TpGroupEvent event;
+  event.set_tp_size(membership->size());
+  event.set_message(absl::StrCat("registered as rank ", request->tp_rank(), " of ", membership->size(), " at ", address));
+  return new TpMemberStream(membership, request->tp_rank(), *ticket, std::move(event));
 }
 
 grpc::ServerReadReactor<v1::MicroBatch>* WorkerService::Pipeline(grpc::CallbackServerContext* ctx,

@@ -18,8 +18,8 @@ class WorkerService final : public v1::Worker::CallbackService {
                                     v1::WorkerInfo* response) override;
   grpc::ServerUnaryReactor* Configure(grpc::CallbackServerContext* ctx, const v1::ConfigureRequest* request,
                                       v1::ConfigureResponse* response) override;
-  grpc::ServerUnaryReactor* JoinTpGroup(grpc::CallbackServerContext* ctx, const v1::JoinTpGroupRequest* request,
-                                        v1::JoinTpGroupResponse* response) override;
+  grpc::ServerWriteReactor<v1::TpGroupEvent>* JoinTpGroup(grpc::CallbackServerContext* ctx,
+                                                          const v1::JoinTpGroupRequest* request) override;
   grpc::ServerReadReactor<v1::MicroBatch>* Pipeline(grpc::CallbackServerContext* ctx,
                                                     v1::PipelineSummary* response) override;
   grpc::ServerWriteReactor<v1::MicroBatchResult>* Results(grpc::CallbackServerContext* ctx,

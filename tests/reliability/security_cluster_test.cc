@@ -199,7 +199,10 @@ TEST_F(TlsClusterTest, PublicTlsWithClientCertificatesAndMutualTlsWorkerPlane) {
                            "spar-worker"},
        .worker_flags = {"--worker-tls-cert", worker_.cert, "--worker-tls-key", worker_.key, "--worker-tls-ca",
                         plane_ca_.cert, "--worker-tls-server-name", "spar-worker"},
-       .wait_for_serving = false},
+       .wait_for_serving = false,
+       // Stage 0 is a TP group: its leader and peer reach each other
+       // (JoinTpGroup, Configure, Pipeline) over the same mutual TLS.
+       .tp_size = 2},
       "security_tls");
   ASSERT_NE(cluster, nullptr);
   auto good = TlsChannel(cluster->address(), public_ca_.cert, &client_);
@@ -273,9 +276,12 @@ TEST(SecurityClusterTest, WorkerTokenRefusesCallsFromOutsideThePlane) {
                                               .stages = 2,
                                               .num_blocks = 32,
                                               .scheduler_flags = {"--worker-token-file", dir + "/token"},
-                                              .worker_flags = {"--worker-token-file", dir + "/token"}},
+                                              .worker_flags = {"--worker-token-file", dir + "/token"},
+                                              .tp_size = 2},
                                              "security_token");
-  ASSERT_NE(cluster, nullptr);  // the scheduler reached both stages with the token
+  // The scheduler reached both stages with the token, and each stage's TP
+  // peer joined its leader with it (the leader configured it with it).
+  ASSERT_NE(cluster, nullptr);
   auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
   const testing::StreamRecord ok = testing::Stream(stub.get(), Greedy("through the plane"), absl::Seconds(30));
   ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
@@ -296,6 +302,18 @@ TEST(SecurityClusterTest, WorkerTokenRefusesCallsFromOutsideThePlane) {
     writer->Write(forged);
     writer->WritesDone();
     EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    // Nobody outside the plane joins a tensor-parallel group (and so learns
+    // its rendezvous or receives its micro-batches).
+    grpc::ClientContext jctx;
+    jctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::JoinTpGroupRequest join;
+    join.set_tp_rank(1);
+    join.set_tp_size(2);
+    join.set_port(1);
+    auto events = wstub->JoinTpGroup(&jctx, join);
+    v1::TpGroupEvent event;
+    EXPECT_FALSE(events->Read(&event));
+    EXPECT_EQ(events->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
   // Worker health stays open for probes.
   EXPECT_TRUE(CheckHealth(cluster->worker_addresses()[0], "spar.v1.Worker").ok());

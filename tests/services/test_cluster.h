@@ -35,10 +35,13 @@ class TestCluster {
     double delay_per_layer_ms = 0;
     double delay_per_token_us = 0;
     std::vector<std::string> scheduler_flags;
-    std::vector<std::string> worker_flags;  // appended to every worker's command line
+    std::vector<std::string> worker_flags;  // appended to every worker's command line (TP peers too)
     // Wait for the scheduler's health to say SERVING (plaintext API only;
     // a test of a TLS API waits through its own channel).
     bool wait_for_serving = true;
+    // Worker processes per stage: the stage leader (TP rank 0, whose address
+    // the scheduler gets) and tp_size - 1 peers joining it.
+    int tp_size = 1;
   };
 
   static std::unique_ptr<TestCluster> Start(const Options& options, const std::string& name) {
@@ -56,8 +59,36 @@ class TestCluster {
       if (!port.ok()) return nullptr;
       c->worker_addresses_.push_back(absl::StrCat("127.0.0.1:", *port));
     }
+    c->peers_.resize(options.stages);
+    for (int i = 0; i < options.stages; ++i) {
+      for (int r = 1; r < options.tp_size; ++r) {
+        auto peer = c->SpawnPeer(i, r, 0);
+        if (peer == nullptr) return nullptr;
+        c->peers_[i].push_back(std::move(peer));
+      }
+    }
+    for (int i = 0; i < options.stages; ++i) {
+      for (int r = 1; r < options.tp_size; ++r) {
+        auto port = WaitForPortFile(c->peer_port_file(i, r), absl::Seconds(30), c->peer(i, r));
+        EXPECT_TRUE(port.ok()) << port.status();
+        if (!port.ok()) return nullptr;
+      }
+    }
     if (!c->StartScheduler(options.scheduler_flags)) return nullptr;
     return c;
+  }
+
+  // Tensor-parallel peer `rank` (>= 1) of stage `i`: killed (SIGKILL), or
+  // started again (a new process on a new port; it joins its leader).
+  ChildProcess* peer(int i, int rank) { return peers_[i][rank - 1].get(); }
+  void KillPeer(int i, int rank) {
+    peer(i, rank)->Signal(SIGKILL);
+    peer(i, rank)->Stop();
+  }
+  bool RestartPeer(int i, int rank) {
+    peers_[i][rank - 1] = SpawnPeer(i, rank, 0);
+    return peers_[i][rank - 1] != nullptr &&
+           WaitForPortFile(peer_port_file(i, rank), absl::Seconds(30), peer(i, rank)).ok();
   }
 
   // Kills worker `i` (SIGKILL, no goodbye), or starts it again on its port.
@@ -110,10 +141,14 @@ class TestCluster {
 
   ~TestCluster() {
     scheduler_.reset();
+    peers_.clear();
     workers_.clear();
     if (::testing::Test::HasFailure()) {
-      for (const std::string& log : {std::string("scheduler1"), std::string("worker0"), std::string("worker1"),
-                                     std::string("worker2")}) {
+      std::vector<std::string> logs = {"scheduler1", "worker0", "worker1", "worker2"};
+      for (int i = 0; i < options_.stages; ++i) {
+        for (int r = 1; r < options_.tp_size; ++r) logs.push_back(absl::StrCat("worker", i, ".tp", r));
+      }
+      for (const std::string& log : logs) {
         std::ifstream in(absl::StrCat(dir_, "/", log, ".log"));
         if (!in) continue;
         std::stringstream ss;
@@ -160,8 +195,31 @@ class TestCluster {
         absl::StrCat(options_.num_blocks), "--delay-per-layer-ms", absl::StrCat(options_.delay_per_layer_ms),
         "--delay-per-token-us", absl::StrCat(options_.delay_per_token_us), "--metrics-port", "0",
         "--metrics-port-file", absl::StrCat(dir_, "/worker", i, ".metrics-port")};
+    if (options_.tp_size > 1) {
+      argv.insert(argv.end(), {"--tp-size", absl::StrCat(options_.tp_size)});
+    }
     argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
     auto child = ChildProcess::Spawn(argv, {absl::StrCat(dir_, "/worker", i, ".log")});
+    EXPECT_TRUE(child.ok()) << child.status();
+    return child.ok() ? std::move(*child) : nullptr;
+  }
+
+  std::string peer_port_file(int i, int rank) const { return absl::StrCat(dir_, "/worker", i, ".tp", rank, ".port"); }
+
+  // A peer gets only what it needs of its own: the model directory (its
+  // layers come from the leader's Configure), the leader's address.
+  std::unique_ptr<ChildProcess> SpawnPeer(int i, int rank, int port) {
+    const std::string port_file = peer_port_file(i, rank);
+    std::remove(port_file.c_str());
+    const std::string name = absl::StrCat("worker", i, ".tp", rank);
+    std::vector<std::string> argv = {
+        SPAR_WORKER_BIN, "--host", "127.0.0.1", "--port", absl::StrCat(port), "--port-file", port_file, "--model",
+        options_.model, "--tp-rank", absl::StrCat(rank), "--tp-size", absl::StrCat(options_.tp_size),
+        "--tp-leader", worker_addresses_[i], "--delay-per-layer-ms", absl::StrCat(options_.delay_per_layer_ms),
+        "--delay-per-token-us", absl::StrCat(options_.delay_per_token_us), "--metrics-port", "0",
+        "--metrics-port-file", absl::StrCat(dir_, "/", name, ".metrics-port")};
+    argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+    auto child = ChildProcess::Spawn(argv, {absl::StrCat(dir_, "/", name, ".log")});
     EXPECT_TRUE(child.ok()) << child.status();
     return child.ok() ? std::move(*child) : nullptr;
   }
@@ -169,6 +227,7 @@ class TestCluster {
   Options options_;
   std::string dir_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::vector<std::vector<std::unique_ptr<ChildProcess>>> peers_;  // [stage][rank - 1]
   std::vector<std::string> worker_addresses_;
   std::unique_ptr<ChildProcess> scheduler_;
   std::string address_;

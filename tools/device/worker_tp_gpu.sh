@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Worker tensor-parallel groups on two GPUs (device tool, kind nvidia-h200-x2;
+# or `ctest -L gpu -R worker_tp_gpu` on a CUDA build): a spar-scheduler with
+# one stage of two cuda spar-worker processes (TP 2: the leader on GPU 0, the
+# peer on GPU 1, NCCL id handed out by the leader through Configure), against
+# the same scheduler over one cuda worker (TP 1); greedy tokens must be
+# equal for every prompt. Then the peer is killed: a request must end
+# UNAVAILABLE promptly, and once the peer is back the stage serves the same
+# tokens again. About a minute.
+#
+# Binaries: a bundle made here with
+#   ../shared/scripts/bundle.sh .bundle-wtp build-cuda/services/cli/spar \
+#       build-cuda/services/worker/spar-worker build-cuda/services/scheduler/spar-scheduler
+# or SPAR_BIN / SPAR_WORKER_BIN / SPAR_SCHEDULER_BIN (what ctest passes).
+# SPAR_WTP_BACKEND=cpu runs the same steps on the cpu backend (a check of
+# this script on a machine without GPUs).
+# Exit 0: equal; 1: a difference or failure; 77: fewer than two GPUs.
+set -uo pipefail
+if [[ -z ${SPAR_BIN:-} && -f .bundle-wtp/env.sh ]]; then
+  source .bundle-wtp/env.sh
+fi
+spar=${SPAR_BIN:-.bundle-wtp/bin/spar}
+worker=${SPAR_WORKER_BIN:-.bundle-wtp/bin/spar-worker}
+scheduler=${SPAR_SCHEDULER_BIN:-.bundle-wtp/bin/spar-scheduler}
+export NCCL_NVLS_ENABLE=0
+backend=${SPAR_WTP_BACKEND:-cuda}
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [[ $backend == cuda ]] && ((gpus < 2)); then
+  echo "worker_tp_gpu: needs two GPUs, found ${gpus:-0}: skipped"
+  exit 77
+fi
+out=${OUT:-$(mktemp -d /tmp/worker-tp-gpu.XXXXXX)}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/worker-tp-gpu-run.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  return 0
+}
+trap cleanup EXIT
+
+model=$work/model
+"$spar" make-tiny --arch glm5 --out "$model" --seed 11 > /dev/null || { echo "make-tiny failed"; exit 1; }
+
+wait_file() {  # path, seconds
+  for ((i = 0; i < $2 * 10; i++)); do [[ -s $1 ]] && return 0; sleep 0.1; done
+  echo "timed out waiting for $1"; return 1
+}
+
+# start_stage NAME TP: a worker group (leader on GPU 0, peers on GPU r) and a
+# scheduler over it; sets $sched_port, $peer_pid.
+start_stage() {
+  local name=$1 tp=$2
+  "$worker" --host 127.0.0.1 --port 0 --port-file "$work/$name.w0" --model "$model" --stage 0 --stages 1 \
+    --backend "$backend" --device 0 --tp-size "$tp" --num-blocks 64 --metrics-port 0 > "$out/$name.worker0.log" 2>&1 &
+  pids+=($!)
+  wait_file "$work/$name.w0" 60 || return 1
+  leader=127.0.0.1:$(cat "$work/$name.w0")
+  peer_pid=
+  for ((r = 1; r < tp; r++)); do
+    start_peer "$name" "$r" "$tp" || return 1
+  done
+  "$scheduler" --host 127.0.0.1 --port 0 --port-file "$work/$name.s" --model "$model" --workers "$leader" \
+    --backend "$backend" --http-port -1 --metrics-port 0 --connect-timeout-s 120 > "$out/$name.scheduler.log" 2>&1 &
+  pids+=($!)
+  wait_file "$work/$name.s" 60 || return 1
+  sched_port=$(cat "$work/$name.s")
+  wait_ready
+}
+# Until the scheduler answers a one-token request (the stage has loaded and
+# the pipeline is connected).
+wait_ready() {
+  for ((i = 0; i < 240; i++)); do
+    "$spar" generate --server "127.0.0.1:$sched_port" --prompt-ids 1,2,3 --max-tokens 1 --timeout-s 10 \
+      > /dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  echo "the scheduler never served a request"; return 1
+}
+start_peer() {
+  local name=$1 r=$2 tp=$3
+  rm -f "$work/$name.w$r"
+  "$worker" --host 127.0.0.1 --port 0 --port-file "$work/$name.w$r" --model "$model" --backend "$backend" --device "$r" \
+    --tp-rank "$r" --tp-size "$tp" --tp-leader "$leader" --metrics-port 0 >> "$out/$name.worker$r.log" 2>&1 &
+  peer_pid=$!
+  pids+=($peer_pid)
+  wait_file "$work/$name.w$r" 60
+}
+
+prompts=()
+for i in 0 1 2 3 4 5; do
+  ids=$(python3 -c "import random; r=random.Random($i); print(','.join(str(r.randrange(288)) for _ in range(${i}0 + 9)))")
+  prompts+=("$ids")
+done
+# generate NAME: greedy ids of every prompt, one line each, into $out/NAME.ids
+generate() {
+  local name=$1
+  : > "$out/$name.ids"
+  for p in "${prompts[@]}"; do
+    "$spar" generate --server "127.0.0.1:$sched_port" --prompt-ids "$p" --max-tokens 24 --temperature 0 \
+      --ignore-eos --show-ids --timeout-s 120 2>&1 | grep -E '^([0-9]+ )+$' | tail -1 >> "$out/$name.ids"
+  done
+}
+
+start_stage tp1 1 || { echo "TP 1 stage did not start"; exit 1; }
+generate tp1
+cleanup; pids=()
+start_stage tp2 2 || { echo "TP 2 stage did not start"; exit 1; }
+generate tp2
+
+status=0
+if [[ $(grep -c . "$out/tp1.ids") -ne ${#prompts[@]} ]]; then
+  echo "TP 1 did not answer every prompt:"; cat "$out/tp1.ids"; status=1
+fi
+if diff "$out/tp1.ids" "$out/tp2.ids" > "$out/diff.txt"; then
+  echo "worker TP 2 == TP 1: greedy tokens identical for ${#prompts[@]} prompts x 24 tokens"
+else
+  echo "worker TP 2 differs from TP 1:"; cat "$out/diff.txt"; status=1
+fi
+
+# The peer dies: a request fails promptly (UNAVAILABLE), then the group
+# re-forms when it returns.
+kill -9 "$peer_pid"
+start=$(date +%s.%N)
+"$spar" generate --server "127.0.0.1:$sched_port" --prompt-ids "${prompts[0]}" --max-tokens 24 --temperature 0 \
+  --timeout-s 30 > "$out/while_down.txt" 2>&1
+rc=$?
+took=$(python3 -c "print(round($(date +%s.%N) - $start, 2))")
+echo "request with the peer gone: exit $rc after ${took}s: $(tail -1 "$out/while_down.txt")"
+if [[ $rc -eq 0 ]] || ! grep -q "code 14" "$out/while_down.txt"; then
+  echo "expected UNAVAILABLE (code 14) while the peer is gone"; status=1
+fi
+start_peer tp2 1 2 || status=1
+wait_ready || status=1
+generate tp2_again
+if diff "$out/tp1.ids" "$out/tp2_again.ids" > /dev/null; then
+  echo "after the peer came back: tokens identical again"
+else
+  echo "after the peer came back: tokens differ"; diff "$out/tp1.ids" "$out/tp2_again.ids"; status=1
+fi
+exit $status
