@@ -11,7 +11,11 @@
 #                                  per GPU (SPAR_TP_SIZE of them, tensor
 #                                  rank r on GPU r); stage index and count from
 #                                  SPAR_STAGE/SPAR_STAGES or LWS_WORKER_INDEX/
-#                                  LWS_GROUP_SIZE
+#                                  LWS_GROUP_SIZE. Rank 0 is the stage leader
+#                                  (what the scheduler and the previous stage
+#                                  dial); ranks r > 0 join it over loopback
+#                                  (--tp-leader 127.0.0.1:SPAR_WORKER_PORT),
+#                                  and it hands them the NCCL unique id
 #
 # Ports: rank r of a stage serves gRPC on SPAR_WORKER_PORT + r (default
 # 50061 + r) and metrics on SPAR_WORKER_METRICS_PORT + r (default 9401 + r).
@@ -111,9 +115,14 @@ case "$role" in
     # backend, shutdown timeout) comes from the SPAR_* environment. The
     # environment's SPAR_STAGE(S)/SPAR_TP_SIZE would clash, so unset them.
     unset SPAR_STAGE SPAR_STAGES SPAR_TP_SIZE
+    # Every rank sees every GPU of the pod (NCCL's peer-to-peer transport
+    # needs them visible) and picks its own with --device.
     for ((r = 0; r < tp; r++)); do
-      CUDA_VISIBLE_DEVICES="$r" start_daemon "${bin_dir}/spar-worker" --stage "$stage" --stages "$stages" \
-        --tp-rank "$r" --tp-size "$tp" --port $((worker_port + r)) --metrics-port $((worker_metrics_port + r))
+      leader=()
+      ((r == 0)) || leader=(--tp-leader "127.0.0.1:${worker_port}")
+      start_daemon "${bin_dir}/spar-worker" --stage "$stage" --stages "$stages" \
+        --tp-rank "$r" --tp-size "$tp" "${leader[@]}" --device "$r" \
+        --port $((worker_port + r)) --metrics-port $((worker_metrics_port + r))
     done
     wait_all
     ;;

@@ -20,8 +20,8 @@ check "scheduler workers from LWS" \
 out="$(SPAR_ENTRYPOINT_DRY_RUN=1 SPAR_WORKERS=a:1,b:2 bash "$entry" scheduler)"
 check "scheduler workers from SPAR_WORKERS" "/opt/spar/bin/spar-scheduler --workers a:1\,b:2 " "$out"
 out="$(SPAR_ENTRYPOINT_DRY_RUN=1 LWS_GROUP_SIZE=2 LWS_WORKER_INDEX=1 SPAR_TP_SIZE=2 bash "$entry" stage)"
-check "stage ranks" "/opt/spar/bin/spar-worker --stage 1 --stages 2 --tp-rank 0 --tp-size 2 --port 50061 --metrics-port 9401 
-/opt/spar/bin/spar-worker --stage 1 --stages 2 --tp-rank 1 --tp-size 2 --port 50062 --metrics-port 9402 " "$out"
+check "stage ranks" "/opt/spar/bin/spar-worker --stage 1 --stages 2 --tp-rank 0 --tp-size 2 --device 0 --port 50061 --metrics-port 9401 
+/opt/spar/bin/spar-worker --stage 1 --stages 2 --tp-rank 1 --tp-size 2 --tp-leader 127.0.0.1:50061 --device 1 --port 50062 --metrics-port 9402 " "$out"
 SPAR_ENTRYPOINT_DRY_RUN=1 LWS_GROUP_SIZE=2 LWS_WORKER_INDEX=2 bash "$entry" stage 2>/dev/null
 check "stage index past the group refused" 2 $?
 SPAR_ENTRYPOINT_DRY_RUN=1 SPAR_TP_SIZE=9 bash "$entry" stage 2>/dev/null
