@@ -54,12 +54,14 @@ int RunCluster(int argc, char** argv) {
   int64_t metrics_port = 0, shutdown_timeout_s = 30;
   std::string http_port_file;
   int64_t http_port = 8000;
-  int64_t stages = 1, port = 50051, num_blocks = 256, max_in_flight = 0, max_batch_tokens = 512, max_queue = 256,
+  int64_t stages = 1, tp_size = 1, port = 50051, num_blocks = 256, max_in_flight = 0, max_batch_tokens = 512, max_queue = 256,
           ready_timeout_s = 600;
   double delay_ms = 0, delay_token_us = 0;
   ArgParser args("cluster");
   args.AddString("model", &model, "model directory (required)");
   args.AddInt("stages", &stages, "pipeline stages, one worker process each (default 1)");
+  args.AddInt("tp-size", &tp_size,
+              "worker processes per stage, a tensor-parallel group (default 1; cuda: rank r on GPU r)");
   args.AddString("host", &host, "address every daemon listens on (default 127.0.0.1)");
   args.AddInt("port", &port, "the scheduler's public port (default 50051; 0 picks a free port)");
   args.AddString("port-file", &port_file, "write the scheduler's port here once it serves");
@@ -92,6 +94,10 @@ int RunCluster(int argc, char** argv) {
   }
   if (shutdown_timeout_s < 0) {
     std::cerr << "cluster: --shutdown-timeout must be >= 0 seconds\n";
+    return 2;
+  }
+  if (tp_size < 1 || tp_size > 64) {
+    std::cerr << "cluster: --tp-size must be in [1, 64]\n";
     return 2;
   }
   const std::string shutdown_timeout = absl::StrCat(shutdown_timeout_s);
@@ -133,6 +139,7 @@ int RunCluster(int argc, char** argv) {
                                        "--metrics-host", host, "--metrics-port", MetricsPortOf(metrics_port, 1 + i),
                                        "--metrics-port-file", absl::StrCat(run_dir, "/worker-", i, ".metrics-port"),
                                        "--shutdown-timeout", shutdown_timeout};
+    if (tp_size > 1) argv_w.insert(argv_w.end(), {"--tp-size", absl::StrCat(tp_size), "--device", "0"});
     auto child = ChildProcess::Spawn(argv_w, {absl::StrCat(log_dir, "/worker-", i, ".log")});
     if (!child.ok()) {
       std::cerr << "cluster: " << child.status().message() << "\n";
@@ -149,6 +156,29 @@ int RunCluster(int argc, char** argv) {
       return 1;
     }
     addresses.push_back(HostPort(host, *p));
+  }
+  // Tensor-parallel peers join their stage's leader (the address above);
+  // the leader's Configure gives them their layers.
+  for (int i = 0; i < stages; ++i) {
+    for (int r = 1; r < tp_size; ++r) {
+      const std::string name = absl::StrCat("worker-", i, ".tp", r);
+      std::vector<std::string> argv_p = {self, "worker", "--host", host, "--port", "0",
+                                         "--port-file", absl::StrCat(run_dir, "/", name, ".port"),
+                                         "--model", model, "--tp-rank", absl::StrCat(r),
+                                         "--tp-size", absl::StrCat(tp_size), "--tp-leader", addresses[i],
+                                         "--device", absl::StrCat(r), "--num-blocks", absl::StrCat(num_blocks),
+                                         "--backend", backend, "--delay-per-layer-ms", FormatDouble(delay_ms),
+                                         "--delay-per-token-us", FormatDouble(delay_token_us),
+                                         "--metrics-host", host, "--metrics-port", metrics_port < 0 ? "-1" : "0",
+                                         "--shutdown-timeout", shutdown_timeout};
+      auto child = ChildProcess::Spawn(argv_p, {absl::StrCat(log_dir, "/", name, ".log")});
+      if (!child.ok()) {
+        std::cerr << "cluster: " << child.status().message() << "\n";
+        cleanup();
+        return 1;
+      }
+      workers.push_back(std::move(*child));
+    }
   }
   std::vector<std::string> argv_s = {self, "scheduler", "--host", host, "--port", absl::StrCat(port),
                                      "--port-file", run_dir + "/scheduler.port", "--model", model,
@@ -215,7 +245,9 @@ int RunCluster(int argc, char** argv) {
     }
   }
   std::cout << "spar cluster: serving " << model << " at " << address << " (" << stages << " stage"
-            << (stages > 1 ? "s" : "") << ": " << FormatStageLayers(*split) << http_line << "; logs in " << log_dir
+            << (stages > 1 ? "s" : "") << ": " << FormatStageLayers(*split)
+            << (tp_size > 1 ? absl::StrCat(", ", tp_size, " tensor-parallel workers each") : std::string())
+            << http_line << "; logs in " << log_dir
             << ")" << std::endl;
   if (metrics_port >= 0) {
     // The daemons wrote their metrics ports before their gRPC ports.
