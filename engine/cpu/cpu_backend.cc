@@ -1,6 +1,7 @@
 #include "engine/cpu/cpu_backend.h"
 
 #include <chrono>
+#include <utility>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -126,8 +127,13 @@ class CpuBackend final : public Backend {
     if (!x->contiguous() || x->dtype() != DType::kF32) {
       return absl::InvalidArgumentError("all-reduce needs a contiguous fp32 tensor");
     }
-    return group_->AllReduceSum(tp_.rank, x->as<float>(), static_cast<size_t>(x->rows() * x->cols()));
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = group_->AllReduceSum(tp_.rank, x->as<float>(), static_cast<size_t>(x->rows() * x->cols()));
+    // Wall time including the wait for the other ranks, as NCCL's figure.
+    allreduce_seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return s;
   }
+  std::vector<double> TakeCollectiveDurations() override { return std::exchange(allreduce_seconds_, {}); }
 
   absl::StatusOr<std::unique_ptr<Weight>> CreateLinear(const LinearSource& src) override {
     SPAR_ASSIGN_OR_RETURN(CpuMatrix m, BuildMatrix(src.parts));
@@ -511,6 +517,7 @@ class CpuBackend final : public Backend {
 
   TpRank tp_;
   std::shared_ptr<CpuGroup> group_;
+  std::vector<double> allreduce_seconds_;  // since the last TakeCollectiveDurations
   ref::RopeParams rope_;
   CacheSpec spec_;
   std::vector<std::vector<uint8_t>> latent_, indexer_;

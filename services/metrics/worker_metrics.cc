@@ -34,7 +34,7 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry* registry, absl::Duration busy
                    .Register(*registry);
   allreduce_ = &BuildHistogram()
                     .Name("spar_nccl_allreduce_seconds")
-                    .Help("Duration of one NCCL all-reduce inside the stage (empty without tensor parallelism)")
+                    .Help("Duration of one all-reduce inside the stage's tensor-parallel group (NCCL; cpu: the socket group)")
                     .Register(*registry);
   micro_batches_ = &BuildCounter()
                         .Name("spar_stage_micro_batches_total")

@@ -33,6 +33,10 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
   return exec;
 }
 
+void StageExecutor::TakeAllReduceTimes(StepTimings* timings) {
+  for (double seconds : backend_->TakeCollectiveDurations()) timings->allreduce.push_back(absl::Seconds(seconds));
+}
+
 absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, Activations input) {
   const bool last = is_last_stage();
   if (last) {
@@ -84,6 +88,7 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
     out.hidden.rows = y.rows();
     out.hidden.cols = y.cols();
     out.timings.forward = absl::Now() - forward_start;
+    TakeAllReduceTimes(&out.timings);
     return out;
   }
   const absl::Time sampling_start = absl::Now();
@@ -99,9 +104,13 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
     requests.push_back(r);
     ids.push_back(p.step.seq_id);
   }
-  if (requests.empty()) return out;
+  if (requests.empty()) {
+    TakeAllReduceTimes(&out.timings);
+    return out;
+  }
   SPAR_ASSIGN_OR_RETURN(std::vector<SampleResult> sampled, backend_->Sample(y, requests));
   out.timings.sampling = absl::Now() - sampling_start;
+  TakeAllReduceTimes(&out.timings);
   if (sampled.size() != ids.size()) return absl::InternalError("sampler returned the wrong number of tokens");
   out.tokens.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -58,10 +58,10 @@ struct Activations {
 };
 
 // What one Execute() measured, for the worker's metrics (docs/metrics.md).
-// This is the engine-side hook: `forward` and `sampling` are timed here for
-// every backend; `allreduce` takes one duration per NCCL all-reduce of the
-// step (after o_proj and after the MoE/MLP of each layer) and stays empty
-// until tensor parallelism inside a stage is implemented.
+// `forward` and `sampling` are timed here for every backend; `allreduce`
+// holds one duration per all-reduce of the step (after o_proj and after the
+// MoE/MLP of each layer; Backend::TakeCollectiveDurations: NCCL on cuda, the
+// CpuGroup on cpu), empty without tensor parallelism.
 struct StepTimings {
   absl::Duration forward = absl::ZeroDuration();   // the layers (+ final norm and lm_head on the last stage)
   absl::Duration sampling = absl::ZeroDuration();  // last stage
@@ -110,6 +110,9 @@ class StageExecutor {
 
  private:
   StageExecutor() = default;
+  // Moves the backend's all-reduce durations of this step into `timings`
+  // (after the step's results were read: a GPU backend may wait for them).
+  void TakeAllReduceTimes(StepTimings* timings);
 
   StageOptions options_;
   int last_layer_ = 0;

@@ -10,8 +10,11 @@
 //   seconds (never a hang, never a wrong token), the scheduler reports
 //   not-ready, and once the peer is back the group re-forms and requests
 //   are exactly right again.
+#include <httplib.h>
 #include <signal.h>
 
+#include <cmath>
+#include <sstream>
 #include <thread>
 
 #include "engine/engine.h"
@@ -129,6 +132,23 @@ void ExpectBitIdentical(const std::vector<Output>& got, const std::vector<Genera
   }
 }
 
+// The value of `name` (a sample without labels other than the stage's) on a
+// metrics port; -1 when absent.
+double Metric(int port, const std::string& name) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(5, 0);
+  auto res = client.Get("/metrics");
+  if (!res || res->status != 200) return -1;
+  std::istringstream lines(res->body);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0) {
+      return std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return -1;
+}
+
 TEST(TpClusterTest, OneStageOfTwoRanksEqualsTheEngine) {
   const auto requests = Requests(6, 16);
   const auto tp1 = EngineTp(ReliabilityModel(), requests, 1);
@@ -137,6 +157,14 @@ TEST(TpClusterTest, OneStageOfTwoRanksEqualsTheEngine) {
   ASSERT_NE(cluster, nullptr);
   auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
   ExpectBitIdentical(StreamAll(stub.get(), requests, "a-"), tp2, tp1, requests);
+  // The leader measured its all-reduces: two per layer (3 layers) of every
+  // micro-batch it executed.
+  const double allreduces = Metric(cluster->worker_metrics_port(0), "spar_nccl_allreduce_seconds_count");
+  const double batches = Metric(cluster->worker_metrics_port(0), "spar_stage_micro_batches_total");
+  EXPECT_GT(allreduces, 0);
+  EXPECT_GT(batches, 0);
+  EXPECT_EQ(std::fmod(allreduces, 6.0), 0.0) << allreduces << " all-reduces";
+  EXPECT_LE(allreduces, 6 * batches) << allreduces << " all-reduces for " << batches << " micro-batches";
   // The peer really computed: it executed the micro-batches too.
   std::ifstream log(cluster->log_path("worker0.tp1"));
   std::stringstream text;
