@@ -51,6 +51,7 @@ std::string TargetGroup(const std::string& address, const std::string& job, cons
 int RunCluster(int argc, char** argv) {
   BlockShutdownSignals();
   std::string model, host = "127.0.0.1", port_file, log_dir, backend = "cpu", metrics_targets_file;
+  bool enforce_eager = false;
   int64_t metrics_port = 0, shutdown_timeout_s = 30;
   std::string http_port_file;
   int64_t http_port = 8000;
@@ -69,6 +70,7 @@ int RunCluster(int argc, char** argv) {
   args.AddString("http-port-file", &http_port_file, "write the HTTP port here once the cluster serves");
   args.AddString("log-dir", &log_dir, "daemon logs (default: a new directory under /tmp)");
   args.AddString("backend", &backend, "cpu (default) or cuda");
+  args.AddBool("enforce-eager", &enforce_eager, "cuda: no CUDA graphs for decode steps");
   args.AddInt("num-blocks", &num_blocks, "KV blocks per worker (default 256)");
   args.AddInt("max-in-flight", &max_in_flight, "micro-batches in flight (default 0: one per stage)");
   args.AddInt("max-batch-tokens", &max_batch_tokens, "tokens per micro-batch (default 512)");
@@ -139,7 +141,10 @@ int RunCluster(int argc, char** argv) {
                                        "--metrics-host", host, "--metrics-port", MetricsPortOf(metrics_port, 1 + i),
                                        "--metrics-port-file", absl::StrCat(run_dir, "/worker-", i, ".metrics-port"),
                                        "--shutdown-timeout", shutdown_timeout};
-    if (tp_size > 1) argv_w.insert(argv_w.end(), {"--tp-size", absl::StrCat(tp_size), "--device", "0"});
+    // One GPU per process on one node: stage i's ranks on GPUs [i*T, (i+1)*T).
+    argv_w.insert(argv_w.end(), {"--device", absl::StrCat(i * tp_size)});
+    if (tp_size > 1) argv_w.insert(argv_w.end(), {"--tp-size", absl::StrCat(tp_size)});
+    if (enforce_eager) argv_w.push_back("--enforce-eager");
     auto child = ChildProcess::Spawn(argv_w, {absl::StrCat(log_dir, "/worker-", i, ".log")});
     if (!child.ok()) {
       std::cerr << "cluster: " << child.status().message() << "\n";
@@ -166,11 +171,12 @@ int RunCluster(int argc, char** argv) {
                                          "--port-file", absl::StrCat(run_dir, "/", name, ".port"),
                                          "--model", model, "--tp-rank", absl::StrCat(r),
                                          "--tp-size", absl::StrCat(tp_size), "--tp-leader", addresses[i],
-                                         "--device", absl::StrCat(r), "--num-blocks", absl::StrCat(num_blocks),
+                                         "--device", absl::StrCat(i * tp_size + r), "--num-blocks", absl::StrCat(num_blocks),
                                          "--backend", backend, "--delay-per-layer-ms", FormatDouble(delay_ms),
                                          "--delay-per-token-us", FormatDouble(delay_token_us),
                                          "--metrics-host", host, "--metrics-port", metrics_port < 0 ? "-1" : "0",
                                          "--shutdown-timeout", shutdown_timeout};
+      if (enforce_eager) argv_p.push_back("--enforce-eager");
       auto child = ChildProcess::Spawn(argv_p, {absl::StrCat(log_dir, "/", name, ".log")});
       if (!child.ok()) {
         std::cerr << "cluster: " << child.status().message() << "\n";

@@ -16,6 +16,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
   BackendOptions bo;
   bo.name = options.backend;
   bo.device = options.device;
+  bo.enforce_eager = options.enforce_eager;
   bo.tp = options.tp;
   bo.nccl_unique_id = options.nccl_unique_id;
   bo.cpu_group = options.cpu_group;

@@ -35,6 +35,7 @@ struct StageOptions {
   std::string backend = "cpu";
   // cuda: the GPU of this process.
   int device = 0;
+  bool enforce_eager = false;  // cuda: no decode CUDA graphs
   // This process's rank of the stage's tensor-parallel group and how the
   // group's all-reduce runs: cuda ranks join the NCCL communicator of
   // `nccl_unique_id`, cpu ranks share `cpu_group` (a SocketGroup between

@@ -43,6 +43,9 @@ int RunWorkerMain(int argc, char** argv, int begin) {
                  "cuda: size the KV cache to this fraction of the GPU memory (0..1; 0 = use --num-blocks)");
   args.AddInt("max-model-len", &max_model_len, "longest sequence served, prompt + output (default: the model's)");
   args.AddString("backend", &backend, "cpu (default) or cuda");
+  bool enforce_eager = false;
+  args.AddBool("enforce-eager", &enforce_eager,
+               "cuda: run decode steps op by op instead of replaying them as CUDA graphs");
   args.AddInt("device", &device, "cuda: the GPU of this process (default: --tp-rank)");
   args.AddInt("tp-rank", &tp_rank, "tensor-parallel rank inside the stage (0 = the stage leader, default)");
   args.AddInt("tp-size", &tp_size, "tensor-parallel size of the stage: worker processes, one per GPU (default 1)");
@@ -96,6 +99,7 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   options.stage.gpu_memory_utilization = gpu_memory_utilization;
   options.stage.max_model_len = max_model_len;
   options.stage.backend = backend;
+  options.stage.enforce_eager = enforce_eager;
   options.stage.delay_per_layer = absl::Microseconds(static_cast<int64_t>(delay_ms * 1000));
   options.stage.delay_per_token = absl::Nanoseconds(static_cast<int64_t>(delay_token_us * 1000));
   options.stage.device = static_cast<int>(device >= 0 ? device : tp_rank);
