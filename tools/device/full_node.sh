@@ -5,8 +5,9 @@
 #      x batches, prefill, per-layer time and all-reduce time, over
 #      $SPAR_FULL_LAYERS real-size MoE layers (default 24). Each GPU holds
 #      ~1.3 GB of FP8 weights per layer at TP/EP 8, and the bench sizes its
-#      caches from its batch x context grid: keep layers x 1.3 GB + caches
-#      within an A100-80GB (24 layers, 128 x 32K: ~31 + ~40 GB);
+#      caches from its batch x context grid (1284 B per token per layer,
+#      replicated on every rank): keep both within an A100-80GB (24 layers,
+#      128 sequences x 8K: ~31 GB of weights + ~32 GB of caches);
 #   2. the served path: `spar cluster --backend cuda` with 2 pipeline stages of
 #      TP 4 (loopback gRPC between the stages, like two nodes) against one
 #      TP 1 worker on a 4-layer checkpoint: greedy tokens per prompt (first
@@ -30,7 +31,7 @@ $B/engine_bench --make-geometry glm5-full --make-layers $((3 + layers)) --model 
 rm -f /tmp/ncclid
 for r in 7 6 5 4 3 2 1 0; do
   $B/engine_bench --model $m --layers 3:$((3 + layers)) --batches ${SPAR_FULL_BATCHES:-1,8,32,128} \
-    --contexts ${SPAR_FULL_CONTEXTS:-8192,32768} --tp-size 8 --tp-rank $r --device $r --nccl-id-file /tmp/ncclid \
+    --contexts ${SPAR_FULL_CONTEXTS:-8192} --tp-size 8 --tp-rank $r --device $r --nccl-id-file /tmp/ncclid \
     > "$out/tp8_rank$r.log" 2>&1 &
 done
 wait
