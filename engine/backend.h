@@ -223,6 +223,11 @@ class Backend {
   // call, in order (the worker's spar_nccl_allreduce_seconds histogram).
   // Call after the step's results were read: it may wait for the rest.
   virtual std::vector<double> TakeCollectiveDurations() { return {}; }
+  // A member of the tensor-parallel group is gone: fail the collectives in
+  // flight (a GPU kernel would otherwise wait for the lost rank forever) and
+  // every later step. Any thread may call it; the backend cannot compute
+  // again (a re-formed group loads a new one).
+  virtual void AbortCollectives() {}
   virtual StepGraphStats graph_stats() const { return StepGraphStats(); }
   // Turns replaying on or off at run time (benchmarks and tests compare
   // replayed with eager steps on the same caches); a no-op without graphs.

@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <cstdio>
 #include <map>
@@ -292,7 +293,9 @@ class CudaBackend final : public Backend {
     // Graphs first: their output allocations are freed on the stream.
     graphs_.clear();
     if (stream_) cudaStreamSynchronize(stream_);
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    // An aborted communicator was freed by ncclCommAbort (destroying it
+    // would wait for the lost rank).
+    if (comm_ != nullptr && !aborted_.load()) ncclCommDestroy(comm_);
     for (cudaEvent_t e : all_events_) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -335,8 +338,23 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   TpRank tp() const override { return options_.tp; }
 
+  void AbortCollectives() override {
+    if (options_.tp.size == 1 || aborted_.exchange(true)) return;
+    // Releases the NCCL kernels waiting on the lost rank; their results are
+    // garbage, which ToHost and Sample refuse from now on.
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+  }
+
+  absl::Status CheckNotAborted() const {
+    if (aborted_.load()) {
+      return absl::UnavailableError("the tensor-parallel group was aborted (a rank is gone): this stage must re-form");
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status AllReduceSum(Tensor* x) override {
     if (options_.tp.size == 1) return absl::OkStatus();
+    SPAR_RETURN_IF_ERROR(CheckNotAborted());
     // Ranks hand over fp32 partial sums (o_proj, MLP down and the MoE
     // combine write fp32 under TP), summed in fp32 and rounded to bf16 once,
     // as TP 1 rounds its full sums: TP 2 then differs from TP 1 only in the
@@ -596,6 +614,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<Tensor> RunStep(const StepPlan& plan, const Tensor* input, const StepOps& ops,
                                  const StepOptions& step) override {
+    SPAR_RETURN_IF_ERROR(CheckNotAborted());
     std::optional<DecodeGraphKey> key;
     if (options_.cuda_graphs && step.replayable && (input == nullptr || input->dtype() == DType::kBF16)) {
       key = DecodeGraphKeyFor(plan, input != nullptr, step.indexer_topk, kMaxGraphTokens);
@@ -1291,6 +1310,7 @@ class CudaBackend final : public Backend {
     std::vector<int32_t> host(static_cast<size_t>(rows) * (2 + 2 * top_n));
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data(), o, host.size() * 4, cudaMemcpyDeviceToHost, stream_));
     SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    SPAR_RETURN_IF_ERROR(CheckNotAborted());  // samples of an aborted step are garbage
     std::vector<SampleResult> out(rows);
     for (int r = 0; r < rows; ++r) {
       out[r].token = host[r];
@@ -1311,6 +1331,7 @@ class CudaBackend final : public Backend {
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(raw.data(), x.cols() * elem, x.data(), x.ld() * elem, x.cols() * elem,
                                                 x.rows(), cudaMemcpyDeviceToHost, stream_));
     SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    SPAR_RETURN_IF_ERROR(CheckNotAborted());  // hidden states of an aborted step are garbage
     std::vector<float> out(n);
     for (size_t i = 0; i < n; ++i) {
       switch (x.dtype()) {
@@ -1428,6 +1449,7 @@ class CudaBackend final : public Backend {
   std::set<DecodeGraphKey> uncapturable_;
   uint64_t graph_clock_ = 0;
   bool capturing_ = false;
+  std::atomic<bool> aborted_{false};
   int steps_since_collective_sample_ = 0;
   std::vector<double> recent_collectives_;
   static constexpr size_t kMaxRecentCollectives = 8192;

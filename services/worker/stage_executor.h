@@ -95,6 +95,8 @@ class StageExecutor {
   bool is_last_stage() const { return model_->is_last_stage(); }
   size_t num_sampling_states() const { return sampling_.size(); }
   const std::string& backend_name() const { return options_.backend; }
+  // The backend, for AbortCollectives from another thread (a lost TP rank).
+  Backend* backend() const { return backend_.get(); }
   // Device memory held: zeros on the cpu backend (host memory only).
   StageMemory device_memory() const {
     const DeviceMemoryUsage m = backend_->device_memory();

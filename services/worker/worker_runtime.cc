@@ -134,9 +134,14 @@ absl::Status WorkerRuntime::Load(const StageOptions& options, bool announce) {
                  << (options.last_layer < 0 ? std::string("end") : std::to_string(options.last_layer)) << ") of "
                  << options.model_dir << " (" << options.num_blocks << " KV blocks, " << options.backend << ")";
   SPAR_ASSIGN_OR_RETURN(auto exec, StageExecutor::Load(options));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abortable_backend_ = nullptr;  // the old executor dies below
+  }
   exec_ = std::move(exec);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    abortable_backend_ = exec_->backend();
     // A rank of a TP group is usable once the whole group is (FormGroup,
     // ConfigureAsPeer say so).
     if (announce) loaded_ = true;

@@ -162,6 +162,9 @@ class WorkerRuntime {
 
   // Owned by the compute thread.
   std::unique_ptr<StageExecutor> exec_;
+  // exec_'s backend while it lives (guarded by mu_): BreakGroup, on another
+  // thread, aborts its collectives.
+  Backend* abortable_backend_ = nullptr;
   std::unique_ptr<Downstream> downstream_;
   // Leader: one Pipeline stream per peer (index rank - 1) carrying every
   // micro-batch the leader executes.

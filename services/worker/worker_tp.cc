@@ -88,6 +88,10 @@ void WorkerRuntime::DropGroup() {
   }
   // Ranks still blocked in the old group's all-reduce fail now.
   if (group) group->Break(absl::UnavailableError("the tensor-parallel group is re-forming"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abortable_backend_ = nullptr;
+  }
   exec_.reset();  // memory first: a new formation loads again
   if (was_loaded && on_ready_change_) on_ready_change_(false);
 }
@@ -111,6 +115,10 @@ void WorkerRuntime::BreakGroup(const absl::Status& why) {
     was_loaded = loaded_;
     loaded_ = false;
     group = socket_group_;
+    // A GPU rank blocked in an NCCL all-reduce with the lost member would
+    // wait forever: abort the communicator (under the lock, so the backend
+    // cannot be destroyed meanwhile).
+    if (abortable_backend_ != nullptr) abortable_backend_->AbortCollectives();
   }
   SPAR_LOG(WARNING) << "tensor-parallel group broken: " << why.message()
                     << "; not ready until it re-forms";
