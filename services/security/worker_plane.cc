@@ -1,7 +1,9 @@
 #include "services/security/worker_plane.h"
 
 #include <fstream>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -79,26 +81,36 @@ std::string WorkerPlane::Describe() const {
 }
 
 namespace {
-std::mutex& PlaneMutex() {
-  static std::mutex mu;
-  return mu;
+
+// Every plane ever set, the current one last. Older ones stay alive:
+// channels made from them may still read them (in practice the plane is
+// set once, at start).
+struct PlaneRegistry {
+  std::mutex mu;
+  std::vector<std::unique_ptr<WorkerPlane>> planes;
+};
+
+PlaneRegistry& Registry() {
+  static PlaneRegistry* registry = [] {
+    auto* r = new PlaneRegistry();
+    r->planes.push_back(std::make_unique<WorkerPlane>());  // plaintext until set
+    return r;
+  }();
+  return *registry;
 }
-WorkerPlane*& PlaneSlot() {
-  static WorkerPlane* plane = new WorkerPlane();
-  return plane;
-}
+
 }  // namespace
 
 void SetProcessWorkerPlane(WorkerPlane plane) {
-  std::lock_guard<std::mutex> lock(PlaneMutex());
-  // The previous plane is leaked on purpose: channels made from it may
-  // still read it (set once at start in practice).
-  PlaneSlot() = new WorkerPlane(std::move(plane));
+  PlaneRegistry& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.planes.push_back(std::make_unique<WorkerPlane>(std::move(plane)));
 }
 
 const WorkerPlane& ProcessWorkerPlane() {
-  std::lock_guard<std::mutex> lock(PlaneMutex());
-  return *PlaneSlot();
+  PlaneRegistry& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return *r.planes.back();
 }
 
 }  // namespace spar
