@@ -60,7 +60,7 @@ void StartStreams(v1::Generation::Stub* stub, const std::vector<GenerationReques
                                               &ctx, [fleet] { fleet->started++; });
     });
   }
-  const absl::Time until = absl::Now() + absl::Seconds(30);
+  const absl::Time until = absl::Now() + testing::Scaled(absl::Seconds(30));
   while (fleet->started < static_cast<int>(requests.size()) && absl::Now() < until) {
     absl::SleepFor(absl::Milliseconds(5));
   }
@@ -106,7 +106,8 @@ void ExpectExact(v1::Generation::Stub* stub, const std::vector<GenerationRequest
   fleet.records.resize(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     fleet.threads.emplace_back([&, i] {
-      fleet.records[i] = testing::Stream(stub, testing::ToWire(requests[i], absl::StrCat(prefix, i)), absl::Seconds(60));
+      fleet.records[i] = testing::Stream(stub, testing::ToWire(requests[i], absl::StrCat(prefix, i)),
+                                         testing::Scaled(absl::Seconds(60)));
     });
   }
   Join(&fleet);
@@ -126,7 +127,7 @@ TEST(FaultTest, WorkerKilledMidStreamEndsEveryStreamPromptlyWithRightTokensThenR
   auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
 
   Fleet fleet;
-  StartStreams(stub.get(), requests, &fleet, absl::Seconds(60), "kill-");
+  StartStreams(stub.get(), requests, &fleet, testing::Scaled(absl::Seconds(60)), "kill-");
   cluster->KillWorker(1);
   const absl::Time killed = absl::Now();
   Join(&fleet);
@@ -155,9 +156,9 @@ TEST(FaultTest, WorkerKilledMidStreamEndsEveryStreamPromptlyWithRightTokensThenR
   // The stage returns on its address: re-handshake, caches treated as lost,
   // every request exactly right again.
   ASSERT_TRUE(cluster->RestartWorker(1));
-  ASSERT_TRUE(WaitForServing(cluster->address(), "", absl::Seconds(30)).ok());
+  ASSERT_TRUE(WaitForServing(cluster->address(), "", testing::Scaled(absl::Seconds(30))).ok());
   ExpectExact(stub.get(), requests, want, "after-");
-  EXPECT_LT(testing::TimeUntilIdle(stub.get(), absl::Seconds(5)), absl::Seconds(5));
+  EXPECT_LT(testing::TimeUntilIdle(stub.get(), testing::Scaled(absl::Seconds(5))), testing::Scaled(absl::Seconds(5)));
 }
 
 TEST(FaultTest, FrozenStageFailsThePipelineWhileDeadlinesStillFire) {
@@ -172,9 +173,10 @@ TEST(FaultTest, FrozenStageFailsThePipelineWhileDeadlinesStillFire) {
   Fleet open, timed;
   const std::vector<GenerationRequest> a(requests.begin(), requests.begin() + 2);
   const std::vector<GenerationRequest> b(requests.begin() + 2, requests.end());
-  StartStreams(stub.get(), a, &open, absl::Seconds(60), "open-");
+  StartStreams(stub.get(), a, &open, testing::Scaled(absl::Seconds(60)), "open-");
+  const absl::Duration timed_deadline = testing::Scaled(absl::Milliseconds(1500));
   const absl::Time timed_start = absl::Now();
-  StartStreams(stub.get(), b, &timed, absl::Milliseconds(1500), "timed-");
+  StartStreams(stub.get(), b, &timed, timed_deadline, "timed-");
   // SIGSTOP: the process is alive and its sockets accept, but nothing
   // answers: the stall a hung GPU or a paused container looks like.
   cluster->worker(1)->Signal(SIGSTOP);
@@ -192,7 +194,7 @@ TEST(FaultTest, FrozenStageFailsThePipelineWhileDeadlinesStillFire) {
   for (size_t i = 0; i < b.size(); ++i) {
     const auto& r = timed.records[i];
     EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << r.status.error_message();
-    EXPECT_LT(r.end - timed_start, absl::Milliseconds(1500 + 700)) << "deadline fired late";
+    EXPECT_LT(r.end - timed_start, timed_deadline + absl::Milliseconds(700)) << "deadline fired late";
     EXPECT_TRUE(testing::IsPrefix(r.ids, testing::Ids(want[2 + i])));
   }
   Join(&open);
@@ -208,7 +210,7 @@ TEST(FaultTest, FrozenStageFailsThePipelineWhileDeadlinesStillFire) {
   EXPECT_LT(testing::TimeUntilIdle(stub.get(), absl::Seconds(1)), absl::Seconds(1));
 
   cluster->worker(1)->Signal(SIGCONT);
-  ASSERT_TRUE(WaitForServing(cluster->address(), "", absl::Seconds(30)).ok());
+  ASSERT_TRUE(WaitForServing(cluster->address(), "", testing::Scaled(absl::Seconds(30))).ok());
   ExpectExact(stub.get(), requests, want, "thawed-");
 }
 
@@ -225,13 +227,13 @@ TEST(FaultTest, StageSlowerThanTheStepTimeoutFailsPromptlyAndTheSchedulerReconne
   ASSERT_NE(cluster, nullptr);
   auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
   v1::GenerateRequest req = testing::ToWire(LongRequests(1)[0], "slow");
-  const testing::StreamRecord r = testing::Stream(stub.get(), req, absl::Seconds(30));
+  const testing::StreamRecord r = testing::Stream(stub.get(), req, testing::Scaled(absl::Seconds(30)));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
   EXPECT_NE(r.status.error_message().find("did not come back"), std::string::npos) << r.status.error_message();
   EXPECT_LT(r.end - r.start, absl::Seconds(3));
   EXPECT_TRUE(cluster->scheduler()->Running());
   // It reconnects (the stages are slow, not gone).
-  EXPECT_TRUE(WaitForServing(cluster->address(), "", absl::Seconds(30)).ok());
+  EXPECT_TRUE(WaitForServing(cluster->address(), "", testing::Scaled(absl::Seconds(30))).ok());
   EXPECT_LT(testing::TimeUntilIdle(stub.get(), absl::Seconds(1)), absl::Seconds(1));
 }
 
@@ -248,7 +250,9 @@ TEST(FaultTest, ClientsDisconnectingMidStreamFreeTheirBlocksAtOnce) {
     readers.push_back(stub->Generate(contexts.back().get(), testing::ToWire(requests[i], absl::StrCat("gone-", i))));
   }
   v1::GenerateResponse resp;
-  for (auto& reader : readers) ASSERT_TRUE(reader->Read(&resp));  // every one is streaming
+  for (auto& reader : readers) {  // every one is streaming
+    ASSERT_TRUE(reader->Read(&resp)) << reader->Finish().error_message();
+  }
   const auto busy = testing::Load(stub.get());
   EXPECT_GT(busy.used_kv_blocks(), 0);
   EXPECT_EQ(busy.num_running_requests() + busy.num_waiting_requests(), 16);
@@ -282,7 +286,7 @@ TEST(FaultTest, RestartedSchedulerIsAcceptedByTheRunningWorkers) {
   {
     auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
     Fleet fleet;
-    StartStreams(stub.get(), requests, &fleet, absl::Seconds(60), "before-");
+    StartStreams(stub.get(), requests, &fleet, testing::Scaled(absl::Seconds(60)), "before-");
     cluster->KillScheduler();  // SIGKILL with streams in flight through the stages
     const absl::Time killed = absl::Now();
     Join(&fleet);
@@ -298,7 +302,7 @@ TEST(FaultTest, RestartedSchedulerIsAcceptedByTheRunningWorkers) {
   ASSERT_TRUE(cluster->StartScheduler({}));
   auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
   ExpectExact(stub.get(), requests, want, "after-");
-  EXPECT_LT(testing::TimeUntilIdle(stub.get(), absl::Seconds(5)), absl::Seconds(5));
+  EXPECT_LT(testing::TimeUntilIdle(stub.get(), testing::Scaled(absl::Seconds(5))), testing::Scaled(absl::Seconds(5)));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
@@ -25,6 +26,35 @@
 #include "tests/engine/test_util.h"
 
 namespace spar::testing {
+
+// Multiplies the time budgets of the multi-process tests by
+// SPAR_TEST_TIME_SCALE (default 1): tools/sanitize.sh runs them with the
+// daemons under ASan + UBSan, where the model computes ~10-20x slower.
+// Budgets for work to finish scale; the promptness a test promises for a
+// reaction (a failure noticed within seconds) does not.
+inline absl::Duration Scaled(absl::Duration d) {
+  static const double scale = [] {
+    const char* v = std::getenv("SPAR_TEST_TIME_SCALE");
+    const double s = v != nullptr ? std::atof(v) : 1.0;
+    return s >= 1.0 ? s : 1.0;
+  }();
+  return d * scale;
+}
+
+// Whether this binary (and so the daemons built with it) runs under
+// AddressSanitizer, whose quarantine keeps freed memory resident.
+inline constexpr bool kUnderAsan =
+#if defined(__SANITIZE_ADDRESS__)
+    true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    true;
+#else
+    false;
+#endif
+#else
+    false;
+#endif
 
 // make-tiny's GLM-5 (seed 11, as the cluster tests), written once per test
 // binary.

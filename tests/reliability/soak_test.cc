@@ -91,7 +91,7 @@ TEST(SoakTest, TwoThousandStreamsNoneLostOrDuplicatedNoLeaks) {
     clients.emplace_back([&] {
       for (int i = next++; i < total; i = next++) {
         records[i] = testing::Stream(stub.get(), testing::ToWire(SoakRequest(i), absl::StrCat("soak-", i)),
-                                     absl::Seconds(120));
+                                     testing::Scaled(absl::Seconds(120)));
         if (++done == warmup) {
           std::lock_guard<std::mutex> lock(mu);
           after_warmup = Measure(cluster.get());
@@ -140,9 +140,13 @@ TEST(SoakTest, TwoThousandStreamsNoneLostOrDuplicatedNoLeaks) {
             << " micro-batches; RSS KiB scheduler " << after_warmup.scheduler << " -> " << end.scheduler;
   for (int w = 0; w < 3; ++w) std::cout << ", worker" << w << " " << after_warmup.workers[w] << " -> " << end.workers[w];
   std::cout << "\n";
-  EXPECT_LE(end.scheduler, after_warmup.scheduler * 11 / 10) << "scheduler memory grew";
-  for (int w = 0; w < 3; ++w) {
-    EXPECT_LE(end.workers[w], after_warmup.workers[w] * 11 / 10) << "worker " << w << " memory grew";
+  // Under ASan freed memory waits in its quarantine (up to 256 MiB), so
+  // resident memory says nothing about leaks there; LeakSanitizer does.
+  if (!testing::kUnderAsan) {
+    EXPECT_LE(end.scheduler, after_warmup.scheduler * 11 / 10) << "scheduler memory grew";
+    for (int w = 0; w < 3; ++w) {
+      EXPECT_LE(end.workers[w], after_warmup.workers[w] * 11 / 10) << "worker " << w << " memory grew";
+    }
   }
 }
 
