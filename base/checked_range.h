@@ -14,13 +14,7 @@
 
 #include <cstddef>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SPAR_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SPAR_ASAN 1
-#endif
-#endif
+#include "base/sanitizers.h"
 
 #ifdef SPAR_ASAN
 #include <sanitizer/asan_interface.h>

@@ -41,21 +41,6 @@ inline absl::Duration Scaled(absl::Duration d) {
   return d * scale;
 }
 
-// Whether this binary (and so the daemons built with it) runs under
-// AddressSanitizer, whose quarantine keeps freed memory resident.
-inline constexpr bool kUnderAsan =
-#if defined(__SANITIZE_ADDRESS__)
-    true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-    true;
-#else
-    false;
-#endif
-#else
-    false;
-#endif
-
 // make-tiny's GLM-5 (seed 11, as the cluster tests), written once per test
 // binary.
 inline const std::string& ReliabilityModel() {

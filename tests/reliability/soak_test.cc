@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 
+#include "base/sanitizers.h"
 #include "gtest/gtest.h"
 #include "services/common/daemon.h"
 #include "tests/reliability/grpc_client_util.h"
@@ -142,7 +143,7 @@ TEST(SoakTest, TwoThousandStreamsNoneLostOrDuplicatedNoLeaks) {
   std::cout << "\n";
   // Under ASan freed memory waits in its quarantine (up to 256 MiB), so
   // resident memory says nothing about leaks there; LeakSanitizer does.
-  if (!testing::kUnderAsan) {
+  if (!kAsanBuild) {
     EXPECT_LE(end.scheduler, after_warmup.scheduler * 11 / 10) << "scheduler memory grew";
     for (int w = 0; w < 3; ++w) {
       EXPECT_LE(end.workers[w], after_warmup.workers[w] * 11 / 10) << "worker " << w << " memory grew";

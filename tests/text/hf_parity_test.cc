@@ -13,6 +13,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/sanitizers.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "text/chat_template.h"
@@ -162,7 +163,9 @@ TEST_P(TokenParityTest, Throughput) {
   std::printf("[%s] throughput on %.1f MB (%zu tokens): encode %.1f MB/s first pass, %.1f MB/s cached; "
               "decode %.1f MB/s (CPU time, one core)\n",
               GetParam().c_str(), mb, ids.size(), mb / cold, mb / warm, mb / dec);
-  EXPECT_GT(mb / warm, 2.0);
+  // A bound for optimized builds; under ASan (tools/sanitize.sh) the
+  // numbers are only printed.
+  if (!kAsanBuild) EXPECT_GT(mb / warm, 2.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenParityTest, ::testing::Values("deepseek_v3", "qwen3", "glm_split", "glm_split_ignore_merges"));
