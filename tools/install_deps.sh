@@ -16,6 +16,10 @@ packages=(
   # libssl-dev: API-key hashing and TLS file checks (services/security);
   # openssl: the TLS tests make their certificates with it.
   libssl-dev openssl
+  # The fuzzing and sanitizer pass (tools/sanitize.sh): clang-14 with its
+  # runtime libraries (libFuzzer, ASan, UBSan) and llvm-14 (the symbolizer
+  # that turns sanitizer reports into file:line).
+  clang-14 libclang-rt-14-dev llvm-14
 )
 # The text layer's parity tests run Hugging Face's tokenizers and jinja
 # through Node (npm packages pinned in tests/npm).
