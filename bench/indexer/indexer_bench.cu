@@ -4,6 +4,7 @@
 // Examples:
 //   indexer_bench                 # every shape
 //   indexer_bench decode          # one section: decode | prefill | topk | keywrite
+//   indexer_bench topkprofile     # one top-k launch per path, for ncu
 //
 // Per shape: µs (median of CUDA-event timed runs after warm-up), TFLOP/s
 // (prefill: non-masked pairs only), GB/s over the cache bytes read and its
@@ -22,6 +23,7 @@
 #include "base/rng.h"
 #include "bench/common/bench_util.h"
 #include "kernels/cuda/indexer/indexer.h"
+#include "kernels/cuda/indexer/topk_plan.h"
 #include "kernels/ref/indexer_ref.h"
 #include "kernels/ref/topk_ref.h"
 
@@ -90,6 +92,13 @@ void Ok(const absl::Status& s, const char* what) {
 }
 
 double g_copy_gbs = 0;
+
+int SmCountForBench() {
+  int dev = 0, sms = 0;
+  CheckCuda(cudaGetDevice(&dev), "device");
+  CheckCuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sms");
+  return sms;
+}
 std::vector<std::string> g_summary;
 
 void Summary(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -285,15 +294,44 @@ void BenchPrefill() {
 
 // --- top-k -------------------------------------------------------------------------
 
+// Top-k params over a [rows, len] buffer; split_chunks as given (0: the
+// planner's choice) with a workspace of TopKWorkspaceBytes when one is needed.
+struct TopKRun {
+  TopKParams p;
+  Buf<uint8_t> ws;
+  TopKRun(const float* logits, int rows, int len, int32_t* out, int split_chunks, const int32_t* row_len = nullptr)
+      : p(Params(logits, rows, len, out, split_chunks, row_len)), ws(TopKWorkspaceBytes(p)) {
+    if (ws.n > 0) {
+      p.workspace = ws.p;
+      p.workspace_bytes = ws.n;
+    }
+  }
+  static TopKParams Params(const float* logits, int rows, int len, int32_t* out, int split_chunks,
+                           const int32_t* row_len) {
+    TopKParams p;
+    p.rows = rows;
+    p.k = 2048;
+    p.logits = logits;
+    p.logits_stride = len;
+    p.row_len = row_len;
+    p.num_cols = len;
+    p.out = out;
+    p.out_stride = 2048;
+    p.split_chunks = split_chunks;
+    return p;
+  }
+};
+
 void BenchTopK() {
   std::printf("\n== top-k 2048 (fp32 logits, exact) ==\n");
-  std::printf("%-34s %10s %10s %8s\n", "shape", "us", "GB/s", "exact");
+  std::printf("%-34s %6s %10s %10s %8s\n", "shape", "chunks", "us", "GB/s", "exact");
   struct Shape {
     int rows, len;
     bool real_like;
   };
   const Shape shapes[] = {{64, 131072, true}, {1, 32768, true}, {64, 131072, false}, {1, 32768, false},
-                          {1, 131072, true},  {64, 32768, true}, {1, 200000, true},  {128, 131072, true}};
+                          {1, 131072, true},  {64, 32768, true}, {1, 200000, true},  {128, 131072, true},
+                          {8, 131072, true},  {32, 32768, true}, {256, 32768, true}};
   for (const Shape& s : shapes) {
     Buf<float> logits(int64_t{s.rows} * s.len);
     Buf<int32_t> out(int64_t{s.rows} * 2048);
@@ -305,31 +343,38 @@ void BenchTopK() {
     } else {
       FillF32<<<1024, 256>>>(logits.p, logits.n, 77, -5.0f, 5.0f);
     }
-    TopKParams p;
-    p.rows = s.rows;
-    p.k = 2048;
-    p.logits = logits.p;
-    p.logits_stride = s.len;
-    p.num_cols = s.len;
-    p.out = out.p;
-    p.out_stride = 2048;
-    const double us = MedianMicros([&] { Ok(LaunchTopK(p, nullptr), "topk"); }, 3, 30);
-    // Exactness against the reference on up to 4 rows.
     const std::vector<float> h = logits.Down();
-    const std::vector<int32_t> got = out.Down();
-    std::vector<int32_t> want(2048);
-    bool exact = true;
-    for (int r = 0; r < std::min(s.rows, 4); ++r) {
-      ref::TopK(h.data() + int64_t{r} * s.len, s.len, 2048, want.data());
-      exact = exact && std::equal(want.begin(), want.end(), got.begin() + int64_t{r} * 2048);
-    }
     char name[64];
     std::snprintf(name, sizeof(name), "%d x %d %s", s.rows, s.len, s.real_like ? "real-like" : "uniform");
-    const double gbs = double(s.rows) * s.len * 4 / (us * 1e-6) / 1e9;
-    std::printf("%-34s %10.1f %10.0f %8s\n", name, us, gbs, exact ? "yes" : "NO");
-    if ((s.rows == 64 && s.len == 131072 && s.real_like) || (s.rows == 1 && s.len == 32768 && s.real_like))
-      Summary("topk %-29s %8.1f us  exact=%s (targets: 64x128K <= 60 us, 1x32K <= 20 us)", name, us,
-              exact ? "yes" : "NO");
+    const bool target =
+        s.real_like && ((s.rows == 64 && s.len == 131072) || (s.rows == 1 && s.len == 32768));
+    // The planner's choice, the one-CTA path, and (real-like rows) a sweep of chunk counts.
+    std::vector<int> variants = {0, 1};
+    if (s.real_like && s.rows <= 128) {
+      for (int c : {2, 4, 8, 16, 32, 64}) variants.push_back(c);
+    }
+    for (int chunks : variants) {
+      TopKRun run(logits.p, s.rows, s.len, out.p, chunks);
+      const int planned = PlanTopKSplit(s.rows, s.len, SmCountForBench(), chunks).chunks;  // 1: one CTA per row
+      if (chunks > 1 && planned != chunks) continue;  // clamped to a variant already timed
+      CheckCuda(cudaMemset(out.p, 0x7f, out.n * 4), "poison");
+      const double us = MedianMicros([&] { Ok(LaunchTopK(run.p, nullptr), "topk"); }, 3, 30);
+      // Exactness against the reference on up to 4 rows (the first, the last, two between).
+      const std::vector<int32_t> got = out.Down();
+      std::vector<int32_t> want(2048);
+      bool exact = true;
+      for (int r : {0, s.rows / 3, 2 * s.rows / 3, s.rows - 1}) {
+        ref::TopK(h.data() + int64_t{r} * s.len, s.len, 2048, want.data());
+        exact = exact && std::equal(want.begin(), want.end(), got.begin() + int64_t{r} * 2048);
+      }
+      const double gbs = double(s.rows) * s.len * 4 / (us * 1e-6) / 1e9;
+      char tag[16];
+      std::snprintf(tag, sizeof(tag), "%s%d", chunks == 0 ? "P" : "", planned);
+      std::printf("%-34s %6s %10.1f %10.0f %8s\n", name, tag, us, gbs, exact ? "yes" : "NO");
+      if (target && chunks <= 1)
+        Summary("topk %-29s %-6s %8.1f us  exact=%s (targets: 64x128K <= 60 us, 1x32K <= 20 us)", name,
+                chunks == 0 ? "plan" : "1-CTA", us, exact ? "yes" : "NO");
+    }
   }
 
   std::printf("\n== decode logits + top-k back to back (FP8, H32) ==\n");
@@ -337,22 +382,31 @@ void BenchTopK() {
     for (int ctx : {32768, 131072}) {
       DecodeSetup d(batch, ctx, 32, 1);
       Buf<int32_t> out(int64_t{batch} * 2048);
-      TopKParams p;
-      p.rows = batch;
-      p.k = 2048;
-      p.logits = d.logits.p;
-      p.logits_stride = ctx;
-      p.row_len = d.ctx_lens.p;
-      p.num_cols = ctx;
-      p.out = out.p;
-      p.out_stride = 2048;
+      TopKRun run(d.logits.p, batch, ctx, out.p, 0, d.ctx_lens.p);
       const double us = MedianMicros(
           [&] {
             Ok(LaunchIndexerLogitsPaged(d.p, nullptr), "decode");
-            Ok(LaunchTopK(p, nullptr), "topk");
+            Ok(LaunchTopK(run.p, nullptr), "topk");
           },
           3, 20);
       std::printf("B%d ctx%d: %.1f us\n", batch, ctx, us);
+    }
+  }
+}
+
+// One launch per path for the two target shapes, for a profiler (ncu) to
+// time each kernel: `indexer_bench topkprofile`.
+void BenchTopKProfile() {
+  for (const auto& shape : {std::pair<int, int>{64, 131072}, std::pair<int, int>{1, 32768}}) {
+    const int rows = shape.first, len = shape.second;
+    DecodeSetup d(rows, len, 32, 1);
+    Ok(LaunchIndexerLogitsPaged(d.p, nullptr), "decode");
+    Buf<int32_t> out(int64_t{rows} * 2048);
+    for (int chunks : {0, 1}) {
+      TopKRun run(d.logits.p, rows, len, out.p, chunks);
+      Ok(LaunchTopK(run.p, nullptr), "topk");
+      CheckCuda(cudaDeviceSynchronize(), "topk");
+      std::printf("profiled %d x %d, %s\n", rows, len, chunks == 0 ? "planned" : "one CTA per row");
     }
   }
 }
@@ -402,6 +456,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "prefill") BenchPrefill();
   if (only.empty() || only == "topk") BenchTopK();
   if (only.empty() || only == "keywrite") BenchKeyWrite();
+  if (only == "topkprofile") BenchTopKProfile();
   std::printf("\n== summary (copy %.0f GB/s) ==\n", g_copy_gbs);
   for (const std::string& s : g_summary) std::printf("%s\n", s.c_str());
   return 0;

@@ -118,7 +118,8 @@ def main():
 
     if only in ("", "topk"):
         print("\n== torch.topk 2048 ==")
-        for rows, length in [(64, 131072), (1, 32768), (1, 131072), (64, 32768), (1, 200000), (128, 131072)]:
+        for rows, length in [(64, 131072), (1, 32768), (1, 131072), (64, 32768), (1, 200000), (128, 131072),
+                             (8, 131072), (32, 32768), (256, 32768)]:
             x = torch.randn(rows, length, device="cuda", generator=gen)
             us = median_us(lambda: torch.topk(x, 2048, dim=-1), warmup=3, reps=20)
             print(f"{rows} x {length}: {us:10.1f} us")

@@ -7,6 +7,7 @@
 //   4. LaunchIndexerLogits       ragged prefill: I[t, s] = Σ_h w[t,h]·relu(q[t,h]·k[s])·k_scale[s], s ∈ [ks, ke)
 //   5. LaunchIndexerLogitsPaged  decode: the same through block tables, next_n ≥ 1 query rows per sequence
 //   6. LaunchTopK                row-wise exact top-k (k ≤ 2048) with the tie rule of ref::TopK
+//                                (one CTA per row, or several per row for few long rows)
 //
 // Semantics are those of kernels/ref/indexer_ref.h, kernels/ref/topk_ref.h and
 // the cache layout of kernels/ref/cache_ref.h (64-token pages; FP8 page =
@@ -23,6 +24,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -168,9 +170,16 @@ absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStr
 // largest values, -inf and NaN never picked, ties to the lower position;
 // positions (relative to start) written in ascending order, -1 after the
 // last selected one. Exact radix select on the fp32 bit patterns (no coarse
-// keys), one CTA per row; rows up to 262144 (2^18) entries (longer row_len
-// values are clamped). With block_table set, position p of row r is written
-// as the cache slot block_table[(r / rows_per_seq)][p / 64] * 64 + p % 64.
+// keys); rows up to 262144 (2^18) entries (row_len values are clamped to
+// num_cols). With block_table set, position p of row r is written as the
+// cache slot block_table[(r / rows_per_seq)][p / 64] * 64 + p % 64.
+//
+// Few long rows (decode) are cut into chunks that several CTAs read at once
+// (topk_plan.h: PlanTopKSplit); that path needs a device workspace of
+// TopKWorkspaceBytes(params) bytes (0 when the plan keeps one CTA per row).
+// Without a workspace every row takes the one-CTA path (same results,
+// slower for few rows). No host sync and no allocation inside: capturable
+// in CUDA graphs as long as the workspace outlives the replay.
 struct TopKParams {
   int64_t rows = 0;
   int k = 0;                      // 1 .. 2048
@@ -178,14 +187,20 @@ struct TopKParams {
   int64_t logits_stride = 0;
   const int32_t* row_start = nullptr;  // [rows] or nullptr (0)
   const int32_t* row_len = nullptr;    // [rows] or nullptr (num_cols)
-  int64_t num_cols = 0;                // row length when row_len is null; <= 262144
+  int64_t num_cols = 0;                // longest row; <= 262144
   int32_t* out = nullptr;              // [rows, out_stride]
   int64_t out_stride = 0;              // >= k
   const int32_t* block_table = nullptr;  // optional [rows / rows_per_seq, block_table_stride]
   int64_t block_table_stride = 0;
   int rows_per_seq = 1;
+  void* workspace = nullptr;  // 16-byte aligned, >= TopKWorkspaceBytes(*this) bytes, or nullptr
+  size_t workspace_bytes = 0;
+  int split_chunks = 0;  // 0: PlanTopKSplit chooses; 1: one CTA per row; >= 2: that many chunks (tests, tuning)
 };
 bool TopKSupported(const TopKParams& p);
+// Workspace the split path needs for these params on the current device
+// (0: one CTA per row). Depends on rows, num_cols, split_chunks and the SM count.
+size_t TopKWorkspaceBytes(const TopKParams& p);
 absl::Status LaunchTopK(const TopKParams& p, cudaStream_t stream);
 
 }  // namespace spar

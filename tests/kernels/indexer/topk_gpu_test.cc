@@ -1,11 +1,17 @@
 // Top-k against ref::TopK: the outputs must be identical (same set, same
 // ascending order, same -1 padding), on uniform, heavily tied, real-like
-// (indexer logits), NaN / -inf sprinkled and degenerate rows.
+// (indexer logits), NaN / -inf sprinkled and degenerate rows, through both
+// paths: one CTA per row (no workspace, or split_chunks = 1) and split rows
+// (the planner's choice and forced chunk counts whose cuts land at odd
+// places of ragged rows). Workspaces start as garbage and outputs poisoned
+// with a value no slot may keep, so missing zeroing or writes show.
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "kernels/cuda/indexer/indexer.h"
 #include "kernels/ref/topk_ref.h"
 #include "tests/kernels/gpu_test_util.h"
@@ -57,18 +63,43 @@ struct TopKCase {
   int rows;
 };
 
-std::string Name(const ::testing::TestParamInfo<TopKCase>& info) {
-  static const char* names[] = {"Uniform", "Ties", "ZerosAndTies", "Narrow", "AllEqual", "Specials", "AllNegInf",
-                                "RealLike"};
-  return std::string(names[static_cast<int>(info.param.dist)]) + "_len" + std::to_string(info.param.len) + "_k" +
-         std::to_string(info.param.k) + "_rows" + std::to_string(info.param.rows);
+constexpr int32_t kOutPoison = 0x7f7f7f7f;  // never a position, never -1
+constexpr int kNoWorkspace = -1;            // chunks value: LaunchTopK without a workspace
+
+// Launches top-k with `chunks` as split_chunks (0: the planner's choice) and
+// a garbage-filled workspace of TopKWorkspaceBytes, or none for kNoWorkspace.
+absl::Status RunTopK(TopKParams p, int chunks, cudaStream_t stream, DeviceArray<uint8_t>* ws) {
+  if (chunks != kNoWorkspace) {
+    p.split_chunks = chunks;
+    const size_t bytes = TopKWorkspaceBytes(p);
+    if (bytes > 0) {
+      ws->Resize(bytes);
+      EXPECT_EQ(cudaMemset(ws->get(), 0xa5, bytes), cudaSuccess);
+      p.workspace = ws->get();
+      p.workspace_bytes = bytes;
+    }
+  }
+  return LaunchTopK(p, stream);
 }
 
-class TopKTest : public ::testing::TestWithParam<TopKCase> {};
+using TopKParam = std::tuple<TopKCase, int>;
+
+std::string Name(const ::testing::TestParamInfo<TopKParam>& info) {
+  static const char* names[] = {"Uniform", "Ties", "ZerosAndTies", "Narrow", "AllEqual", "Specials", "AllNegInf",
+                                "RealLike"};
+  const TopKCase& c = std::get<0>(info.param);
+  const int chunks = std::get<1>(info.param);
+  return std::string(names[static_cast<int>(c.dist)]) + "_len" + std::to_string(c.len) + "_k" + std::to_string(c.k) +
+         "_rows" + std::to_string(c.rows) +
+         (chunks == kNoWorkspace ? "_noworkspace" : chunks == 0 ? "_planned" : "_chunks" + std::to_string(chunks));
+}
+
+class TopKTest : public ::testing::TestWithParam<TopKParam> {};
 
 TEST_P(TopKTest, MatchesReferenceExactly) {
   SPAR_REQUIRE_GPU();
-  const TopKCase c = GetParam();
+  const TopKCase c = std::get<0>(GetParam());
+  const int chunks = std::get<1>(GetParam());
   const int stride = c.len + 5, out_stride = c.k + 3;
   // Rows have ragged lengths (len, len - 1, len - 63, ...) and start offsets.
   std::vector<float> logits(static_cast<size_t>(c.rows) * stride, 123.0f);  // outside the rows: large decoys
@@ -84,7 +115,7 @@ TEST_P(TopKTest, MatchesReferenceExactly) {
   DeviceArray<int32_t> d_start, d_len, d_out(static_cast<size_t>(c.rows) * out_stride);
   d_start.Upload(start);
   d_len.Upload(len);
-  d_out.Poison();
+  SPAR_ASSERT_CUDA(cudaMemset(d_out.get(), 0x7f, d_out.bytes()));
   TopKParams p;
   p.rows = c.rows;
   p.k = c.k;
@@ -96,7 +127,9 @@ TEST_P(TopKTest, MatchesReferenceExactly) {
   p.out = d_out.get();
   p.out_stride = out_stride;
   ASSERT_TRUE(TopKSupported(p));
-  ASSERT_TRUE(LaunchTopK(p, nullptr).ok());
+  DeviceArray<uint8_t> ws;
+  const absl::Status st = RunTopK(p, chunks, nullptr, &ws);
+  ASSERT_TRUE(st.ok()) << st;
   SPAR_ASSERT_CUDA(cudaGetLastError());
   SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
   const std::vector<int32_t> got = d_out.Download();
@@ -108,27 +141,45 @@ TEST_P(TopKTest, MatchesReferenceExactly) {
       selected += want[i] >= 0;
       ASSERT_EQ(got[static_cast<size_t>(r) * out_stride + i], want[i]) << "row " << r << " slot " << i;
     }
-    for (int i = c.k; i < out_stride; ++i) ASSERT_EQ(got[static_cast<size_t>(r) * out_stride + i], -1);  // poison kept
+    for (int i = c.k; i < out_stride; ++i) ASSERT_EQ(got[static_cast<size_t>(r) * out_stride + i], kOutPoison);
   }
   if (c.dist != Dist::kAllNegInf && c.len > 0) {
     EXPECT_GT(selected, 0);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, TopKTest,
-    ::testing::Values(TopKCase{Dist::kUniform, 131072, 2048, 4}, TopKCase{Dist::kUniform, 32768, 2048, 1},
-                      TopKCase{Dist::kUniform, 200000, 2048, 1}, TopKCase{Dist::kUniform, 2049, 2048, 3},
-                      TopKCase{Dist::kUniform, 2047, 2048, 2}, TopKCase{Dist::kUniform, 5000, 1, 2},
-                      TopKCase{Dist::kUniform, 5000, 100, 2}, TopKCase{Dist::kTies, 131072, 2048, 2},
-                      TopKCase{Dist::kTies, 4000, 2048, 2}, TopKCase{Dist::kZerosAndTies, 65536, 2048, 2},
-                      TopKCase{Dist::kNarrow, 131072, 2048, 2}, TopKCase{Dist::kAllEqual, 70000, 2048, 1},
-                      TopKCase{Dist::kSpecials, 50000, 2048, 2}, TopKCase{Dist::kSpecials, 2100, 2048, 2},
-                      TopKCase{Dist::kAllNegInf, 9000, 2048, 1}, TopKCase{Dist::kRealLike, 131072, 2048, 3},
-                      TopKCase{Dist::kRealLike, 3000, 777, 2}, TopKCase{Dist::kUniform, 0, 2048, 1}),
-    Name);
+const TopKCase kCases[] = {
+    {Dist::kUniform, 131072, 2048, 4},
+    {Dist::kUniform, 32768, 2048, 1},
+    {Dist::kUniform, 200000, 2048, 1},
+    {Dist::kUniform, 2049, 2048, 3},
+    {Dist::kUniform, 2047, 2048, 2},
+    {Dist::kUniform, 5000, 1, 2},
+    {Dist::kUniform, 5000, 100, 2},
+    {Dist::kTies, 131072, 2048, 2},
+    {Dist::kTies, 4000, 2048, 2},
+    {Dist::kZerosAndTies, 65536, 2048, 2},
+    {Dist::kNarrow, 131072, 2048, 2},
+    {Dist::kAllEqual, 70000, 2048, 1},
+    {Dist::kSpecials, 50000, 2048, 2},
+    {Dist::kSpecials, 2100, 2048, 2},
+    {Dist::kAllNegInf, 9000, 2048, 1},
+    {Dist::kRealLike, 131072, 2048, 3},
+    {Dist::kRealLike, 3000, 777, 2},
+    {Dist::kUniform, 0, 2048, 1},
+    {Dist::kRealLike, 32768, 2048, 1},
+    {Dist::kTies, 9999, 1, 3},
+    {Dist::kUniform, 262144, 2048, 1},
+};
 
-TEST(TopK, TranslatesPositionsToCacheSlots) {
+// One CTA per row (both ways), the planner's choice, and odd forced cuts.
+INSTANTIATE_TEST_SUITE_P(Cases, TopKTest,
+                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(kNoWorkspace, 1, 0, 3, 7)),
+                         Name);
+
+class TopKSlotsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(TopKSlotsTest, TranslatesPositionsToCacheSlots) {
   SPAR_REQUIRE_GPU();
   const int rows = 4, rows_per_seq = 2, len = 5000, k = 2048, tstride = 100;
   std::vector<float> logits(rows * len);
@@ -154,7 +205,8 @@ TEST(TopK, TranslatesPositionsToCacheSlots) {
   p.block_table = d_table.get();
   p.block_table_stride = tstride;
   p.rows_per_seq = rows_per_seq;
-  ASSERT_TRUE(LaunchTopK(p, nullptr).ok());
+  DeviceArray<uint8_t> ws;
+  ASSERT_TRUE(RunTopK(p, GetParam(), nullptr, &ws).ok());
   SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
   const std::vector<int32_t> got = d_out.Download();
   std::vector<int32_t> want(k);
@@ -165,6 +217,87 @@ TEST(TopK, TranslatesPositionsToCacheSlots) {
       ASSERT_EQ(got[r * k + i], t[want[i] / 64] * 64 + want[i] % 64) << "row " << r << " slot " << i;
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, TopKSlotsTest, ::testing::Values(kNoWorkspace, 0, 3));
+
+// The split path captured in a CUDA graph: no host sync or allocation inside,
+// and each replay starts from its own zeroed histograms (the second replay
+// runs on different logits and must not see the first one's counts).
+TEST(TopK, SplitPathReplaysFromACudaGraph) {
+  SPAR_REQUIRE_GPU();
+  const int rows = 3, len = 40000, k = 2048;
+  DeviceArray<float> d_logits(static_cast<size_t>(rows) * len);
+  DeviceArray<int32_t> d_out(static_cast<size_t>(rows) * k);
+  TopKParams p;
+  p.rows = rows;
+  p.k = k;
+  p.logits = d_logits.get();
+  p.logits_stride = len;
+  p.num_cols = len;
+  p.out = d_out.get();
+  p.out_stride = k;
+  p.split_chunks = 5;
+  const size_t bytes = TopKWorkspaceBytes(p);
+  ASSERT_GT(bytes, 0u);
+  DeviceArray<uint8_t> ws(bytes);
+  SPAR_ASSERT_CUDA(cudaMemset(ws.get(), 0xa5, bytes));
+  p.workspace = ws.get();
+  p.workspace_bytes = bytes;
+  cudaStream_t stream;
+  SPAR_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  SPAR_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const absl::Status st = LaunchTopK(p, stream);
+  SPAR_ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(st.ok()) << st;
+  cudaGraphExec_t exec;
+  SPAR_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    std::vector<float> logits(static_cast<size_t>(rows) * len);
+    for (int r = 0; r < rows; ++r) {
+      const Dist dist = replay == 0 ? Dist::kRealLike : Dist::kTies;
+      const std::vector<float> row = MakeRow(dist, len, 70 + r + 10 * replay);
+      std::copy(row.begin(), row.end(), logits.begin() + static_cast<size_t>(r) * len);
+    }
+    d_logits.Upload(logits);
+    SPAR_ASSERT_CUDA(cudaMemset(d_out.get(), 0x7f, d_out.bytes()));
+    SPAR_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+    SPAR_ASSERT_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<int32_t> got = d_out.Download();
+    std::vector<int32_t> want(k);
+    for (int r = 0; r < rows; ++r) {
+      ref::TopK(logits.data() + static_cast<size_t>(r) * len, len, k, want.data());
+      for (int i = 0; i < k; ++i) ASSERT_EQ(got[static_cast<size_t>(r) * k + i], want[i]) << "replay " << replay;
+    }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(TopK, RejectsATooSmallWorkspace) {
+  SPAR_REQUIRE_GPU();
+  DeviceArray<float> d_logits(65536);
+  DeviceArray<int32_t> d_out(2048);
+  DeviceArray<uint8_t> ws(256);
+  TopKParams p;
+  p.rows = 1;
+  p.k = 2048;
+  p.logits = d_logits.get();
+  p.logits_stride = 65536;
+  p.num_cols = 65536;
+  p.out = d_out.get();
+  p.out_stride = 2048;
+  p.split_chunks = 4;
+  ASSERT_GT(TopKWorkspaceBytes(p), 256u);
+  p.workspace = ws.get();
+  p.workspace_bytes = 256;
+  const absl::Status s = LaunchTopK(p, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("workspace_bytes"), absl::string_view::npos);
+  p.split_chunks = -2;
+  EXPECT_EQ(LaunchTopK(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TopK, RejectsBadParams) {

@@ -1,0 +1,102 @@
+// The top-k work split (host only): few long rows are cut into chunks that
+// fill the GPU, many rows keep one CTA each, chunks cover the row in whole
+// bitmap words, forced splits are honored, and the workspace layout holds
+// every piece at 16-byte alignment.
+#include "kernels/cuda/indexer/topk_plan.h"
+
+#include <cstdint>
+
+#include "gtest/gtest.h"
+
+namespace spar {
+namespace {
+
+constexpr int kH200Sms = 132, kA100Sms = 108;
+
+void ExpectCovers(const TopKSplitPlan& p, int64_t cols) {
+  ASSERT_TRUE(p.split());
+  EXPECT_EQ(p.chunk_len % kTopKChunkAlign, 0);
+  EXPECT_GE(p.chunks * p.chunk_len, cols);        // every position has a chunk
+  EXPECT_LT((p.chunks - 1) * p.chunk_len, cols);  // and no chunk is empty for a full row
+  EXPECT_EQ(p.bitmap_words, p.chunks * p.chunk_len / 32);
+  EXPECT_GE(p.candidate_cap, kTopKMinCandidates);
+  EXPECT_LE(p.candidate_cap, kTopKMaxCandidates);
+}
+
+TEST(TopKPlan, FewLongRowsSplitIntoOneWave) {
+  const TopKSplitPlan p = PlanTopKSplit(64, 131072, kH200Sms);
+  ExpectCovers(p, 131072);
+  EXPECT_EQ(p.chunks, 4);  // 64 rows x 4 chunks = 256 CTAs <= 2 per SM on 132 SMs
+  EXPECT_LE(64 * p.chunks, kH200Sms * kTopKChunkCtasPerSm);
+  EXPECT_EQ(p.candidate_cap, 32768);
+}
+
+TEST(TopKPlan, OneRowSpreadsOverManySms) {
+  const TopKSplitPlan p = PlanTopKSplit(1, 32768, kH200Sms);
+  ExpectCovers(p, 32768);
+  EXPECT_EQ(p.chunks, 32768 / kTopKMinChunk);  // limited by the smallest useful chunk
+  EXPECT_EQ(p.candidate_cap, 8192);
+  const TopKSplitPlan q = PlanTopKSplit(1, 200000, kA100Sms);
+  ExpectCovers(q, 200000);
+  EXPECT_LE(q.chunks, kA100Sms * kTopKChunkCtasPerSm);
+  EXPECT_GE(q.chunks, 64);
+}
+
+TEST(TopKPlan, ManyRowsKeepOneCtaEach) {
+  // Fewer than 2 chunks per row fit in one wave of chunk CTAs.
+  EXPECT_FALSE(PlanTopKSplit(kH200Sms * kTopKChunkCtasPerSm / 2 + 1, 131072, kH200Sms).split());
+  EXPECT_FALSE(PlanTopKSplit(4096, 8192, kH200Sms).split());  // prefill
+  EXPECT_EQ(PlanTopKSplit(kH200Sms * kTopKChunkCtasPerSm / 2, 131072, kH200Sms).chunks, 2);
+  EXPECT_EQ(TopKSplitWorkspaceLayout(PlanTopKSplit(4096, 8192, kH200Sms), 4096).total, 0u);
+}
+
+TEST(TopKPlan, ShortOrEmptyRowsKeepOneCta) {
+  EXPECT_FALSE(PlanTopKSplit(1, 2 * kTopKMinChunk - 1, kH200Sms).split());
+  EXPECT_TRUE(PlanTopKSplit(1, 2 * kTopKMinChunk, kH200Sms).split());
+  EXPECT_FALSE(PlanTopKSplit(1, 0, kH200Sms).split());
+  EXPECT_FALSE(PlanTopKSplit(0, 131072, kH200Sms).split());
+  EXPECT_FALSE(PlanTopKSplit(70000, 131072, kH200Sms, 4).split());  // grid.y limit
+}
+
+TEST(TopKPlan, ForcedChunksAreHonoredAndClamped) {
+  EXPECT_FALSE(PlanTopKSplit(1, 131072, kH200Sms, 1).split());
+  const TopKSplitPlan p = PlanTopKSplit(500, 5000, kH200Sms, 3);  // many rows: forced anyway
+  ExpectCovers(p, 5000);
+  EXPECT_EQ(p.chunks, 3);
+  EXPECT_EQ(p.chunk_len, 2048);  // ceil(5000 / 3) = 1667 -> 2048
+  // 5000 / 5 = 1000 -> 1024-wide chunks: still 5 of them.
+  EXPECT_EQ(PlanTopKSplit(1, 5000, kH200Sms, 5).chunks, 5);
+  // 7 chunks of 2049 positions: 1024 each would need 3, so 3 it is.
+  const TopKSplitPlan q = PlanTopKSplit(2, 2049, kH200Sms, 7);
+  ExpectCovers(q, 2049);
+  EXPECT_EQ(q.chunks, 3);
+  EXPECT_FALSE(PlanTopKSplit(1, 1000, kH200Sms, 4).split());  // one 1024-wide chunk holds it
+}
+
+TEST(TopKPlan, LongestRowsStayWithinTheRowCtaBitmap) {
+  for (int forced : {0, 2, 3, 7, 100}) {
+    const TopKSplitPlan p = PlanTopKSplit(1, kTopKMaxLen, kH200Sms, forced);
+    ExpectCovers(p, kTopKMaxLen);
+  }
+  // num_cols above the limit is planned as the limit (the launcher rejects it first).
+  EXPECT_EQ(PlanTopKSplit(1, 2 * kTopKMaxLen, kH200Sms).chunk_len, PlanTopKSplit(1, kTopKMaxLen, kH200Sms).chunk_len);
+}
+
+TEST(TopKPlan, WorkspaceLayoutIsAlignedAndSized) {
+  const int64_t rows = 3;
+  const TopKSplitPlan p = PlanTopKSplit(rows, 100000, kH200Sms, 5);
+  ASSERT_TRUE(p.split());
+  const TopKSplitLayout l = TopKSplitWorkspaceLayout(p, rows);
+  EXPECT_EQ(l.row_hist, 0u);
+  EXPECT_EQ(l.chunk_hist % 16, 0u);
+  EXPECT_EQ(l.bitmap % 16, 0u);
+  EXPECT_EQ(l.candidates % 16, 0u);
+  EXPECT_GE(l.chunk_hist, rows * kTopKBins * 4u);
+  EXPECT_GE(l.bitmap - l.chunk_hist, static_cast<size_t>(rows * p.chunks * kTopKBins * 4));
+  EXPECT_GE(l.candidates - l.bitmap, static_cast<size_t>(rows * p.bitmap_words * 4));
+  EXPECT_EQ(l.total - l.candidates, static_cast<size_t>(rows * p.candidate_cap * 8));
+  EXPECT_EQ(TopKSplitWorkspaceLayout(TopKSplitPlan{}, rows).total, 0u);
+}
+
+}  // namespace
+}  // namespace spar
