@@ -127,6 +127,12 @@ struct DeviceMemoryUsage {
 };
 
 // How steps ran on a backend that replays decode steps as graphs.
+// One op of a profiled step (Backend::TakeOpProfile).
+struct OpTime {
+  std::string label;  // "gemm 2048x6144", "sparse_mla", "moe.experts", ...
+  double seconds = 0;
+};
+
 struct StepGraphStats {
   int64_t graphs = 0;            // held now
   int64_t captures = 0;          // graphs recorded
@@ -232,6 +238,12 @@ class Backend {
   // Turns replaying on or off at run time (benchmarks and tests compare
   // replayed with eager steps on the same caches); a no-op without graphs.
   virtual void set_step_replay(bool enabled) { (void)enabled; }
+  // Per-op GPU time of eager steps, for benchmarks: while on, each op marks
+  // its start on the stream, and TakeOpProfile returns every op since the
+  // last call with the time to the next mark (ops run one after another).
+  // Empty on backends without it; nothing is recorded inside graph capture.
+  virtual void set_op_profile(bool enabled) { (void)enabled; }
+  virtual absl::StatusOr<std::vector<OpTime>> TakeOpProfile() { return std::vector<OpTime>(); }
 
   // Logits [S, vocab] → one sample per row.
   virtual absl::StatusOr<std::vector<SampleResult>> Sample(const Tensor& logits,

@@ -14,12 +14,15 @@
 // Timings: medians after warm-up, CUDA events on the backend's stream around
 // Model::Forward (host launch work included when it stalls the GPU); "host"
 // is the wall time the eager step's Forward call takes to enqueue its work.
+// --op-profile adds, per shape, where an eager step's GPU time goes, op by
+// op (Backend::TakeOpProfile; the host's enqueueing hidden behind a GPU wait).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +56,7 @@ struct Flags {
   int device = 0;
   TpRank tp;
   std::string nccl_id_file;
+  bool op_profile = false;  // per-op GPU time of an eager step per shape
 };
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -74,6 +78,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       SPAR_ASSIGN_OR_RETURN(f.make_geometry, value());
     } else if (a == "--make-layers") {
       SPAR_RETURN_IF_ERROR(int_value(&f.make_layers));
+    } else if (a == "--op-profile") {
+      f.op_profile = true;
     } else if (a == "--bf16-weights") {
       f.fp8 = false;
     } else if (a == "--layers") {
@@ -181,6 +187,67 @@ absl::StatusOr<Roofline> LayerBytes(const Checkpoint& ck, const ModelConfig& c, 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+
+// Per shape: the median over 5 eager steps of each op label's GPU time per
+// step (summed over the layers and the label's calls), largest first.
+template <typename TableOf, typename RandomHidden>
+absl::Status PrintOpProfiles(const Flags& f, Backend* backend, Model* model, const ModelConfig& config,
+                             const TableOf& table_of, const RandomHidden& random_hidden) {
+  const int layers = f.last_layer - f.first_layer;
+  backend->set_step_replay(false);
+  for (int context : f.contexts) {
+    for (int b : f.batches) {
+      StepPlan plan;
+      for (int i = 0; i < b; ++i) {
+        SequenceStep s;
+        s.seq_id = 1000 + i;
+        s.start_pos = context;
+        s.tokens = {1};
+        s.block_table = table_of(i, context / kBlockSize + 1);
+        s.num_logits = 0;
+        plan.seqs.push_back(s);
+      }
+      SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, model->num_blocks()));
+      SPAR_ASSIGN_OR_RETURN(Tensor in, backend->FromHost(random_hidden(b), b, config.hidden_size));
+      std::map<std::string, std::vector<double>> per_label;
+      std::map<std::string, int> calls;
+      for (int r = 0; r < 6; ++r) {
+        backend->set_op_profile(true);
+        SPAR_RETURN_IF_ERROR(model->Forward(plan, &in).status());
+        backend->set_op_profile(false);
+        SPAR_ASSIGN_OR_RETURN(std::vector<OpTime> ops, backend->TakeOpProfile());
+        if (r == 0) continue;  // warm-up
+        std::map<std::string, double> step;
+        std::map<std::string, int> n;
+        for (const OpTime& op : ops) {
+          step[op.label] += op.seconds;
+          n[op.label] += 1;
+        }
+        for (const auto& [label, sec] : step) per_label[label].push_back(sec);
+        calls = n;
+      }
+      std::vector<std::pair<double, std::string>> rows;
+      double total = 0;
+      for (auto& [label, v] : per_label) {
+        const double m = Median(v);
+        rows.emplace_back(m, label);
+        total += m;
+      }
+      std::sort(rows.rbegin(), rows.rend());
+      if (f.tp.rank != 0) continue;
+      std::printf("\nop profile, context %d, batch %d (eager, per layer; sum %.1f us):\n| op | calls/layer | us/layer | share |\n|---|---|---|---|\n",
+                  context, b, total * 1e6 / layers);
+      for (const auto& [sec, label] : rows) {
+        std::printf("| %s | %.1f | %.1f | %.0f%% |\n", label.c_str(), static_cast<double>(calls[label]) / layers,
+                    sec * 1e6 / layers, 100.0 * sec / total);
+      }
+      std::fflush(stdout);
+    }
+  }
+  backend->set_step_replay(true);
+  return absl::OkStatus();
 }
 
 absl::Status Run(const Flags& f) {
@@ -342,6 +409,7 @@ absl::Status Run(const Flags& f) {
       }
     }
   }
+  if (f.op_profile) SPAR_RETURN_IF_ERROR(PrintOpProfiles(f, backend.get(), model.get(), config, table_of, random_hidden));
   if (f.tp.rank == 0) {
     const StepGraphStats g = backend->graph_stats();
     std::printf("graphs: %lld held, %lld captured, %lld replayed steps, %lld eager steps, %lld capture failures\n",

@@ -11,9 +11,12 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "base/numeric.h"
 #include "base/status_macros.h"
 #include "engine/cuda/glue_kernels.h"
@@ -284,18 +287,48 @@ struct DecodeGraph {
   }
 };
 
+// ncclCommAbort on a thread of its own: it returns only once no CUDA graph
+// holds the communicator's collectives any more.
+class CommAbort {
+ public:
+  static std::shared_ptr<CommAbort> Start(ncclComm_t comm) {
+    auto self = std::make_shared<CommAbort>();
+    // Detached and sharing `self`: a destructor that gives up waiting
+    // (WaitFor) must not block on a join.
+    std::thread([self, comm] {
+      ncclCommAbort(comm);
+      absl::MutexLock lock(&self->mu_);
+      self->done_ = true;
+    }).detach();
+    return self;
+  }
+  // True once the abort has finished.
+  bool WaitFor(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool done_ = false;
+};
+
 // ---------------------------------------------------------------- backend
 
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
   ~CudaBackend() override {
-    // Graphs first: their output allocations are freed on the stream.
+    // Graphs first: their output allocations are freed on the stream, and
+    // NCCL frees a communicator only once no graph holds its collectives.
     graphs_.clear();
     if (stream_) cudaStreamSynchronize(stream_);
-    // An aborted communicator was freed by ncclCommAbort (destroying it
-    // would wait for the lost rank).
     if (comm_ != nullptr && !aborted_.load()) ncclCommDestroy(comm_);
+    // An aborted communicator is freed by its abort thread, which could
+    // finish only now that the graphs are gone.
+    if (comm_abort_ != nullptr && !comm_abort_->WaitFor(absl::Seconds(30))) {
+      std::fprintf(stderr, "cuda backend: the aborted NCCL communicator was not freed within 30 s; left behind\n");
+    }
     for (cudaEvent_t e : all_events_) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -341,8 +374,12 @@ class CudaBackend final : public Backend {
   void AbortCollectives() override {
     if (options_.tp.size == 1 || aborted_.exchange(true)) return;
     // Releases the NCCL kernels waiting on the lost rank; their results are
-    // garbage, which ToHost and Sample refuse from now on.
-    if (comm_ != nullptr) ncclCommAbort(comm_);
+    // garbage, which ToHost and Sample refuse from now on. ncclCommAbort
+    // raises the abort flag at once but then (NCCL >= 2.26) blocks until
+    // every CUDA graph that captured one of the communicator's collectives
+    // is destroyed — ours die with this backend, usually on another thread
+    // — so the abort runs on a thread of its own and the destructor waits.
+    if (comm_ != nullptr) comm_abort_ = CommAbort::Start(comm_);
   }
 
   absl::Status CheckNotAborted() const {
@@ -364,6 +401,7 @@ class CudaBackend final : public Backend {
     }
     const size_t n = static_cast<size_t>(x->rows() * x->cols());
     const bool f32 = x->dtype() == DType::kF32;
+    SPAR_RETURN_IF_ERROR(MarkOp("all_reduce"));
     // Inside a graph capture the events would become graph nodes: the
     // all-reduces of replayed steps are not timed (--enforce-eager times them).
     TimedSpan span;
@@ -426,6 +464,38 @@ class CudaBackend final : public Backend {
     std::vector<double> out;
     out.swap(recent_collectives_);
     return out;
+  }
+
+  void set_op_profile(bool enabled) override { op_profile_ = enabled; }
+
+  absl::StatusOr<std::vector<OpTime>> TakeOpProfile() override {
+    std::vector<OpTime> out;
+    if (op_marks_.empty()) return out;
+    SPAR_ASSIGN_OR_RETURN(cudaEvent_t end, TakeEvent());
+    SPAR_CUDA_RETURN_IF_ERROR(cudaEventRecord(end, stream_));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end));
+    for (size_t i = 0; i < op_marks_.size(); ++i) {
+      const cudaEvent_t next = i + 1 < op_marks_.size() ? op_marks_[i + 1].second : end;
+      float ms = 0;
+      SPAR_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, op_marks_[i].second, next));
+      out.push_back(OpTime{op_marks_[i].first, ms * 1e-3});
+      free_events_.push_back(op_marks_[i].second);
+    }
+    free_events_.push_back(end);
+    op_marks_.clear();
+    return out;
+  }
+
+  // The start of an op (and the end of the previous one) while profiling.
+  // The first mark of a step sits behind a 2 ms GPU wait, so the host
+  // enqueues the step while the GPU is busy and host gaps do not count.
+  absl::Status MarkOp(absl::string_view label) {
+    if (!op_profile_ || capturing_) return absl::OkStatus();
+    if (op_marks_.empty()) SPAR_RETURN_IF_ERROR(glue::SpinWait(2'000'000, stream_));
+    SPAR_ASSIGN_OR_RETURN(cudaEvent_t e, TakeEvent());
+    SPAR_CUDA_RETURN_IF_ERROR(cudaEventRecord(e, stream_));
+    op_marks_.emplace_back(std::string(label), e);
+    return absl::OkStatus();
   }
 
   // ---- weights ----
@@ -623,36 +693,28 @@ class CudaBackend final : public Backend {
     const bool sample_collectives = key && options_.tp.size > 1 && options_.collective_sample_period > 0 &&
                                     ++steps_since_collective_sample_ >= options_.collective_sample_period;
     if (sample_collectives) steps_since_collective_sample_ = 0;
-    if (!key || uncapturable_.count(*key) || sample_collectives) {
+    auto run_eagerly = [&]() -> absl::StatusOr<Tensor> {
       graph_stats_.eager_steps += 1;
       SPAR_RETURN_IF_ERROR(BeginStep(plan));
       return ops(input);
-    }
+    };
+    if (!key || uncapturable_.count(*key) || sample_collectives) return run_eagerly();
     SPAR_RETURN_IF_ERROR(ScanPlan(plan));
     DecodeGraph* g = nullptr;
     if (auto it = graphs_.find(*key); it != graphs_.end()) {
       g = it->second.get();
       SPAR_RETURN_IF_ERROR(UploadStepMetadata(plan, key->table_stride, &g->meta, /*may_grow=*/false));
-      if (input != nullptr) SPAR_RETURN_IF_ERROR(CopyRows(*input, g->input.as<void>()));
+      if (input != nullptr) SPAR_RETURN_IF_ERROR(CopyRowsTo(*input, g->input.as<void>(), input->cols()));
     } else {
       SPAR_ASSIGN_OR_RETURN(g, Capture(*key, plan, input, ops));
-      if (g == nullptr) {  // not capturable: this shape runs eagerly from now on
-        graph_stats_.eager_steps += 1;
-        SPAR_RETURN_IF_ERROR(BeginStep(plan));
-        return ops(input);
-      }
+      if (g == nullptr) return run_eagerly();  // not capturable: this shape runs eagerly from now on
     }
     g->last_used = ++graph_clock_;
     SPAR_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g->exec, stream_));
     graph_stats_.replays += 1;
     // Hand out a copy: the graph's output buffer is reallocated by its next
     // launch, while a caller may keep the result.
-    const Tensor& o = g->output;
-    SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(o.rows(), o.cols(), o.dtype()));
-    const size_t elem = DTypeSize(o.dtype());
-    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out.data(), out.ld() * elem, o.data(), o.ld() * elem, o.cols() * elem,
-                                                o.rows(), cudaMemcpyDeviceToDevice, stream_));
-    return out;
+    return Clone(g->output);
   }
 
   void set_step_replay(bool enabled) override { options_.cuda_graphs = enabled; }
@@ -663,11 +725,28 @@ class CudaBackend final : public Backend {
     return s;
   }
 
-  // Contiguous bf16 copy of x's rows into dst (a graph's fixed input).
-  absl::Status CopyRows(const Tensor& x, void* dst) {
-    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, x.cols() * 2, x.data(), x.ld() * 2, x.cols() * 2, x.rows(),
-                                                cudaMemcpyDeviceToDevice, stream_));
+  // Copies x's rows (any dtype) on the stream to dst, whose rows are
+  // ld_dst elements apart.
+  absl::Status CopyRowsTo(const Tensor& x, void* dst, int64_t ld_dst) {
+    const size_t elem = DTypeSize(x.dtype());
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, ld_dst * elem, x.data(), x.ld() * elem, x.cols() * elem,
+                                                x.rows(), cudaMemcpyDeviceToDevice, stream_));
     return absl::OkStatus();
+  }
+  // A new tensor holding a copy of x.
+  absl::StatusOr<Tensor> Clone(const Tensor& x) {
+    SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(x.rows(), x.cols(), x.dtype()));
+    SPAR_RETURN_IF_ERROR(CopyRowsTo(x, out.data(), out.ld()));
+    return out;
+  }
+  // A new [1, count] tensor of `dtype` holding count elements uploaded from
+  // pageable host memory: stream-ordered (the host buffer is staged before
+  // cudaMemcpyAsync returns, so it may die at once) and capturable.
+  absl::StatusOr<Tensor> Upload(const void* host, int64_t count, DType dtype) {
+    SPAR_ASSIGN_OR_RETURN(Tensor t, NewTensor(1, count, dtype));
+    SPAR_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(t.data(), host, static_cast<size_t>(count) * DTypeSize(dtype), cudaMemcpyHostToDevice, stream_));
+    return t;
   }
 
   // Records `ops` for this step shape into a new graph (ScanPlan done).
@@ -690,7 +769,7 @@ class CudaBackend final : public Backend {
     Tensor in;
     if (input != nullptr) {
       SPAR_RETURN_IF_ERROR(g->input.Allocate(static_cast<size_t>(input->rows() * input->cols()) * 2));
-      SPAR_RETURN_IF_ERROR(CopyRows(*input, g->input.as<void>()));
+      SPAR_RETURN_IF_ERROR(CopyRowsTo(*input, g->input.as<void>(), input->cols()));
       in = Tensor(DType::kBF16, input->rows(), input->cols(), nullptr, g->input.as<void>(), input->cols());
     }
     cudaGraph_t graph = nullptr;
@@ -804,6 +883,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<Tensor> Embed(const Weight& table) override {
     const auto& e = As<CudaEmbedding>(table);
+    SPAR_RETURN_IF_ERROR(MarkOp("embed"));
     SPAR_ASSIGN_OR_RETURN(Tensor x, NewTensor(tokens_, e.dim));
     EmbeddingParams p;
     p.ids = d_ids_;
@@ -819,6 +899,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<Tensor> Gemm(const Tensor& x, const std::vector<const GemmWeight*>& segments, int64_t n_out,
                               bool fp32_out, const GemmWeight* up = nullptr) {
+    SPAR_RETURN_IF_ERROR(MarkOp(absl::StrCat("gemm ", up != nullptr ? "gate_up " : "", n_out, "x", x.cols())));
     SPAR_ASSIGN_OR_RETURN(Tensor y, NewTensor(x.rows(), n_out, fp32_out ? DType::kF32 : DType::kBF16));
     W8A16GemmParams p;
     p.m = x.rows();
@@ -849,6 +930,7 @@ class CudaBackend final : public Backend {
   }
 
   absl::StatusOr<Tensor> Norm(const Tensor& x, Tensor* residual, const CudaVector& w, float eps) {
+    SPAR_RETURN_IF_ERROR(MarkOp(residual != nullptr ? "add_rms_norm" : "rms_norm"));
     SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(x.rows(), x.cols()));
     RmsNormParams p;
     p.x = Bf16(x);
@@ -873,9 +955,8 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<Tensor> AddRmsNorm(Tensor* residual, const Tensor& x, const Weight& w, float eps) override {
     if (residual->empty()) {
-      SPAR_ASSIGN_OR_RETURN(*residual, NewTensor(x.rows(), x.cols()));
-      SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(residual->data(), residual->ld() * 2, x.data(), x.ld() * 2,
-                                                  x.cols() * 2, x.rows(), cudaMemcpyDeviceToDevice, stream_));
+      SPAR_RETURN_IF_ERROR(MarkOp("residual_copy"));
+      SPAR_ASSIGN_OR_RETURN(*residual, Clone(x));
       return Norm(*residual, nullptr, As<CudaVector>(w), eps);
     }
     return Norm(x, residual, As<CudaVector>(w), eps);
@@ -883,6 +964,7 @@ class CudaBackend final : public Backend {
 
   absl::Status AddInPlace(Tensor* acc, const Tensor& x) override {
     if (acc->rows() != x.rows() || acc->cols() != x.cols()) return absl::InvalidArgumentError("add: shape mismatch");
+    SPAR_RETURN_IF_ERROR(MarkOp("add"));
     return glue::AddBf16(acc->as<uint16_t>(), acc->ld(), x.as<uint16_t>(), x.ld(), x.rows(), x.cols(), stream_);
   }
 
@@ -899,6 +981,7 @@ class CudaBackend final : public Backend {
     const int k = moe.route.top_k;
     const int64_t rows = t_count * k;
     SPAR_ASSIGN_OR_RETURN(Tensor logits, Gemm(x, {&moe.router.gemm}, moe.route.num_experts, /*fp32_out=*/true));
+    SPAR_RETURN_IF_ERROR(MarkOp("moe.route_permute"));
     SPAR_ASSIGN_OR_RETURN(Tensor ids, NewTensor(t_count, k, DType::kI32));
     SPAR_ASSIGN_OR_RETURN(Tensor wts, NewTensor(t_count, k, DType::kF32));
     MoeRouteParams route = moe.route;
@@ -950,7 +1033,9 @@ class CudaBackend final : public Backend {
       SPAR_RETURN_IF_ERROR(LaunchMoeGroupedGemm(g, stream_));
       return out;
     };
+    SPAR_RETURN_IF_ERROR(MarkOp("moe.experts_gate_up"));
     SPAR_ASSIGN_OR_RETURN(Tensor h, grouped(x, sorted.as<int32_t>(), moe.gate, &moe.up, moe.inter));
+    SPAR_RETURN_IF_ERROR(MarkOp("moe.experts_down"));
     SPAR_ASSIGN_OR_RETURN(Tensor yd, grouped(h, nullptr, moe.down, nullptr, moe.hidden));
     Tensor shared;
     if (moe.shared) {
@@ -959,6 +1044,7 @@ class CudaBackend final : public Backend {
       SPAR_ASSIGN_OR_RETURN(shared, Gemm(hs, {&sh.down.gemm}, sh.down.gemm.n, false));
     }
     const bool partial = options_.tp.size > 1;  // fp32 partial sum for the all-reduce
+    SPAR_RETURN_IF_ERROR(MarkOp("moe.combine"));
     SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(t_count, moe.hidden, partial ? DType::kF32 : DType::kBF16));
     MoeCombineParams c;
     c.tokens = t_count;
@@ -983,12 +1069,12 @@ class CudaBackend final : public Backend {
   }
 
   absl::StatusOr<Tensor> GatherRows(const Tensor& x, const std::vector<int32_t>& rows) override {
+    SPAR_RETURN_IF_ERROR(MarkOp("gather_rows"));
     SPAR_ASSIGN_OR_RETURN(Tensor y, NewTensor(static_cast<int64_t>(rows.size()), x.cols(), x.dtype()));
     const int32_t* d_rows = d_logit_rows_;
     Tensor tmp;  // stream-ordered: no host synchronisation for its lifetime
     if (plan_ == nullptr || rows != plan_->logit_rows) {
-      SPAR_ASSIGN_OR_RETURN(tmp, NewTensor(1, static_cast<int64_t>(rows.size()), DType::kI32));
-      SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tmp.data(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, stream_));
+      SPAR_ASSIGN_OR_RETURN(tmp, Upload(rows.data(), static_cast<int64_t>(rows.size()), DType::kI32));
       d_rows = tmp.as<int32_t>();
     }
     SPAR_RETURN_IF_ERROR(glue::GatherRows(x.data(), x.ld(), d_rows, static_cast<int64_t>(rows.size()), x.cols(),
@@ -1000,6 +1086,7 @@ class CudaBackend final : public Backend {
 
   absl::Status WriteLatentCache(int layer, const Tensor& kv_a, const Weight& kv_a_norm, float eps) override {
     SPAR_RETURN_IF_ERROR(CheckLayer(layer));
+    SPAR_RETURN_IF_ERROR(MarkOp("latent_cache_write"));
     MlaCacheWriteParams p;
     p.kv = Bf16(kv_a);
     p.tokens = kv_a.rows();
@@ -1022,6 +1109,7 @@ class CudaBackend final : public Backend {
     const int heads = a.w.heads;
     const int q_head_dim = static_cast<int>(q.cols() / heads);
     if (!q.contiguous() || q_head_dim != a.w.nope_dim + 64) return absl::InvalidArgumentError("absorb: bad query layout");
+    SPAR_RETURN_IF_ERROR(MarkOp("absorb_query"));
     SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(q.rows(), static_cast<int64_t>(heads) * 576));
     SPAR_RETURN_IF_ERROR(LaunchMlaQAbsorb(a.w, Bf16(q), q.rows(), q_head_dim, Bf16Mut(out),
                                           static_cast<int64_t>(heads) * 576, 576, stream_));
@@ -1055,6 +1143,7 @@ class CudaBackend final : public Backend {
   absl::Status WriteIndexerCache(int layer, const Tensor& k, const Weight& norm_w, const Weight& norm_b, float eps,
                                  const IndexerSpec& spec) override {
     SPAR_RETURN_IF_ERROR(CheckLayer(layer));
+    SPAR_RETURN_IF_ERROR(MarkOp("indexer.key_write"));
     IndexerKeyWriteParams p;
     p.tokens = k.rows();
     p.x = k.as<uint16_t>();
@@ -1072,6 +1161,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<Tensor> IndexerTopK(int layer, const Tensor& q, const Tensor& w, const IndexerSpec& spec) override {
     SPAR_RETURN_IF_ERROR(CheckLayer(layer));
+    SPAR_RETURN_IF_ERROR(MarkOp("indexer.query_prep"));
     SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(tokens_, spec.topk, DType::kI32));
     if (max_ctx_ <= spec.topk) {
       // Every token sees at most topk keys: all of them are selected, in
@@ -1099,6 +1189,7 @@ class CudaBackend final : public Backend {
     // Logits [tokens, stride]; rows are either per-sequence paged (decode
     // steps) or over each sequence's gathered keys (prefill and mixed steps).
     // Gathered rows: row t starts at its sequence's first key (ks, on the device).
+    SPAR_RETURN_IF_ERROR(MarkOp("indexer.logits"));
     const int32_t* d_row_start = nullptr;
     int64_t stride = (max_ctx_ + 3) / 4 * 4;
     Tensor logits, keys, kscale, starts;
@@ -1141,9 +1232,7 @@ class CudaBackend final : public Backend {
       std::vector<int32_t> meta;
       for (auto* v : {&seq_len, &seq_off, &ks, &ke}) meta.insert(meta.end(), v->begin(), v->end());
       // Stream-ordered, so it may die with this frame without a host sync.
-      SPAR_ASSIGN_OR_RETURN(starts, NewTensor(1, static_cast<int64_t>(meta.size()), DType::kI32));
-      SPAR_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(starts.data(), meta.data(), meta.size() * 4, cudaMemcpyHostToDevice, stream_));
+      SPAR_ASSIGN_OR_RETURN(starts, Upload(meta.data(), static_cast<int64_t>(meta.size()), DType::kI32));
       const int32_t* d_len = starts.as<int32_t>();
       const int32_t* d_off = d_len + num_seqs_;
       const int32_t* d_ks = d_off + num_seqs_;
@@ -1182,6 +1271,7 @@ class CudaBackend final : public Backend {
       lp.logits_stride = stride;
       SPAR_RETURN_IF_ERROR(LaunchIndexerLogits(lp, stream_));
     }
+    SPAR_RETURN_IF_ERROR(MarkOp("indexer.topk"));
     TopKParams tp;
     tp.rows = tokens_;
     tp.k = spec.topk;
@@ -1201,6 +1291,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Tensor> SparseMla(int layer, const Tensor& q_abs, const Tensor& indices, float scale) override {
     SPAR_RETURN_IF_ERROR(CheckLayer(layer));
     const int heads = static_cast<int>(q_abs.cols() / 576);
+    SPAR_RETURN_IF_ERROR(MarkOp("sparse_mla"));
     SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(q_abs.rows(), static_cast<int64_t>(heads) * 512));
     SparseMlaParams p;
     p.q = Bf16(q_abs);
@@ -1232,6 +1323,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<Tensor> UnabsorbOutput(const Tensor& o_lat, const Weight& w) override {
     const auto& a = As<CudaAbsorb>(w);
+    SPAR_RETURN_IF_ERROR(MarkOp("unabsorb_output"));
     SPAR_ASSIGN_OR_RETURN(Tensor out, NewTensor(o_lat.rows(), static_cast<int64_t>(a.w.heads) * a.w.v_dim));
     SPAR_RETURN_IF_ERROR(LaunchMlaOutUnabsorb(a.w, Bf16(o_lat), o_lat.rows(), o_lat.ld(), 512, Bf16Mut(out), stream_));
     return out;
@@ -1279,14 +1371,12 @@ class CudaBackend final : public Backend {
     hist.insert(hist.end(), pc.begin(), pc.end());
     hist.insert(hist.end(), oc.begin(), oc.end());
     const size_t ws = SampleWorkspaceBytes(rows, static_cast<int>(logits.cols()));
-    SPAR_ASSIGN_OR_RETURN(Tensor d_params, NewTensor(1, static_cast<int64_t>(params.size() * sizeof(SamplingRowParams)), DType::kU8));
-    SPAR_ASSIGN_OR_RETURN(Tensor d_hist, NewTensor(1, static_cast<int64_t>(hist.size()), DType::kI32));
+    SPAR_ASSIGN_OR_RETURN(Tensor d_params,
+                          Upload(params.data(), static_cast<int64_t>(params.size() * sizeof(SamplingRowParams)), DType::kU8));
+    SPAR_ASSIGN_OR_RETURN(Tensor d_hist, Upload(hist.data(), static_cast<int64_t>(hist.size()), DType::kI32));
     SPAR_ASSIGN_OR_RETURN(Tensor d_ws, NewTensor(1, static_cast<int64_t>(ws) + 16, DType::kU8));
     // out: tokens [rows], logprobs [rows], top ids [rows, n], top values [rows, n]
     SPAR_ASSIGN_OR_RETURN(Tensor d_out, NewTensor(1, static_cast<int64_t>(rows) * (2 + 2 * top_n) + 4, DType::kI32));
-    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_params.data(), params.data(), params.size() * sizeof(SamplingRowParams),
-                                              cudaMemcpyHostToDevice, stream_));
-    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_hist.data(), hist.data(), hist.size() * 4, cudaMemcpyHostToDevice, stream_));
     SampleParams sp;
     sp.logits = logits.as<float>();
     sp.logits_stride = logits.ld();
@@ -1449,7 +1539,10 @@ class CudaBackend final : public Backend {
   std::set<DecodeGraphKey> uncapturable_;
   uint64_t graph_clock_ = 0;
   bool capturing_ = false;
+  bool op_profile_ = false;
+  std::vector<std::pair<std::string, cudaEvent_t>> op_marks_;
   std::atomic<bool> aborted_{false};
+  std::shared_ptr<CommAbort> comm_abort_;  // set once, by AbortCollectives
   int steps_since_collective_sample_ = 0;
   std::vector<double> recent_collectives_;
   static constexpr size_t kMaxRecentCollectives = 8192;

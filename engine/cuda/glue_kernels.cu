@@ -71,6 +71,24 @@ absl::Status F32ToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t st
   return absl::OkStatus();
 }
 
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void SpinWaitKernel(int64_t ns) {
+  // %globaltimer counts nanoseconds (coarsely: ~1 us steps), enough here.
+  const uint64_t start = GlobalTimerNs();
+  while (GlobalTimerNs() - start < static_cast<uint64_t>(ns)) __nanosleep(1000);
+}
+
+absl::Status SpinWait(int64_t ns, cudaStream_t stream) {
+  SpinWaitKernel<<<1, 1, 0, stream>>>(ns);
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("SpinWaitKernel");
+  return absl::OkStatus();
+}
+
 absl::Status GatherRows(const void* x, int64_t ldx, const int32_t* rows, int64_t num_rows, int64_t cols,
                         int elem_bytes, void* out, int64_t ld_out, cudaStream_t stream) {
   if (num_rows == 0) return absl::OkStatus();

@@ -31,6 +31,10 @@ absl::Status PositionsToSlots(int32_t* idx, int64_t tokens, int k, const int32_t
 absl::Status DenseSlots(int32_t* idx, int64_t tokens, int k, const int32_t* kv_len, const int32_t* token_seq,
                         const int32_t* block_table, int64_t block_table_stride, cudaStream_t stream);
 
+// Keeps the GPU busy for about `ns` nanoseconds (one thread sleeping): the
+// op profile puts it before a step so that the host's enqueueing is hidden.
+absl::Status SpinWait(int64_t ns, cudaStream_t stream);
+
 }  // namespace spar::glue
 
 #endif  // SPAR_ENGINE_CUDA_GLUE_KERNELS_H_

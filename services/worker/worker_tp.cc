@@ -90,6 +90,9 @@ void WorkerRuntime::DropGroup() {
   if (group) group->Break(absl::UnavailableError("the tensor-parallel group is re-forming"));
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // The group is over for every rank: its communicator is aborted, not
+    // destroyed (an orderly destroy may wait on a rank that is gone).
+    if (abortable_backend_ != nullptr) abortable_backend_->AbortCollectives();
     abortable_backend_ = nullptr;
   }
   exec_.reset();  // memory first: a new formation loads again
