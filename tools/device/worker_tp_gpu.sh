@@ -101,9 +101,14 @@ done
 generate() {
   local name=$1
   : > "$out/$name.ids"
+  local i=0
   for p in "${prompts[@]}"; do
+    # The whole answer is kept: a prompt without ids is diagnosed from it.
     "$spar" generate --server "127.0.0.1:$sched_port" --prompt-ids "$p" --max-tokens 24 --temperature 0 \
-      --ignore-eos --show-ids --timeout-s 120 2>&1 | grep -E '^([0-9]+ )+$' | tail -1 >> "$out/$name.ids"
+      --ignore-eos --show-ids --timeout-s 120 > "$out/$name.raw$i" 2>&1
+    echo "exit $?" >> "$out/$name.raw$i"
+    grep -a -E '^([0-9]+ )+$' "$out/$name.raw$i" | tail -1 >> "$out/$name.ids"
+    ((i++))
   done
 }
 
