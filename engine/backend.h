@@ -234,6 +234,20 @@ class Backend {
   // every later step. Any thread may call it; the backend cannot compute
   // again (a re-formed group loads a new one).
   virtual void AbortCollectives() {}
+  // Joins a new tensor-parallel group of the same rank and size, keeping
+  // the weights and caches: when the old group lost a member, the survivors
+  // rejoin (collectively, like the first formation) instead of reloading
+  // their shards. `group` carries what this backend's kind needs (cuda: the
+  // new NCCL unique id; cpu: the new CpuGroup). The old group is aborted if
+  // it was not yet. Sequences in the caches are meaningless afterwards.
+  struct TpRendezvous {
+    std::string nccl_unique_id;
+    std::shared_ptr<CpuGroup> cpu_group;
+  };
+  virtual absl::Status RejoinGroup(const TpRendezvous& group) {
+    (void)group;
+    return absl::UnimplementedError(name() + " backend cannot rejoin a tensor-parallel group");
+  }
   virtual StepGraphStats graph_stats() const { return StepGraphStats(); }
   // Turns replaying on or off at run time (benchmarks and tests compare
   // replayed with eager steps on the same caches); a no-op without graphs.

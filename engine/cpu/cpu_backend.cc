@@ -135,6 +135,16 @@ class CpuBackend final : public Backend {
   }
   std::vector<double> TakeCollectiveDurations() override { return std::exchange(allreduce_seconds_, {}); }
 
+  absl::Status RejoinGroup(const TpRendezvous& group) override {
+    if (tp_.size == 1) return absl::FailedPreconditionError("rejoin: this backend is not tensor-parallel");
+    if (group.cpu_group == nullptr) return absl::InvalidArgumentError("rejoin: no cpu group");
+    // The old group was broken by its owner (a blocked all-reduce failed);
+    // this backend's only state tied to it is the pointer.
+    group_ = group.cpu_group;
+    allreduce_seconds_.clear();
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::unique_ptr<Weight>> CreateLinear(const LinearSource& src) override {
     SPAR_ASSIGN_OR_RETURN(CpuMatrix m, BuildMatrix(src.parts));
     return std::unique_ptr<Weight>(new CpuMatrix(std::move(m)));

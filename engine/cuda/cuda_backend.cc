@@ -382,6 +382,28 @@ class CudaBackend final : public Backend {
     if (comm_ != nullptr) comm_abort_ = CommAbort::Start(comm_);
   }
 
+  absl::Status RejoinGroup(const TpRendezvous& group) override {
+    if (options_.tp.size == 1) return absl::FailedPreconditionError("rejoin: this backend is not tensor-parallel");
+    // The old communicator goes first: it is aborted (a no-op if it was),
+    // and its abort finishes once no graph holds its collectives — so the
+    // graphs go too (they would replay the old communicator anyway).
+    AbortCollectives();
+    graphs_.clear();
+    uncapturable_.clear();
+    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    if (comm_abort_ != nullptr && !comm_abort_->WaitFor(absl::Seconds(30))) {
+      return absl::DeadlineExceededError("rejoin: the old NCCL communicator's abort did not finish within 30 s");
+    }
+    comm_abort_.reset();
+    comm_ = nullptr;
+    collective_stats();  // resolve the old group's pending timing events
+    recent_collectives_.clear();
+    options_.nccl_unique_id = group.nccl_unique_id;
+    SPAR_RETURN_IF_ERROR(InitTensorParallel());
+    aborted_.store(false);
+    return absl::OkStatus();
+  }
+
   absl::Status CheckNotAborted() const {
     if (aborted_.load()) {
       return absl::UnavailableError("the tensor-parallel group was aborted (a rank is gone): this stage must re-form");

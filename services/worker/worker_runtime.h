@@ -140,8 +140,15 @@ class WorkerRuntime {
                               std::vector<v1::WorkerInfo>* infos);
   // Peer: applies the leader's Configure (joins its group if it is new).
   absl::Status ConfigureAsPeer(const v1::ConfigureRequest& request);
-  // Drops the model and the group (memory first, before a new formation).
-  void DropGroup();
+  // Drops the group and, unless `keep_shard`, the model (memory first,
+  // before a new formation that loads again).
+  void DropGroup(bool keep_shard = false);
+  // Whether the loaded shard is the one `so` asks for, so that a new group
+  // can be joined without reloading it (Backend::RejoinGroup).
+  bool CanRejoin(const StageOptions& so) const;
+  // Joins the loaded shard's backend to the group of `so` (its NCCL id or
+  // cpu group): a re-formation that keeps the weights.
+  absl::Status Rejoin(const StageOptions& so);
   // Whether the leader's group must be (re-)formed before use.
   bool GroupStale() const;
   // The group lost a member (leader: a peer's stream ended; peer: the

@@ -74,7 +74,7 @@ absl::StatusOr<StageOptions> WorkerRuntime::ResolveShard(const v1::ShardSpec& wa
   return so;
 }
 
-void WorkerRuntime::DropGroup() {
+void WorkerRuntime::DropGroup(bool keep_shard) {
   peer_links_.clear();  // closes the streams to the peers
   std::shared_ptr<SocketGroup> group;
   bool was_loaded;
@@ -95,8 +95,29 @@ void WorkerRuntime::DropGroup() {
     if (abortable_backend_ != nullptr) abortable_backend_->AbortCollectives();
     abortable_backend_ = nullptr;
   }
-  exec_.reset();  // memory first: a new formation loads again
+  if (!keep_shard) exec_.reset();  // memory first: a new formation loads again
   if (was_loaded && on_ready_change_) on_ready_change_(false);
+}
+
+bool WorkerRuntime::CanRejoin(const StageOptions& so) const {
+  if (exec_ == nullptr || options_.tp_size == 1) return false;
+  const StageOptions& have = exec_->options();
+  return have.model_dir == so.model_dir && have.backend == so.backend && exec_->first_layer() == so.first_layer &&
+         (so.last_layer < 0 || exec_->last_layer() == so.last_layer);
+}
+
+absl::Status WorkerRuntime::Rejoin(const StageOptions& so) {
+  const absl::Time start = absl::Now();
+  SPAR_RETURN_IF_ERROR(exec_->backend()->RejoinGroup(Backend::TpRendezvous{so.nccl_unique_id, so.cpu_group}));
+  // Cached sequences belong to the old group's epoch.
+  exec_->ResetSequences();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abortable_backend_ = exec_->backend();
+  }
+  SPAR_LOG(INFO) << "rejoined a tensor-parallel group as rank " << options_.tp_rank << " in "
+                 << absl::FormatDuration(absl::Now() - start) << ", keeping the loaded layers";
+  return absl::OkStatus();
 }
 
 bool WorkerRuntime::GroupStale() const {
@@ -225,7 +246,9 @@ absl::Status WorkerRuntime::ConfigurePeers(const v1::ConfigureRequest& request, 
 }
 
 absl::Status WorkerRuntime::FormGroup(const StageOptions& requested, const v1::ConfigureRequest& request) {
-  DropGroup();
+  // A group that lost a member re-forms around the shard this rank holds.
+  const bool rejoin = CanRejoin(requested);
+  DropGroup(/*keep_shard=*/rejoin);
   group_shard_ = requested;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -281,7 +304,7 @@ absl::Status WorkerRuntime::FormGroup(const StageOptions& requested, const v1::C
       own = group.status();
     }
   }
-  if (own.ok()) own = Load(so, /*announce=*/false);
+  if (own.ok()) own = rejoin ? Rejoin(so) : Load(so, /*announce=*/false);
   if (!own.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     for (grpc::ClientContext* c : forming_calls_) c->TryCancel();
@@ -343,9 +366,10 @@ absl::Status WorkerRuntime::ConfigureAsPeer(const v1::ConfigureRequest& r) {
       return absl::OkStatus();
     }
   }
-  DropGroup();
   SPAR_ASSIGN_OR_RETURN(StageOptions so, ResolveShard(r.shard()));
   so.tp = TpRank{options_.tp_rank, options_.tp_size};
+  const bool rejoin = CanRejoin(so);  // the same shard in a new group: keep it
+  DropGroup(/*keep_shard=*/rejoin);
   if (so.backend == "cpu") {
     auto group = SocketGroup::Join(HostOf(options_.tp_leader), tp.cpu_group_port(), tp.cpu_group_secret(),
                                    options_.tp_rank, options_.tp_size, options_.tp_join_timeout,
@@ -357,7 +381,7 @@ absl::Status WorkerRuntime::ConfigureAsPeer(const v1::ConfigureRequest& r) {
   } else {
     so.nccl_unique_id = tp.nccl_unique_id();
   }
-  if (absl::Status s = Load(so, /*announce=*/false); !s.ok()) {
+  if (absl::Status s = rejoin ? Rejoin(so) : Load(so, /*announce=*/false); !s.ok()) {
     DropGroup();
     return s;
   }

@@ -6,9 +6,12 @@
 // the first group did.
 //
 // Processes (this binary re-executed, one GPU each): the survivor (rank 0 on
-// GPU 0) runs three phases; the first victim (rank 1 on GPU 1) runs the same
-// generation with decode graphs and then dies without any teardown, as a
-// killed process does; the second victim joins the survivor's new group.
+// GPU 0) and three peers in turn (rank 1 on GPU 1). The first two run the
+// survivor's generation with decode graphs and then die without any
+// teardown, as a killed process does. The survivor rejoins a new group with
+// the second keeping its weights (Backend::RejoinGroup, what the worker does
+// when the same shard re-forms), and after losing that one too it tears its
+// engine down and builds a new one with the third.
 // Rank 0 hands its NCCL ids over files, standing in for the control plane.
 #include <signal.h>
 #include <spawn.h>
@@ -111,9 +114,31 @@ int RunVictim(const std::string& model, const std::string& id_file, bool die) {
   return 0;
 }
 
-// Rank 0: group 1 (generation), peer lost (a step blocks, is aborted, the
-// engine is torn down), group 2 (the same generation). Writes "key value"
-// lines to `out`.
+// Blocks in a step whose peer is gone until another thread aborts the
+// group (what the worker does when the peer's membership stream ends);
+// writes the outcome under `tag`.
+void BlockedStepIsReleased(Engine* engine, const std::string& tag, std::ofstream& o) {
+  Backend* backend = engine->model().backend();
+  Clock::time_point aborted_at;
+  std::thread watchdog([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    aborted_at = Clock::now();
+    backend->AbortCollectives();
+  });
+  const auto blocked = engine->Generate(Requests());
+  const auto returned_at = Clock::now();
+  watchdog.join();
+  o << tag << "_blocked_step_ok " << blocked.ok() << "\n";
+  o << tag << "_blocked_step_code " << static_cast<int>(blocked.status().code()) << "\n";
+  o << tag << "_released_after_abort_s " << std::chrono::duration<double>(returned_at - aborted_at).count() << "\n";
+}
+
+// Rank 0, three groups: (1) with a peer that dies after generating; the
+// step that then blocks is aborted; (2) the same engine rejoins a new group
+// (weights kept) with a second peer, which also dies after generating;
+// after the abort the engine is torn down; (3) a new engine in a new group
+// with a third peer. Every group must generate the same tokens. Writes
+// "key value" lines to `out`.
 int RunSurvivor(const std::string& model, const std::string& dir, const std::string& out) {
   std::ofstream o(out);
   auto id1 = NewNcclGroupId();
@@ -130,45 +155,48 @@ int RunSurvivor(const std::string& model, const std::string& dir, const std::str
     return 4;
   }
   o << "graphs_captured " << (*engine)->model().backend()->graph_stats().captures << "\n" << std::flush;
-  if (!WaitForFile(dir + "/victim_gone", 120)) return 5;
-
-  // What the worker does when the peer's membership stream ends: abort from
-  // another thread while the step waits in its first all-reduce.
-  Backend* backend = (*engine)->model().backend();
-  Clock::time_point aborted_at;
-  std::thread watchdog([&] {
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    aborted_at = Clock::now();
-    backend->AbortCollectives();
-  });
-  const auto blocked = (*engine)->Generate(Requests());
-  const auto returned_at = Clock::now();
-  watchdog.join();
-  o << "blocked_step_ok " << blocked.ok() << "\n";
-  o << "blocked_step_code " << static_cast<int>(blocked.status().code()) << "\n";
-  o << "released_after_abort_s " << std::chrono::duration<double>(returned_at - aborted_at).count() << "\n";
-  const auto teardown = Clock::now();
-  engine->reset();
-  o << "teardown_s " << SecondsSince(teardown) << "\n" << std::flush;
+  if (!WaitForFile(dir + "/victim1_gone", 120)) return 5;
+  BlockedStepIsReleased(engine->get(), "group1", o);
 
   auto id2 = NewNcclGroupId();
   if (!id2.ok()) return 6;
   WriteFile(dir + "/id2", *id2);
-  const auto reform = Clock::now();
-  auto again = CreateRank(model, 0, *id2);
-  if (!again.ok()) {
-    std::cerr << "survivor, second group: " << again.status() << "\n";
+  const auto rejoin = Clock::now();
+  if (absl::Status s = (*engine)->model().backend()->RejoinGroup(Backend::TpRendezvous{*id2, nullptr}); !s.ok()) {
+    std::cerr << "survivor, rejoin: " << s << "\n";
     return 7;
   }
-  o << "reform_s " << SecondsSince(reform) << "\n";
-  auto second = (*again)->Generate(Requests());
+  o << "rejoin_s " << SecondsSince(rejoin) << "\n";
+  auto second = (*engine)->Generate(Requests());
   if (!second.ok()) {
-    std::cerr << "survivor, second group: " << second.status() << "\n";
+    std::cerr << "survivor, rejoined group: " << second.status() << "\n";
     return 8;
   }
-  o << "same_tokens " << (TokensOf(*first) == TokensOf(*second)) << "\n";
-  o << "tokens " << TokensOf(*second) << "\n";
-  return o.good() ? 0 : 9;
+  o << "rejoined_same_tokens " << (TokensOf(*first) == TokensOf(*second)) << "\n";
+  o << "rejoined_graphs_captured " << (*engine)->model().backend()->graph_stats().captures << "\n" << std::flush;
+  if (!WaitForFile(dir + "/victim2_gone", 120)) return 9;
+  BlockedStepIsReleased(engine->get(), "group2", o);
+  const auto teardown = Clock::now();
+  engine->reset();
+  o << "teardown_s " << SecondsSince(teardown) << "\n" << std::flush;
+
+  auto id3 = NewNcclGroupId();
+  if (!id3.ok()) return 10;
+  WriteFile(dir + "/id3", *id3);
+  const auto reform = Clock::now();
+  auto again = CreateRank(model, 0, *id3);
+  if (!again.ok()) {
+    std::cerr << "survivor, third group: " << again.status() << "\n";
+    return 11;
+  }
+  o << "reload_s " << SecondsSince(reform) << "\n";
+  auto third = (*again)->Generate(Requests());
+  if (!third.ok()) {
+    std::cerr << "survivor, third group: " << third.status() << "\n";
+    return 12;
+  }
+  o << "reloaded_same_tokens " << (TokensOf(*first) == TokensOf(*third)) << "\n";
+  return o.good() ? 0 : 13;
 }
 
 pid_t Spawn(const std::vector<std::string>& args) {
@@ -219,25 +247,33 @@ TEST(TpAbortGpuTest, LostPeerReleasesTheBlockedStepAndTheGroupReforms) {
   const std::string dir = mo.out_dir, out = dir + "/survivor.txt";
 
   const pid_t survivor = Spawn({"/proc/self/exe", "--survivor", mo.out_dir, dir, out});
-  const pid_t victim = Spawn({"/proc/self/exe", "--victim", mo.out_dir, dir + "/id1", "die"});
   ASSERT_GT(survivor, 0);
-  ASSERT_GT(victim, 0);
-  EXPECT_EQ(WaitExit(victim, 120), 0) << "the first peer failed before it could die on cue";
-  WriteFile(dir + "/victim_gone", "1");
-  const pid_t victim2 = Spawn({"/proc/self/exe", "--victim", mo.out_dir, dir + "/id2", "live"});
-  ASSERT_GT(victim2, 0);
+  // Peers 1 and 2 die on cue (after their generation); peer 3 lives.
+  for (int peer = 1; peer <= 3; ++peer) {
+    const std::string id = dir + "/id" + std::to_string(peer);
+    const pid_t victim = Spawn({"/proc/self/exe", "--victim", mo.out_dir, id, peer < 3 ? "die" : "live"});
+    ASSERT_GT(victim, 0);
+    const int rc = WaitExit(victim, 150);
+    EXPECT_EQ(rc, 0) << "peer " << peer << " failed (-1: killed after 150 s)";
+    if (rc != 0) break;
+    if (peer < 3) WriteFile(dir + "/victim" + std::to_string(peer) + "_gone", "1");
+  }
   const int survivor_rc = WaitExit(survivor, 150);
-  const int victim2_rc = WaitExit(victim2, 30);
   const auto keys = ReadKeys(out);
   for (const auto& [k, v] : keys) std::cout << "  " << k << " = " << v << "\n";
   ASSERT_NE(survivor_rc, -1) << "the surviving rank hung (killed after 150 s)";
   ASSERT_EQ(survivor_rc, 0);
-  EXPECT_EQ(victim2_rc, 0);
   EXPECT_GT(std::stoi(keys.at("graphs_captured")), 0) << "no decode graph held the communicator";
-  EXPECT_EQ(keys.at("blocked_step_ok"), "0") << "a step with the peer gone succeeded";
-  EXPECT_LT(std::stod(keys.at("released_after_abort_s")), 10.0);
+  for (const char* group : {"group1", "group2"}) {
+    const std::string g = group;
+    EXPECT_EQ(keys.at(g + "_blocked_step_ok"), "0") << g << ": a step with the peer gone succeeded";
+    EXPECT_LT(std::stod(keys.at(g + "_released_after_abort_s")), 10.0) << g;
+  }
+  EXPECT_EQ(keys.at("rejoined_same_tokens"), "1") << "the rejoined group computes something else";
+  EXPECT_GT(std::stoi(keys.at("rejoined_graphs_captured")), std::stoi(keys.at("graphs_captured")))
+      << "the rejoined group replayed no new decode graphs";
   EXPECT_LT(std::stod(keys.at("teardown_s")), 20.0);
-  EXPECT_EQ(keys.at("same_tokens"), "1") << "the re-formed group computes something else";
+  EXPECT_EQ(keys.at("reloaded_same_tokens"), "1") << "the re-formed group computes something else";
 }
 
 }  // namespace

@@ -28,6 +28,20 @@
 namespace spar {
 namespace {
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+
 using testing::ReliabilityModel;
 
 // Greedy and seeded requests, prompts below and above index_topk (32).
@@ -230,6 +244,10 @@ TEST(TpClusterTest, PeerKilledMidStreamEndsStreamsUnavailableThenTheGroupReforms
     EXPECT_EQ(again[i].ids, testing::Ids(tp2[i])) << "request " << i << " after the group re-formed";
     EXPECT_EQ(again[i].logprobs, Logprobs(tp2[i])) << "request " << i << " after the group re-formed";
   }
+  // The surviving leader kept its layers: it rejoined instead of reloading.
+  const std::string leader_log = ReadFile(cluster->log_path("worker1"));
+  EXPECT_NE(leader_log.find("rejoined a tensor-parallel group as rank 0"), std::string::npos) << leader_log;
+  EXPECT_EQ(Count(leader_log, "loading layers"), 1) << leader_log;
 }
 
 TEST(TpClusterTest, LeaderKilledAndRestartedTakesItsPeersBack) {
@@ -260,6 +278,11 @@ TEST(TpClusterTest, LeaderKilledAndRestartedTakesItsPeersBack) {
     EXPECT_EQ(got[i].ids, testing::Ids(tp2[i])) << i;
     EXPECT_EQ(got[i].logprobs, Logprobs(tp2[i])) << i;
   }
+  // The surviving peer joined the restarted leader's group with the layers
+  // it held.
+  const std::string peer_log = ReadFile(cluster->log_path("worker0.tp1"));
+  EXPECT_NE(peer_log.find("rejoined a tensor-parallel group as rank 1"), std::string::npos) << peer_log;
+  EXPECT_EQ(Count(peer_log, "loading layers"), 1) << peer_log;
 }
 
 }  // namespace
