@@ -227,10 +227,7 @@ __device__ __forceinline__ void Append(bool take, uint32_t key, int pos, uint2* 
 
 // Calls fn(candidate) for cand[0, n) (shared or global memory) with
 // kUnroll loads per thread issued before any fn: the loop bodies do smem
-// atomics, which the compiler may not move loads across (cand may alias
-// smem). Every thread of a warp calls fn the same number of times (fn may
-// use warp votes); padding calls get key 0, which matches no bucket prefix,
-// threshold or T (all >= 0x00800000, the smallest valid key).
+// atomics, which the compiler may not move loads across (cand may alias smem).
 template <int kT, typename Fn>
 __device__ __forceinline__ void ForEachCand(const uint2* cand, uint32_t n, Fn fn) {
   for (uint32_t base = 0; base < n; base += kT * kUnroll) {
@@ -241,7 +238,9 @@ __device__ __forceinline__ void ForEachCand(const uint2* cand, uint32_t n, Fn fn
       c[u] = i < n ? cand[i] : make_uint2(0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) fn(c[u]);
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * kT + threadIdx.x < n) fn(c[u]);
+    }
   }
 }
 
@@ -264,52 +263,6 @@ __device__ __forceinline__ RowSmem CarveRowSmem(uint32_t* dyn, uint32_t* scratch
   m.ncand = ncand;
   m.sel = sel;
   return m;
-}
-
-// The end of a row, by a row CTA: m.sel_bits holds the surely selected
-// positions and m.hist (as a bitmap) the positions with key == T; keeps the
-// first need_eq of those and writes the selected positions in ascending
-// order to out[row], -1 after the last one.
-__device__ __forceinline__ void KeepTiesAndWrite(const TopKParams& p, int64_t row, uint32_t need_eq,
-                                                 const RowSmem& m) {
-  const uint32_t* eq_bits = m.hist;
-  // Thread i owns bitmap words [8i, 8i + 8).
-  const int w0 = threadIdx.x * kWordsPerThread;
-  uint32_t total;
-  if (need_eq > 0) {
-    uint32_t c = 0;
-#pragma unroll
-    for (int w = 0; w < kWordsPerThread; ++w) c += __popc(eq_bits[w0 + w]);
-    uint32_t rank = BlockExclusiveScan<kRowThreads>(c, m.scratch, &total);
-#pragma unroll
-    for (int w = 0; w < kWordsPerThread; ++w) {
-      uint32_t word = eq_bits[w0 + w], kept = 0;
-      while (word != 0 && rank < need_eq) {
-        const uint32_t low = word & (~word + 1);
-        kept |= low;
-        word ^= low;
-        ++rank;
-      }
-      m.sel_bits[w0 + w] |= kept;
-    }
-  }
-  uint32_t c = 0;
-#pragma unroll
-  for (int w = 0; w < kWordsPerThread; ++w) c += __popc(m.sel_bits[w0 + w]);
-  uint32_t out_idx = BlockExclusiveScan<kRowThreads>(c, m.scratch, &total);
-  int32_t* out = p.out + row * p.out_stride;
-  const int32_t* table =
-      p.block_table != nullptr ? p.block_table + (row / p.rows_per_seq) * p.block_table_stride : nullptr;
-#pragma unroll
-  for (int w = 0; w < kWordsPerThread; ++w) {
-    uint32_t word = m.sel_bits[w0 + w];
-    while (word != 0) {
-      const int pos = (w0 + w) * 32 + __ffs(word) - 1;
-      word &= word - 1;
-      out[out_idx++] = table != nullptr ? table[pos / 64] * 64 + pos % 64 : pos;
-    }
-  }
-  for (int i = static_cast<int>(total) + threadIdx.x; i < p.k; i += kRowThreads) out[i] = -1;
 }
 
 // Everything after level 1, for one row, by a row CTA. On entry: s is the
@@ -373,7 +326,7 @@ __device__ __forceinline__ void FinishRow(const TopKParams& p, int64_t row, cons
   }
 
   // Mark key > T and key == T among what is not marked yet.
-  uint32_t* const eq_bits = m.hist;
+  uint32_t* eq_bits = m.hist;
   ZeroWords<kRowThreads>(eq_bits, kBitmapWords);
   __syncthreads();
   if (n_valid > k) {
@@ -390,7 +343,45 @@ __device__ __forceinline__ void FinishRow(const TopKParams& p, int64_t row, cons
     }
   }
   __syncthreads();
-  KeepTiesAndWrite(p, row, need_eq, m);
+
+  // Keep the first need_eq tied positions, then write the selected
+  // positions in ascending order. Thread i owns bitmap words [8i, 8i + 8).
+  const int w0 = threadIdx.x * kWordsPerThread;
+  uint32_t total;
+  if (need_eq > 0) {
+    uint32_t c = 0;
+#pragma unroll
+    for (int w = 0; w < kWordsPerThread; ++w) c += __popc(eq_bits[w0 + w]);
+    uint32_t rank = BlockExclusiveScan<kRowThreads>(c, m.scratch, &total);
+#pragma unroll
+    for (int w = 0; w < kWordsPerThread; ++w) {
+      uint32_t word = eq_bits[w0 + w], kept = 0;
+      while (word != 0 && rank < need_eq) {
+        const uint32_t low = word & (~word + 1);
+        kept |= low;
+        word ^= low;
+        ++rank;
+      }
+      m.sel_bits[w0 + w] |= kept;
+    }
+  }
+  uint32_t c = 0;
+#pragma unroll
+  for (int w = 0; w < kWordsPerThread; ++w) c += __popc(m.sel_bits[w0 + w]);
+  uint32_t out_idx = BlockExclusiveScan<kRowThreads>(c, m.scratch, &total);
+  int32_t* out = p.out + row * p.out_stride;
+  const int32_t* table =
+      p.block_table != nullptr ? p.block_table + (row / p.rows_per_seq) * p.block_table_stride : nullptr;
+#pragma unroll
+  for (int w = 0; w < kWordsPerThread; ++w) {
+    uint32_t word = m.sel_bits[w0 + w];
+    while (word != 0) {
+      const int pos = (w0 + w) * 32 + __ffs(word) - 1;
+      word &= word - 1;
+      out[out_idx++] = table != nullptr ? table[pos / 64] * 64 + pos % 64 : pos;
+    }
+  }
+  for (int i = static_cast<int>(total) + threadIdx.x; i < p.k; i += kRowThreads) out[i] = -1;
 }
 
 }  // namespace spar::topk

@@ -46,7 +46,7 @@ TopKSplitLayout TopKSplitWorkspaceLayout(const TopKSplitPlan& plan, int64_t rows
   if (!plan.split() || rows <= 0) return l;
   const size_t r = static_cast<size_t>(rows);
   l.row_hist = 0;
-  l.chunk_hist = Align16(r * 2 * kTopKBins * 4);
+  l.chunk_hist = Align16(r * kTopKBins * 4);
   l.bitmap = l.chunk_hist + Align16(r * static_cast<size_t>(plan.chunks) * kTopKBins * 4);
   l.candidates = l.bitmap + Align16(r * static_cast<size_t>(plan.bitmap_words) * 4);
   l.total = l.candidates + Align16(r * static_cast<size_t>(plan.candidate_cap) * 8);

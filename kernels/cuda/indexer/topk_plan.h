@@ -14,12 +14,9 @@
 //      atomics and no zeroing) and, when the bucket fits the row's candidate
 //      list, its (key, position) pairs at the chunk's own offset in it (the
 //      bucket's counts in the chunks before it: no global counter);
-//      K2 also adds the bucket's level-2 digits (bits [20:10]) into a row
-//      level-2 histogram;
-//   K3 per row: the level-2 bucket from that histogram, then one pass over
-//      the candidates for level 3 (or levels 2-3 on the row again when the
-//      bucket overflowed the list: heavy ties), then the ascending positions,
-//      exactly as the one-CTA path ends.
+//   K3 per row: the lower digits on the candidates (or on the row again when
+//      the bucket overflowed the list: heavy ties), then the ascending
+//      positions, exactly as the one-CTA path ends.
 // Many rows (prefill) already fill the GPU with one CTA each; they keep the
 // one-CTA path and need no workspace.
 #ifndef SPAR_KERNELS_CUDA_INDEXER_TOPK_PLAN_H_
@@ -52,8 +49,7 @@ struct TopKSplitPlan {
 TopKSplitPlan PlanTopKSplit(int64_t rows, int64_t num_cols, int sm_count, int forced_chunks = 0);
 
 // Byte offsets of the split path's workspace (16-byte aligned pieces):
-//   row_hist:   [rows][2][kTopKBins] u32: level-1 and level-2 histograms
-//               (the launcher zeroes them on the stream)
+//   row_hist:   [rows][kTopKBins] u32 (the launcher zeroes it on the stream)
 //   chunk_hist: [rows][chunks][kTopKBins] u32
 //   bitmap:     [rows][bitmap_words] u32
 //   candidates: [rows][candidate_cap] (key, position) u32 pairs

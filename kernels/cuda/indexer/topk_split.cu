@@ -15,15 +15,10 @@
 //            when the bucket fits the row's candidate list, its (key,
 //            position) pairs go to the list at this chunk's offset (the
 //            bucket's counts in the chunks before it), through a smem
-//            counter: no global atomics; the bucket's level-2 digits (bits
-//            [20:10]) go to a smem histogram whose non-zero bins are added
-//            into the row's level-2 histogram;
-//   K3       per row (1024 threads): the bitmap into smem; the level-2
-//            bucket from the row's level-2 histogram; one pass over the
-//            candidates marks those above it and histograms level 3 of the
-//            ones in it (kept in smem when they fit); then key > T and the
-//            first ties as in the one-CTA path. A bucket that overflowed the
-//            list makes K3 run FinishRow on the row itself.
+//            counter: no global atomics;
+//   K3       per row (1024 threads): the bitmap into smem, then FinishRow on
+//            the candidate list, or on the row itself when the bucket
+//            overflowed the list.
 // A row is read twice in all (K1, K2), as in the one-CTA path, but by
 // `chunks` SMs at once.
 #include "kernels/cuda/common/arch.cuh"
@@ -44,11 +39,8 @@ constexpr int kChunkHistBytes = kTopKBins * kChunkCopies * 4;
 static_assert(kChunkCopies == 8, "K1 sums a bin's copies as two uint4");
 static_assert(kTopKMaxLen / kTopKChunkAlign <= kChunkThreads, "K2: one thread per earlier chunk");
 
-constexpr int kL2Copies = 4;  // K2's level-2 histogram: bits [20:10] spread well, 32 KB
-constexpr int kMarkSmemBytes = kTopKBins * kL2Copies * 4 + kTopKMaxLen / 2 / 8;  // + the largest chunk's bitmap
-
 struct SplitArgs {
-  uint32_t* row_hist;    // [rows][2][kTopKBins]: level 1, level 2
+  uint32_t* row_hist;    // [rows][kTopKBins]
   uint32_t* chunk_hist;  // [rows][chunks][kTopKBins]
   uint32_t* bitmap;      // [rows][bitmap_words]
   uint2* cand;           // [rows][cap]
@@ -76,7 +68,7 @@ static __global__ void __launch_bounds__(kChunkThreads, kTopKChunkCtasPerSm)
   ForEachKey<kChunkThreads>(RowPtr(p, row) + c0, n, [&](uint32_t key, int) { run.Add(hist, copy, key); });
   run.Flush(hist, copy);
   __syncthreads();
-  uint32_t* g = a.row_hist + row * 2 * kTopKBins;
+  uint32_t* g = a.row_hist + row * kTopKBins;
   uint32_t* mine = a.chunk_hist + (row * a.chunks + blockIdx.x) * kTopKBins;
   for (int b = threadIdx.x; b < kTopKBins; b += kChunkThreads) {
     const uint4 v = reinterpret_cast<const uint4*>(hist)[2 * b], w = reinterpret_cast<const uint4*>(hist)[2 * b + 1];
@@ -88,9 +80,7 @@ static __global__ void __launch_bounds__(kChunkThreads, kTopKChunkCtasPerSm)
 
 static __global__ void __launch_bounds__(kChunkThreads, kTopKChunkCtasPerSm)
     TopKChunkMarkKernel(const TopKParams p, const SplitArgs a) {
-  extern __shared__ __align__(16) uint32_t smem_u32[];
-  uint32_t* hist2 = smem_u32;                         // [kTopKBins][kL2Copies]
-  uint32_t* bits = hist2 + kTopKBins * kL2Copies;     // [chunk_len / 32]
+  extern __shared__ __align__(16) uint32_t bits[];  // [chunk_len / 32]
   __shared__ uint32_t scratch[33];
   __shared__ uint32_t ncand;
   __shared__ Select sel;
@@ -104,12 +94,10 @@ static __global__ void __launch_bounds__(kChunkThreads, kTopKChunkCtasPerSm)
     return;
   }
   ZeroWords<kChunkThreads>(bits, words);
-  ZeroWords<kChunkThreads>(hist2, kTopKBins * kL2Copies);
   if (threadIdx.x == 0) ncand = 0;
   const uint32_t k = static_cast<uint32_t>(p.k);
-  uint32_t* g = a.row_hist + row * 2 * kTopKBins;
   // Its barriers cover the zeroing above.
-  const Select s = FindBucket<kChunkThreads, 1>(g, kTopKBins, k, scratch, &sel);
+  const Select s = FindBucket<kChunkThreads, 1>(a.row_hist + row * kTopKBins, kTopKBins, k, scratch, &sel);
   const float* x = RowPtr(p, row) + c0;
   if (s.total <= k) {
     ForEachKey<kChunkThreads>(x, n, [&](uint32_t key, int pos) {
@@ -126,61 +114,14 @@ static __global__ void __launch_bounds__(kChunkThreads, kTopKChunkCtasPerSm)
     }
     uint2* cand = a.cand + row * a.cap + base;
     const uint32_t room = a.cap - min(base, a.cap);
-    const int copy = threadIdx.x & (kL2Copies - 1);
     ForEachKey<kChunkThreads>(x, n, [&](uint32_t key, int pos) {
       const uint32_t top = key >> 21;
       if (top > s.bucket) SetBit(bits, pos);
-      const bool in = top == s.bucket && key != 0;
-      if (in) atomicAdd(&hist2[((key >> 10) & 0x7ffu) * kL2Copies + copy], 1u);
-      if (collect) Append(in, key, c0 + pos, cand, &ncand, room);
+      if (collect) Append(top == s.bucket && key != 0, key, c0 + pos, cand, &ncand, room);
     });
   }
   __syncthreads();
   for (int i = threadIdx.x; i < words / 4; i += kChunkThreads) gbits[i] = reinterpret_cast<const uint4*>(bits)[i];
-  if (s.total > k) {
-    for (int b = threadIdx.x; b < kTopKBins; b += kChunkThreads) {
-      const uint4 v = reinterpret_cast<const uint4*>(hist2)[b];
-      const uint32_t c = v.x + v.y + v.z + v.w;
-      if (c != 0) atomicAdd(&g[kTopKBins + b], c);
-    }
-  }
-}
-
-// K3's usual case: the level-1 bucket's s.count keys are listed in cand
-// (global memory) and the row's level-2 histogram is in g2. Ends the row.
-__device__ __forceinline__ void FinishFromList(const TopKParams& p, int64_t row, Select s, const uint2* cand,
-                                               const uint32_t* g2, const RowSmem& m) {
-  const int copy = threadIdx.x & (kCopies - 1);
-  const uint32_t rem = static_cast<uint32_t>(p.k) - s.above;
-  const Select t = FindBucket<kRowThreads, 1>(g2, kTopKBins, rem, m.scratch, m.sel);
-  const uint32_t prefix = (s.bucket << 11) | t.bucket;  // == key >> 10 in the level-2 bucket
-  const uint32_t rem2 = rem - t.above;
-  // The level-2 bucket's keys go to smem when they fit (they almost always
-  // do: ~count / 2048); otherwise the final marking reads the list again.
-  const bool keep = t.count <= kCandCap;
-  ZeroWords<kRowThreads>(m.hist, kTopKBins / 2 * kCopies);  // level 3: 1024 bins
-  __syncthreads();
-  ForEachCand<kRowThreads>(cand, s.count, [&](uint2 c) {
-    const uint32_t top = c.x >> 10;
-    if (top > prefix) SetBit(m.sel_bits, static_cast<int>(c.y));
-    const bool in = top == prefix;  // never for padding (key 0)
-    if (in) atomicAdd(&m.hist[(c.x & 0x3ffu) * kCopies + copy], 1u);
-    if (keep) Append(in, c.x, static_cast<int>(c.y), m.cand, m.ncand, kCandCap);
-  });
-  __syncthreads();
-  const Select u = FindBucket<kRowThreads, kCopies>(m.hist, kTopKBins / 2, rem2, m.scratch, m.sel);
-  const uint32_t threshold = (prefix << 10) | u.bucket;
-  const uint32_t need_eq = rem2 - u.above;
-  uint32_t* const eq_bits = m.hist;
-  ZeroWords<kRowThreads>(eq_bits, kBitmapWords);
-  __syncthreads();
-  const uint2* marks = keep ? m.cand : cand;
-  ForEachCand<kRowThreads>(marks, keep ? *m.ncand : s.count, [&](uint2 c) {
-    if (c.x > threshold) SetBit(m.sel_bits, static_cast<int>(c.y));
-    if (c.x == threshold) SetBit(eq_bits, static_cast<int>(c.y));
-  });
-  __syncthreads();
-  KeepTiesAndWrite(p, row, need_eq, m);
 }
 
 static __global__ void __launch_bounds__(kRowThreads, 1) TopKRowFinishKernel(const TopKParams p, const SplitArgs a) {
@@ -198,16 +139,12 @@ static __global__ void __launch_bounds__(kRowThreads, 1) TopKRowFinishKernel(con
   for (int i = threadIdx.x; i < kBitmapWords / 4; i += kRowThreads)
     sb[i] = i < words / 4 ? gb[i] : make_uint4(0, 0, 0, 0);
   if (threadIdx.x == 0) ncand = 0;
-  const uint32_t* g = a.row_hist + row * 2 * kTopKBins;
-  const Select s = FindBucket<kRowThreads, 1>(g, kTopKBins, static_cast<uint32_t>(p.k), scratch, &sel);
-  if (s.total > static_cast<uint32_t>(p.k) && s.count <= a.cap) {
-    // K2 listed the whole level-1 bucket (s.count pairs, any order).
-    FinishFromList(p, row, s, a.cand + row * a.cap, g + kTopKBins, m);
-  } else {
-    // Everything valid is selected (K2 marked it), or the bucket overflowed
-    // the list: levels 2-3 on the row itself.
-    FinishRow(p, row, RowPtr(p, row), RowLen(p, row), s, /*marked=*/true, nullptr, 0, m);
-  }
+  const Select s =
+      FindBucket<kRowThreads, 1>(a.row_hist + row * kTopKBins, kTopKBins, static_cast<uint32_t>(p.k), scratch, &sel);
+  // K2 listed the whole level-1 bucket when it fit (s.count pairs, any order).
+  const bool listed = s.total > static_cast<uint32_t>(p.k) && s.count <= a.cap;
+  FinishRow(p, row, RowPtr(p, row), RowLen(p, row), s, /*marked=*/true, listed ? a.cand + row * a.cap : nullptr,
+            listed ? s.count : 0, m);
 }
 
 }  // namespace
@@ -221,17 +158,13 @@ absl::Status LaunchTopKSplit(const TopKParams& p, const TopKSplitPlan& plan, cud
                     static_cast<int>(plan.chunk_len),
                     static_cast<int>(plan.bitmap_words),
                     static_cast<uint32_t>(plan.candidate_cap)};
-  SPAR_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(ws + l.row_hist, 0, static_cast<size_t>(p.rows) * 2 * kTopKBins * 4, stream));
+  SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ws + l.row_hist, 0, static_cast<size_t>(p.rows) * kTopKBins * 4, stream));
   const dim3 grid(static_cast<unsigned>(plan.chunks), static_cast<unsigned>(p.rows));
   static indexer_internal::SmemOptIn hist_opt_in;
   SPAR_CUDA_RETURN_IF_ERROR(hist_opt_in.Ensure(TopKChunkHistKernel, kChunkHistBytes));
   TopKChunkHistKernel<<<grid, kChunkThreads, kChunkHistBytes, stream>>>(p, a);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("TopKChunkHistKernel");
-  static indexer_internal::SmemOptIn mark_opt_in;
-  SPAR_CUDA_RETURN_IF_ERROR(mark_opt_in.Ensure(TopKChunkMarkKernel, kMarkSmemBytes));
-  const int mark_smem = kTopKBins * kL2Copies * 4 + static_cast<int>(plan.chunk_len / 32 * 4);
-  TopKChunkMarkKernel<<<grid, kChunkThreads, mark_smem, stream>>>(p, a);
+  TopKChunkMarkKernel<<<grid, kChunkThreads, plan.chunk_len / 32 * 4, stream>>>(p, a);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("TopKChunkMarkKernel");
   static indexer_internal::SmemOptIn opt_in;
   SPAR_CUDA_RETURN_IF_ERROR(opt_in.Ensure(TopKRowFinishKernel, kRowSmemBytes));

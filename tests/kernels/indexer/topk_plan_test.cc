@@ -91,7 +91,7 @@ TEST(TopKPlan, WorkspaceLayoutIsAlignedAndSized) {
   EXPECT_EQ(l.chunk_hist % 16, 0u);
   EXPECT_EQ(l.bitmap % 16, 0u);
   EXPECT_EQ(l.candidates % 16, 0u);
-  EXPECT_GE(l.chunk_hist, rows * 2 * kTopKBins * 4u);  // two histogram levels per row
+  EXPECT_GE(l.chunk_hist, rows * kTopKBins * 4u);
   EXPECT_GE(l.bitmap - l.chunk_hist, static_cast<size_t>(rows * p.chunks * kTopKBins * 4));
   EXPECT_GE(l.candidates - l.bitmap, static_cast<size_t>(rows * p.bitmap_words * 4));
   EXPECT_EQ(l.total - l.candidates, static_cast<size_t>(rows * p.candidate_cap * 8));
