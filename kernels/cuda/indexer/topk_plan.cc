@@ -12,6 +12,21 @@ size_t Align16(size_t n) { return (n + 15) / 16 * 16; }
 
 }  // namespace
 
+// Fitted to CUDA-graph replays on an H200 (132 SMs, bench/results/indexer.md,
+// real-like rows). One CTA per row: ~20 us plus 0.40 us per 1024 positions,
+// per wave of sm_count rows (each row is bound by one SM).
+double TopKOneCtaMicros(int64_t rows, int64_t num_cols, int sm_count) {
+  const int64_t waves = CeilDiv(std::max<int64_t>(rows, 1), std::max(sm_count, 1));
+  return static_cast<double>(waves) * (20.0 + 0.40 * static_cast<double>(num_cols) / 1024.0);
+}
+
+// Split: ~26 us (four launches, three of them short) plus 4.0 us per
+// million keys over 132 SMs, scaled to the device's SM count.
+double TopKSplitMicros(int64_t rows, int64_t num_cols, int sm_count) {
+  const double mkeys = static_cast<double>(rows) * static_cast<double>(num_cols) * 1e-6;
+  return 26.0 + 4.0 * mkeys * 132.0 / static_cast<double>(std::max(sm_count, 1));
+}
+
 TopKSplitPlan PlanTopKSplit(int64_t rows, int64_t num_cols, int sm_count, int forced_chunks) {
   TopKSplitPlan plan;
   num_cols = std::min<int64_t>(num_cols, kTopKMaxLen);
@@ -21,10 +36,12 @@ TopKSplitPlan PlanTopKSplit(int64_t rows, int64_t num_cols, int sm_count, int fo
   if (forced_chunks >= 2) {
     chunks = std::min<int64_t>(forced_chunks, CeilDiv(num_cols, kTopKChunkAlign));
   } else {
-    // One wave of chunk CTAs over all rows, chunks of at least kTopKMinChunk.
-    // rows >= slots / 2 gives < 2 chunks: those rows fill the GPU already.
+    if (TopKSplitMicros(rows, num_cols, sm_count) >= TopKOneCtaMicros(rows, num_cols, sm_count)) return plan;
+    // One wave of chunk CTAs over all rows, chunks of at least kTopKMinChunk,
+    // at most kTopKMaxChunks per row (more only add K1/K2 CTAs: 8 x 128K ran
+    // 29.6 us with 16 chunks, 33.7 with 32).
     const int64_t slots = static_cast<int64_t>(std::max(sm_count, 1)) * kTopKChunkCtasPerSm;
-    chunks = std::min<int64_t>(slots / rows, num_cols / kTopKMinChunk);
+    chunks = std::min<int64_t>({slots / rows, num_cols / kTopKMinChunk, kTopKMaxChunks});
   }
   if (chunks < 2) return plan;
   const int64_t chunk_len = CeilDiv(CeilDiv(num_cols, chunks), kTopKChunkAlign) * kTopKChunkAlign;

@@ -17,8 +17,10 @@
 //   K3 per row: the lower digits on the candidates (or on the row again when
 //      the bucket overflowed the list: heavy ties), then the ascending
 //      positions, exactly as the one-CTA path ends.
-// Many rows (prefill) already fill the GPU with one CTA each; they keep the
-// one-CTA path and need no workspace.
+// The planner splits when its time model (fitted to H200 measurements, SM
+// count scaled) says the split is faster: few long rows. Many rows (prefill,
+// large decode batches of 32K rows) keep one CTA per row and need no
+// workspace.
 #ifndef SPAR_KERNELS_CUDA_INDEXER_TOPK_PLAN_H_
 #define SPAR_KERNELS_CUDA_INDEXER_TOPK_PLAN_H_
 
@@ -32,6 +34,7 @@ inline constexpr int kTopKMaxLen = 1 << 18;         // longest row either path h
 inline constexpr int kTopKChunkAlign = 1024;        // chunk_len granularity: whole bitmap words, float4 aligned
 inline constexpr int kTopKMinChunk = 2048;          // below this a chunk CTA's fixed cost dominates
 inline constexpr int kTopKChunkCtasPerSm = 2;       // 512-thread chunk CTAs resident per SM (registers)
+inline constexpr int kTopKMaxChunks = 16;           // per row, when the planner chooses
 inline constexpr int kTopKMinCandidates = 4096;     // candidate-list capacity bounds per row
 inline constexpr int kTopKMaxCandidates = 32768;
 
@@ -42,6 +45,11 @@ struct TopKSplitPlan {
   int64_t bitmap_words = 0;    // per row: chunks * chunk_len / 32
   bool split() const { return chunks > 1; }
 };
+
+// Modelled µs of the one-CTA path and of the split path (graph replays,
+// launch overhead excluded); PlanTopKSplit splits when the second is lower.
+double TopKOneCtaMicros(int64_t rows, int64_t num_cols, int sm_count);
+double TopKSplitMicros(int64_t rows, int64_t num_cols, int sm_count);
 
 // rows × num_cols on a device with sm_count SMs. forced_chunks: 0 chooses;
 // 1 forces the one-CTA path; >= 2 asks for that many chunks (tests, tuning;

@@ -1,7 +1,7 @@
 // The top-k work split (host only): few long rows are cut into chunks that
-// fill the GPU, many rows keep one CTA each, chunks cover the row in whole
-// bitmap words, forced splits are honored, and the workspace layout holds
-// every piece at 16-byte alignment.
+// fill the GPU, many rows keep one CTA each (the measured crossovers),
+// chunks cover the row in whole bitmap words, forced splits are honored, and
+// the workspace layout holds every piece at 16-byte alignment.
 #include "kernels/cuda/indexer/topk_plan.h"
 
 #include <cstdint>
@@ -38,21 +38,40 @@ TEST(TopKPlan, OneRowSpreadsOverManySms) {
   EXPECT_EQ(p.candidate_cap, 8192);
   const TopKSplitPlan q = PlanTopKSplit(1, 200000, kA100Sms);
   ExpectCovers(q, 200000);
-  EXPECT_LE(q.chunks, kA100Sms * kTopKChunkCtasPerSm);
-  EXPECT_GE(q.chunks, 64);
+  EXPECT_EQ(q.chunks, kTopKMaxChunks);
+  const TopKSplitPlan r = PlanTopKSplit(8, 131072, kH200Sms);
+  ExpectCovers(r, 131072);
+  EXPECT_EQ(r.chunks, kTopKMaxChunks);
+}
+
+// The choices the H200 measurements made (graph replays, real-like rows):
+// split 1 x 32K (28 vs 33 us), 8 x 128K (30 vs 72), 64 x 128K (56 vs 76);
+// one CTA per row for 64 x 32K (37 vs 34), 128 x 128K (105 vs 83), 256 x 32K.
+TEST(TopKPlan, FollowsTheMeasuredCrossovers) {
+  EXPECT_TRUE(PlanTopKSplit(1, 32768, kH200Sms).split());
+  EXPECT_TRUE(PlanTopKSplit(8, 131072, kH200Sms).split());
+  EXPECT_TRUE(PlanTopKSplit(64, 131072, kH200Sms).split());
+  EXPECT_TRUE(PlanTopKSplit(1, 200000, kH200Sms).split());
+  EXPECT_FALSE(PlanTopKSplit(64, 32768, kH200Sms).split());
+  EXPECT_FALSE(PlanTopKSplit(128, 131072, kH200Sms).split());
+  EXPECT_FALSE(PlanTopKSplit(256, 32768, kH200Sms).split());
+  // The model itself: linear in the work each path serializes.
+  EXPECT_NEAR(TopKOneCtaMicros(64, 131072, kH200Sms), 71.2, 0.1);
+  EXPECT_NEAR(TopKOneCtaMicros(200, 131072, kH200Sms), 2 * 71.2, 0.1);  // two waves
+  EXPECT_NEAR(TopKSplitMicros(64, 131072, kH200Sms), 26.0 + 4.0 * 8.388608, 0.01);
+  EXPECT_GT(TopKSplitMicros(64, 131072, kA100Sms), TopKSplitMicros(64, 131072, kH200Sms));
 }
 
 TEST(TopKPlan, ManyRowsKeepOneCtaEach) {
-  // Fewer than 2 chunks per row fit in one wave of chunk CTAs.
+  // Fewer than 2 chunks per row would fit in one wave of chunk CTAs.
   EXPECT_FALSE(PlanTopKSplit(kH200Sms * kTopKChunkCtasPerSm / 2 + 1, 131072, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(4096, 8192, kH200Sms).split());  // prefill
-  EXPECT_EQ(PlanTopKSplit(kH200Sms * kTopKChunkCtasPerSm / 2, 131072, kH200Sms).chunks, 2);
   EXPECT_EQ(TopKSplitWorkspaceLayout(PlanTopKSplit(4096, 8192, kH200Sms), 4096).total, 0u);
 }
 
 TEST(TopKPlan, ShortOrEmptyRowsKeepOneCta) {
-  EXPECT_FALSE(PlanTopKSplit(1, 2 * kTopKMinChunk - 1, kH200Sms).split());
-  EXPECT_TRUE(PlanTopKSplit(1, 2 * kTopKMinChunk, kH200Sms).split());
+  // A short row costs the one-CTA path less than the split's four launches.
+  EXPECT_FALSE(PlanTopKSplit(1, 8192, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(1, 0, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(0, 131072, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(70000, 131072, kH200Sms, 4).split());  // grid.y limit
