@@ -47,7 +47,8 @@ struct TopKSplitPlan {
 };
 
 // Modelled µs of the one-CTA path and of the split path (graph replays,
-// launch overhead excluded); PlanTopKSplit splits when the second is lower.
+// launch overhead excluded); PlanTopKSplit splits when the second is at
+// least 10% lower.
 double TopKOneCtaMicros(int64_t rows, int64_t num_cols, int sm_count);
 double TopKSplitMicros(int64_t rows, int64_t num_cols, int sm_count);
 
