@@ -1304,6 +1304,13 @@ class CudaBackend final : public Backend {
     tp.num_cols = stride;
     tp.out = out.as<int32_t>();
     tp.out_stride = spec.topk;
+    // Few long rows (decode) split each row over several CTAs, which needs scratch.
+    Tensor topk_ws;
+    if (const size_t ws = TopKWorkspaceBytes(tp); ws > 0) {
+      SPAR_ASSIGN_OR_RETURN(topk_ws, NewTensor(1, static_cast<int64_t>(ws), DType::kU8));
+      tp.workspace = topk_ws.data();
+      tp.workspace_bytes = ws;
+    }
     SPAR_RETURN_IF_ERROR(LaunchTopK(tp, stream_));
     SPAR_RETURN_IF_ERROR(glue::PositionsToSlots(out.as<int32_t>(), tokens_, spec.topk, d_seq_, d_tables_,
                                                 table_stride_, stream_));
