@@ -1,5 +1,7 @@
 #include "services/worker/worker_runtime.h"
 
+#include "services/worker/activation_codec.h"
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -254,22 +256,7 @@ absl::StatusOr<StageOutput> WorkerRuntime::ExecuteBatch(const v1::MicroBatch& ba
   SPAR_ASSIGN_OR_RETURN(MicroBatchPlan plan, PlanFromProto(batch));
   Activations in;
   if (!exec_->is_first_stage() && !plan.seqs.empty()) {
-    const v1::Activation& h = batch.hidden();
-    if (h.dtype() != v1::ACTIVATION_DTYPE_F32) {
-      return absl::InvalidArgumentError(absl::StrCat("hidden.dtype ", v1::ActivationDType_Name(h.dtype()),
-                                                     " is not supported by this worker (F32)"));
-    }
-    // Bounds first, so rows * cols cannot overflow on a hostile message.
-    constexpr int64_t kMaxDim = int64_t{1} << 24;
-    if (h.rows() < 0 || h.cols() < 0 || h.rows() > kMaxDim || h.cols() > kMaxDim ||
-        h.rows() * h.cols() * 4 != static_cast<int64_t>(h.data().size())) {
-      return absl::InvalidArgumentError(absl::StrCat("hidden has ", h.data().size(), " bytes, not ", h.rows(), " x ",
-                                                     h.cols(), " fp32 values"));
-    }
-    in.rows = h.rows();
-    in.cols = h.cols();
-    in.data.resize(h.rows() * h.cols());
-    if (!in.data.empty()) std::memcpy(in.data.data(), h.data().data(), h.data().size());
+    SPAR_RETURN_IF_ERROR(DecodeActivation(batch.hidden(), &in));
   }
   return exec_->Execute(plan, std::move(in));
 }
@@ -348,13 +335,7 @@ void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time ar
     if (!status.ok() && !batch->has_error()) {
       ErrorToProto(status, stage, batch->mutable_error());
     } else if (status.ok() && !batch->has_error()) {
-      v1::Activation* h = batch->mutable_hidden();
-      h->set_dtype(v1::ACTIVATION_DTYPE_F32);
-      h->set_rows(out.hidden.rows);
-      h->set_cols(out.hidden.cols);
-      bytes_out = out.hidden.data.size() * sizeof(float);
-      h->mutable_data()->resize(bytes_out);
-      if (bytes_out > 0) std::memcpy(h->mutable_data()->data(), out.hidden.data.data(), bytes_out);
+      bytes_out = EncodeActivation(out.hidden, batch->mutable_hidden());
     }
     *batch->add_timings() = timing;
     downstream_->Send(std::move(batch));
@@ -404,7 +385,9 @@ v1::WorkerInfo WorkerRuntime::InfoLocked() const {
   info.set_num_model_layers(num_model_layers_);
   info.set_hidden_size(hidden_size_);
   info.set_vocab_size(vocab_size_);
-  info.set_activation_dtype(v1::ACTIVATION_DTYPE_F32);
+  // What this stage's hidden states travel as (EncodeActivation): the cuda
+  // backend's are bf16 values, the cpu backend's fp32.
+  info.set_activation_dtype(shard_.backend() == "cpu" ? v1::ACTIVATION_DTYPE_F32 : v1::ACTIVATION_DTYPE_BF16);
   info.set_next_stage_address(next_address_);
   return info;
 }
