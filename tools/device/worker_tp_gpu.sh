@@ -147,7 +147,7 @@ echo "worker TP 2 vs TP 1, identical greedy prefix per prompt:$summary"
 [[ $status == 0 ]] || { echo "worker TP 2 differs from TP 1 beyond rounding:"; cat "$out/diff.txt"; }
 
 # The peer dies: a request fails promptly (UNAVAILABLE), then the group
-# re-forms when it returns.
+# re-forms when it returns (the leader keeps its layers: it rejoins).
 kill -9 "$peer_pid"
 start=$(date +%s%N)
 "$spar" generate --server "127.0.0.1:$sched_port" --prompt-ids "${prompts[0]}" --max-tokens 24 --temperature 0 \
@@ -165,5 +165,34 @@ if diff "$out/tp2.ids" "$out/tp2_again.ids" > /dev/null; then
   echo "after the peer came back: the same tokens as before it left"
 else
   echo "after the peer came back: tokens differ"; diff "$out/tp2.ids" "$out/tp2_again.ids"; status=1
+fi
+grep -h "rejoined a tensor-parallel group\|tensor-parallel group of 2 formed" "$out"/tp2.worker0.log | tail -2
+
+# Two pipeline stages, one GPU each: the hidden states cross as BF16 (lossless
+# for the cuda backend), so the tokens must equal the one-stage TP 1 run's.
+cleanup; pids=()
+"$worker" --host 127.0.0.1 --port 0 --port-file "$work/pp.w1" --model "$model" --stage 1 --stages 2 \
+  --backend "$backend" --device 1 --num-blocks 64 --metrics-port 0 > "$out/pp.worker1.log" 2>&1 &
+pids+=($!)
+"$worker" --host 127.0.0.1 --port 0 --port-file "$work/pp.w0" --model "$model" --stage 0 --stages 2 \
+  --backend "$backend" --device 0 --num-blocks 64 --metrics-port 0 > "$out/pp.worker0.log" 2>&1 &
+pids+=($!)
+if wait_file "$work/pp.w0" 60 && wait_file "$work/pp.w1" 60; then
+  "$scheduler" --host 127.0.0.1 --port 0 --port-file "$work/pp.s" --model "$model" \
+    --workers "127.0.0.1:$(cat "$work/pp.w0"),127.0.0.1:$(cat "$work/pp.w1")" --backend "$backend" --http-port -1 \
+    --metrics-port 0 --connect-timeout-s 120 > "$out/pp.scheduler.log" 2>&1 &
+  pids+=($!)
+  if wait_file "$work/pp.s" 60 && { sched_port=$(cat "$work/pp.s"); wait_ready; }; then
+    generate pp2
+    if diff "$out/tp1.ids" "$out/pp2.ids" > /dev/null; then
+      echo "two pipeline stages (hidden states between them as the codec picks: BF16 on cuda): the same tokens as one stage"
+    else
+      echo "two pipeline stages: tokens differ from one stage"; diff "$out/tp1.ids" "$out/pp2.ids"; status=1
+    fi
+  else
+    echo "the two-stage pipeline never served"; status=1
+  fi
+else
+  echo "the two-stage workers did not start"; status=1
 fi
 exit $status
