@@ -205,16 +205,24 @@ __device__ __forceinline__ void AddBf16x8(float (&acc)[8], const __nv_bfloat16* 
   }
 }
 
-__global__ void __launch_bounds__(128) MoeCombineKernel(const MoeCombineParams p) {
+// Block (t, c) combines token t's hidden columns [c * kCombineCols, ...):
+// at decode batch sizes one block per token would walk the whole hidden
+// size serially (~10 us for GLM-5's 6144 at batch 1).
+constexpr int kCombineThreads = 128;
+constexpr int kCombineCols = kCombineThreads * 8;
+
+__global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(const MoeCombineParams p) {
   __shared__ int s_slot[32];
   __shared__ float s_w[32];
   const int64_t t = blockIdx.x;
+  const int64_t col_end = min(p.hidden, static_cast<int64_t>(blockIdx.y + 1) * kCombineCols);
   if (threadIdx.x < p.top_k) {
     s_slot[threadIdx.x] = p.slot[t * p.top_k + threadIdx.x];
     s_w[threadIdx.x] = p.weights[t * p.top_k + threadIdx.x];
   }
   __syncthreads();
-  for (int64_t d = threadIdx.x * 8; d < p.hidden; d += blockDim.x * 8) {
+  for (int64_t d = static_cast<int64_t>(blockIdx.y) * kCombineCols + threadIdx.x * 8; d < col_end;
+       d += blockDim.x * 8) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int j = 0; j < p.top_k; ++j) {
       const int s = s_slot[j];
@@ -253,7 +261,8 @@ cudaError_t LaunchMoePermuteKernel(const MoePermuteParams& p, cudaStream_t strea
 }
 
 cudaError_t LaunchMoeCombineKernel(const MoeCombineParams& p, cudaStream_t stream) {
-  MoeCombineKernel<<<static_cast<unsigned>(p.tokens), 128, 0, stream>>>(p);
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.hidden + kCombineCols - 1) / kCombineCols));
+  MoeCombineKernel<<<grid, kCombineThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -464,6 +464,19 @@ TEST(Sm80_MoeLayer, ExpertParallelSubset) {
   }
 }
 
+TEST(Sm80_MoeLayer, HiddenWiderThanOneCombineBlock) {
+  SPAR_REQUIRE_GPU();
+  // The combine splits each token's hidden columns over blocks of 1024:
+  // two full blocks and a partial one, at decode-sized batches.
+  for (int64_t tokens : {1, 5}) {
+    MoeCase c;
+    c.tokens = tokens;
+    c.hidden = 2176;
+    c.seed = 70 + tokens;
+    RunMoeLayer(c);
+  }
+}
+
 TEST(Sm80_MoeLayer, EveryGroupedConfig) {
   SPAR_REQUIRE_GPU();
   for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
