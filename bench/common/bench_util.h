@@ -46,6 +46,28 @@ inline double MedianMicros(const std::function<void()>& fn, int warmup = 5, int 
   return times[times.size() / 2];
 }
 
+// Median microseconds per call of `fn(i)` (i: the call's index, e.g. for
+// rotating inputs) replayed from a CUDA graph: `per_graph` calls captured
+// back to back on `stream` (a non-legacy stream), the graph replayed `reps`
+// times. The GPU time a serving engine's replayed decode step pays, without
+// the host launch latency that per-launch event timing adds to small
+// kernels.
+inline double GraphMedianMicros(const std::function<void(int)>& fn, cudaStream_t stream, int per_graph = 20,
+                                int reps = 9) {
+  for (int i = 0; i < 2; ++i) fn(i);  // warm-up (lazy loading, attributes)
+  CheckCuda(cudaStreamSynchronize(stream), "warmup");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CheckCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  for (int i = 0; i < per_graph; ++i) fn(i);
+  CheckCuda(cudaStreamEndCapture(stream, &graph), "end capture");
+  CheckCuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const double us = MedianMicros([&] { CheckCuda(cudaGraphLaunch(exec, stream), "replay"); }, 2, reps, stream);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return us / per_graph;
+}
+
 // Device-to-device copy bandwidth in GB/s, counting bytes read plus written
 // (1 GiB buffers: far beyond L2), the roofline every benchmark reports against.
 inline double MeasureCopyBandwidthGBs() {
