@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 12 on one 8-GPU node (device tool, kind nvidia-h200-x8; not lent yet,
-# so this has not run): GLM-5 geometry with random FP8 weights,
-#   1. engine_bench TP/EP 8 (one process per GPU, NCCL): decode at contexts
+# Issue 12 on one node of N GPUs (device tool: kind nvidia-h200-x8 for the
+# issue, N = 8; on the lent nvidia-h200-x4 it runs the same steps with N = 4):
+# GLM-5 geometry with random FP8 weights,
+#   1. engine_bench TP/EP N (one process per GPU, NCCL): decode at contexts
 #      x batches, prefill, per-layer time and all-reduce time, over
 #      $SPAR_FULL_LAYERS real-size MoE layers (default 24). Each GPU holds
 #      ~1.3 GB of FP8 weights per layer at TP/EP 8, and the bench sizes its
@@ -9,7 +10,7 @@
 #      replicated on every rank): keep both within an A100-80GB (24 layers,
 #      128 sequences x 8K: ~31 GB of weights + ~32 GB of caches);
 #   2. the served path: `spar cluster --backend cuda` with 2 pipeline stages of
-#      TP 4 (loopback gRPC between the stages, like two nodes) against one
+#      TP N/2 (loopback gRPC between the stages, like two nodes) against one
 #      TP 1 worker on a 4-layer checkpoint: greedy tokens per prompt (first
 #      token equal, identical prefixes reported: bf16 partial sums, see
 #      worker_tp_gpu.sh), then the workers' /metrics: stage busy fraction and
@@ -22,21 +23,22 @@ B=.bundle-full/bin
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 gpus=$(nvidia-smi -L | grep -c '^GPU')
-((gpus >= 8)) || { echo "full_node: needs 8 GPUs, found $gpus"; exit 77; }
+n=${SPAR_FULL_GPUS:-$gpus}
+((n >= 4 && n % 2 == 0 && n <= gpus)) || { echo "full_node: needs an even number >= 4 of GPUs, found $gpus"; exit 77; }
 layers=${SPAR_FULL_LAYERS:-24}
 m=/dev/shm/glm5full
-# 1. TP/EP 8 engine bench over layers [3, 3 + layers) (layer 3 is GLM-5's first MoE layer).
+# 1. TP/EP N engine bench over layers [3, 3 + layers) (layer 3 is GLM-5's first MoE layer).
 $B/engine_bench --make-geometry glm5-full --make-layers $((3 + layers)) --model $m --layers 3:4 --batches 1 \
   --contexts 1024 > /dev/null 2>&1  # writes the checkpoint once
 rm -f /tmp/ncclid
-for r in 7 6 5 4 3 2 1 0; do
-  $B/engine_bench --model $m --layers 3:$((3 + layers)) --batches ${SPAR_FULL_BATCHES:-1,8,32,128} \
-    --contexts ${SPAR_FULL_CONTEXTS:-8192} --tp-size 8 --tp-rank $r --device $r --nccl-id-file /tmp/ncclid \
-    > "$out/tp8_rank$r.log" 2>&1 &
+for ((r = n - 1; r >= 0; r--)); do
+  timeout ${SPAR_FULL_BENCH_TIMEOUT:-400} $B/engine_bench --model $m --layers 3:$((3 + layers)) \
+    --batches ${SPAR_FULL_BATCHES:-1,8,32,128} --contexts ${SPAR_FULL_CONTEXTS:-8192} --tp-size $n --tp-rank $r \
+    --device $r --nccl-id-file /tmp/ncclid ${SPAR_FULL_BENCH_ARGS:-} > "$out/tp${n}_rank$r.log" 2>&1 &
 done
 wait
-cat "$out/tp8_rank0.log"
-# 2. Two stages of TP 4 on one node vs one TP 1 worker, served.
+cat "$out/tp${n}_rank0.log"
+# 2. Two stages of TP N/2 on one node vs one TP 1 worker, served.
 small=/dev/shm/glm5full4
 $B/engine_bench --make-geometry glm5-full --make-layers 4 --model $small --layers 3:4 --batches 1 --contexts 1024 \
   > /dev/null 2>&1
@@ -47,11 +49,11 @@ serve() {  # NAME STAGES TP
     --port-file "/tmp/$name.port" --http-port -1 --metrics-port 0 --metrics-targets-file "/tmp/$name.targets" \
     --num-blocks 512 --log-dir "$out/$name-logs" > "$out/$name.cluster.log" 2>&1 &
   cluster_pid=$!
-  for ((i = 0; i < 600; i++)); do [[ -s /tmp/$name.port ]] && break; sleep 1; done
+  for ((i = 0; i < 180; i++)); do [[ -s /tmp/$name.port ]] && break; sleep 1; done
   : > "$out/$name.ids"
   for p in "${prompts[@]}"; do
     $B/spar generate --server 127.0.0.1:$(cat /tmp/$name.port) --prompt-ids "$p" --max-tokens 32 --temperature 0 \
-      --ignore-eos --show-ids --timeout-s 300 2>&1 | grep -E '^([0-9]+ )+$' | tail -1 >> "$out/$name.ids"
+      --ignore-eos --show-ids --timeout-s 150 2>&1 | grep -a -E '^([0-9]+ )+$' | tail -1 >> "$out/$name.ids"
   done
   # Stage busy fraction and activation transfer from every worker's /metrics.
   for t in $(grep -o '127.0.0.1:[0-9]*' "/tmp/$name.targets" 2>/dev/null); do
@@ -61,6 +63,7 @@ serve() {  # NAME STAGES TP
   kill $cluster_pid; wait $cluster_pid 2>/dev/null
 }
 serve tp1 1 1
-serve pp2tp4 2 4
-paste -d'\n' "$out/tp1.ids" "$out/pp2tp4.ids"
-cat "$out/pp2tp4.metrics.txt"
+serve pp2tp$((n / 2)) 2 $((n / 2))
+echo "greedy ids, TP 1 then 2 stages x TP $((n / 2)), per prompt:"
+paste -d'\n' "$out/tp1.ids" "$out/pp2tp$((n / 2)).ids"
+cat "$out/pp2tp$((n / 2)).metrics.txt"
