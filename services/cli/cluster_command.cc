@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -122,6 +123,12 @@ int RunCluster(int argc, char** argv) {
   }
   const std::string run_dir = tmpl;
   if (log_dir.empty()) log_dir = run_dir;
+  std::error_code made;
+  std::filesystem::create_directories(log_dir, made);  // a new --log-dir is created, as users expect
+  if (made) {
+    std::cerr << "cluster: --log-dir " << log_dir << ": " << made.message() << "\n";
+    return 2;
+  }
   const std::string self = SelfExePath();
 
   std::vector<std::unique_ptr<ChildProcess>> workers;

@@ -45,6 +45,7 @@ $B/engine_bench --make-geometry glm5-full --make-layers 4 --model $small --layer
 prompts=("1,2,3,4,5,6,7,8,9" "11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35")
 serve() {  # NAME STAGES TP
   local name=$1 stages=$2 tp=$3
+  mkdir -p "$out/$name-logs"  # spar cluster writes the daemons' logs there, it does not create it
   $B/spar cluster --model $small --backend cuda --stages "$stages" --tp-size "$tp" --port 0 \
     --port-file "/tmp/$name.port" --http-port -1 --metrics-port 0 --metrics-targets-file "/tmp/$name.targets" \
     --num-blocks 512 --log-dir "$out/$name-logs" > "$out/$name.cluster.log" 2>&1 &
