@@ -190,6 +190,25 @@ double Median(std::vector<double> v) {
 }
 
 
+// One decode step: sequence i (ids from 1000) at position `context` over
+// its prefilled blocks, no logits (the stage times its layers only).
+template <typename TableOf>
+absl::StatusOr<StepPlan> DecodePlan(int batch, int context, const ModelConfig& config, int64_t num_blocks,
+                                    const TableOf& table_of) {
+  StepPlan plan;
+  for (int i = 0; i < batch; ++i) {
+    SequenceStep s;
+    s.seq_id = 1000 + i;
+    s.start_pos = context;
+    s.tokens = {1};
+    s.block_table = table_of(i, context / kBlockSize + 1);
+    s.num_logits = 0;
+    plan.seqs.push_back(s);
+  }
+  SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, num_blocks));
+  return plan;
+}
+
 // Per shape: the median over 5 eager steps of each op label's GPU time per
 // step (summed over the layers and the label's calls), largest first.
 template <typename TableOf, typename RandomHidden>
@@ -199,17 +218,7 @@ absl::Status PrintOpProfiles(const Flags& f, Backend* backend, Model* model, con
   backend->set_step_replay(false);
   for (int context : f.contexts) {
     for (int b : f.batches) {
-      StepPlan plan;
-      for (int i = 0; i < b; ++i) {
-        SequenceStep s;
-        s.seq_id = 1000 + i;
-        s.start_pos = context;
-        s.tokens = {1};
-        s.block_table = table_of(i, context / kBlockSize + 1);
-        s.num_logits = 0;
-        plan.seqs.push_back(s);
-      }
-      SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, model->num_blocks()));
+      SPAR_ASSIGN_OR_RETURN(StepPlan plan, DecodePlan(b, context, config, model->num_blocks(), table_of));
       SPAR_ASSIGN_OR_RETURN(Tensor in, backend->FromHost(random_hidden(b), b, config.hidden_size));
       std::map<std::string, std::vector<double>> per_label;
       std::map<std::string, int> calls;
@@ -353,17 +362,7 @@ absl::Status Run(const Flags& f) {
   }
   for (int context : f.contexts) {
     for (int b : f.batches) {
-      StepPlan plan;
-      for (int i = 0; i < b; ++i) {
-        SequenceStep s;
-        s.seq_id = 1000 + i;
-        s.start_pos = context;
-        s.tokens = {1};
-        s.block_table = table_of(i, context / kBlockSize + 1);
-        s.num_logits = 0;
-        plan.seqs.push_back(s);
-      }
-      SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, mo.num_blocks));
+      SPAR_ASSIGN_OR_RETURN(StepPlan plan, DecodePlan(b, context, config, mo.num_blocks, table_of));
       SPAR_ASSIGN_OR_RETURN(Tensor in, backend->FromHost(random_hidden(b), b, hidden));
       // Replayed (graph) steps, then eager ones on the same caches.
       std::vector<double> graph_t, eager_t, host_t;

@@ -41,6 +41,7 @@ namespace spar {
 namespace {
 
 using bench::CheckCuda;
+using bench::GraphMedianMicros;
 
 // ---- device-side random fills (the MoE bank is ~10 GB) --------------------
 __device__ __forceinline__ uint64_t Mix(uint64_t x) {
@@ -132,41 +133,14 @@ double TimePerLaunch(Fn&& fn, int per_batch, int batches = 7, int warmup = 3) {
   return t[t.size() / 2];
 }
 
-// The same launches captured once into a CUDA graph and replayed: the GPU
-// time of back-to-back kernels without host launch overhead (how a serving
-// engine replays its decode step). Median over `batches` replays.
+// The same launches captured once into a CUDA graph and replayed
+// (bench_util.h GraphMedianMicros): the GPU time of back-to-back kernels
+// without host launch overhead (how a serving engine replays its decode
+// step). Median over `batches` replays.
 template <typename Fn>
 double TimePerLaunchGraph(Fn&& fn, int per_batch, int batches = 7, int warmup = 3) {
   for (int i = 0; i < warmup; ++i) fn(i);
-  CheckCuda(cudaStreamSynchronize(g_stream), "warmup");
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  CheckCuda(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  for (int i = 0; i < per_batch; ++i) fn(i);
-  CheckCuda(cudaStreamEndCapture(g_stream, &graph), "end capture");
-  CheckCuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  CheckCuda(cudaGraphLaunch(exec, g_stream), "graph warm-up");
-  CheckCuda(cudaStreamSynchronize(g_stream), "graph warm-up");
-  cudaEvent_t a, b;
-  CheckCuda(cudaEventCreate(&a), "event");
-  CheckCuda(cudaEventCreate(&b), "event");
-  std::vector<double> t;
-  for (int r = 0; r < batches; ++r) {
-    CheckCuda(cudaEventRecord(a, g_stream), "record");
-    CheckCuda(cudaGraphLaunch(exec, g_stream), "graph launch");
-    CheckCuda(cudaEventRecord(b, g_stream), "record");
-    CheckCuda(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    CheckCuda(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    t.push_back(ms * 1000.0 / per_batch);
-  }
-  CheckCuda(cudaGetLastError(), "graph replays");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return GraphMedianMicros([&](int i) { fn(i); }, g_stream, per_batch, batches);
 }
 
 struct Options {

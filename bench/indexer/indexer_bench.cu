@@ -112,28 +112,18 @@ void Summary(const char* fmt, ...) {
   g_summary.push_back(buf);
 }
 
-// Per-call µs of `fn(stream)` captured per_graph times into a CUDA graph and
-// replayed (median of `reps` replays): GPU time without host launch
-// overhead, which is how the engine replays a decode step. On the device
-// VM a stream launch costs several µs of host time, so a few small kernels
-// launched one by one time the host, not the GPU.
+// Per-call µs of `fn(stream)` replayed from a CUDA graph (bench_util.h
+// GraphMedianMicros): GPU time without host launch overhead, which is how
+// the engine replays a decode step. On the device VM a stream launch costs
+// several µs of host time, so a few small kernels launched one by one time
+// the host, not the GPU.
 template <typename Fn>
 double GraphMicros(Fn&& fn, int per_graph = 10, int reps = 9) {
   cudaStream_t stream;
   CheckCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  fn(stream);
-  CheckCuda(cudaStreamSynchronize(stream), "warm-up");
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  CheckCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  for (int i = 0; i < per_graph; ++i) fn(stream);
-  CheckCuda(cudaStreamEndCapture(stream, &graph), "end capture");
-  CheckCuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  const double us = MedianMicros([&] { CheckCuda(cudaGraphLaunch(exec, stream), "replay"); }, 2, reps, stream);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  const double us = GraphMedianMicros([&](int) { fn(stream); }, stream, per_graph, reps);
   cudaStreamDestroy(stream);
-  return us / per_graph;
+  return us;
 }
 
 // --- decode ------------------------------------------------------------------------
