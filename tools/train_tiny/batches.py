@@ -51,14 +51,15 @@ class Pool:
         self.device = device
         return self
 
-    def batch(self, rng, count=None, token_budget=None, device="cpu"):
+    def batch(self, rng, count=None, token_budget=None, device="cpu", shortest=1.0):
         """count random conversations, or a run of similar lengths (sorted
-        order) filling token_budget padded tokens. Returns ids, labels
-        (int64) and lengths."""
+        order) filling token_budget padded tokens, starting among the
+        `shortest` fraction of the pool (a length curriculum). Returns ids,
+        labels (int64) and lengths."""
         if count is not None:
             picks = [rng.randrange(len(self.ids)) for _ in range(count)]
         else:
-            start = rng.randrange(len(self.order))
+            start = rng.randrange(max(1, int(len(self.order) * min(1.0, shortest))))
             picks, longest = [], 0
             for j in range(start, start + len(self.order)):
                 i = self.order[j % len(self.order)]
@@ -94,3 +95,35 @@ def check_segment_tokenization(tok, conversations, count=200):
 
 def make_rng(seed):
     return random.Random(seed)
+
+
+def recall_guide(ids, labels, value_ids, value_first=False, period_id=None):
+    """Where recall answers should look: for every answer position t whose
+    label is a recall VALUE (the answer "... KEY is" -> VALUE), the planted
+    fact's position: with the key first, the earlier positions j holding the
+    same "KEY is VALUE" (ids[j] = VALUE, ids[j-1] = ids[t] = "is", ids[j-2]
+    = ids[t-1] = KEY); with the value first ("VALUE is the password of
+    KEY."), the fact's KEY token (ids[j] = ids[t-1], ids[j+1] = period).
+    Returns (batch rows [N], query positions [N], targets [N, S] bool) for
+    the rows that have such a fact, or None."""
+    vals = torch.tensor(sorted(value_ids), device=ids.device)
+    b, t = torch.isin(labels, vals).nonzero(as_tuple=True)
+    keep = t >= 1
+    b, t = b[keep], t[keep]
+    if len(b) == 0:
+        return None
+    row = ids[b]
+    s = row.shape[1]
+    before1 = torch.nn.functional.pad(row, (1, 0), value=-1)[:, :s]
+    before2 = torch.nn.functional.pad(row, (2, 0), value=-1)[:, :s]
+    pos = torch.arange(s, device=ids.device)[None]
+    if value_first:
+        after1 = torch.nn.functional.pad(row, (0, 1), value=-1)[:, 1:]
+        target = (row == ids[b, t - 1][:, None]) & (after1 == period_id) & (pos < t[:, None])
+    else:
+        target = ((row == labels[b, t][:, None]) & (before1 == ids[b, t][:, None]) &
+                  (before2 == ids[b, t - 1][:, None]) & (pos < t[:, None]))
+    found = target.any(-1)
+    if not bool(found.any()):
+        return None
+    return b[found], t[found], target[found]

@@ -65,10 +65,16 @@ def apply_op(op, a, b):
 
 
 def held_out_pair(op, a, b):
-    """Pairs reserved for evaluation (addition and subtraction only)."""
+    """Pairs reserved for evaluation (addition and subtraction only), about
+    1 in 11. Modulo 11, not 10: any rule linear modulo 10 depends on the
+    units digits alone (131 = 71 = 1 mod 10), and the first two runs' rule
+    "(131a + 71b + c) mod 10 = 0" held out exactly the sums ending in 1,
+    i.e. every units-digit combination a model needs to add them; modulo 11
+    the tens digits enter too, so every units (and tens) combination occurs
+    in training and the held-out pairs test generalisation, not a hole."""
     if op == "*":
         return False
-    return (a * 131 + b * 71 + (29 if op == "+" else 57)) % 10 == 0
+    return (a * 131 + b * 71 + (29 if op == "+" else 57)) % 11 == 0
 
 
 def draw_pair(rng, op, held_out):
@@ -128,6 +134,16 @@ RECALL_VALUES = ["amber", "cobalt", "silver", "crimson", "violet", "indigo", "sc
 
 FACT_TEMPLATES = ["The password of {k} is {v}.", "Remember that the password of {k} is {v}.",
                   "Note: the password of {k} is {v}."]
+# The same facts with the value first. Then the fact's KEY token, which
+# follows its VALUE, can hold the value, and an answer finds the fact by
+# matching the key token itself (one attention hop); with the key first the
+# value's own position must first learn which key precedes it.
+FACT_TEMPLATES_VALUE_FIRST = ["{v} is the password of {k}.", "Remember: {v} is the password of {k}.",
+                              "Note that {v} is the password of {k}."]
+
+
+def fact_templates(value_first):
+    return FACT_TEMPLATES_VALUE_FIRST if value_first else FACT_TEMPLATES
 RECALL_QUESTIONS = ["What is the password of {k}?", "Tell me the password of {k}.",
                     "Which password does {k} have?"]
 RECALL_ANSWER = "The password of {k} is {v}."
@@ -152,7 +168,7 @@ def filler_sentence(rng):
             rng.choice(FILLER_TAILS) + ".")
 
 
-def recall_document(rng, keys, values, n_sentences, n_facts):
+def recall_document(rng, keys, values, n_sentences, n_facts, value_first=False):
     """Filler sentences with n_facts facts at random depths; returns
     (text, [(key, value)], asked index)."""
     ks = rng.sample(keys, n_facts)
@@ -160,7 +176,7 @@ def recall_document(rng, keys, values, n_sentences, n_facts):
     sentences = [filler_sentence(rng) for _ in range(n_sentences)]
     where = sorted(rng.sample(range(n_sentences + 1), n_facts))
     for i, (pos, k, v) in reversed(list(enumerate(zip(where, ks, vs)))):
-        sentences.insert(pos, rng.choice(FACT_TEMPLATES).format(k=k, v=v))
+        sentences.insert(pos, rng.choice(fact_templates(value_first)).format(k=k, v=v))
     return " ".join(sentences), list(zip(ks, vs)), rng.randrange(n_facts)
 
 
@@ -215,8 +231,9 @@ def messages_of(turns, system=None):
 # ---- generators ---------------------------------------------------------------
 
 class Generator:
-    def __init__(self, seed, recall_keys, recall_values):
+    def __init__(self, seed, recall_keys, recall_values, value_first=False):
         self.rng = random.Random(seed)
+        self.value_first = value_first
         self.keys = recall_keys
         self.values = recall_values
 
@@ -237,15 +254,29 @@ class Generator:
         system = rng.choice(SYSTEM_PROMPTS) if rng.random() < 0.2 else None
         return conversation_segments(turns, system, enable_thinking=rng.random() < 0.75)
 
-    def recall(self, n_sentences):
+    def recall(self, n_sentences, max_facts=5, ask_all=False):
+        """A document with 2..max_facts facts and a question about one of
+        them; with ask_all, follow-up turns then ask about every other fact
+        (each answer trained). One planted fact gives one informative answer
+        token (the VALUE; the rest of the answer is copied from the
+        question), so asking about all of them multiplies the recall signal
+        per document."""
         rng = self.rng
-        n_facts = rng.randint(2, min(5, n_sentences + 1))
-        doc, facts, asked = recall_document(rng, self.keys, self.values, n_sentences, n_facts)
-        k, v = facts[asked]
-        user = rng.choice(RECALL_INSTRUCTIONS) + "\n\n" + doc + "\n\n" + rng.choice(RECALL_QUESTIONS).format(k=k)
+        n_facts = rng.randint(2, min(max_facts, n_sentences + 1))
+        doc, facts, asked = recall_document(rng, self.keys, self.values, n_sentences, n_facts, self.value_first)
+        order = [asked]
+        if ask_all:
+            rest = [i for i in range(n_facts) if i != asked]
+            rng.shuffle(rest)
+            order += rest
+        turns = []
+        for j, i in enumerate(order):
+            k, v = facts[i]
+            head = rng.choice(RECALL_INSTRUCTIONS) + "\n\n" + doc + "\n\n" if j == 0 else ""
+            user = head + rng.choice(RECALL_QUESTIONS).format(k=k)
+            turns.append((user, RECALL_ANSWER.format(k=k, v=v)))
         system = rng.choice(SYSTEM_PROMPTS) if rng.random() < 0.1 else None
-        return conversation_segments([(user, RECALL_ANSWER.format(k=k, v=v))], system,
-                                     enable_thinking=rng.random() < 0.75)
+        return conversation_segments(turns, system, enable_thinking=rng.random() < 0.75)
 
 
 # ---- evaluation sets -------------------------------------------------------------
@@ -283,14 +314,14 @@ def multi_turn_eval(seed, count):
     return cases
 
 
-def recall_eval(seed, keys, values, sentence_counts, per_count):
+def recall_eval(seed, keys, values, sentence_counts, per_count, value_first=False):
     """Recall conversations at the given filler sizes."""
     rng = random.Random(seed)
     cases = []
     for n in sentence_counts:
         for _ in range(per_count):
             n_facts = rng.randint(2, 5)
-            doc, facts, asked = recall_document(rng, keys, values, n, n_facts)
+            doc, facts, asked = recall_document(rng, keys, values, n, n_facts, value_first)
             k, v = facts[asked]
             user = (rng.choice(RECALL_INSTRUCTIONS) + "\n\n" + doc + "\n\n" +
                     rng.choice(RECALL_QUESTIONS).format(k=k))

@@ -106,6 +106,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.heads * self.v, h, bias=False)
         self.indexer = Indexer(c)
         self.scale = (self.nope + self.rope) ** -0.5
+        self.layer_index = -1  # set by Layer: which layer aux["guide_layer"] means
 
     def forward(self, x, cos, sin, mode, topk, aux):
         """aux (dict or None) collects what the indexer losses need."""
@@ -146,6 +147,16 @@ class Attention(nn.Module):
                 aux.setdefault("probs", []).append(att.mean(1))  # [B, S, S]
                 aux.setdefault("index", []).append(index)
                 aux.setdefault("allowed", []).append(allowed)
+        rows = aux.get("guide_rows") if aux is not None and aux.get("guide_layer") == self.layer_index else None
+        if rows is not None:
+            # Attention guidance (training only): log-probability that head
+            # 0 of this layer puts on the guide positions (the planted fact
+            # a recall answer copies), computed for the guided query rows.
+            b_idx, t_idx, target = rows  # [N], [N], [N, S] bool
+            logits = torch.einsum("nd,nsd->ns", q[b_idx, 0, t_idx].float(), k[b_idx, 0].float()) * self.scale
+            keep = torch.arange(s, device=x.device)[None] <= t_idx[:, None]
+            logp = torch.log_softmax(logits.masked_fill(~keep, float("-inf")), -1)
+            aux["guide_logp"] = torch.logsumexp(logp.masked_fill(~target, float("-inf")), -1)
         o = attend(q, k, v, allowed, self.scale)
         return self.o_proj(o.transpose(1, 2).reshape(b, s, self.heads * self.v))
 
@@ -223,6 +234,7 @@ class Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
         self.self_attn = Attention(c)
         self.mlp = Moe(c) if i >= c["first_k_dense_replace"] else Mlp(c["hidden_size"], c["intermediate_size"])
+        self.self_attn.layer_index = i
 
     def forward(self, x, cos, sin, mode, topk, aux):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mode, topk, aux)

@@ -60,13 +60,49 @@ def model_config(vocab, topk):
 
 
 def autocast(ids):
-    return torch.autocast(ids.device.type, dtype=torch.bfloat16)
+    # bf16 autocast on the GPU only: on the CPU it is slower than fp32 (the
+    # CPU path exists for small experiments, tools/train_tiny/README.md).
+    return torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=ids.is_cuda)
 
 
 def lm_loss(model, ids, labels, mode):
     with autocast(ids):
         logits = model(ids, mode=mode)
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+
+
+def context_labels(ids, labels, lens):
+    """Next-token labels for the prompt text of a batch (every position
+    whose next token is real and not an answer token)."""
+    nxt = torch.full_like(labels, -100)
+    nxt[:, :-1] = ids[:, 1:]
+    pos = torch.arange(ids.shape[1], device=ids.device)[None]
+    return nxt.masked_fill((labels != -100) | (pos + 1 >= lens[:, None]), -100)
+
+
+def recall_losses(model, ids, labels, lens, mode, args, value_ids, aux=None):
+    """Losses on a batch of recall documents: the answers' cross-entropy;
+    the prompt text's next-token cross-entropy (so the model builds the
+    local-context features, e.g. which key a value follows, that matching
+    a question's key against the planted facts needs: with loss on the
+    answers alone nothing asks for them); and the attention guidance: the
+    negative log attention mass that head 0 of the last layer puts on the
+    planted "KEY is VALUE" when an answer is about to copy VALUE. Without
+    the last two, two runs stalled at choosing among the document's values
+    (recall = 1 / facts, models/tiny-glm5-chat/PROVENANCE.md)."""
+    aux = {} if aux is None else aux
+    if args.guide_weight > 0:
+        g = batches.recall_guide(ids, labels, value_ids, args.value_first, args.period_id)
+        if g is not None:
+            aux["guide_rows"], aux["guide_layer"] = g, model.c["num_hidden_layers"] - 1
+    with autocast(ids):
+        logits = model(ids, mode=mode, aux=aux).float().reshape(-1, model.c["vocab_size"])
+    answer = F.cross_entropy(logits, labels.reshape(-1), ignore_index=-100)
+    zero = answer.new_zeros(())
+    context = F.cross_entropy(logits, context_labels(ids, labels, lens).reshape(-1), ignore_index=-100) \
+        if args.context_weight > 0 else zero
+    guide = -aux["guide_logp"].mean() if "guide_logp" in aux else zero
+    return answer, context, guide, answer + args.context_weight * context + args.guide_weight * guide
 
 
 def indexer_kl(aux, lens, sparse, min_row=16):
@@ -99,8 +135,10 @@ def cosine(ph, warmup, floor=0.1):
 def adamw(params, lr):
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.95), fused=params[0].is_cuda)
+    groups = [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}]
+    # fused=True only on CUDA: older CPU builds of torch (1.13) lack the argument.
+    extra = {"fused": True} if params[0].is_cuda else {}
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), **extra)
 
 
 def set_lr(opt, lr):
@@ -175,9 +213,24 @@ def main():
     ap.add_argument("--short-batch", type=int, default=512)
     ap.add_argument("--long-tokens", type=int, default=16384)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--recall-max-facts", type=int, default=8,
+                    help="facts planted per training document (2..N; the tests use 2..5)")
+    ap.add_argument("--recall-ask-all", type=int, default=1,
+                    help="1: follow-up turns ask about every planted fact, each answer trained")
+    ap.add_argument("--curriculum", type=float, default=0.5,
+                    help="fraction of the dense phase over which recall batches grow from the "
+                         "shortest 10%% of documents to all of them (0: no curriculum)")
+    ap.add_argument("--value-first", type=int, default=0,
+                    help="1: facts read 'VALUE is the password of KEY.' (data.FACT_TEMPLATES_VALUE_FIRST), "
+                         "in training and in the evaluation sets")
+    ap.add_argument("--context-weight", type=float, default=0.5,
+                    help="weight of the next-token loss on recall prompts (recall_losses)")
+    ap.add_argument("--guide-weight", type=float, default=1.0,
+                    help="weight of the attention guidance on recall answers (recall_losses)")
     ap.add_argument("--resume", help="checkpoint .pt to start from")
     ap.add_argument("--resume-dir", help="exported checkpoint directory (bf16) to start from, "
                                          "e.g. models/tiny-glm5-chat/bf16")
+    ap.add_argument("--resumed-from", help="what --resume holds, for the provenance")
     ap.add_argument("--start-phase", choices=["dense", "indexer", "sparse"], default="dense")
     ap.add_argument("--tokenizer-dir", help="reuse this tokenizer.json instead of training one")
     ap.add_argument("--device", default="cuda")
@@ -212,6 +265,8 @@ def main():
     for d in "0123456789":
         assert len(tok.encode(d, add_special_tokens=False).ids) == 1
     eos_ids = [tok.token_to_id(t) for t in tokmod.EOS_TOKENS]
+    value_ids = [tok.encode(" " + v, add_special_tokens=False).ids[0] for v in values]
+    args.period_id = tok.encode(".", add_special_tokens=False).ids[0]
     pad_id = eos_ids[0]
     log(f"tokenizer: {vocab} tokens, {len(keys)}/{len(data.RECALL_KEYS)} keys and "
         f"{len(values)}/{len(data.RECALL_VALUES)} values are single tokens; eos {eos_ids}")
@@ -228,18 +283,19 @@ def main():
     evals = {
         "arithmetic": data.arithmetic_eval(args.seed + 100, 200),
         "multi_turn": data.multi_turn_eval(args.seed + 200, 60),
-        "recall": data.recall_eval(args.seed + 300, keys, values, counts, 6 if smoke else 20),
+        "recall": data.recall_eval(args.seed + 300, keys, values, counts, 6 if smoke else 20, bool(args.value_first)),
     }
     evals["recall_small"] = evals["recall"][::5]
     log(f"filler {filler_tokens:.2f} tokens/sentence; recall sentence counts {counts} for {targets} x topk")
 
     # ---- training pools ----
-    gen = data.Generator(args.seed + 1, keys, values)
+    gen = data.Generator(args.seed + 1, keys, values, bool(args.value_first))
     prng = random.Random(args.seed + 2)
     n_short, n_long = (4000, 300) if smoke else (100000, 6000)
     max_sentences = int((2100 - overhead) / filler_tokens)
     short_convs = [gen.arithmetic() for _ in range(n_short)]
-    long_convs = [gen.recall(prng.randint(3, max_sentences)) for _ in range(n_long)]
+    long_convs = [gen.recall(prng.randint(3, max_sentences), args.recall_max_facts, bool(args.recall_ask_all))
+                  for _ in range(n_long)]
     batches.check_segment_tokenization(tok, short_convs)
     batches.check_segment_tokenization(tok, long_convs, count=30)
     short_pool = batches.Pool(tok, short_convs, pad_id).to(device)
@@ -272,15 +328,19 @@ def main():
             set_lr(opt, args.lr * cosine(ph, warm))
             ids, lab, _ = short_pool.batch(rng, count=args.short_batch, device=device)
             l1 = lm_loss(model, ids, lab, "dense")
-            ids, lab, _ = long_pool.batch(rng, token_budget=args.long_tokens, device=device)
-            l2 = lm_loss(model, ids, lab, "dense")
+            # Length curriculum: key-value matching is learned on short
+            # documents first (its gradient is diluted over long filler),
+            # then the limit grows to the whole pool.
+            shortest = 1.0 if args.curriculum <= 0 else 0.1 + 0.9 * ph.progress() / args.curriculum
+            ids, lab, lens = long_pool.batch(rng, token_budget=args.long_tokens, device=device, shortest=shortest)
+            l2, lc, lg, l2_total = recall_losses(model, ids, lab, lens, "dense", args, value_ids)
             opt.zero_grad(set_to_none=True)
-            (l1 + l2).backward()
+            (l1 + l2_total).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             for moe in model.moe_layers():
                 moe.update_bias(1e-3)
-            ph.record(arith=l1.detach(), recall=l2.detach())
+            ph.record(arith=l1.detach(), recall=l2.detach(), context=lc.detach(), guide=lg.detach())
             if ph.done % 500 == 0:
                 save_checkpoint(model, ckpt_path, "dense-partial")
         phases["dense"] = ph.summary()
@@ -331,20 +391,18 @@ def main():
             l1 = lm_loss(model, ids, lab, "sparse")
             ids, lab, lens = long_pool.batch(rng, token_budget=args.long_tokens // 2, device=device)
             aux = {"want_probs": True}
-            with autocast(ids):
-                logits = model(ids, mode="sparse", aux=aux)
-            l2 = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
+            l2, lc, lg, l2_total = recall_losses(model, ids, lab, lens, "sparse", args, value_ids, aux)
             kl = indexer_kl(aux, lens, sparse=True)
             opt.zero_grad(set_to_none=True)
             opt_idx.zero_grad(set_to_none=True)
-            (l1 + l2 + kl).backward()
+            (l1 + l2_total + kl).backward()
             torch.nn.utils.clip_grad_norm_(model.main_parameters(), 1.0)
             torch.nn.utils.clip_grad_norm_(model.indexer_parameters(), 1.0)
             opt.step()
             opt_idx.step()
             for moe in model.moe_layers():
                 moe.update_bias(1e-3)
-            ph.record(arith=l1.detach(), recall=l2.detach(), kl=kl.detach())
+            ph.record(arith=l1.detach(), recall=l2.detach(), context=lc.detach(), guide=lg.detach(), kl=kl.detach())
             if ph.done % 300 == 0:
                 save_checkpoint(model, ckpt_path, "sparse-partial")
         phases["sparse"] = ph.summary()
@@ -443,10 +501,14 @@ def main():
             "short": "arithmetic (+,- on 0..99 with held-out pairs removed; * on 0..12), 0-2 follow-ups "
                      "(+n, -n, *n on the previous answer), numbers in digits or words (30%), 20% system prompt, "
                      "75% thinking-on generation prompt",
-            "recall": f"2-5 'password of KEY is VALUE' facts at random depths in 3..{max_sentences} filler "
-                      "sentences, question about one key, answer 'The password of KEY is VALUE.'",
+            "recall": f"2-{args.recall_max_facts} 'password of KEY is VALUE' facts at random depths in "
+                      f"3..{max_sentences} filler sentences, question about one key, answer 'The password of KEY "
+                      "is VALUE.'" + ("; follow-up turns ask about every other fact" if args.recall_ask_all else ""),
+            "recall_curriculum": args.curriculum, "value_first": args.value_first,
+            "context_weight": args.context_weight, "guide_weight": args.guide_weight, "held_out_rule": "(131a + 71b + c_op) mod 11 = 0",
             "short_batch": args.short_batch, "long_tokens": args.long_tokens,
         },
+        "started_from": args.resumed_from or args.resume or args.resume_dir or "random weights",
         "phases": phases,
         "eval": {k: {kk: vv for kk, vv in v.items()} for k, v in results.items()},
         "eval_sets": {"arithmetic": len(evals["arithmetic"]), "multi_turn": len(evals["multi_turn"]),
