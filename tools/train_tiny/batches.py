@@ -103,7 +103,8 @@ def recall_guide(ids, labels, value_ids, value_first=False, period_id=None):
     fact's position: with the key first, the earlier positions j holding the
     same "KEY is VALUE" (ids[j] = VALUE, ids[j-1] = ids[t] = "is", ids[j-2]
     = ids[t-1] = KEY); with the value first ("VALUE is the password of
-    KEY."), the fact's KEY token (ids[j] = ids[t-1], ids[j+1] = period).
+    KEY."), the fact's KEY token (ids[j] = ids[t-1], ids[j+1] = period,
+    ids[j-5] a value).
     Returns (batch rows [N], query positions [N], targets [N, S] bool) for
     the rows that have such a fact, or None."""
     vals = torch.tensor(sorted(value_ids), device=ids.device)
@@ -118,8 +119,12 @@ def recall_guide(ids, labels, value_ids, value_first=False, period_id=None):
     before2 = torch.nn.functional.pad(row, (2, 0), value=-1)[:, :s]
     pos = torch.arange(s, device=ids.device)[None]
     if value_first:
+        # "VALUE is the password of KEY.": VALUE five tokens before KEY
+        # (a question "Tell me the password of KEY." has no value there).
         after1 = torch.nn.functional.pad(row, (0, 1), value=-1)[:, 1:]
-        target = (row == ids[b, t - 1][:, None]) & (after1 == period_id) & (pos < t[:, None])
+        before5 = torch.nn.functional.pad(row, (5, 0), value=-1)[:, :s]
+        target = ((row == ids[b, t - 1][:, None]) & (after1 == period_id) & torch.isin(before5, vals) &
+                  (pos < t[:, None]))
     else:
         target = ((row == labels[b, t][:, None]) & (before1 == ids[b, t][:, None]) &
                   (before2 == ids[b, t - 1][:, None]) & (pos < t[:, None]))

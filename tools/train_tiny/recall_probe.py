@@ -42,7 +42,7 @@ def main():
     ap.add_argument("--resume-dir", required=True, help="exported bf16 checkpoint to start from")
     ap.add_argument("--out", required=True, help="writes NAME.pt (train.py --resume format) and NAME.json")
     ap.add_argument("--value-first", type=int, default=0)
-    ap.add_argument("--context-weight", type=float, default=0.5)
+    ap.add_argument("--context-weight", type=float, default=0.3)
     ap.add_argument("--guide-weight", type=float, default=0.0)
     ap.add_argument("--recall-max-facts", type=int, default=8)
     ap.add_argument("--max-sentences", type=int, default=40, help="documents of 1..N filler sentences")

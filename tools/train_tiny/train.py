@@ -223,7 +223,7 @@ def main():
     ap.add_argument("--value-first", type=int, default=0,
                     help="1: facts read 'VALUE is the password of KEY.' (data.FACT_TEMPLATES_VALUE_FIRST), "
                          "in training and in the evaluation sets")
-    ap.add_argument("--context-weight", type=float, default=0.5,
+    ap.add_argument("--context-weight", type=float, default=0.3,
                     help="weight of the next-token loss on recall prompts (recall_losses)")
     ap.add_argument("--guide-weight", type=float, default=1.0,
                     help="weight of the attention guidance on recall answers (recall_losses)")
