@@ -37,12 +37,13 @@ status=0
 # Release: the model is 6.4M parameters) the logits tests load and run both
 # real checkpoints (bf16, block-FP8); the top-k, greedy and dense-control
 # comparisons run the same forward passes and are left to the main suite, as
-# are its answer tests' long recall prompts (arithmetic and multi-turn run here).
+# are its answer tests' long recall prompts (arithmetic and multi-turn run here)
+# and the same answers asked through a cluster's OpenAI API (tiny_chat_openai).
 SPAR_TEST_TIME_SCALE=${SPAR_TEST_TIME_SCALE:-3} SPAR_SOAK_REQUESTS=${SPAR_SOAK_REQUESTS:-500} \
 ASAN_OPTIONS="$common_asan:log_path=$reports/asan" \
 UBSAN_OPTIONS="$common_ubsan:log_path=$reports/ubsan" \
   ctest --test-dir "$dir" --output-on-failure -L cpu -j "$(nproc)" \
-    -E 'TinyChatGoldenTest\.(TopKSets|GreedyContinuations|DenseControl)|TinyChatTest\.(LongContext|RandomSelection)' \
+    -E 'TinyChatGoldenTest\.(TopKSets|GreedyContinuations|DenseControl)|TinyChatTest\.(LongContext|RandomSelection)|tiny_chat_openai' \
     "$@" || status=1
 if compgen -G "$reports/*" >/dev/null; then
   echo "sanitize.sh: sanitizer reports (one file per process):" >&2
