@@ -126,13 +126,13 @@ struct DeviceMemoryUsage {
   int64_t cache_bytes = 0;
 };
 
-// How steps ran on a backend that replays decode steps as graphs.
 // One op of a profiled step (Backend::TakeOpProfile).
 struct OpTime {
   std::string label;  // "gemm 2048x6144", "sparse_mla", "moe.experts", ...
   double seconds = 0;
 };
 
+// How steps ran on a backend that replays decode steps as graphs.
 struct StepGraphStats {
   int64_t graphs = 0;            // held now
   int64_t captures = 0;          // graphs recorded

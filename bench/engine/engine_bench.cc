@@ -189,7 +189,6 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-
 // One decode step: sequence i (ids from 1000) at position `context` over
 // its prefilled blocks, no logits (the stage times its layers only).
 template <typename TableOf>

@@ -6,36 +6,33 @@
 #include "base/numeric.h"
 
 namespace spar {
-namespace {
-
-// Every value is a bf16 widened to fp32: its low 16 bits are zero (a NaN
-// with payload bits there is not, and travels as F32).
-bool AllExactBf16(const std::vector<float>& v) {
-  for (float f : v) {
-    if (FloatBits(f) & 0xffffu) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 size_t EncodeActivation(const Activations& in, v1::Activation* out) {
   out->set_rows(in.rows);
   out->set_cols(in.cols);
   std::string* data = out->mutable_data();
-  if (AllExactBf16(in.data)) {
-    out->set_dtype(v1::ACTIVATION_DTYPE_BF16);
-    data->resize(in.data.size() * 2);
-    char* p = data->data();
-    for (float f : in.data) {
-      const uint16_t h = static_cast<uint16_t>(FloatBits(f) >> 16);
-      std::memcpy(p, &h, 2);
-      p += 2;
+  // One pass: bf16 halves as long as every value is a bf16 widened to fp32
+  // (its low 16 bits zero; a NaN with payload bits there is not); the first
+  // value that is not turns the whole message into F32.
+  data->resize(in.data.size() * 2);
+  char* p = data->data();
+  bool bf16 = true;
+  for (float f : in.data) {
+    const uint32_t bits = FloatBits(f);
+    if (bits & 0xffffu) {
+      bf16 = false;
+      break;
     }
+    const uint16_t h = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(p, &h, 2);
+    p += 2;
+  }
+  if (bf16) {
+    out->set_dtype(v1::ACTIVATION_DTYPE_BF16);
   } else {
     out->set_dtype(v1::ACTIVATION_DTYPE_F32);
     data->resize(in.data.size() * 4);
-    if (!in.data.empty()) std::memcpy(data->data(), in.data.data(), data->size());
+    std::memcpy(data->data(), in.data.data(), data->size());
   }
   return data->size();
 }

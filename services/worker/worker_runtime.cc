@@ -1,13 +1,12 @@
 #include "services/worker/worker_runtime.h"
 
-#include "services/worker/activation_codec.h"
-
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "services/common/worker_convert.h"
+#include "services/worker/activation_codec.h"
 
 namespace spar {
 

@@ -21,16 +21,7 @@ const MODULES = path.resolve(process.argv[4] || path.join(__dirname, 'node_modul
 const OpenAI = require(path.join(MODULES, 'openai'));
 const API_KEY = 'sk-spar-test';
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function waitForFile(file, child, seconds) {
-  for (let i = 0; i < seconds * 10; i++) {
-    if (fs.existsSync(file) && fs.readFileSync(file, 'utf8').trim() !== '') return fs.readFileSync(file, 'utf8').trim();
-    if (child.exitCode !== null) throw new Error(`spar cluster exited (${child.exitCode}) before ${file} appeared`);
-    await sleep(100);
-  }
-  throw new Error(`timed out waiting for ${file}`);
-}
+const { sleep, waitForFile } = require('./local_cluster');
 
 async function startCluster() {
   fs.rmSync(WORK, { recursive: true, force: true });

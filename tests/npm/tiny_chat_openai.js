@@ -26,16 +26,7 @@ const [SPAR, SOURCE, WORK] = process.argv.slice(2, 5);
 const MODULES = path.resolve(process.argv[5] || path.join(__dirname, 'node_modules'));
 const OpenAI = require(path.join(MODULES, 'openai'));
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function waitForFile(file, child, seconds) {
-  for (let i = 0; i < seconds * 10; i++) {
-    if (fs.existsSync(file) && fs.readFileSync(file, 'utf8').trim() !== '') return fs.readFileSync(file, 'utf8').trim();
-    if (child.exitCode !== null) throw new Error(`spar cluster exited (${child.exitCode}) before ${file} appeared`);
-    await sleep(100);
-  }
-  throw new Error(`timed out waiting for ${file}`);
-}
+const { waitForFile } = require('./local_cluster');
 
 // Runs fn over items, `width` requests in flight (the scheduler batches them).
 async function mapConcurrent(items, width, fn) {
