@@ -254,7 +254,15 @@ test('a live local cluster is observable end to end', async (t) => {
           const q = target.expr.replaceAll('$__rate_interval', '1m').replaceAll('$model_name', 'model');
           const r = await query(q);
           if (/^(E2E Request Latency|Token Throughput|Time To First Token|Scheduler State|Stage Forward Time)$/.test(p.title)) {
-            assert.ok(r.some((s) => Number.isFinite(Number(s.value[1]))), `panel "${p.title}" has data: ${q} -> ${JSON.stringify(r)}`);
+            // A rate needs two scrapes of the target bracketing the traffic; the
+            // request counter above proves only the scheduler's, so a slow (loaded)
+            // worker scrape may still be pending: wait for it rather than race it.
+            const hasData = (rs) => rs.some((s) => Number.isFinite(Number(s.value[1])));
+            let last = r;
+            await waitFor(`panel "${p.title}" to have data`, 30000, async () => {
+              last = await query(q);
+              return hasData(last) ? last : undefined;
+            }).catch(() => assert.fail(`panel "${p.title}" has data: ${q} -> ${JSON.stringify(last)}`));
           }
         }
       }
