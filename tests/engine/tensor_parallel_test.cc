@@ -151,7 +151,8 @@ TEST_P(TensorParallelTest, TpGroupsMatchTp1) {
   }
   const auto base = RunGroup(dir, 1, prompts, requests);
   ASSERT_TRUE(base[0].status.ok()) << base[0].status;
-  for (int size : {2, 4}) {
+  // 8: the full node's TP/EP 8 (tiny: 2 heads and 2 experts per rank).
+  for (int size : {2, 4, 8}) {
     const auto tp = RunGroup(dir, size, prompts, requests);
     for (int r = 0; r < size; ++r) {
       ASSERT_TRUE(tp[r].status.ok()) << "TP " << size << " rank " << r << ": " << tp[r].status;
