@@ -124,6 +124,9 @@ struct CollectiveStats {
 struct DeviceMemoryUsage {
   int64_t weights_bytes = 0;
   int64_t cache_bytes = 0;
+  // In use on the device before the first weight: the CUDA context, the
+  // stream, the NCCL communicator (and other processes on the same GPU).
+  int64_t runtime_bytes = 0;
 };
 
 // One op of a profiled step (Backend::TakeOpProfile).

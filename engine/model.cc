@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "engine/memory_budget.h"
 #include "engine/weight_names.h"
 #include "kernels/ref/rope_ref.h"
 
@@ -167,10 +168,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
   cache.latent_format = options.latent_format;
   cache.indexer_format = options.indexer_format;
   cache.memory_utilization = options.gpu_memory_utilization;
-  // Kept free for activations: a fixed 2 GiB plus the prefill indexer logits
-  // of one 4096-token chunk over the longest context (fp32).
-  cache.activation_reserve_bytes =
-      (int64_t{2} << 30) + int64_t{4096} * 4 * m->config_.max_position_embeddings;
+  cache.activation_reserve_bytes = ActivationReserveBytes(m->config_.max_position_embeddings);
   SPAR_ASSIGN_OR_RETURN(m->options_.num_blocks, backend->AllocateCaches(cache));
   const int64_t need = (m->config_.max_position_embeddings + kBlockSize - 1) / kBlockSize;
   if (options.max_model_len > 0 && m->options_.num_blocks < need) {

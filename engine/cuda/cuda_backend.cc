@@ -21,6 +21,7 @@
 #include "base/status_macros.h"
 #include "engine/cuda/glue_kernels.h"
 #include "engine/decode_graph_key.h"
+#include "engine/memory_budget.h"
 #include "engine/weight_convert.h"
 #include "kernels/cuda/attention/absorb_gemm.h"
 #include "kernels/cuda/attention/mla_cache.h"
@@ -366,7 +367,11 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  DeviceMemoryUsage device_memory() const override { return memory_; }
+  DeviceMemoryUsage device_memory() const override {
+    DeviceMemoryUsage m = memory_;
+    m.runtime_bytes = used_at_init_;
+    return m;
+  }
 
   std::string name() const override { return "cuda"; }
   TpRank tp() const override { return options_.tp; }
@@ -648,8 +653,7 @@ class CudaBackend final : public Backend {
     if (!MlaCacheWriteSupported(spec_.latent_format)) return absl::InvalidArgumentError("latent cache format unsupported");
     latent_.clear();
     indexer_.clear();
-    const size_t block_bytes_per_layer =
-        64 * ref::LatentRowBytes(spec_.latent_format) + ref::IndexerPageBytes(spec_.indexer_format);
+    const size_t block_bytes_per_layer = CacheBlockBytesPerLayer(spec_.latent_format, spec_.indexer_format);
     {
       SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
       size_t free_bytes = 0, total = 0;

@@ -8,6 +8,7 @@ int RunMakeTiny(int argc, char** argv);
 int RunGenerate(int argc, char** argv);
 int RunCluster(int argc, char** argv);
 int RunWorkers(int argc, char** argv);
+int RunPlan(int argc, char** argv);
 
 }  // namespace spar
 

@@ -17,6 +17,7 @@ constexpr char kUsage[] =
     "  scheduler   run the spar-scheduler daemon (same as the spar-scheduler binary)\n"
     "  worker      run the spar-worker daemon (same as the spar-worker binary)\n"
     "  workers     show running workers' shards, epochs and statistics\n"
+    "  plan        whether a model fits a set of GPUs, and the KV cache tokens it leaves\n"
     "  make-tiny   write a deterministic random-weight GLM-5 / DeepSeek-V3.2 checkpoint\n"
     "run `spar <command> --help` for its flags\n";
 
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   if (command == "scheduler") return spar::RunSchedulerMain(argc, argv, 2);
   if (command == "worker") return spar::RunWorkerMain(argc, argv, 2);
   if (command == "workers") return spar::RunWorkers(argc, argv);
+  if (command == "plan") return spar::RunPlan(argc, argv);
   std::cerr << "spar: unknown command \"" << command << "\"\n" << kUsage;
   return 2;
 }

@@ -1,0 +1,192 @@
+#include "services/common/capacity_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "engine/memory_budget.h"
+#include "engine/step_plan.h"
+#include "engine/tensor_parallel.h"
+
+namespace spar {
+namespace {
+
+// One linear weight as the cuda backend stores it (UploadMatrix): FP8 values
+// plus an fp32 scale per 128x128 block, or bf16.
+int64_t LinearBytes(int64_t rows, int64_t cols, bool fp8) {
+  if (!fp8) return rows * cols * 2;
+  return rows * cols + ((rows + 127) / 128) * ((cols + 127) / 128) * 4;
+}
+
+// Norm weights and biases: a bf16 and an fp32 copy (CreateVector).
+int64_t VectorBytes(int64_t n) { return n * 6; }
+
+// A dense MLP with `inter` intermediate columns on this rank (UploadMlp): as
+// stored, unless a slice is not a multiple of 64, which is padded to one in bf16.
+int64_t MlpBytes(int64_t hidden, int64_t inter, bool fp8) {
+  if (inter % 64 != 0) return 3 * hidden * ((inter + 63) / 64 * 64) * 2;
+  return 2 * LinearBytes(inter, hidden, fp8) + LinearBytes(hidden, inter, fp8);
+}
+
+absl::Status AddLayer(const ModelConfig& c, int l, TpRank tp, StageWeights* w) {
+  const int64_t h = c.hidden_size;
+  const bool fp8 = c.quant.fp8;  // every projection but the router, weights_proj, embedding and head
+  SPAR_ASSIGN_OR_RETURN(Slice heads, EvenSlice(c.num_attention_heads, tp, "attention heads"));
+  w->attention += VectorBytes(h) * 2 + VectorBytes(c.q_lora_rank) + VectorBytes(c.kv_lora_rank);
+  w->attention += LinearBytes(c.q_lora_rank, h, fp8) + LinearBytes(c.latent_dim(), h, fp8);
+  w->attention += LinearBytes(heads.size() * c.qk_head_dim(), c.q_lora_rank, fp8);
+  w->attention += heads.size() * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank * 2;  // kv_b, bf16
+  w->attention += LinearBytes(h, heads.size() * c.v_head_dim, fp8);
+  if (c.indexer_types[l] == IndexerType::kFull) {
+    w->indexer += LinearBytes(c.index_head_dim, h, fp8) + LinearBytes(c.index_n_heads, h, /*fp8=*/false);
+    w->indexer += LinearBytes(static_cast<int64_t>(c.index_n_heads) * c.index_head_dim, c.q_lora_rank, fp8);
+    w->indexer += 2 * VectorBytes(c.index_head_dim);
+  }
+  if (!c.is_moe_layer(l)) {
+    SPAR_ASSIGN_OR_RETURN(Slice part, EvenSlice(c.intermediate_size, tp, "MLP intermediate columns"));
+    w->dense_mlp += MlpBytes(h, part.size(), fp8);
+    return absl::OkStatus();
+  }
+  w->router += LinearBytes(c.n_routed_experts, h, /*fp8=*/false) + int64_t{4} * c.n_routed_experts;
+  SPAR_ASSIGN_OR_RETURN(Slice experts, EvenSlice(c.n_routed_experts, tp, "routed experts"));
+  // Packed [E, n, k] (PackExperts): no padding.
+  w->routed_experts += experts.size() * (2 * LinearBytes(c.moe_intermediate_size, h, fp8) +
+                                         LinearBytes(h, c.moe_intermediate_size, fp8));
+  if (c.n_shared_experts > 0) {
+    const int64_t inter = static_cast<int64_t>(c.moe_intermediate_size) * c.n_shared_experts;
+    SPAR_ASSIGN_OR_RETURN(Slice part, EvenSlice(inter, tp, "shared expert intermediate columns"));
+    w->dense_mlp += MlpBytes(h, part.size(), fp8);
+  }
+  return absl::OkStatus();
+}
+
+std::string Gib(int64_t bytes) { return absl::StrFormat("%.1f", static_cast<double>(bytes) / (1 << 30)); }
+
+}  // namespace
+
+int64_t CapacityPlan::cache_tokens() const {
+  int64_t t = -1;
+  for (const StageCapacity& s : stages) t = t < 0 ? s.cache_tokens() : std::min(t, s.cache_tokens());
+  return std::max<int64_t>(t, 0);
+}
+
+int64_t CapacityPlan::SequencesAt(int64_t context) const {
+  const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
+  return blocks_per_seq > 0 ? cache_tokens() / kBlockSize / blocks_per_seq : 0;
+}
+
+absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const CapacityOptions& o) {
+  if (o.tp < 1) return absl::InvalidArgumentError(absl::StrCat("tp ", o.tp, " must be at least 1"));
+  if (o.gpu_memory_bytes <= 0) return absl::InvalidArgumentError("the GPU memory size must be positive");
+  if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu memory utilization ", o.gpu_memory_utilization, " is not in (0, 1]"));
+  }
+  if (o.runtime_bytes < 0) return absl::InvalidArgumentError("the runtime overhead must not be negative");
+  if (o.max_model_len < 0 || o.max_model_len > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("max model len ", o.max_model_len, " is not in [1, ",
+                                                   config.max_position_embeddings, "] (the model's context)"));
+  }
+  std::vector<LayerRange> ranges = o.stage_layers;
+  if (ranges.empty()) {
+    SPAR_ASSIGN_OR_RETURN(ranges, SplitLayers(config, o.stages));
+  } else {
+    int expect = 0;
+    for (const LayerRange& r : ranges) {
+      if (r.first != expect || r.last <= r.first) {
+        return absl::InvalidArgumentError(absl::StrCat("stage layers ", FormatStageLayers(ranges),
+                                                       " are not contiguous from layer 0"));
+      }
+      expect = r.last;
+    }
+    if (expect != config.num_hidden_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("stage layers ", FormatStageLayers(ranges), " end at layer ",
+                                                     expect, "; the model has ", config.num_hidden_layers));
+    }
+  }
+  CapacityPlan plan;
+  plan.max_model_len = o.max_model_len > 0 ? o.max_model_len : config.max_position_embeddings;
+  const TpRank rank0{0, o.tp};  // every rank holds the same amount (even splits only)
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    StageCapacity st;
+    st.layers = ranges[s];
+    for (int l = st.layers.first; l < st.layers.last; ++l) SPAR_RETURN_IF_ERROR(AddLayer(config, l, rank0, &st.weights));
+    const int64_t table = static_cast<int64_t>(config.vocab_size) * config.hidden_size * 2;  // bf16
+    if (s == 0) st.weights.embedding = table;
+    if (s + 1 == ranges.size()) st.weights.lm_head = table + VectorBytes(config.hidden_size);
+    // cos and sin, fp32, one row of rope_dim / 2 per served position.
+    st.weights.rope_tables = plan.max_model_len * (config.qk_rope_head_dim / 2) * 4 * 2;
+    st.budget_bytes = static_cast<int64_t>(o.gpu_memory_utilization * static_cast<double>(o.gpu_memory_bytes));
+    st.runtime_bytes = o.runtime_bytes;
+    st.activation_reserve_bytes = ActivationReserveBytes(plan.max_model_len);
+    const int64_t layers = st.layers.last - st.layers.first;
+    const int64_t block = static_cast<int64_t>(CacheBlockBytesPerLayer(o.latent_format, o.indexer_format)) * layers;
+    st.cache_bytes_per_token = block / kBlockSize;
+    const int64_t left = st.budget_bytes - st.runtime_bytes - st.weights.total() - st.activation_reserve_bytes;
+    st.cache_blocks = left > 0 ? left / block : 0;
+    if (st.cache_blocks < 1) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "stage ", s, " (layers ", st.layers.first, ":", st.layers.last, ") does not fit: ", Gib(st.weights.total()),
+          " GiB of weights per GPU + ", Gib(st.activation_reserve_bytes), " GiB activation reserve + ",
+          Gib(st.runtime_bytes), " GiB runtime exceed ", Gib(st.budget_bytes),
+          " GiB (utilization x GPU memory); use more GPUs per stage (--tp), more stages, or a shorter --max-model-len"));
+    }
+    plan.stages.push_back(st);
+  }
+  const int64_t need = (plan.max_model_len + kBlockSize - 1) / kBlockSize * kBlockSize;
+  if (plan.cache_tokens() < need) {
+    return absl::ResourceExhaustedError(absl::StrCat("the KV cache holds ", plan.cache_tokens(),
+                                                     " tokens, less than one sequence of max model len ",
+                                                     plan.max_model_len, "; use more GPUs or a shorter --max-model-len"));
+  }
+  return plan;
+}
+
+std::string FormatCapacityPlan(const ModelConfig& c, const CapacityOptions& o, const CapacityPlan& plan,
+                               const std::vector<int64_t>& contexts) {
+  std::string out = absl::StrFormat(
+      "%s, %d layers, %s weights; %d stage(s) x TP %d = %d GPUs of %s GiB, utilization %.2f, max model len %d\n"
+      "latent cache %s, indexer cache %s: %d bytes per token per layer, replicated on every rank of a stage\n\n",
+      c.model_type, c.num_hidden_layers, c.quant.fp8 ? "block-FP8" : "bf16", plan.stages.size(), o.tp,
+      plan.stages.size() * o.tp,
+      Gib(o.gpu_memory_bytes), o.gpu_memory_utilization, plan.max_model_len,
+      o.latent_format == ref::LatentFormat::kBF16 ? "bf16" : "other",
+      o.indexer_format == ref::IndexerFormat::kFp8 ? "fp8" : "other",
+      static_cast<int64_t>(CacheBlockBytesPerLayer(o.latent_format, o.indexer_format)) / kBlockSize);
+  out += "per GPU, GiB        ";
+  for (size_t s = 0; s < plan.stages.size(); ++s) absl::StrAppendFormat(&out, "  stage %-4d", s);
+  out += "\n";
+  auto row = [&](const char* name, auto get) {
+    absl::StrAppendFormat(&out, "%-20s", name);
+    for (const StageCapacity& st : plan.stages) absl::StrAppendFormat(&out, "  %10s", get(st));
+    out += "\n";
+  };
+  row("layers", [](const StageCapacity& s) { return absl::StrCat(s.layers.first, ":", s.layers.last); });
+  row("  attention (MLA)", [](const StageCapacity& s) { return Gib(s.weights.attention); });
+  row("  indexer", [](const StageCapacity& s) { return Gib(s.weights.indexer); });
+  row("  routed experts", [](const StageCapacity& s) { return Gib(s.weights.routed_experts); });
+  row("  dense + shared MLP", [](const StageCapacity& s) { return Gib(s.weights.dense_mlp); });
+  row("  router", [](const StageCapacity& s) { return Gib(s.weights.router); });
+  row("  embedding", [](const StageCapacity& s) { return Gib(s.weights.embedding); });
+  row("  lm_head", [](const StageCapacity& s) { return Gib(s.weights.lm_head); });
+  row("  rope tables", [](const StageCapacity& s) { return Gib(s.weights.rope_tables); });
+  row("weights", [](const StageCapacity& s) { return Gib(s.weights.total()); });
+  row("runtime", [](const StageCapacity& s) { return Gib(s.runtime_bytes); });
+  row("activation reserve", [](const StageCapacity& s) { return Gib(s.activation_reserve_bytes); });
+  row("KV cache", [](const StageCapacity& s) { return Gib(s.cache_bytes()); });
+  row("KV cache tokens", [](const StageCapacity& s) { return absl::StrCat(s.cache_tokens()); });
+  absl::StrAppendFormat(&out, "\nthe pipeline holds %d tokens of KV cache", plan.cache_tokens());
+  for (int64_t ctx : contexts) {
+    if (ctx > plan.max_model_len) {
+      absl::StrAppendFormat(&out, "; %d tokens is beyond max model len", ctx);
+    } else {
+      absl::StrAppendFormat(&out, "; %d sequences of %d tokens", plan.SequencesAt(ctx), ctx);
+    }
+  }
+  out += "\n";
+  return out;
+}
+
+}  // namespace spar

@@ -1,0 +1,166 @@
+// spar plan's arithmetic: the weights it counts against the tensors a real
+// checkpoint holds (make-tiny writes the real names, shapes and dtypes),
+// GLM-5's routed experts by hand, the cache block arithmetic and the errors.
+// That the cuda backend allocates what it predicts is capacity_plan_gpu_test.
+#include "services/common/capacity_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "engine/checkpoint.h"
+#include "engine/make_tiny.h"
+#include "engine/memory_budget.h"
+#include "engine/model_config.h"
+#include "tests/engine/test_util.h"  // testing::TempDir
+
+namespace spar {
+namespace {
+
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// What the cuda backend makes of each checkpoint tensor on one rank of a
+// TP group, derived from the tensor list rather than from the config: FP8
+// values and scales as stored; kv_b as bf16; norms (1-D bf16) as bf16 + fp32;
+// the router bias as fp32; heads, experts and MLP columns split by tp.
+int64_t StoredBytesFromCheckpoint(const Checkpoint& ck, const ModelConfig& c, int tp) {
+  int64_t total = 0;
+  for (const std::string& name : ck.Names()) {
+    const TensorView t = *ck.Get(name);
+    int64_t elements = 1;
+    for (int64_t d : t.shape) elements *= d;
+    if (Contains(name, "embed_tokens") || Contains(name, "lm_head")) continue;  // counted apart
+    if (Contains(name, ".experts.")) {
+      // Expert e lives on rank e / (E / tp): rank 0 holds the first E / tp.
+      const int e = std::stoi(name.substr(name.find(".experts.") + 9));
+      if (e >= c.n_routed_experts / tp) continue;
+      total += static_cast<int64_t>(t.nbytes);
+      continue;
+    }
+    if (Contains(name, "shared_experts")) continue;  // padded by tp: the test adds it
+    if (Contains(name, "kv_b_proj.weight_scale_inv")) continue;
+    if (Contains(name, "kv_b_proj.weight")) {
+      total += elements * 2 / tp;
+      continue;
+    }
+    if (t.shape.size() == 1) {
+      total += Contains(name, "e_score_correction_bias") ? elements * 4 : elements * 6;
+      continue;
+    }
+    const bool split = Contains(name, "q_b_proj") || Contains(name, "o_proj") || Contains(name, "shared_experts") ||
+                       Contains(name, "mlp.gate_proj") || Contains(name, "mlp.up_proj") ||
+                       Contains(name, "mlp.down_proj");
+    total += split ? static_cast<int64_t>(t.nbytes) / tp : static_cast<int64_t>(t.nbytes);
+  }
+  return total;
+}
+
+CapacityOptions Big(int tp) {
+  CapacityOptions o;
+  o.tp = tp;
+  o.gpu_memory_bytes = int64_t{80} << 30;
+  return o;
+}
+
+TEST(CapacityPlanTest, WeightsMatchTheCheckpointsTensors) {
+  for (bool fp8 : {false, true}) {
+    MakeTinyOptions mo;
+    mo.fp8 = fp8;
+    mo.out_dir = testing::TempDir(fp8 ? "plan_fp8" : "plan_bf16");
+    ASSERT_TRUE(MakeTinyModel(mo).ok());
+    auto config = LoadModelConfig(mo.out_dir + "/config.json");
+    ASSERT_TRUE(config.ok()) << config.status();
+    auto ck = Checkpoint::Open(mo.out_dir);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    // TP 1, 2 and 4: 4 heads, 4 experts and 128 MLP columns per rank at TP 4.
+    for (int tp : {1, 2, 4}) {
+      auto plan = PlanCapacity(*config, Big(tp));
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_EQ(plan->stages.size(), 1u);
+      const StageWeights& w = plan->stages[0].weights;
+      const int64_t table = int64_t{320} * 256 * 2;
+      EXPECT_EQ(w.embedding, table);
+      EXPECT_EQ(w.lm_head, table + 256 * 6);  // + the final norm
+      const int64_t layers = w.total() - w.embedding - w.lm_head - w.rope_tables;
+      int64_t want = StoredBytesFromCheckpoint(**ck, *config, tp) - 256 * 6;  // final norm is in lm_head
+      // The shared expert (192 x 256, two MoE layers): whole at TP 1; its
+      // 96 or 48 columns at TP 2 or 4 are not a multiple of 64, so the
+      // backend pads them to 128 or 64 in bf16 (UploadMlp).
+      const int64_t shared = tp == 1 ? (fp8 ? 3 * (192 * 256 + 2 * 2 * 4) : 3 * 192 * 256 * 2)
+                                     : 3 * 256 * (tp == 2 ? 128 : 64) * 2;
+      want += 2 * shared;
+      EXPECT_EQ(layers, want) << (fp8 ? "fp8" : "bf16") << " TP " << tp;
+    }
+  }
+}
+
+TEST(CapacityPlanTest, Glm5OnTwoNodesOfEightA100s) {
+  MakeTinyOptions mo;
+  mo.geometry = TinyGeometry::kGlm5Full;
+  mo.fp8 = true;
+  mo.layers = 78;
+  auto config = TinyModelConfig(mo);
+  ASSERT_TRUE(config.ok());
+  CapacityOptions o = Big(8);
+  o.stages = 2;
+  auto plan = PlanCapacity(*config, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages.size(), 2u);
+  EXPECT_EQ(plan->stages[1].layers.first, 39);
+  // Stage 1: 39 MoE layers x 32 of the 256 experts x (gate, up, down), each
+  // 2048 x 6144 FP8 values + 16 x 48 fp32 block scales.
+  const int64_t expert = 3 * (int64_t{2048} * 6144 + 16 * 48 * 4);
+  EXPECT_EQ(plan->stages[1].weights.routed_experts, 39 * 32 * expert);
+  EXPECT_EQ(plan->stages[0].weights.routed_experts, 36 * 32 * expert);
+  // Latent row 1152 B (bf16) + indexer 132 B (fp8) per token per layer.
+  EXPECT_EQ(plan->stages[1].cache_bytes_per_token, 39 * (1152 + 132));
+  EXPECT_EQ(plan->stages[0].activation_reserve_bytes, ActivationReserveBytes(202752));
+  for (const StageCapacity& s : plan->stages) {
+    const int64_t left = s.budget_bytes - s.runtime_bytes - s.weights.total() - s.activation_reserve_bytes;
+    EXPECT_EQ(s.cache_blocks, left / (64 * s.cache_bytes_per_token));
+    EXPECT_GT(s.cache_bytes(), int64_t{10} << 30);  // GLM-5 fits with room to serve
+  }
+  EXPECT_EQ(plan->cache_tokens(), std::min(plan->stages[0].cache_tokens(), plan->stages[1].cache_tokens()));
+  EXPECT_EQ(plan->SequencesAt(131072), plan->cache_tokens() / 131072);
+  EXPECT_EQ(plan->SequencesAt(100), plan->cache_tokens() / 128);  // whole blocks
+  const std::string table = FormatCapacityPlan(*config, o, *plan, {8192, 1 << 20});
+  EXPECT_TRUE(Contains(table, "2 stage(s) x TP 8 = 16 GPUs")) << table;
+  EXPECT_TRUE(Contains(table, "1048576 tokens is beyond max model len")) << table;
+
+  // A balanced split: stage 0 takes the 3 cheaper dense layers and one more.
+  o.stage_layers = {{0, 40}, {40, 78}};
+  auto balanced = PlanCapacity(*config, o);
+  ASSERT_TRUE(balanced.ok()) << balanced.status();
+  EXPECT_GT(balanced->cache_tokens(), plan->cache_tokens());
+}
+
+TEST(CapacityPlanTest, ErrorsNameTheProblem) {
+  MakeTinyOptions mo;
+  mo.geometry = TinyGeometry::kGlm5Full;
+  mo.fp8 = true;
+  mo.layers = 78;
+  auto config = TinyModelConfig(mo);
+  ASSERT_TRUE(config.ok());
+  auto bad_tp = PlanCapacity(*config, Big(3));
+  EXPECT_EQ(bad_tp.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(std::string(bad_tp.status().message()), "attention heads")) << bad_tp.status();
+  // One node of 8: ~92 GiB of weights per GPU.
+  auto one_node = PlanCapacity(*config, Big(8));
+  EXPECT_EQ(one_node.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(std::string(one_node.status().message()), "does not fit")) << one_node.status();
+  CapacityOptions o = Big(8);
+  o.stages = 2;
+  o.max_model_len = 300000;
+  EXPECT_TRUE(Contains(std::string(PlanCapacity(*config, o).status().message()), "max model len"));
+  o.max_model_len = 0;
+  o.gpu_memory_utilization = 1.5;
+  EXPECT_EQ(PlanCapacity(*config, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.gpu_memory_utilization = 0.9;
+  o.stage_layers = {{0, 40}, {41, 78}};
+  EXPECT_TRUE(Contains(std::string(PlanCapacity(*config, o).status().message()), "not contiguous"));
+  o.stage_layers = {{0, 40}, {40, 70}};
+  EXPECT_TRUE(Contains(std::string(PlanCapacity(*config, o).status().message()), "the model has 78"));
+}
+
+}  // namespace
+}  // namespace spar
