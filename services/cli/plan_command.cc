@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/make_tiny.h"
 #include "services/cli/commands.h"
@@ -84,11 +85,28 @@ int RunPlan(int argc, char** argv) {
   options.runtime_bytes = static_cast<int64_t>(runtime_gib * (1 << 30));
   options.max_model_len = max_model_len;
   auto plan = PlanCapacity(*config, options);
+  if (plan.ok()) std::cout << FormatCapacityPlan(*config, options, *plan, contexts);
+  // The even split is what the daemons use unless told otherwise; say when
+  // moving stage boundaries holds more.
+  if (options.stage_layers.empty() && options.stages > 1) {
+    auto balanced = BalancedStageLayers(*config, options);
+    if (balanced.ok()) {
+      CapacityOptions b = options;
+      b.stage_layers = *balanced;
+      auto better = PlanCapacity(*config, b);
+      if (better.ok() && (!plan.ok() || better->cache_tokens() > plan->cache_tokens())) {
+        std::cout << "\n--stage-layers " << FormatStageLayers(*balanced) << " (scheduler and workers, SPAR_STAGE_LAYERS) holds "
+                  << better->cache_tokens() << " tokens"
+                  << (plan.ok() ? absl::StrCat(", ", plan->cache_tokens(), " with the even split") : std::string())
+                  << "\n";
+        if (!plan.ok()) std::cout << FormatCapacityPlan(*config, b, *better, contexts);
+      }
+    }
+  }
   if (!plan.ok()) {
     std::cerr << "plan: " << plan.status().message() << "\n";
     return 1;
   }
-  std::cout << FormatCapacityPlan(*config, options, *plan, contexts);
   return 0;
 }
 

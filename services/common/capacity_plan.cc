@@ -77,7 +77,9 @@ int64_t CapacityPlan::SequencesAt(int64_t context) const {
   return blocks_per_seq > 0 ? cache_tokens() / kBlockSize / blocks_per_seq : 0;
 }
 
-absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const CapacityOptions& o) {
+namespace {
+
+absl::Status CheckOptions(const ModelConfig& config, const CapacityOptions& o) {
   if (o.tp < 1) return absl::InvalidArgumentError(absl::StrCat("tp ", o.tp, " must be at least 1"));
   if (o.gpu_memory_bytes <= 0) return absl::InvalidArgumentError("the GPU memory size must be positive");
   if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1)) {
@@ -89,26 +91,33 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const Capac
     return absl::InvalidArgumentError(absl::StrCat("max model len ", o.max_model_len, " is not in [1, ",
                                                    config.max_position_embeddings, "] (the model's context)"));
   }
-  std::vector<LayerRange> ranges = o.stage_layers;
-  if (ranges.empty()) {
-    SPAR_ASSIGN_OR_RETURN(ranges, SplitLayers(config, o.stages));
-  } else {
-    int expect = 0;
-    for (const LayerRange& r : ranges) {
-      if (r.first != expect || r.last <= r.first) {
-        return absl::InvalidArgumentError(absl::StrCat("stage layers ", FormatStageLayers(ranges),
-                                                       " are not contiguous from layer 0"));
-      }
-      expect = r.last;
+  return absl::OkStatus();
+}
+
+absl::Status CheckRanges(const ModelConfig& config, const std::vector<LayerRange>& ranges) {
+  int expect = 0;
+  for (const LayerRange& r : ranges) {
+    if (r.first != expect || r.last <= r.first) {
+      return absl::InvalidArgumentError(absl::StrCat("stage layers ", FormatStageLayers(ranges),
+                                                     " are not contiguous from layer 0"));
     }
-    if (expect != config.num_hidden_layers) {
-      return absl::InvalidArgumentError(absl::StrCat("stage layers ", FormatStageLayers(ranges), " end at layer ",
-                                                     expect, "; the model has ", config.num_hidden_layers));
-    }
+    expect = r.last;
   }
+  if (expect != config.num_hidden_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("stage layers ", FormatStageLayers(ranges), " end at layer ",
+                                                   expect, "; the model has ", config.num_hidden_layers));
+  }
+  return absl::OkStatus();
+}
+
+// Every stage's sizes for these ranges; cache_blocks may come out <= 0.
+// `left` receives, per stage, the bytes left for the cache.
+absl::StatusOr<CapacityPlan> PlanStages(const ModelConfig& config, const CapacityOptions& o,
+                                        const std::vector<LayerRange>& ranges, std::vector<int64_t>* left) {
   CapacityPlan plan;
   plan.max_model_len = o.max_model_len > 0 ? o.max_model_len : config.max_position_embeddings;
   const TpRank rank0{0, o.tp};  // every rank holds the same amount (even splits only)
+  left->clear();
   for (size_t s = 0; s < ranges.size(); ++s) {
     StageCapacity st;
     st.layers = ranges[s];
@@ -124,8 +133,37 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const Capac
     const int64_t layers = st.layers.last - st.layers.first;
     const int64_t block = static_cast<int64_t>(CacheBlockBytesPerLayer(o.latent_format, o.indexer_format)) * layers;
     st.cache_bytes_per_token = block / kBlockSize;
-    const int64_t left = st.budget_bytes - st.runtime_bytes - st.weights.total() - st.activation_reserve_bytes;
-    st.cache_blocks = left > 0 ? left / block : 0;
+    left->push_back(st.budget_bytes - st.runtime_bytes - st.weights.total() - st.activation_reserve_bytes);
+    st.cache_blocks = left->back() > 0 ? left->back() / block : 0;
+    plan.stages.push_back(st);
+  }
+  return plan;
+}
+
+// The smallest stage's cache in tokens, negative while a stage does not fit.
+double MinCacheTokens(const CapacityPlan& plan, const std::vector<int64_t>& left) {
+  double m = 0;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const double t = static_cast<double>(left[s]) / plan.stages[s].cache_bytes_per_token;
+    m = s == 0 ? t : std::min(m, t);
+  }
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const CapacityOptions& o) {
+  SPAR_RETURN_IF_ERROR(CheckOptions(config, o));
+  std::vector<LayerRange> ranges = o.stage_layers;
+  if (ranges.empty()) {
+    SPAR_ASSIGN_OR_RETURN(ranges, SplitLayers(config, o.stages));
+  } else {
+    SPAR_RETURN_IF_ERROR(CheckRanges(config, ranges));
+  }
+  std::vector<int64_t> left;
+  SPAR_ASSIGN_OR_RETURN(CapacityPlan plan, PlanStages(config, o, ranges, &left));
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const StageCapacity& st = plan.stages[s];
     if (st.cache_blocks < 1) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "stage ", s, " (layers ", st.layers.first, ":", st.layers.last, ") does not fit: ", Gib(st.weights.total()),
@@ -133,7 +171,6 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const Capac
           Gib(st.runtime_bytes), " GiB runtime exceed ", Gib(st.budget_bytes),
           " GiB (utilization x GPU memory); use more GPUs per stage (--tp), more stages, or a shorter --max-model-len"));
     }
-    plan.stages.push_back(st);
   }
   const int64_t need = (plan.max_model_len + kBlockSize - 1) / kBlockSize * kBlockSize;
   if (plan.cache_tokens() < need) {
@@ -142,6 +179,41 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const Capac
                                                      plan.max_model_len, "; use more GPUs or a shorter --max-model-len"));
   }
   return plan;
+}
+
+absl::StatusOr<std::vector<LayerRange>> BalancedStageLayers(const ModelConfig& config, const CapacityOptions& o) {
+  SPAR_RETURN_IF_ERROR(CheckOptions(config, o));
+  SPAR_ASSIGN_OR_RETURN(std::vector<LayerRange> best, SplitLayers(config, o.stages));
+  std::vector<int64_t> left;
+  SPAR_ASSIGN_OR_RETURN(CapacityPlan plan, PlanStages(config, o, best, &left));
+  double best_tokens = MinCacheTokens(plan, left);
+  // Hill-climb: move one boundary to the next layer that may start a stage
+  // (not one reusing the previous layer's top-k, as in SplitLayers) while
+  // the smallest stage grows.
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t b = 1; b < best.size() && !moved; ++b) {
+      for (int delta : {-1, 1}) {
+        std::vector<LayerRange> cand = best;
+        int at = cand[b].first + delta;
+        while (at > cand[b - 1].first && at < cand[b].last && config.indexer_types[at] != IndexerType::kFull) {
+          at += delta;  // over layers that cannot start a stage
+        }
+        if (at <= cand[b - 1].first || at >= cand[b].last) continue;
+        cand[b - 1].last = at;
+        cand[b].first = at;
+        SPAR_ASSIGN_OR_RETURN(CapacityPlan p, PlanStages(config, o, cand, &left));
+        const double tokens = MinCacheTokens(p, left);
+        if (tokens > best_tokens) {
+          best = cand;
+          best_tokens = tokens;
+          moved = true;
+          break;
+        }
+      }
+    }
+  }
+  return best;
 }
 
 std::string FormatCapacityPlan(const ModelConfig& c, const CapacityOptions& o, const CapacityPlan& plan,

@@ -76,6 +76,12 @@ struct CapacityPlan {
 // and reserve leave no room for a single cache block.
 absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const CapacityOptions& options);
 
+// The stage layer ranges that give the smallest stage the most KV cache
+// (the even split gives the first stage the cheap dense layers and the
+// embedding, the last the head): pass them as --stage-layers to the
+// scheduler and the workers. Starts from the even split.
+absl::StatusOr<std::vector<LayerRange>> BalancedStageLayers(const ModelConfig& config, const CapacityOptions& options);
+
 // The plan as a table for people.
 std::string FormatCapacityPlan(const ModelConfig& config, const CapacityOptions& options, const CapacityPlan& plan,
                                const std::vector<int64_t>& contexts);

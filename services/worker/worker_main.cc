@@ -9,6 +9,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "engine/model_config.h"
 #include "services/common/args.h"
@@ -24,7 +25,7 @@ namespace spar {
 
 int RunWorkerMain(int argc, char** argv, int begin) {
   BlockShutdownSignals();
-  std::string host = "0.0.0.0", port_file, model, layers, backend = "cpu";
+  std::string host = "0.0.0.0", port_file, model, layers, stage_layers, backend = "cpu";
   int64_t port = 50061, shutdown_timeout_s = 30, stage = -1, stages = 0, num_blocks = 256, tp_rank = 0, tp_size = 1;
   double delay_ms = 0, delay_token_us = 0, gpu_memory_utilization = 0;
   int64_t max_model_len = 0, device = -1;
@@ -38,6 +39,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   args.AddString("layers", &layers, "decoder layers of this stage, FIRST:LAST (LAST exclusive)");
   args.AddInt("stage", &stage, "this stage's index, with --stages: an even split of the layers");
   args.AddInt("stages", &stages, "number of pipeline stages (with --stage)");
+  args.AddString("stage-layers", &stage_layers,
+                 "with --stage: every stage's layers, e.g. 0:40,40:78 instead of the even split (the scheduler's flag)");
   args.AddInt("num-blocks", &num_blocks, "KV cache blocks of 64 tokens (default 256)");
   args.AddDouble("gpu-memory-utilization", &gpu_memory_utilization,
                  "cuda: size the KV cache to this fraction of the GPU memory (0..1; 0 = use --num-blocks)");
@@ -121,8 +124,12 @@ int RunWorkerMain(int argc, char** argv, int begin) {
     if (stage < 0 || stage >= stages) return fail("--stage must be in [0, --stages)");
     auto config = LoadModelConfig(model + "/config.json");
     if (!config.ok()) return fail(std::string(config.status().message()));
-    auto split = SplitLayers(*config, static_cast<int>(stages));
+    auto split = stage_layers.empty() ? SplitLayers(*config, static_cast<int>(stages))
+                                      : ParseStageLayers(stage_layers, config->num_hidden_layers);
     if (!split.ok()) return fail(std::string(split.status().message()));
+    if (static_cast<int64_t>(split->size()) != stages) {
+      return fail(absl::StrCat("--stage-layers names ", split->size(), " stages, --stages ", stages));
+    }
     options.stage.first_layer = (*split)[stage].first;
     options.stage.last_layer = (*split)[stage].last;
     options.stage_index = static_cast<int>(stage);

@@ -161,10 +161,17 @@ for (const overlay of ['1-node', '2-node']) {
       assert.equal(lws.spec.leaderWorkerTemplate.size, 2);
       assert.equal(lws.spec.leaderWorkerTemplate.restartPolicy, 'RecreateGroupOnPodRestart');
       assert.equal(stages, 2, 'stage containers in the leader and the worker template');
+      // One contiguous layer range per stage, read by the scheduler and the workers.
+      const ranges = config.SPAR_STAGE_LAYERS.split(',').map((r) => r.split(':').map(Number));
+      assert.equal(ranges.length, lws.spec.leaderWorkerTemplate.size, 'a layer range per stage');
+      ranges.forEach(([a, b], i) => {
+        assert.ok(b > a && a === (i === 0 ? 0 : ranges[i - 1][1]), `SPAR_STAGE_LAYERS ${config.SPAR_STAGE_LAYERS}`);
+      });
     } else {
       assert.equal(stages, 1);
       const stage = find(objs, 'Deployment')[0].spec.template.spec.containers.find((c) => c.name === 'stage');
       assert.equal(stage.env.find((e) => e.name === 'SPAR_STAGES').value, '1');
+      assert.equal(config.SPAR_STAGE_LAYERS, undefined, 'one stage holds every layer');
     }
   });
 }

@@ -134,6 +134,57 @@ TEST(CapacityPlanTest, Glm5OnTwoNodesOfEightA100s) {
   EXPECT_GT(balanced->cache_tokens(), plan->cache_tokens());
 }
 
+TEST(CapacityPlanTest, BalancedSplitGivesTheSmallestStageMoreCache) {
+  MakeTinyOptions mo;
+  mo.geometry = TinyGeometry::kGlm5Full;
+  mo.fp8 = true;
+  mo.layers = 78;
+  auto config = TinyModelConfig(mo);
+  ASSERT_TRUE(config.ok());
+  CapacityOptions o = Big(8);
+  o.stages = 2;
+  auto even = PlanCapacity(*config, o);
+  ASSERT_TRUE(even.ok());
+  auto balanced = BalancedStageLayers(*config, o);
+  ASSERT_TRUE(balanced.ok()) << balanced.status();
+  EXPECT_EQ(FormatStageLayers(*balanced), "0:40,40:78");
+  o.stage_layers = *balanced;
+  auto plan = PlanCapacity(*config, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_GT(plan->cache_tokens(), even->cache_tokens());
+  // No neighbour of the result is better: one layer either way shrinks the smaller stage.
+  for (const std::vector<LayerRange>& n : {std::vector<LayerRange>{{0, 39}, {39, 78}},
+                                           std::vector<LayerRange>{{0, 41}, {41, 78}}}) {
+    o.stage_layers = n;
+    EXPECT_LT(PlanCapacity(*config, o)->cache_tokens(), plan->cache_tokens()) << FormatStageLayers(n);
+  }
+
+  // Shared indexers (GLM-5.2 style, a full indexer every 4th layer): a stage
+  // never starts on an S layer. The even split moves down to 36; the balance
+  // steps over the S layers 37-39 to 40.
+  MakeTinyOptions shared = mo;
+  for (int l = 0; l < 78; ++l) shared.indexer_pattern += l % 4 == 0 ? 'F' : 'S';
+  auto sc = TinyModelConfig(shared);
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  CapacityOptions so = Big(8);
+  so.stages = 2;
+  auto even_shared = PlanCapacity(*sc, so);
+  ASSERT_TRUE(even_shared.ok()) << even_shared.status();
+  EXPECT_EQ(even_shared->stages[1].layers.first, 36);
+  auto split = BalancedStageLayers(*sc, so);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(FormatStageLayers(*split), "0:40,40:78");
+  so.stage_layers = *split;
+  EXPECT_GT(PlanCapacity(*sc, so)->cache_tokens(), even_shared->cache_tokens());
+
+  // One stage: nothing to move.
+  CapacityOptions one = Big(8);
+  one.gpu_memory_bytes = int64_t{141} << 30;
+  auto single = BalancedStageLayers(*config, one);
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ(FormatStageLayers(*single), "0:78");
+}
+
 TEST(CapacityPlanTest, ErrorsNameTheProblem) {
   MakeTinyOptions mo;
   mo.geometry = TinyGeometry::kGlm5Full;

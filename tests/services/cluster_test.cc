@@ -7,6 +7,8 @@
 #include <grpcpp/client_context.h>
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "engine/make_tiny.h"
@@ -156,6 +158,35 @@ TEST(ClusterTest, ThirtyTwoConcurrentStreamsEqualTheSingleProcessEngine) {
   EXPECT_EQ(load.total_kv_blocks(), 16);
   std::cout << "[cluster] 32 streams in " << absl::Now() - start << ": " << load.num_micro_batches()
             << " micro-batches, " << load.num_preemptions() << " preemptions\n";
+}
+
+// `spar plan`'s suggested split reaches both daemons through the same flag
+// (SPAR_STAGE_LAYERS in Kubernetes): the workers preload exactly those layers,
+// and the pipeline still equals the single-process engine.
+TEST(ClusterTest, ExplicitStageLayersReachSchedulerAndWorkers) {
+  const auto requests = testing::MixedRequests(6, 3);
+  const auto want = testing::EngineReference(TinyModel(), requests);
+  const std::vector<std::string> split = {"--stage-layers", "0:2,2:3"};  // the even split is 0:1,1:3
+  auto cluster = testing::TestCluster::Start(
+      {.model = TinyModel(), .stages = 2, .scheduler_flags = split, .worker_flags = split}, "cluster_split");
+  ASSERT_NE(cluster, nullptr);
+  auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Streamed got = Stream(stub.get(), ToProto(requests[i], absl::StrCat("s", i)), absl::Seconds(60));
+    ASSERT_TRUE(got.status.ok()) << "request " << i << ": " << got.status.error_message();
+    std::vector<int32_t> ids;
+    for (const auto& t : want[i].tokens) ids.push_back(t.id);
+    EXPECT_EQ(got.ids, ids) << "request " << i;
+  }
+  auto log_of = [&](const std::string& name) {
+    std::ifstream in(cluster->log_path(name));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  EXPECT_NE(log_of("worker0").find("loading layers [0, 2)"), std::string::npos) << log_of("worker0");
+  EXPECT_NE(log_of("worker1").find("loading layers [2, 3)"), std::string::npos) << log_of("worker1");
+  EXPECT_EQ(log_of("worker0").find("loading layers [0, 1)"), std::string::npos);
 }
 
 TEST(ClusterTest, PublicApiBehaviour) {
