@@ -17,7 +17,8 @@ absl::Status Bad(absl::string_view field, absl::string_view message) {
 
 // Fields accepted but without effect here, so common clients' requests pass:
 // user/metadata/store/service_tier (accounting on OpenAI's side) and
-// parallel_tool_calls (spar does not parse tool calls out of the output).
+// parallel_tool_calls (GLM may call several tools in one turn; spar returns
+// every call it parses).
 const std::set<std::string> kCommonFields = {
     "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "n", "stop", "seed",
     "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs",
@@ -247,6 +248,7 @@ absl::Status ParseTools(const Json& j, OpenAiRequest* r) {
       return Bad("tool_choice",
                  "supports \"auto\" and \"none\" only: spar does not constrain decoding to a tool call");
     }
+    r->tool_choice_none = *choice == "none";
   }
   SPAR_ASSIGN_OR_RETURN(auto parallel, GetBool(j, "parallel_tool_calls"));
   (void)parallel;

@@ -48,6 +48,7 @@ struct OpenAiRequest {
   // arguments as objects), and the template options.
   Json messages = Json::array();
   ChatTemplateOptions template_options;
+  bool tool_choice_none = false;  // tool_choice "none": no tool calls parsed
   // Every other generation setting; the prompt is left empty.
   GenerateParams params;
   GenerateFieldNames names;

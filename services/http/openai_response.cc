@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+
 
 namespace spar::http {
 namespace {
@@ -36,6 +38,12 @@ const char* FinishReason(SeqFinishReason r) {
   return "stop";
 }
 
+// OpenAI's "tool_calls" when the model stopped after calling a tool.
+const char* FinishReasonWithTools(const FinishInfo& f, const ChatOutputStream* output, const std::string& text) {
+  if (f.reason == SeqFinishReason::kStop && output != nullptr && output->CalledTools(text)) return "tool_calls";
+  return FinishReason(f.reason);
+}
+
 Json StopReason(const FinishInfo& f) {
   if (f.stop_string) return *f.stop_string;
   if (f.stop_token_id) return *f.stop_token_id;
@@ -59,6 +67,7 @@ ResponseOptions ResponseOptions::For(const OpenAiRequest& r, std::string id, std
   o.stream = r.stream;
   o.include_usage = r.include_usage;
   o.continuous_usage = r.continuous_usage;
+  o.tools = r.template_options.tools;
   return o;
 }
 
@@ -69,7 +78,14 @@ ResponseBuilder::ResponseBuilder(ResponseOptions options, const TokenStrings* to
       echo_(options_.num_prompts),
       prompt_tokens_(options_.num_prompts, 0),
       completion_tokens_(options_.num_prompts, -1) {
-  for (Choice& c : choices_) {
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    if (options_.kind == ApiKind::kChat && options_.chat_syntax.active()) {
+      // Tool call ids: unique per response and choice, the same on a retry of the body.
+      c.output = std::make_unique<ChatOutputStream>(
+          options_.chat_syntax, options_.tools,
+          absl::StrCat("call_", absl::string_view(options_.id).substr(options_.id.find('-') + 1), "_", i, "_"));
+    }
     c.logprobs = options_.kind == ApiKind::kChat
                      ? Json{{"content", Json::array()}}
                      : Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()},
@@ -164,15 +180,21 @@ std::vector<Json> ResponseBuilder::Add(int prompt, const GenerationUpdate& updat
     if (options_.return_token_ids) choice["prompt_token_ids"] = c.prompt_ids;
     chunks.push_back(Chunk(std::move(choice)));
   }
-  if (text.empty() && logprobs.is_null() && !u.finish) return chunks;
+  Json delta;
+  if (c.output != nullptr) {
+    delta = c.output->Delta(c.text, u.finish.has_value());
+  } else if (chat) {
+    delta = text.empty() ? Json::object() : Json{{"content", text}};
+  }
+  if ((c.output != nullptr ? delta.empty() : text.empty()) && logprobs.is_null() && !u.finish) return chunks;
   Json choice = {{"index", index}};
   if (chat) {
-    choice["delta"] = text.empty() ? Json::object() : Json{{"content", text}};
+    choice["delta"] = std::move(delta);
   } else {
     choice["text"] = text;
   }
   choice["logprobs"] = logprobs;
-  choice["finish_reason"] = u.finish ? Json(FinishReason(u.finish->reason)) : Json(nullptr);
+  choice["finish_reason"] = u.finish ? Json(FinishReasonWithTools(*u.finish, c.output.get(), c.text)) : Json(nullptr);
   choice["stop_reason"] = u.finish ? StopReason(*u.finish) : Json(nullptr);
   if (options_.return_token_ids) {
     choice["token_ids"] = u.token_ids;
@@ -230,13 +252,15 @@ Json ResponseBuilder::Response() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     Json choice = {{"index", i}};
-    if (chat) {
+    if (c.output != nullptr) {
+      choice["message"] = c.output->Message(c.text);
+    } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"tool_calls", Json::array()}};
     } else {
       choice["text"] = c.text;
     }
     choice["logprobs"] = options_.logprobs ? c.logprobs : Json(nullptr);
-    choice["finish_reason"] = c.finish ? Json(FinishReason(c.finish->reason)) : Json(nullptr);
+    choice["finish_reason"] = c.finish ? Json(FinishReasonWithTools(*c.finish, c.output.get(), c.text)) : Json(nullptr);
     choice["stop_reason"] = c.finish ? StopReason(*c.finish) : Json(nullptr);
     if (options_.return_token_ids) {
       choice["token_ids"] = c.token_ids;

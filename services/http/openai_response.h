@@ -6,7 +6,9 @@
 //   completions  object "text_completion"; choices[].text; logprobs as
 //                {tokens, token_logprobs, top_logprobs, text_offset}
 //   chat         object "chat.completion" / "chat.completion.chunk";
-//                choices[].message or .delta {role, content}; logprobs as
+//                choices[].message or .delta {role, content, and with
+//                the output parsers reasoning_content, tool_calls
+//                (services/http/chat_output.h)}; logprobs as
 //                {content: [{token, logprob, bytes, top_logprobs}]}
 //   both         finish_reason stop | length | abort, vLLM's stop_reason
 //                (the stop string or stop token id; null for EOS), usage,
@@ -18,9 +20,11 @@
 #define SPAR_SERVICES_HTTP_OPENAI_RESPONSE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "services/http/chat_output.h"
 #include "services/http/json_fields.h"
 #include "services/http/openai_request.h"
 #include "services/http/token_strings.h"
@@ -42,6 +46,11 @@ struct ResponseOptions {
   bool stream = false;  // build SSE chunks (else only the final body)
   bool include_usage = false;
   bool continuous_usage = false;
+  // Chat: how the output splits into reasoning_content, content and
+  // tool_calls (inactive: all of it is content), and the request's tools
+  // (their schemas type the arguments).
+  ChatOutputSyntax chat_syntax;
+  Json tools;
 
   static ResponseOptions For(const OpenAiRequest& request, std::string id, std::string model, int64_t created);
 };
@@ -74,6 +83,7 @@ class ResponseBuilder {
     Json logprobs;             // accumulated (non-streaming)
     int64_t text_offset = 0;   // code points so far (completions text_offset)
     bool started = false;      // first chunk sent (role / echo)
+    std::unique_ptr<ChatOutputStream> output;  // when chat_syntax is active
     int num_tokens = 0;
     std::optional<FinishInfo> finish;
   };

@@ -288,6 +288,14 @@ void OpenAiHttpServer::HandleGenerate(bool chat, const httplib::Request& req, ht
   ex->streams = UpdateStreams::Create(static_cast<int>(params->size()));
   ResponseOptions ro = ResponseOptions::For(*request, absl::StrCat(chat ? "chatcmpl-" : "cmpl-", base_id),
                                             limits.served_model_name, absl::ToUnixSeconds(absl::Now()));
+  if (chat) {
+    const Json& tools = request->template_options.tools;
+    ro.chat_syntax = ChatSyntaxFor(options_.chat_parsers, tools.is_array() && !tools.empty(),
+                                   request->tool_choice_none, (*params)[0].text.value_or(""));
+    // The parsers read the tags (<think>, <tool_call>, …), special tokens
+    // that skip_special_tokens would drop from the text (as vLLM's do).
+    if (ro.chat_syntax.active()) (*params)[0].skip_special_tokens = false;
+  }
   auto tokens = std::make_shared<TokenStrings>(scheduler_->tokenizer());
   ex->builder = std::make_unique<ResponseBuilder>(ro, tokens.get());
   for (size_t p = 0; p < params->size(); ++p) {

@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "services/http/chat_output.h"
 #include "services/scheduler/scheduler.h"
 #include "services/security/api_keys.h"
 #include "services/security/tls_material.h"
@@ -60,6 +61,8 @@ struct HttpServerOptions {
   size_t max_body_bytes = 16 << 20;
   int threads = 256;      // concurrent requests being handled
   int max_prompts = 64;   // prompts in one /v1/completions request
+  // Chat output parsers (--reasoning-parser, --tool-call-parser).
+  ChatParsers chat_parsers;
   // How often a waiting handler checks its client is still there.
   absl::Duration poll_interval = absl::Milliseconds(50);
 };

@@ -100,6 +100,11 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   args.AddString("http-port-file", &http_port_file, "write the HTTP port here once listening");
   args.AddInt("max-body-bytes", &max_body_bytes, "largest HTTP request body (default 16 MiB; larger: 413)");
   args.AddInt("http-threads", &http_threads, "HTTP requests handled at once (default 256)");
+  std::string reasoning_parser = "auto", tool_call_parser = "auto";
+  args.AddString("reasoning-parser", &reasoning_parser,
+                 "chat: split <think> reasoning into reasoning_content: auto (by model), glm45, deepseek_v3, none");
+  args.AddString("tool-call-parser", &tool_call_parser,
+                 "chat: parse tool calls into tool_calls: auto (GLM-5's XML calls), glm47, glm45, none");
   args.AddString("chat-template", &chat_template_path,
                  "Jinja chat template file (default: the model's chat_template.jinja or tokenizer_config.json)");
   if (auto code = args.ParseOrExitCode(argc, argv, begin, "spar-scheduler: batching and the public generation API of the spar runtime\n"))
@@ -127,6 +132,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   SetProcessWorkerPlane(std::move(*worker_plane));
   auto config = LoadModelConfig(model + "/config.json");
   if (!config.ok()) return fail(std::string(config.status().message()));
+  auto chat_parsers = http::ChatParsersFor(reasoning_parser, tool_call_parser, config->model_type);
+  if (!chat_parsers.ok()) return fail(std::string(chat_parsers.status().message()));
   std::unique_ptr<Tokenizer> tokenizer;
   if (auto t = Tokenizer::FromFile(model + "/tokenizer.json"); t.ok()) {
     tokenizer = std::move(*t);
@@ -226,6 +233,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
     ho.tls = public_options.tls;               // --tls-cert/--tls-key/--tls-ca, as on gRPC
     ho.max_body_bytes = static_cast<size_t>(max_body_bytes);
     ho.threads = static_cast<int>(http_threads);
+    ho.chat_parsers = *chat_parsers;
     http_server = std::make_unique<http::OpenAiHttpServer>(&scheduler, chat_template.get(), ho);
     auto bound = http_server->Start();
     if (!bound.ok()) {

@@ -185,5 +185,134 @@ TEST(OpenAiResponseTest, TokenStringsWithoutATokenizerUseIds) {
   EXPECT_EQ(tiny.Text(1 << 20), "token_id:1048576");
 }
 
+// ---- reasoning and tool calls (chat_output.h) ----
+
+TEST(ChatOutputTest, ParserFlagsAndTheRequestDecideTheSyntax) {
+  auto glm = ChatParsersFor("auto", "auto", "glm_moe_dsa");
+  ASSERT_TRUE(glm.ok());
+  EXPECT_TRUE(glm->reasoning && glm->tool_calls);
+  auto ds = ChatParsersFor("auto", "auto", "deepseek_v32");
+  ASSERT_TRUE(ds.ok());
+  EXPECT_TRUE(ds->reasoning);
+  EXPECT_FALSE(ds->tool_calls);  // DeepSeek's DSML calls are not GLM's XML
+  auto off = ChatParsersFor("none", "none", "glm_moe_dsa");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->reasoning || off->tool_calls);
+  auto bad = ChatParsersFor("hermes", "auto", "glm_moe_dsa");
+  EXPECT_NE(std::string(bad.status().message()).find("--reasoning-parser"), std::string::npos) << bad.status();
+  EXPECT_FALSE(ChatParsersFor("auto", "qwen", "glm_moe_dsa").ok());
+
+  const ChatParsers both{true, true};
+  const ChatOutputSyntax on = ChatSyntaxFor(both, true, false, "[gMASK]<sop><|user|>hi<|assistant|><think>");
+  EXPECT_TRUE(on.reasoning && on.starts_in_reasoning && on.tool_calls);
+  const ChatOutputSyntax thinking_off = ChatSyntaxFor(both, false, false, "<|user|>hi<|assistant|></think>");
+  EXPECT_TRUE(thinking_off.reasoning);
+  EXPECT_FALSE(thinking_off.starts_in_reasoning);
+  EXPECT_FALSE(thinking_off.tool_calls);  // no tools in the request
+  EXPECT_FALSE(ChatSyntaxFor(both, true, /*tool_choice_none=*/true, "<think>").tool_calls);
+}
+
+TEST(ChatOutputTest, ArgumentsAreTypedByTheToolsSchema) {
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {
+      "type": "object", "properties": {"zip": {"type": "string"}, "n": {"type": "integer"},
+      "opts": {"type": "object"}, "maybe": {"type": ["string", "null"]}}}}}])");
+  ToolCallText call;
+  call.name = "f";
+  call.args = {{"zip", "01234"}, {"n", "7"}, {"opts", R"({"a": [1, true]})"}, {"maybe", "null"},
+               {"free", "3.5"}, {"words", "not json"}};
+  const Json j = ToolCallJson(call, tools, "call_1");
+  EXPECT_EQ(j["id"], "call_1");
+  EXPECT_EQ(j["type"], "function");
+  EXPECT_EQ(j["function"]["name"], "f");
+  const Json args = Json::parse(j["function"]["arguments"].get<std::string>());
+  EXPECT_EQ(args["zip"], "01234");  // a string parameter stays a string
+  EXPECT_EQ(args["n"], 7);
+  EXPECT_EQ(args["opts"], Json::parse(R"({"a": [1, true]})"));
+  EXPECT_TRUE(args["maybe"].is_null());  // string or null: the JSON it spells
+  EXPECT_EQ(args["free"], 3.5);          // not in the schema: JSON when it parses
+  EXPECT_EQ(args["words"], "not json");  // else the text
+  // Keys keep the model's order.
+  EXPECT_EQ(j["function"]["arguments"].get<std::string>().rfind("{\"zip\":", 0), 0u);
+}
+
+ResponseOptions ToolChat(bool stream) {
+  ResponseOptions o = Options(ApiKind::kChat, stream);
+  o.chat_syntax = ChatOutputSyntax{.reasoning = true, .starts_in_reasoning = true, .tool_calls = true};
+  o.tools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  return o;
+}
+
+// The model's text in pieces that cut every tag.
+const std::vector<std::string> kToolTurn = {"Need the ", "weather</th", "ink>Checking.", "<tool_",
+                                            "call>get_weather<arg_key>city</arg_key><arg_value>Par",
+                                            "is</arg_value></tool_call>"};
+
+TEST(ChatOutputTest, StreamSendsReasoningContentAndToolCallsAsTheyComplete) {
+  TokenStrings tokens(&Tiny());
+  ResponseBuilder b(ToolChat(true), &tokens);
+  std::string reasoning, content;
+  Json calls = Json::array();
+  Json last;
+  for (size_t i = 0; i < kToolTurn.size(); ++i) {
+    GenerationUpdate u = Update(0, kToolTurn[i], {65});
+    u.output.logprobs.clear();
+    if (i + 1 == kToolTurn.size()) u.output.finish = Finish(SeqFinishReason::kStop, 6);
+    for (const Json& chunk : b.Add(0, u)) {
+      const Json& d = chunk["choices"][0]["delta"];
+      if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+      if (d.contains("content")) content += d["content"].get<std::string>();
+      if (d.contains("tool_calls")) {
+        for (const Json& c : d["tool_calls"]) calls.push_back(c);
+      }
+      EXPECT_EQ(d.dump().find("</th"), std::string::npos) << d;  // never half a tag
+      last = chunk;
+    }
+  }
+  EXPECT_EQ(reasoning, "Need the weather");
+  EXPECT_EQ(content, "Checking.");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_EQ(calls[0]["id"], "call_1_0_0");
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(calls[0]["function"]["arguments"], R"({"city":"Paris"})");
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST(ChatOutputTest, BodyHoldsTheSameMessage) {
+  TokenStrings tokens(&Tiny());
+  ResponseBuilder b(ToolChat(false), &tokens);
+  std::string all;
+  for (const std::string& piece : kToolTurn) all += piece;
+  GenerationUpdate u = Update(0, all, {65});
+  u.output.finish = Finish(SeqFinishReason::kStop, 6);
+  b.Add(0, u);
+  const Json choice = b.Response()["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["reasoning_content"], "Need the weather");
+  EXPECT_EQ(choice["message"]["content"], "Checking.");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["id"], "call_1_0_0");
+  EXPECT_FALSE(choice["message"]["tool_calls"][0].contains("index"));
+
+  // Only a tool call (whitespace around it): content null, as OpenAI sends.
+  ResponseBuilder only(ToolChat(false), &tokens);
+  GenerationUpdate v = Update(0, "</think>\n<tool_call>get_weather</tool_call>\n", {65});
+  v.output.finish = Finish(SeqFinishReason::kStop, 3);
+  only.Add(0, v);
+  const Json m = only.Response()["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null()) << m;
+  EXPECT_TRUE(m["reasoning_content"].is_null()) << m;
+  // Cut off by the length limit inside a call: the text is kept, finish "length".
+  ResponseBuilder cut(ToolChat(false), &tokens);
+  GenerationUpdate w = Update(0, "</think>ok <tool_call>get_weather<arg_key>ci", {65});
+  w.output.finish = Finish(SeqFinishReason::kLength, 3);
+  cut.Add(0, w);
+  const Json c = cut.Response()["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "length");
+  EXPECT_EQ(c["message"]["content"], "ok <tool_call>get_weather<arg_key>ci");
+  EXPECT_TRUE(c["message"]["tool_calls"].empty());
+}
+
 }  // namespace
 }  // namespace spar::http
