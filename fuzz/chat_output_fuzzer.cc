@@ -1,0 +1,37 @@
+// Fuzzes the chat output parser with arbitrary model output: byte 0 picks
+// the syntax (reasoning, starts in reasoning, tool calls), the rest is the
+// text. Properties: no crash; the parse of a prefix (not final) is a prefix
+// of the whole parse, so a stream never sends what it must take back; the
+// parts never hold more bytes than the text.
+#include <cstdint>
+#include <string>
+
+#include "fuzz/fuzz_check.h"
+#include "text/chat_output_parser.h"
+
+namespace {
+
+bool IsPrefix(const std::string& a, const std::string& b) { return b.compare(0, a.size(), a) == 0; }
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1 || size > 8192) return 0;
+  spar::ChatOutputSyntax syntax;
+  syntax.reasoning = data[0] & 1;
+  syntax.starts_in_reasoning = data[0] & 2;
+  syntax.tool_calls = data[0] & 4;
+  const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
+  const spar::ChatOutput whole = spar::ParseChatOutput(text, syntax, /*final=*/true);
+  SPAR_FUZZ_CHECK(whole.reasoning.size() + whole.content.size() <= text.size());
+  // Cut points: 48 spread over the text and every one of the last 24 bytes.
+  for (size_t k = 0; k <= 72; ++k) {
+    const size_t n = k <= 48 ? text.size() * k / 48 : text.size() - std::min(text.size(), k - 48);
+    const spar::ChatOutput part = spar::ParseChatOutput(text.substr(0, n), syntax, /*final=*/false);
+    SPAR_FUZZ_CHECK(IsPrefix(part.reasoning, whole.reasoning));
+    SPAR_FUZZ_CHECK(IsPrefix(part.content, whole.content));
+    SPAR_FUZZ_CHECK(part.tool_calls.size() <= whole.tool_calls.size());
+    for (size_t i = 0; i < part.tool_calls.size(); ++i) SPAR_FUZZ_CHECK(part.tool_calls[i] == whole.tool_calls[i]);
+  }
+  return 0;
+}
