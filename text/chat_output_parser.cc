@@ -63,73 +63,106 @@ bool ParseCall(absl::string_view inner, ToolCallText* call) {
 
 }  // namespace
 
-ChatOutput ParseChatOutput(absl::string_view text, const ChatOutputSyntax& syntax, bool final) {
-  ChatOutput out;
+ChatOutputParser::ChatOutputParser(ChatOutputSyntax syntax)
+    : syntax_(syntax),
+      phase_(!syntax.reasoning ? Phase::kBody : syntax.starts_in_reasoning ? Phase::kReasoning : Phase::kStart),
+      call_open_(absl::string_view::npos) {}
+
+void ChatOutputParser::Feed(absl::string_view text, bool final) {
+  constexpr size_t npos = absl::string_view::npos;
   // Tags whose partial tail is held back: what ends reasoning, and what the
-  // content may still turn into.
+  // content may still turn into. Text is committed to out_ only up to where
+  // no tag can start any more, so later searches begin at pos_.
   std::vector<absl::string_view> ends_reasoning = {kThinkClose}, body_tags;
-  if (syntax.tool_calls) {
+  if (syntax_.tool_calls) {
     ends_reasoning.push_back(kCallOpen);
     body_tags.push_back(kCallOpen);
   }
-  if (syntax.reasoning) body_tags.push_back(kThinkClose);
-  size_t pos = 0;
-  bool in_reasoning = syntax.reasoning && syntax.starts_in_reasoning;
-  if (syntax.reasoning && !in_reasoning) {
-    // The output may open its own reasoning block.
-    const size_t lead = SkipSpace(text, 0);
-    const absl::string_view rest = text.substr(lead);
-    if (absl::StartsWith(rest, kThinkOpen)) {
-      in_reasoning = true;
-      pos = lead + kThinkOpen.size();
-    } else if (!final && absl::StartsWith(kThinkOpen, rest)) {
-      return out;  // nothing but what may still become <think>
+  if (syntax_.reasoning) body_tags.push_back(kThinkClose);
+  for (;;) {
+    switch (phase_) {
+      case Phase::kStart: {
+        // The output may open its own reasoning block.
+        const size_t lead = SkipSpace(text, 0);
+        const absl::string_view rest = text.substr(lead);
+        if (absl::StartsWith(rest, kThinkOpen)) {
+          phase_ = Phase::kReasoning;
+          pos_ = lead + kThinkOpen.size();
+          continue;
+        }
+        if (!final && absl::StartsWith(kThinkOpen, rest)) return;  // may still become <think>
+        phase_ = Phase::kBody;
+        continue;
+      }
+      case Phase::kReasoning: {
+        const size_t close = text.find(kThinkClose, pos_);
+        const size_t call = syntax_.tool_calls ? text.find(kCallOpen, pos_) : npos;
+        const size_t end = std::min(close, call);
+        if (end == npos) {
+          const size_t upto = final ? text.size() : text.size() - PartialTagTail(text.substr(pos_), ends_reasoning);
+          absl::StrAppend(&out_.reasoning, text.substr(pos_, upto - pos_));
+          pos_ = upto;
+          return;
+        }
+        absl::StrAppend(&out_.reasoning, text.substr(pos_, end - pos_));
+        pos_ = end == close ? close + kThinkClose.size() : call;
+        phase_ = Phase::kBody;
+        continue;
+      }
+      case Phase::kBody: {
+        if (call_open_ != npos) {
+          const size_t close = text.find(kCallClose, close_from_);
+          if (close == npos) {
+            if (final) {  // never closed: kept as text
+              absl::StrAppend(&out_.content, text.substr(call_open_));
+              pos_ = text.size();
+              call_open_ = npos;
+            } else {
+              // A close tag that is still arriving starts in the last bytes.
+              close_from_ = std::max(close_from_, text.size() - std::min(text.size(), kCallClose.size() - 1));
+            }
+            return;
+          }
+          ToolCallText call;
+          const size_t inner = call_open_ + kCallOpen.size();
+          if (ParseCall(text.substr(inner, close - inner), &call)) {
+            out_.tool_calls.push_back(std::move(call));
+          } else {
+            absl::StrAppend(&out_.content, text.substr(call_open_, close + kCallClose.size() - call_open_));
+          }
+          pos_ = close + kCallClose.size();
+          call_open_ = npos;
+          continue;
+        }
+        if (pos_ >= text.size()) return;
+        const size_t open = syntax_.tool_calls ? text.find(kCallOpen, pos_) : npos;
+        // A </think> after reasoning ended (at a tool call) is not content.
+        const size_t stray = syntax_.reasoning ? text.find(kThinkClose, pos_) : npos;
+        if (stray < open) {
+          absl::StrAppend(&out_.content, text.substr(pos_, stray - pos_));
+          pos_ = stray + kThinkClose.size();
+          continue;
+        }
+        if (open == npos) {
+          const size_t upto = final ? text.size() : text.size() - PartialTagTail(text.substr(pos_), body_tags);
+          absl::StrAppend(&out_.content, text.substr(pos_, upto - pos_));
+          pos_ = upto;
+          return;
+        }
+        absl::StrAppend(&out_.content, text.substr(pos_, open - pos_));
+        pos_ = open;
+        call_open_ = open;
+        close_from_ = open + kCallOpen.size();
+        continue;
+      }
     }
   }
-  if (in_reasoning) {
-    const size_t close = text.find(kThinkClose, pos);
-    const size_t call = syntax.tool_calls ? text.find(kCallOpen, pos) : absl::string_view::npos;
-    const size_t end = std::min(close, call);
-    if (end == absl::string_view::npos) {
-      absl::string_view r = text.substr(pos);
-      if (!final) r.remove_suffix(PartialTagTail(r, ends_reasoning));
-      out.reasoning = std::string(r);
-      return out;
-    }
-    out.reasoning = std::string(text.substr(pos, end - pos));
-    pos = end == close ? close + kThinkClose.size() : call;
-  }
-  while (pos < text.size()) {
-    const size_t open = syntax.tool_calls ? text.find(kCallOpen, pos) : absl::string_view::npos;
-    // A </think> after reasoning ended (at a tool call) is not content.
-    const size_t stray = syntax.reasoning ? text.find(kThinkClose, pos) : absl::string_view::npos;
-    if (stray < open) {
-      absl::StrAppend(&out.content, text.substr(pos, stray - pos));
-      pos = stray + kThinkClose.size();
-      continue;
-    }
-    if (open == absl::string_view::npos) {
-      absl::string_view c = text.substr(pos);
-      if (!final) c.remove_suffix(PartialTagTail(c, body_tags));
-      absl::StrAppend(&out.content, c);
-      break;
-    }
-    absl::StrAppend(&out.content, text.substr(pos, open - pos));
-    const size_t close = text.find(kCallClose, open);
-    if (close == absl::string_view::npos) {
-      if (final) absl::StrAppend(&out.content, text.substr(open));  // never closed: kept as text
-      break;
-    }
-    ToolCallText call;
-    const size_t inner = open + kCallOpen.size();
-    if (ParseCall(text.substr(inner, close - inner), &call)) {
-      out.tool_calls.push_back(std::move(call));
-    } else {
-      absl::StrAppend(&out.content, text.substr(open, close + kCallClose.size() - open));
-    }
-    pos = close + kCallClose.size();
-  }
-  return out;
+}
+
+ChatOutput ParseChatOutput(absl::string_view text, const ChatOutputSyntax& syntax, bool final) {
+  ChatOutputParser parser(syntax);
+  parser.Feed(text, final);
+  return parser.output();
 }
 
 }  // namespace spar

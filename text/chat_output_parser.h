@@ -48,7 +48,30 @@ struct ChatOutput {
   std::vector<ToolCallText> tool_calls;
 };
 
-// `final`: the text is complete (nothing is held back).
+// The parse, kept up to date as a stream's text grows: each Feed passes the
+// whole text so far (an extension of the previous one) and costs time in
+// proportion to what was added (plus any tool call still open), not to the
+// whole text — a long reasoning stream is not re-scanned at every delta.
+// output() is always what ParseChatOutput(text, syntax, final) returns.
+class ChatOutputParser {
+ public:
+  explicit ChatOutputParser(ChatOutputSyntax syntax);
+
+  // `final`: the text is complete (nothing is held back any more).
+  void Feed(absl::string_view text, bool final);
+  const ChatOutput& output() const { return out_; }
+
+ private:
+  enum class Phase { kStart, kReasoning, kBody };
+  const ChatOutputSyntax syntax_;
+  Phase phase_;
+  size_t pos_ = 0;           // the text before pos_ is in out_
+  size_t call_open_;         // an open <tool_call> (npos: none)
+  size_t close_from_ = 0;    // where its </tool_call> may start
+  ChatOutput out_;
+};
+
+// The whole parse of `text` at once.
 ChatOutput ParseChatOutput(absl::string_view text, const ChatOutputSyntax& syntax, bool final);
 
 }  // namespace spar

@@ -82,14 +82,15 @@ Json ToolCallJson(const ToolCallText& call, const Json& tools, const std::string
 }
 
 ChatOutputStream::ChatOutputStream(ChatOutputSyntax syntax, Json tools, std::string id_prefix)
-    : syntax_(syntax), tools_(std::move(tools)), id_prefix_(std::move(id_prefix)) {}
+    : syntax_(syntax), tools_(std::move(tools)), id_prefix_(std::move(id_prefix)), parser_(syntax) {}
 
 Json ChatOutputStream::CallJson(const ToolCallText& call, size_t index) const {
   return ToolCallJson(call, tools_, absl::StrCat(id_prefix_, index));
 }
 
 Json ChatOutputStream::Delta(absl::string_view text, bool final) {
-  const ChatOutput out = ParseChatOutput(text, syntax_, final);
+  parser_.Feed(text, final);
+  const ChatOutput& out = parser_.output();
   Json delta = Json::object();
   // The parse of a longer text extends the parse of a shorter one; guard
   // anyway, so a violation can never resend or cut text.
@@ -123,10 +124,6 @@ Json ChatOutputStream::Message(absl::string_view text) const {
   if (syntax_.reasoning) m["reasoning_content"] = out.reasoning.empty() ? Json(nullptr) : Json(out.reasoning);
   m["tool_calls"] = std::move(calls);
   return m;
-}
-
-bool ChatOutputStream::CalledTools(absl::string_view text) const {
-  return !ParseChatOutput(text, syntax_, /*final=*/true).tool_calls.empty();
 }
 
 }  // namespace spar::http

@@ -45,15 +45,16 @@ class ChatOutputStream {
   ChatOutputStream(ChatOutputSyntax syntax, Json tools, std::string id_prefix);
 
   // The delta fields (reasoning_content, content, tool_calls) that `text`
-  // adds to what earlier calls returned; empty when nothing is new.
+  // (the whole text so far) adds to what earlier calls returned; empty when
+  // nothing is new.
   Json Delta(absl::string_view text, bool final);
 
   // The message fields of the whole `text` (content null when empty and a
   // tool was called; reasoning_content only when the syntax has reasoning).
   Json Message(absl::string_view text) const;
 
-  // Whether the final text called a tool (finish_reason "tool_calls").
-  bool CalledTools(absl::string_view text) const;
+  // Whether the text fed to Delta called a tool (finish_reason "tool_calls").
+  bool CalledTools() const { return !parser_.output().tool_calls.empty(); }
 
  private:
   Json CallJson(const ToolCallText& call, size_t index) const;
@@ -61,6 +62,7 @@ class ChatOutputStream {
   const ChatOutputSyntax syntax_;
   const Json tools_;
   const std::string id_prefix_;
+  ChatOutputParser parser_;  // incremental: a delta costs what it adds
   size_t reasoning_sent_ = 0, content_sent_ = 0, calls_sent_ = 0;
 };
 

@@ -39,9 +39,8 @@ const char* FinishReason(SeqFinishReason r) {
 }
 
 // OpenAI's "tool_calls" when the model stopped after calling a tool.
-const char* FinishReasonWithTools(const FinishInfo& f, const ChatOutputStream* output, const std::string& text) {
-  if (f.reason == SeqFinishReason::kStop && output != nullptr && output->CalledTools(text)) return "tool_calls";
-  return FinishReason(f.reason);
+const char* FinishReasonWithTools(const FinishInfo& f, bool called_tools) {
+  return f.reason == SeqFinishReason::kStop && called_tools ? "tool_calls" : FinishReason(f.reason);
 }
 
 Json StopReason(const FinishInfo& f) {
@@ -194,7 +193,8 @@ std::vector<Json> ResponseBuilder::Add(int prompt, const GenerationUpdate& updat
     choice["text"] = text;
   }
   choice["logprobs"] = logprobs;
-  choice["finish_reason"] = u.finish ? Json(FinishReasonWithTools(*u.finish, c.output.get(), c.text)) : Json(nullptr);
+  const bool called_tools = c.output != nullptr && c.output->CalledTools();
+  choice["finish_reason"] = u.finish ? Json(FinishReasonWithTools(*u.finish, called_tools)) : Json(nullptr);
   choice["stop_reason"] = u.finish ? StopReason(*u.finish) : Json(nullptr);
   if (options_.return_token_ids) {
     choice["token_ids"] = u.token_ids;
@@ -252,15 +252,17 @@ Json ResponseBuilder::Response() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     Json choice = {{"index", i}};
+    bool called_tools = false;
     if (c.output != nullptr) {
       choice["message"] = c.output->Message(c.text);
+      called_tools = !choice["message"]["tool_calls"].empty();
     } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"tool_calls", Json::array()}};
     } else {
       choice["text"] = c.text;
     }
     choice["logprobs"] = options_.logprobs ? c.logprobs : Json(nullptr);
-    choice["finish_reason"] = c.finish ? Json(FinishReasonWithTools(*c.finish, c.output.get(), c.text)) : Json(nullptr);
+    choice["finish_reason"] = c.finish ? Json(FinishReasonWithTools(*c.finish, called_tools)) : Json(nullptr);
     choice["stop_reason"] = c.finish ? StopReason(*c.finish) : Json(nullptr);
     if (options_.return_token_ids) {
       choice["token_ids"] = c.token_ids;

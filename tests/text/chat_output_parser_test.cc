@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -142,6 +144,55 @@ TEST(ChatOutputParserTest, EverySplitGrowsToTheWholeParse) {
     for (int k = 0; k < n; ++k) t += pieces[rng.NextU64() % pieces.size()];
     ExpectGrowsToTheWholeParse(t, i % 2 ? kThinking : kNoThinking);
   }
+}
+
+bool SameOutput(const ChatOutput& a, const ChatOutput& b) {
+  return a.reasoning == b.reasoning && a.content == b.content && a.tool_calls == b.tool_calls;
+}
+
+// The incremental parser, fed random splits, is the one-shot parse of the
+// same text at every step and at the end.
+TEST(ChatOutputParserTest, IncrementalFeedsEqualTheOneShotParse) {
+  Rng rng(11);
+  const std::vector<std::string> pieces = {"<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>",
+                                           "</arg_key>", "<arg_value>", "</arg_value>", "<", "/", ">", "_",
+                                           "tool", "call", " ", "\n", "x", "{\"a\": 1}"};
+  for (int i = 0; i < 400; ++i) {
+    std::string t;
+    const int n = 1 + static_cast<int>(rng.NextU64() % 30);
+    for (int k = 0; k < n; ++k) t += pieces[rng.NextU64() % pieces.size()];
+    const ChatOutputSyntax syntax{.reasoning = (i & 1) != 0, .starts_in_reasoning = (i & 2) != 0,
+                                  .tool_calls = (i & 4) != 0};
+    ChatOutputParser parser(syntax);
+    size_t at = 0;
+    while (at < t.size()) {
+      at = std::min(t.size(), at + 1 + static_cast<size_t>(rng.NextU64() % 9));
+      parser.Feed(absl::string_view(t).substr(0, at), false);
+      ASSERT_TRUE(SameOutput(parser.output(), ParseChatOutput(t.substr(0, at), syntax, false))) << at << ": " << t;
+    }
+    parser.Feed(t, true);
+    ASSERT_TRUE(SameOutput(parser.output(), ParseChatOutput(t, syntax, true))) << t;
+  }
+}
+
+// A long stream costs what it adds per delta: 400 KB of reasoning and a 200 KB
+// tool argument in 4-byte deltas (150K feeds). Re-scanning the whole text at
+// every delta would read ~30 GB here.
+TEST(ChatOutputParserTest, LongStreamsAreLinear) {
+  std::string text(400000, 'r');
+  text += "</think>ok<tool_call>write<arg_key>text</arg_key><arg_value>";
+  text += std::string(200000, 'v');
+  text += "</arg_value></tool_call>";
+  ChatOutputParser parser(kThinking);
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t at = 4; at < text.size(); at += 4) parser.Feed(absl::string_view(text).substr(0, at), false);
+  parser.Feed(text, true);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(parser.output().reasoning.size(), 400000u);
+  EXPECT_EQ(parser.output().content, "ok");
+  ASSERT_EQ(parser.output().tool_calls.size(), 1u);
+  EXPECT_EQ(parser.output().tool_calls[0].args[0].second.size(), 200000u);
+  EXPECT_LT(seconds, 3.0);
 }
 
 }  // namespace
