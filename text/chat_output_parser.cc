@@ -66,19 +66,19 @@ bool ParseCall(absl::string_view inner, ToolCallText* call) {
 ChatOutputParser::ChatOutputParser(ChatOutputSyntax syntax)
     : syntax_(syntax),
       phase_(!syntax.reasoning ? Phase::kBody : syntax.starts_in_reasoning ? Phase::kReasoning : Phase::kStart),
-      call_open_(absl::string_view::npos) {}
+      call_open_(absl::string_view::npos) {
+  ends_reasoning_.push_back(kThinkClose);
+  if (syntax.tool_calls) {
+    ends_reasoning_.push_back(kCallOpen);
+    body_tags_.push_back(kCallOpen);
+  }
+  if (syntax.reasoning) body_tags_.push_back(kThinkClose);
+}
 
 void ChatOutputParser::Feed(absl::string_view text, bool final) {
   constexpr size_t npos = absl::string_view::npos;
-  // Tags whose partial tail is held back: what ends reasoning, and what the
-  // content may still turn into. Text is committed to out_ only up to where
-  // no tag can start any more, so later searches begin at pos_.
-  std::vector<absl::string_view> ends_reasoning = {kThinkClose}, body_tags;
-  if (syntax_.tool_calls) {
-    ends_reasoning.push_back(kCallOpen);
-    body_tags.push_back(kCallOpen);
-  }
-  if (syntax_.reasoning) body_tags.push_back(kThinkClose);
+  // Text is committed to out_ only up to where no tag can start any more
+  // (a partial tag tail is held back), so later searches begin at pos_.
   for (;;) {
     switch (phase_) {
       case Phase::kStart: {
@@ -99,7 +99,7 @@ void ChatOutputParser::Feed(absl::string_view text, bool final) {
         const size_t call = syntax_.tool_calls ? text.find(kCallOpen, pos_) : npos;
         const size_t end = std::min(close, call);
         if (end == npos) {
-          const size_t upto = final ? text.size() : text.size() - PartialTagTail(text.substr(pos_), ends_reasoning);
+          const size_t upto = final ? text.size() : text.size() - PartialTagTail(text.substr(pos_), ends_reasoning_);
           absl::StrAppend(&out_.reasoning, text.substr(pos_, upto - pos_));
           pos_ = upto;
           return;
@@ -144,7 +144,7 @@ void ChatOutputParser::Feed(absl::string_view text, bool final) {
           continue;
         }
         if (open == npos) {
-          const size_t upto = final ? text.size() : text.size() - PartialTagTail(text.substr(pos_), body_tags);
+          const size_t upto = final ? text.size() : text.size() - PartialTagTail(text.substr(pos_), body_tags_);
           absl::StrAppend(&out_.content, text.substr(pos_, upto - pos_));
           pos_ = upto;
           return;

@@ -64,6 +64,9 @@ class ChatOutputParser {
  private:
   enum class Phase { kStart, kReasoning, kBody };
   const ChatOutputSyntax syntax_;
+  // Tags whose partial tail is held back: what ends reasoning, and what the
+  // content may still turn into (fixed by the syntax).
+  std::vector<absl::string_view> ends_reasoning_, body_tags_;
   Phase phase_;
   size_t pos_ = 0;           // the text before pos_ is in out_
   size_t call_open_;         // an open <tool_call> (npos: none)
