@@ -94,30 +94,12 @@ absl::Status CheckOptions(const ModelConfig& config, const CapacityOptions& o) {
   return absl::OkStatus();
 }
 
-absl::Status CheckRanges(const ModelConfig& config, const std::vector<LayerRange>& ranges) {
-  int expect = 0;
-  for (const LayerRange& r : ranges) {
-    if (r.first != expect || r.last <= r.first) {
-      return absl::InvalidArgumentError(absl::StrCat("stage layers ", FormatStageLayers(ranges),
-                                                     " are not contiguous from layer 0"));
-    }
-    expect = r.last;
-  }
-  if (expect != config.num_hidden_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("stage layers ", FormatStageLayers(ranges), " end at layer ",
-                                                   expect, "; the model has ", config.num_hidden_layers));
-  }
-  return absl::OkStatus();
-}
-
 // Every stage's sizes for these ranges; cache_blocks may come out <= 0.
-// `left` receives, per stage, the bytes left for the cache.
 absl::StatusOr<CapacityPlan> PlanStages(const ModelConfig& config, const CapacityOptions& o,
-                                        const std::vector<LayerRange>& ranges, std::vector<int64_t>* left) {
+                                        const std::vector<LayerRange>& ranges) {
   CapacityPlan plan;
   plan.max_model_len = o.max_model_len > 0 ? o.max_model_len : config.max_position_embeddings;
   const TpRank rank0{0, o.tp};  // every rank holds the same amount (even splits only)
-  left->clear();
   for (size_t s = 0; s < ranges.size(); ++s) {
     StageCapacity st;
     st.layers = ranges[s];
@@ -133,18 +115,18 @@ absl::StatusOr<CapacityPlan> PlanStages(const ModelConfig& config, const Capacit
     const int64_t layers = st.layers.last - st.layers.first;
     const int64_t block = static_cast<int64_t>(CacheBlockBytesPerLayer(o.latent_format, o.indexer_format)) * layers;
     st.cache_bytes_per_token = block / kBlockSize;
-    left->push_back(st.budget_bytes - st.runtime_bytes - st.weights.total() - st.activation_reserve_bytes);
-    st.cache_blocks = left->back() > 0 ? left->back() / block : 0;
+    st.cache_blocks = std::max<int64_t>(st.cache_budget_bytes(), 0) / block;
     plan.stages.push_back(st);
   }
   return plan;
 }
 
 // The smallest stage's cache in tokens, negative while a stage does not fit.
-double MinCacheTokens(const CapacityPlan& plan, const std::vector<int64_t>& left) {
+double MinCacheTokens(const CapacityPlan& plan) {
   double m = 0;
   for (size_t s = 0; s < plan.stages.size(); ++s) {
-    const double t = static_cast<double>(left[s]) / plan.stages[s].cache_bytes_per_token;
+    const StageCapacity& st = plan.stages[s];
+    const double t = static_cast<double>(st.cache_budget_bytes()) / st.cache_bytes_per_token;
     m = s == 0 ? t : std::min(m, t);
   }
   return m;
@@ -158,10 +140,9 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const Capac
   if (ranges.empty()) {
     SPAR_ASSIGN_OR_RETURN(ranges, SplitLayers(config, o.stages));
   } else {
-    SPAR_RETURN_IF_ERROR(CheckRanges(config, ranges));
+    SPAR_RETURN_IF_ERROR(CheckStageLayers(ranges, config.num_hidden_layers));
   }
-  std::vector<int64_t> left;
-  SPAR_ASSIGN_OR_RETURN(CapacityPlan plan, PlanStages(config, o, ranges, &left));
+  SPAR_ASSIGN_OR_RETURN(CapacityPlan plan, PlanStages(config, o, ranges));
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const StageCapacity& st = plan.stages[s];
     if (st.cache_blocks < 1) {
@@ -184,9 +165,8 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const Capac
 absl::StatusOr<std::vector<LayerRange>> BalancedStageLayers(const ModelConfig& config, const CapacityOptions& o) {
   SPAR_RETURN_IF_ERROR(CheckOptions(config, o));
   SPAR_ASSIGN_OR_RETURN(std::vector<LayerRange> best, SplitLayers(config, o.stages));
-  std::vector<int64_t> left;
-  SPAR_ASSIGN_OR_RETURN(CapacityPlan plan, PlanStages(config, o, best, &left));
-  double best_tokens = MinCacheTokens(plan, left);
+  SPAR_ASSIGN_OR_RETURN(CapacityPlan plan, PlanStages(config, o, best));
+  double best_tokens = MinCacheTokens(plan);
   // Hill-climb: move one boundary to the next layer that may start a stage
   // (not one reusing the previous layer's top-k, as in SplitLayers) while
   // the smallest stage grows.
@@ -202,8 +182,8 @@ absl::StatusOr<std::vector<LayerRange>> BalancedStageLayers(const ModelConfig& c
         if (at <= cand[b - 1].first || at >= cand[b].last) continue;
         cand[b - 1].last = at;
         cand[b].first = at;
-        SPAR_ASSIGN_OR_RETURN(CapacityPlan p, PlanStages(config, o, cand, &left));
-        const double tokens = MinCacheTokens(p, left);
+        SPAR_ASSIGN_OR_RETURN(CapacityPlan p, PlanStages(config, o, cand));
+        const double tokens = MinCacheTokens(p);
         if (tokens > best_tokens) {
           best = cand;
           best_tokens = tokens;

@@ -57,6 +57,10 @@ struct StageCapacity {
   int64_t activation_reserve_bytes = 0;
   int64_t cache_bytes_per_token = 0;   // all of the stage's layers, per GPU
   int64_t cache_blocks = 0;            // 64 tokens each; <= 0: does not fit
+  // What the budget leaves for the cache (negative: the stage does not fit).
+  int64_t cache_budget_bytes() const {
+    return budget_bytes - runtime_bytes - weights.total() - activation_reserve_bytes;
+  }
   int64_t cache_tokens() const { return cache_blocks * 64; }
   int64_t cache_bytes() const { return cache_blocks * 64 * cache_bytes_per_token; }
 };

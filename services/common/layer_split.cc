@@ -20,22 +20,31 @@ absl::StatusOr<LayerRange> ParseLayerRange(const std::string& text) {
 
 absl::StatusOr<std::vector<LayerRange>> ParseStageLayers(const std::string& text, int num_layers) {
   std::vector<LayerRange> out;
-  int expect = 0;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     auto r = ParseLayerRange(std::string(part));
     if (!r.ok()) return r.status();
-    if (r->first != expect) {
-      return absl::InvalidArgumentError(absl::StrCat("stage layers \"", text, "\": stage ", out.size(),
-                                                     " starts at layer ", r->first, ", expected ", expect));
-    }
-    expect = r->last;
     out.push_back(*r);
+  }
+  if (auto s = CheckStageLayers(out, num_layers); !s.ok()) return s;
+  return out;
+}
+
+absl::Status CheckStageLayers(const std::vector<LayerRange>& ranges, int num_layers) {
+  int expect = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    if (ranges[i].first != expect || ranges[i].last <= ranges[i].first) {
+      return absl::InvalidArgumentError(absl::StrCat("stage layers ", FormatStageLayers(ranges),
+                                                     " are not contiguous from layer 0: stage ", i, " is ",
+                                                     ranges[i].first, ":", ranges[i].last, ", expected to start at ",
+                                                     expect));
+    }
+    expect = ranges[i].last;
   }
   if (expect != num_layers) {
     return absl::InvalidArgumentError(
-        absl::StrCat("stage layers \"", text, "\" end at layer ", expect, "; the model has ", num_layers));
+        absl::StrCat("stage layers ", FormatStageLayers(ranges), " end at layer ", expect, "; the model has ", num_layers));
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<LayerRange>> SplitLayers(const ModelConfig& config, int stages) {

@@ -23,6 +23,8 @@ struct LayerRange {
 absl::StatusOr<LayerRange> ParseLayerRange(const std::string& text);
 // "A:B,B:C,..." contiguous from 0 to `num_layers`.
 absl::StatusOr<std::vector<LayerRange>> ParseStageLayers(const std::string& text, int num_layers);
+// Non-empty ranges, contiguous from layer 0 to `num_layers`.
+absl::Status CheckStageLayers(const std::vector<LayerRange>& ranges, int num_layers);
 
 // Splits the model's layers into `stages` contiguous ranges as evenly as
 // possible. A stage may not start on a layer that shares the previous
