@@ -185,7 +185,8 @@ std::vector<Json> ResponseBuilder::Add(int prompt, const GenerationUpdate& updat
   } else if (chat) {
     delta = text.empty() ? Json::object() : Json{{"content", text}};
   }
-  if ((c.output != nullptr ? delta.empty() : text.empty()) && logprobs.is_null() && !u.finish) return chunks;
+  // A chat delta holds exactly what is new (also with the parsers, which may hold text back).
+  if ((chat ? delta.empty() : text.empty()) && logprobs.is_null() && !u.finish) return chunks;
   Json choice = {{"index", index}};
   if (chat) {
     choice["delta"] = std::move(delta);
