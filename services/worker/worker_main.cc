@@ -126,7 +126,7 @@ int RunWorkerMain(int argc, char** argv, int begin) {
     if (!config.ok()) return fail(std::string(config.status().message()));
     auto split = stage_layers.empty() ? SplitLayers(*config, static_cast<int>(stages))
                                       : ParseStageLayers(stage_layers, config->num_hidden_layers);
-    if (!split.ok()) return fail(std::string(split.status().message()));
+    if (!split.ok()) return fail(absl::StrCat(stage_layers.empty() ? "" : "--stage-layers: ", split.status().message()));
     if (static_cast<int64_t>(split->size()) != stages) {
       return fail(absl::StrCat("--stage-layers names ", split->size(), " stages, --stages ", stages));
     }
