@@ -81,11 +81,11 @@ Json ToolCallJson(const ToolCallText& call, const Json& tools, const std::string
           {"function", {{"name", call.name}, {"arguments", args.dump(-1, ' ', false, Json::error_handler_t::replace)}}}};
 }
 
-ChatOutputStream::ChatOutputStream(ChatOutputSyntax syntax, Json tools, std::string id_prefix)
-    : syntax_(syntax), tools_(std::move(tools)), id_prefix_(std::move(id_prefix)), parser_(syntax) {}
+ChatOutputStream::ChatOutputStream(ChatOutputSyntax syntax, const Json* tools, std::string id_prefix)
+    : syntax_(syntax), tools_(tools), id_prefix_(std::move(id_prefix)), parser_(syntax) {}
 
 Json ChatOutputStream::CallJson(const ToolCallText& call, size_t index) const {
-  return ToolCallJson(call, tools_, absl::StrCat(id_prefix_, index));
+  return ToolCallJson(call, *tools_, absl::StrCat(id_prefix_, index));
 }
 
 Json ChatOutputStream::Delta(absl::string_view text, bool final) {

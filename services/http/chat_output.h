@@ -42,7 +42,8 @@ Json ToolCallJson(const ToolCallText& call, const Json& tools, const std::string
 // to send. Deterministic tool call ids: `id_prefix` + index.
 class ChatOutputStream {
  public:
-  ChatOutputStream(ChatOutputSyntax syntax, Json tools, std::string id_prefix);
+  // `tools` (the request's list) must outlive the stream.
+  ChatOutputStream(ChatOutputSyntax syntax, const Json* tools, std::string id_prefix);
 
   // The delta fields (reasoning_content, content, tool_calls) that `text`
   // (the whole text so far) adds to what earlier calls returned; empty when
@@ -60,7 +61,7 @@ class ChatOutputStream {
   Json CallJson(const ToolCallText& call, size_t index) const;
 
   const ChatOutputSyntax syntax_;
-  const Json tools_;
+  const Json* tools_;
   const std::string id_prefix_;
   ChatOutputParser parser_;  // incremental: a delta costs what it adds
   size_t reasoning_sent_ = 0, content_sent_ = 0, calls_sent_ = 0;

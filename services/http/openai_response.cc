@@ -82,7 +82,7 @@ ResponseBuilder::ResponseBuilder(ResponseOptions options, const TokenStrings* to
     if (options_.kind == ApiKind::kChat && options_.chat_syntax.active()) {
       // Tool call ids: unique per response and choice, the same on a retry of the body.
       c.output = std::make_unique<ChatOutputStream>(
-          options_.chat_syntax, options_.tools,
+          options_.chat_syntax, &options_.tools,
           absl::StrCat("call_", absl::string_view(options_.id).substr(options_.id.find('-') + 1), "_", i, "_"));
     }
     c.logprobs = options_.kind == ApiKind::kChat

@@ -59,6 +59,9 @@ class ResponseBuilder {
  public:
   // `tokens` must outlive the builder.
   ResponseBuilder(ResponseOptions options, const TokenStrings* tokens);
+  // Choices' output streams point at options_.tools: the builder stays put.
+  ResponseBuilder(const ResponseBuilder&) = delete;
+  ResponseBuilder& operator=(const ResponseBuilder&) = delete;
 
   // Completions with echo: the text each choice of `prompt` starts with.
   void SetEchoText(int prompt, std::string text);
