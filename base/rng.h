@@ -1,15 +1,18 @@
 // Deterministic random numbers that give the same bits on every machine:
 // SplitMix64 only, no std:: distributions (their outputs are
-// implementation-defined) and no transcendental functions.
+// implementation-defined) and no transcendental functions. SplitMix64 and
+// CounterUniform are also the device code's (kernels/cuda/sampling).
 #ifndef SPAR_BASE_RNG_H_
 #define SPAR_BASE_RNG_H_
 
 #include <cstdint>
 
+#include "base/host_device.h"
+
 namespace spar {
 
 // One SplitMix64 step: a bijective 64-bit mixer, also usable as a hash.
-constexpr uint64_t SplitMix64(uint64_t x) {
+SPAR_HOST_DEVICE constexpr uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -20,12 +23,11 @@ class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
 
+  // The SplitMix64 generator: the mixer of the state after each increment.
   uint64_t NextU64() {
+    const uint64_t z = state_;
     state_ += 0x9e3779b97f4a7c15ull;
-    uint64_t z = state_;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return SplitMix64(z);
   }
 
   // Uniform in [0, 1) with 24 random bits: exact in float.
@@ -46,8 +48,8 @@ class Rng {
 
 // Counter-based uniform in [0, 1) for (seed, stream, counter): what the
 // sampler uses so that any backend draws the same number for a request step.
-inline double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter) {
-  uint64_t h = SplitMix64(seed ^ SplitMix64(stream ^ SplitMix64(counter)));
+SPAR_HOST_DEVICE constexpr double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter) {
+  const uint64_t h = SplitMix64(seed ^ SplitMix64(stream ^ SplitMix64(counter)));
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
 }
 

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/cache_layout.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 #include "engine/step_plan.h"
 #include "engine/tensor.h"
 #include "engine/tensor_parallel.h"
-#include "kernels/ref/cache_ref.h"
 #include "kernels/ref/rope_ref.h"
 #include "kernels/ref/sampling_ref.h"
 
@@ -83,8 +83,8 @@ struct CacheSpec {
   // kept free for the step's activations (vLLM's --gpu-memory-utilization).
   double memory_utilization = 0;
   int64_t activation_reserve_bytes = 0;
-  ref::LatentFormat latent_format = ref::LatentFormat::kF32;
-  ref::IndexerFormat indexer_format = ref::IndexerFormat::kF32;
+  LatentFormat latent_format = LatentFormat::kF32;
+  IndexerFormat indexer_format = IndexerFormat::kF32;
 };
 
 // Per-step indexer settings.

@@ -11,7 +11,7 @@ BlockAllocator::BlockAllocator(int64_t num_blocks) : num_blocks_(num_blocks), in
 }
 
 absl::Status BlockAllocator::Grow(std::vector<int32_t>* table, int64_t tokens) {
-  const int64_t needed = (tokens + kBlockSize - 1) / kBlockSize - static_cast<int64_t>(table->size());
+  const int64_t needed = (tokens + kCacheBlockTokens - 1) / kCacheBlockTokens - static_cast<int64_t>(table->size());
   if (needed <= 0) return absl::OkStatus();
   if (needed > num_free()) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache full: need ", needed, " more blocks, ", num_free(),

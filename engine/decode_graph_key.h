@@ -29,7 +29,7 @@ struct DecodeGraphKey {
   bool has_input = false;    // a later stage: hidden states come in
   auto operator<=>(const DecodeGraphKey&) const = default;
   // Tokens the indexer's grids cover: table_stride whole blocks.
-  int64_t max_context() const { return table_stride * kBlockSize; }
+  int64_t max_context() const { return table_stride * kCacheBlockTokens; }
   std::string DebugString() const;
 };
 

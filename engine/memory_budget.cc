@@ -4,8 +4,8 @@
 
 namespace spar {
 
-size_t CacheBlockBytesPerLayer(ref::LatentFormat latent, ref::IndexerFormat indexer) {
-  return static_cast<size_t>(kBlockSize) * ref::LatentRowBytes(latent) + ref::IndexerPageBytes(indexer);
+size_t CacheBlockBytesPerLayer(LatentFormat latent, IndexerFormat indexer) {
+  return static_cast<size_t>(kCacheBlockTokens) * LatentRowBytes(latent) + IndexerPageBytes(indexer);
 }
 
 int64_t ActivationReserveBytes(int64_t max_positions) {

@@ -6,13 +6,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/ref/cache_ref.h"
+#include "base/cache_layout.h"
 
 namespace spar {
 
 // Device bytes one 64-token cache block takes in one layer: its latent rows
 // and its indexer key page (every layer holds both).
-size_t CacheBlockBytesPerLayer(ref::LatentFormat latent, ref::IndexerFormat indexer);
+size_t CacheBlockBytesPerLayer(LatentFormat latent, IndexerFormat indexer);
 
 // What a GPU stage keeps free for one step's activations next to its weights
 // and caches: a fixed 2 GiB plus the fp32 prefill indexer logits of one

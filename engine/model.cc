@@ -141,8 +141,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
   }
   m->indexer_.rope_pairs =
       c.indexer_rope_layout == RopeLayout::kInterleaved ? ref::RopePairs::kInterleaved : ref::RopePairs::kHalfSplit;
-  if (c.kv_lora_rank != ref::kLatentNopeDim || c.qk_rope_head_dim != ref::kLatentRopeDim ||
-      c.index_head_dim != ref::kIndexerDim) {
+  if (c.kv_lora_rank != kLatentNopeDim || c.qk_rope_head_dim != kLatentRopeDim ||
+      c.index_head_dim != kIndexerHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat("spar needs kv_lora_rank 512, qk_rope_head_dim 64 and ",
                                                    "index_head_dim 128 (the DSA cache layouts); got ",
                                                    c.kv_lora_rank, ", ", c.qk_rope_head_dim, ", ", c.index_head_dim));
@@ -170,9 +170,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
   cache.memory_utilization = options.gpu_memory_utilization;
   cache.activation_reserve_bytes = ActivationReserveBytes(m->config_.max_position_embeddings);
   SPAR_ASSIGN_OR_RETURN(m->options_.num_blocks, backend->AllocateCaches(cache));
-  const int64_t need = (m->config_.max_position_embeddings + kBlockSize - 1) / kBlockSize;
+  const int64_t need = (m->config_.max_position_embeddings + kCacheBlockTokens - 1) / kCacheBlockTokens;
   if (options.max_model_len > 0 && m->options_.num_blocks < need) {
-    return absl::ResourceExhaustedError(absl::StrCat("the KV cache holds ", m->options_.num_blocks * kBlockSize,
+    return absl::ResourceExhaustedError(absl::StrCat("the KV cache holds ", m->options_.num_blocks * kCacheBlockTokens,
                                                      " tokens, less than one sequence of max model len ",
                                                      options.max_model_len));
   }

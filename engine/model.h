@@ -36,8 +36,8 @@ struct ModelOptions {
   // model's max_position_embeddings (--max-model-len). The caches must hold
   // at least one such sequence.
   int64_t max_model_len = 0;
-  ref::LatentFormat latent_format = ref::LatentFormat::kF32;
-  ref::IndexerFormat indexer_format = ref::IndexerFormat::kF32;
+  LatentFormat latent_format = LatentFormat::kF32;
+  IndexerFormat indexer_format = IndexerFormat::kF32;
 };
 
 // Per-layer top-k selections of one forward pass (cache slots), for tests.

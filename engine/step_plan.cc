@@ -22,7 +22,7 @@ absl::Status StepPlan::Finalize(int64_t vocab_size, int64_t max_positions, int64
     if (max_positions > 0 && end > max_positions) {
       return bad("context of ", end, " tokens exceeds max_position_embeddings (", max_positions, ")");
     }
-    const int64_t blocks_needed = (end + kBlockSize - 1) / kBlockSize;
+    const int64_t blocks_needed = (end + kCacheBlockTokens - 1) / kCacheBlockTokens;
     if (static_cast<int64_t>(q.block_table.size()) < blocks_needed) {
       return bad("block table has ", q.block_table.size(), " blocks for ", end, " tokens");
     }
@@ -38,7 +38,7 @@ absl::Status StepPlan::Finalize(int64_t vocab_size, int64_t max_positions, int64
       const int32_t pos = q.start_pos + static_cast<int32_t>(i);
       token_ids.push_back(id);
       positions.push_back(pos);
-      slots.push_back(q.block_table[pos / kBlockSize] * kBlockSize + pos % kBlockSize);
+      slots.push_back(q.block_table[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens);
       token_seq.push_back(static_cast<int32_t>(s));
     }
     if (q.num_logits < 0 || q.num_logits > static_cast<int>(q.tokens.size())) {

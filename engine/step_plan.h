@@ -8,10 +8,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/cache_layout.h"
 
 namespace spar {
-
-inline constexpr int kBlockSize = 64;  // tokens per cache block (both caches)
 
 struct SequenceStep {
   int64_t seq_id = 0;

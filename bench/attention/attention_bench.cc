@@ -25,8 +25,8 @@
 #include "bench/common/bench_util.h"
 #include "kernels/cuda/attention/absorb_gemm.h"
 #include "kernels/cuda/attention/mla_cache.h"
-#include "kernels/cuda/attention/sampling.h"
-#include "kernels/cuda/attention/small_ops.h"
+#include "kernels/cuda/sampling/sampling.h"
+#include "kernels/cuda/small_ops/small_ops.h"
 #include "kernels/cuda/attention/sparse_mla.h"
 #include "kernels/ref/cache_ref.h"
 #include "nlohmann/json.hpp"
@@ -59,8 +59,8 @@ std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed, float scale = 1.0f) {
 }
 
 // A latent cache of `rows` slots: 16384 random encoded rows tiled.
-uint8_t* MakeCache(ref::LatentFormat f, int64_t rows) {
-  const size_t rb = ref::LatentRowBytes(f);
+uint8_t* MakeCache(LatentFormat f, int64_t rows) {
+  const size_t rb = LatentRowBytes(f);
   const int64_t pattern = 16384;
   std::vector<uint8_t> host(pattern * rb);
   Rng rng(1);
@@ -85,7 +85,7 @@ struct MlaResult {
   SparseMlaPlan plan;
 };
 
-MlaResult TimeMla(ref::LatentFormat f, const uint8_t* cache, int64_t cache_rows, int64_t tokens, int heads,
+MlaResult TimeMla(LatentFormat f, const uint8_t* cache, int64_t cache_rows, int64_t tokens, int heads,
                   int64_t index_range) {
   // Enough index sets that the rotation's gathered rows exceed the L2 cache
   // (batch 1 gathers only 2.4 MB per set).
@@ -146,7 +146,7 @@ MlaResult TimeMla(ref::LatentFormat f, const uint8_t* cache, int64_t cache_rows,
   }
   r.us = us;
   r.tflops = 2.0 * tokens * heads * kTopk * (576 + 512) / (us * 1e-6) / 1e12;
-  r.gbs = static_cast<double>(tokens) * kTopk * ref::LatentRowBytes(f) / (us * 1e-6) / 1e9;
+  r.gbs = static_cast<double>(tokens) * kTopk * LatentRowBytes(f) / (us * 1e-6) / 1e9;
   r.plan = p.plan;
   for (auto* d : idx) cudaFree(d);
   cudaFree(q);
@@ -176,8 +176,8 @@ int main(int argc, char** argv) {
   std::printf("device: %s (sm80 code), copy bandwidth %.0f GB/s (read+write)\n", DeviceName().c_str(), copy_gbs);
 
   const int64_t kRows = int64_t{1} << 20;
-  uint8_t* cache_bf16 = MakeCache(ref::LatentFormat::kBF16, kRows);
-  uint8_t* cache_fp8 = MakeCache(ref::LatentFormat::kFp8Ds, kRows);
+  uint8_t* cache_bf16 = MakeCache(LatentFormat::kBF16, kRows);
+  uint8_t* cache_fp8 = MakeCache(LatentFormat::kFp8Ds, kRows);
   std::string summary;
   char line[512];
 
@@ -185,11 +185,11 @@ int main(int argc, char** argv) {
   std::printf("| fmt | batch | heads | tile x splits | us | TFLOP/s | GB/s gathered | %% copy BW | torch us | speedup | "
               "graph-replay us | %% copy BW (graph) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (auto f : {ref::LatentFormat::kBF16, ref::LatentFormat::kFp8Ds}) {
-    const char* fn = f == ref::LatentFormat::kBF16 ? "bf16" : "fp8";
+  for (auto f : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
+    const char* fn = f == LatentFormat::kBF16 ? "bf16" : "fp8";
     for (int batch : {1, 16, 64, 128}) {
       for (int heads : {8, 16, 64, 128}) {
-        const MlaResult r = TimeMla(f, f == ref::LatentFormat::kBF16 ? cache_bf16 : cache_fp8, kRows, batch, heads, kRows);
+        const MlaResult r = TimeMla(f, f == LatentFormat::kBF16 ? cache_bf16 : cache_fp8, kRows, batch, heads, kRows);
         const double peer_us = PeerUs(peer, "decode", std::string(fn) + "/" + std::to_string(batch) + "/" + std::to_string(heads));
         std::snprintf(line, sizeof(line),
                       "| %s | %d | %d | %dx%d | %.1f | %.1f | %.0f | %.0f%% | %.1f | %.1fx | %.1f | %.0f%% |\n", fn, batch,
@@ -205,11 +205,11 @@ int main(int argc, char** argv) {
   std::printf("\n## sparse MLA prefill, 4096 tokens, topk 2048 over a 64K-token context\n");
   std::printf("| fmt | tokens | heads | tile x splits | us | TFLOP/s | GB/s gathered | %% copy BW | torch us | speedup |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-  for (auto f : {ref::LatentFormat::kBF16, ref::LatentFormat::kFp8Ds}) {
-    const char* fn = f == ref::LatentFormat::kBF16 ? "bf16" : "fp8";
+  for (auto f : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
+    const char* fn = f == LatentFormat::kBF16 ? "bf16" : "fp8";
     for (int heads : {64, 128}) {
-      const MlaResult r = TimeMla(f, f == ref::LatentFormat::kBF16 ? cache_bf16 : cache_fp8, kRows, 4096, heads, 65536);
-      const double peer_us = f == ref::LatentFormat::kBF16 ? PeerUs(peer, "prefill", "bf16/4096/" + std::to_string(heads)) : 0.0;
+      const MlaResult r = TimeMla(f, f == LatentFormat::kBF16 ? cache_bf16 : cache_fp8, kRows, 4096, heads, 65536);
+      const double peer_us = f == LatentFormat::kBF16 ? PeerUs(peer, "prefill", "bf16/4096/" + std::to_string(heads)) : 0.0;
       std::snprintf(line, sizeof(line), "| %s | 4096 | %d | %dx%d | %.0f | %.1f | %.0f | %.0f%% | %.0f | %.1fx |\n", fn, heads,
                     r.plan.head_tile, r.plan.num_splits, r.us, r.tflops, r.gbs, 100.0 * r.gbs / copy_gbs, peer_us,
                     peer_us > 0 ? peer_us / r.us : 0.0);
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
       cudaFree(w);
       cudaFree(out);
     }
-    for (auto f : {ref::LatentFormat::kBF16, ref::LatentFormat::kFp8Ds}) {
+    for (auto f : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
       for (int64_t tokens : {64, 4096}) {
         auto* kv = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * 576, 6)));
         auto* w = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(512, 7)));
@@ -269,12 +269,12 @@ int main(int argc, char** argv) {
         p.inv_freq = dinv;
         p.slot_mapping = dslots;
         p.format = f;
-        p.cache = f == ref::LatentFormat::kBF16 ? cache_bf16 : cache_fp8;
+        p.cache = f == LatentFormat::kBF16 ? cache_bf16 : cache_fp8;
         p.num_slots = kRows;
         const double us = MedianMicros([&] { Check(LaunchMlaCacheWrite(p, nullptr), "cache write"); });
-        std::printf("| mla cache write %s | %lld tokens | %.1f | %.0f |\n", f == ref::LatentFormat::kBF16 ? "bf16" : "fp8",
+        std::printf("| mla cache write %s | %lld tokens | %.1f | %.0f |\n", f == LatentFormat::kBF16 ? "bf16" : "fp8",
                     static_cast<long long>(tokens), us,
-                    tokens * (1152.0 + ref::LatentRowBytes(f)) / (us * 1e-6) / 1e9);
+                    tokens * (1152.0 + LatentRowBytes(f)) / (us * 1e-6) / 1e9);
         cudaFree(kv);
         cudaFree(w);
         cudaFree(dpos);

@@ -101,7 +101,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.contexts.clear();
       for (absl::string_view s : absl::StrSplit(v, ',')) {
         int c;
-        if (!absl::SimpleAtoi(s, &c) || c < kBlockSize || c % kBlockSize != 0) {
+        if (!absl::SimpleAtoi(s, &c) || c < kCacheBlockTokens || c % kCacheBlockTokens != 0) {
           return absl::InvalidArgumentError("--contexts wants multiples of 64: N,N,...");
         }
         f.contexts.push_back(c);
@@ -179,8 +179,8 @@ absl::StatusOr<Roofline> LayerBytes(const Checkpoint& ck, const ModelConfig& c, 
     r.weight_bytes += distinct / tp * one_expert;
   }
   const double rows = std::min<double>(context + 1, c.index_topk);
-  r.cache_bytes = batch * (rows * latent_row_bytes + (context + 1) * ref::IndexerPageBytes(ref::IndexerFormat::kFp8) /
-                                                          static_cast<double>(kBlockSize));
+  r.cache_bytes = batch * (rows * latent_row_bytes + (context + 1) * IndexerPageBytes(IndexerFormat::kFp8) /
+                                                          static_cast<double>(kCacheBlockTokens));
   return r;
 }
 
@@ -200,7 +200,7 @@ absl::StatusOr<StepPlan> DecodePlan(int batch, int context, const ModelConfig& c
     s.seq_id = 1000 + i;
     s.start_pos = context;
     s.tokens = {1};
-    s.block_table = table_of(i, context / kBlockSize + 1);
+    s.block_table = table_of(i, context / kCacheBlockTokens + 1);
     s.num_logits = 0;
     plan.seqs.push_back(s);
   }
@@ -286,13 +286,13 @@ absl::Status Run(const Flags& f) {
   const int max_batch = *std::max_element(f.batches.begin(), f.batches.end());
   const int max_context = *std::max_element(f.contexts.begin(), f.contexts.end());
   // Each sequence owns max_context / 64 blocks plus one for its new token.
-  const int seq_blocks = max_context / kBlockSize + 1;
+  const int seq_blocks = max_context / kCacheBlockTokens + 1;
   ModelOptions mo;
   mo.first_layer = f.first_layer;
   mo.last_layer = f.last_layer;
   mo.num_blocks = static_cast<int64_t>(max_batch) * seq_blocks + 2;
-  mo.latent_format = f.latent == "fp8" ? ref::LatentFormat::kFp8Ds : ref::LatentFormat::kBF16;
-  mo.indexer_format = ref::IndexerFormat::kFp8;
+  mo.latent_format = f.latent == "fp8" ? LatentFormat::kFp8Ds : LatentFormat::kBF16;
+  mo.indexer_format = IndexerFormat::kFp8;
   const auto t0 = std::chrono::steady_clock::now();
   SPAR_ASSIGN_OR_RETURN(auto model, Model::Load(f.model, backend.get(), mo));
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -326,7 +326,7 @@ absl::Status Run(const Flags& f) {
       s.seq_id = seq;
       s.start_pos = start;
       s.tokens.assign(n, 1);
-      s.block_table = table_of(seq, (start + n + kBlockSize - 1) / kBlockSize);
+      s.block_table = table_of(seq, (start + n + kCacheBlockTokens - 1) / kCacheBlockTokens);
       s.num_logits = 0;
       plan.seqs.push_back(s);
       SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, mo.num_blocks));
@@ -341,7 +341,7 @@ absl::Status Run(const Flags& f) {
 
   const double bw = bench::MeasureCopyBandwidthGBs() * 1e9;
   SPAR_ASSIGN_OR_RETURN(auto ck, Checkpoint::Open(f.model));
-  const size_t latent_row = ref::LatentRowBytes(mo.latent_format);
+  const size_t latent_row = LatentRowBytes(mo.latent_format);
   const int kModelLayers = 78;  // GLM-5
   if (f.tp.rank == 0) {
     std::printf("# engine_bench: %s, layers [%d, %d) of %s, latent %s, TP %d, load %.1f s, prefill of %d x %d "

@@ -33,7 +33,9 @@
 #include <vector>
 
 #include "base/numeric.h"
+#include "base/rng.h"
 #include "bench/common/bench_util.h"
+#include "kernels/cuda/common/device_info.h"
 #include "kernels/cuda/gemm/moe.h"
 #include "kernels/cuda/gemm/w8a16_gemm.h"
 
@@ -44,17 +46,10 @@ using bench::CheckCuda;
 using bench::GraphMedianMicros;
 
 // ---- device-side random fills (the MoE bank is ~10 GB) --------------------
-__device__ __forceinline__ uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Random e4m3 bytes without the NaN codes (0x7f, 0xff).
 __global__ void FillE4m3(uint8_t* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n / 8; i += size_t{gridDim.x} * blockDim.x) {
-    uint64_t h = Mix(seed ^ (i * 0x2545f4914f6cdd1dull));
+    uint64_t h = SplitMix64(seed ^ (i * 0x2545f4914f6cdd1dull));
     for (int b = 0; b < 8; ++b) {
       const uint64_t byte = (h >> (8 * b)) & 0xff;
       if ((byte & 0x7f) == 0x7f) h ^= uint64_t{1} << (8 * b);
@@ -66,7 +61,7 @@ __global__ void FillE4m3(uint8_t* p, size_t n, uint64_t seed) {
 // Scales in [2^-9, 2^-7): like real weight_scale_inv values.
 __global__ void FillScales(float* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
-    const double u = static_cast<double>(Mix(seed ^ i) >> 11) * (1.0 / 9007199254740992.0);
+    const double u = static_cast<double>(SplitMix64(seed ^ i) >> 11) * (1.0 / 9007199254740992.0);
     p[i] = static_cast<float>(std::ldexp(1.0 + u, -9 + static_cast<int>(u * 2)));
   }
 }
@@ -74,14 +69,14 @@ __global__ void FillScales(float* p, size_t n, uint64_t seed) {
 // bf16 uniform in [-1, 1).
 __global__ void FillBf16(__nv_bfloat16* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
-    const double u = static_cast<double>(Mix(seed ^ i) >> 11) * (1.0 / 9007199254740992.0);
+    const double u = static_cast<double>(SplitMix64(seed ^ i) >> 11) * (1.0 / 9007199254740992.0);
     p[i] = __float2bfloat16(static_cast<float>(2.0 * u - 1.0));
   }
 }
 
 __global__ void FillF32(float* p, size_t n, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
-    const double u = static_cast<double>(Mix(seed ^ i) >> 11) * (1.0 / 9007199254740992.0);
+    const double u = static_cast<double>(SplitMix64(seed ^ i) >> 11) * (1.0 / 9007199254740992.0);
     p[i] = static_cast<float>((2.0 * u - 1.0) * scale);
   }
 }
@@ -701,8 +696,7 @@ int Main(int argc, char** argv) {
       opt.force_splits = f.size() > 1 ? static_cast<int>(f[1]) : 1;
     }
   }
-  int sms = 0;
-  CheckCuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attr");
+  const int sms = CurrentDeviceInfo().sm_count;
   CheckCuda(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "stream");
   g_copy_gbs = bench::MeasureCopyBandwidthGBs();
   std::printf("device %s, %d SMs, copy bandwidth %.0f GB/s (read + write), H200 running sm80 code\n",

@@ -22,6 +22,7 @@
 #include "base/numeric.h"
 #include "base/rng.h"
 #include "bench/common/bench_util.h"
+#include "kernels/cuda/common/device_info.h"
 #include "kernels/cuda/indexer/indexer.h"
 #include "kernels/cuda/indexer/topk_plan.h"
 #include "kernels/ref/indexer_ref.h"
@@ -30,19 +31,12 @@
 namespace spar::bench {
 namespace {
 
-__device__ __forceinline__ uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Random FP8 pages: e4m3 codes (never the NaN codes) and scales in [1e-3, 2e-3).
 __global__ void FillFp8Pages(uint8_t* pages, int64_t num_pages, uint64_t seed) {
   const int64_t words = num_pages * 8448 / 4;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < words; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t page = i / 2112, in_page = i % 2112;
-    const uint64_t h = Mix(seed ^ static_cast<uint64_t>(i));
+    const uint64_t h = SplitMix64(seed ^ static_cast<uint64_t>(i));
     uint32_t v;
     if (in_page < 2048) {
       v = static_cast<uint32_t>(h);
@@ -58,13 +52,13 @@ __global__ void FillFp8Pages(uint8_t* pages, int64_t num_pages, uint64_t seed) {
 // Random bf16 in [-1, 1) or fp32 in [lo, hi).
 __global__ void FillBf16(uint16_t* x, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float f = static_cast<float>(Mix(seed ^ i) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    const float f = static_cast<float>(SplitMix64(seed ^ i) >> 40) * (2.0f / 16777216.0f) - 1.0f;
     x[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);
   }
 }
 __global__ void FillF32(float* x, int64_t n, uint64_t seed, float lo, float hi) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    x[i] = lo + (hi - lo) * static_cast<float>(Mix(seed ^ i) >> 40) * (1.0f / 16777216.0f);
+    x[i] = lo + (hi - lo) * static_cast<float>(SplitMix64(seed ^ i) >> 40) * (1.0f / 16777216.0f);
   }
 }
 
@@ -93,12 +87,6 @@ void Ok(const absl::Status& s, const char* what) {
 
 double g_copy_gbs = 0;
 
-int SmCountForBench() {
-  int dev = 0, sms = 0;
-  CheckCuda(cudaGetDevice(&dev), "device");
-  CheckCuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sms");
-  return sms;
-}
 std::vector<std::string> g_summary;
 
 void Summary(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -157,7 +145,7 @@ struct DecodeSetup {
     p.num_seqs = b;
     p.next_n = nn;
     p.heads = h;
-    p.q = q.p;
+    p.q = reinterpret_cast<const __nv_bfloat16*>(q.p);
     p.q_stride = h * 128;
     p.w = w.p;
     p.w_stride = h;
@@ -165,7 +153,7 @@ struct DecodeSetup {
     p.max_context_len = c;
     p.block_table = table.p;
     p.block_table_stride = (c + 63) / 64;
-    p.format = ref::IndexerFormat::kFp8;
+    p.format = IndexerFormat::kFp8;
     p.cache = cache.p;
     p.logits = logits.p;
     p.logits_stride = c;
@@ -184,7 +172,7 @@ double DecodeError(DecodeSetup& d) {
   std::vector<float> want(static_cast<size_t>(rows) * d.ctx);
   std::vector<const int32_t*> tables(rows);
   for (int r = 0; r < rows; ++r) tables[r] = table.data() + (r / d.next_n) * d.p.block_table_stride;
-  ref::IndexerLogitsPaged(q.data(), w.data(), rows, d.heads, {ref::IndexerFormat::kFp8, pages.data()}, tables.data(),
+  ref::IndexerLogitsPaged(q.data(), w.data(), rows, d.heads, {IndexerFormat::kFp8, pages.data()}, tables.data(),
                           lens.data(), want.data(), d.ctx);
   double err = 0, mx = 0;
   for (int r = 0; r < rows; ++r)
@@ -264,11 +252,11 @@ void BenchPrefill() {
     IndexerLogitsParams p;
     p.rows = s.queries;
     p.heads = s.heads;
-    p.q = q.p;
+    p.q = reinterpret_cast<const __nv_bfloat16*>(q.p);
     p.q_stride = s.heads * 128;
     p.w = w.p;
     p.w_stride = s.heads;
-    p.format = ref::IndexerFormat::kFp8;
+    p.format = IndexerFormat::kFp8;
     p.keys = keys.p;
     p.k_scale = scale.p;
     p.num_keys = s.keys;
@@ -369,7 +357,7 @@ void BenchTopK() {
     }
     for (int chunks : variants) {
       TopKRun run(logits.p, s.rows, s.len, out.p, chunks);
-      const int planned = PlanTopKSplit(s.rows, s.len, SmCountForBench(), chunks).chunks;  // 1: one CTA per row
+      const int planned = PlanTopKSplit(s.rows, s.len, CurrentDeviceInfo().sm_count, chunks).chunks;  // 1: one CTA per row
       if (chunks > 1 && planned != chunks) continue;  // clamped to a variant already timed
       CheckCuda(cudaMemset(out.p, 0x7f, out.n * 4), "poison");
       const double us = MedianMicros([&] { Ok(LaunchTopK(run.p, nullptr), "topk"); }, 3, 30);
@@ -450,7 +438,7 @@ void BenchKeyWrite() {
     slots.Up(hp);
     IndexerKeyWriteParams p;
     p.tokens = tokens;
-    p.x = x.p;
+    p.x = reinterpret_cast<const __nv_bfloat16*>(x.p);
     p.norm_weight = nw.p;
     p.norm_bias = nb.p;
     p.positions = pos.p;

@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 #include "engine/random_selection.h"
 #include "engine/weight_convert.h"
+#include "kernels/ref/cache_ref.h"
 #include "kernels/ref/fp8_block_ref.h"
 #include "kernels/ref/gemm_ref.h"
 #include "kernels/ref/indexer_ref.h"
@@ -230,8 +231,8 @@ class CpuBackend final : public Backend {
       return absl::InvalidArgumentError("cache needs at least one layer and one block");
     }
     spec_ = spec;
-    const size_t latent_bytes = static_cast<size_t>(spec.num_blocks) * kBlockSize * ref::LatentRowBytes(spec.latent_format);
-    const size_t indexer_bytes = static_cast<size_t>(spec.num_blocks) * ref::IndexerPageBytes(spec.indexer_format);
+    const size_t latent_bytes = static_cast<size_t>(spec.num_blocks) * kCacheBlockTokens * LatentRowBytes(spec.latent_format);
+    const size_t indexer_bytes = static_cast<size_t>(spec.num_blocks) * IndexerPageBytes(spec.indexer_format);
     latent_.assign(spec.num_layers, std::vector<uint8_t>(latent_bytes, 0));
     indexer_.assign(spec.num_layers, std::vector<uint8_t>(indexer_bytes, 0));
     return spec.num_blocks;
@@ -347,17 +348,17 @@ class CpuBackend final : public Backend {
   absl::Status WriteLatentCache(int layer, const Tensor& kv_a, const Weight& kv_a_norm, float eps) override {
     SPAR_RETURN_IF_ERROR(CheckLayer(layer));
     const auto& w = As<CpuVector>(kv_a_norm);
-    const int nope = ref::kLatentNopeDim;
-    if (kv_a.cols() != ref::kLatentDim) return absl::InvalidArgumentError("kv_a must have 576 columns");
-    Tensor row = NewTensor(kv_a.rows(), ref::kLatentDim);
+    const int nope = kLatentNopeDim;
+    if (kv_a.cols() != kLatentDim) return absl::InvalidArgumentError("kv_a must have 576 columns");
+    Tensor row = NewTensor(kv_a.rows(), kLatentDim);
     ref::RmsNorm(kv_a.as<float>(), kv_a.ld(), kv_a.rows(), nope, w.v.data(), eps, row.as<float>(), row.ld());
     for (int64_t t = 0; t < kv_a.rows(); ++t) {
       std::memcpy(row.as<float>() + t * row.ld() + nope, kv_a.as<float>() + t * kv_a.ld() + nope,
-                  sizeof(float) * ref::kLatentRopeDim);
+                  sizeof(float) * kLatentRopeDim);
     }
     ref::ApplyRope(row.as<float>(), row.ld(), row.rows(), 1, plan_->positions.data(), nope,
                    ref::RopePairs::kInterleaved, rope_);
-    const size_t rb = ref::LatentRowBytes(spec_.latent_format);
+    const size_t rb = LatentRowBytes(spec_.latent_format);
     for (int64_t t = 0; t < kv_a.rows(); ++t) {
       ref::EncodeLatentRow(spec_.latent_format, row.as<float>() + t * row.ld(),
                            latent_[layer].data() + static_cast<size_t>(plan_->slots[t]) * rb);
@@ -369,7 +370,7 @@ class CpuBackend final : public Backend {
     const auto& a = As<CpuAbsorb>(w);
     const int per_head = static_cast<int>(q.cols() / a.heads);
     const int rope_dim = per_head - a.nope;
-    if (rope_dim != ref::kLatentRopeDim || a.rank != ref::kLatentNopeDim) {
+    if (rope_dim != kLatentRopeDim || a.rank != kLatentNopeDim) {
       return absl::InvalidArgumentError("absorb: query heads must be [nope ‖ 64 rope] over a 512 latent");
     }
     Tensor qr = NewTensor(q.rows(), q.cols());
@@ -378,14 +379,14 @@ class CpuBackend final : public Backend {
     }
     ref::ApplyRope(qr.as<float>(), per_head, q.rows() * a.heads, a.heads, plan_->positions.data(), a.nope,
                    ref::RopePairs::kInterleaved, rope_);
-    Tensor out = NewTensor(q.rows(), static_cast<int64_t>(a.heads) * ref::kLatentDim);
+    Tensor out = NewTensor(q.rows(), static_cast<int64_t>(a.heads) * kLatentDim);
     for (int h = 0; h < a.heads; ++h) {
       // q_latent[t] = q_nope[t] · W_UK  (as x · (W_UKᵀ)ᵀ)
       ref::Gemm(qr.as<float>() + h * per_head, qr.ld(), q.rows(), a.nope,
                 a.uk_t.data() + static_cast<size_t>(h) * a.rank * a.nope, a.rank,
-                out.as<float>() + h * ref::kLatentDim, out.ld());
+                out.as<float>() + h * kLatentDim, out.ld());
       for (int64_t t = 0; t < q.rows(); ++t) {
-        std::memcpy(out.as<float>() + t * out.ld() + h * ref::kLatentDim + a.rank,
+        std::memcpy(out.as<float>() + t * out.ld() + h * kLatentDim + a.rank,
                     qr.as<float>() + t * qr.ld() + h * per_head + a.nope, sizeof(float) * rope_dim);
       }
     }
@@ -395,16 +396,16 @@ class CpuBackend final : public Backend {
   absl::Status WriteIndexerCache(int layer, const Tensor& k, const Weight& norm_w, const Weight& norm_b, float eps,
                                  const IndexerSpec& spec) override {
     SPAR_RETURN_IF_ERROR(CheckLayer(layer));
-    if (k.cols() != ref::kIndexerDim) return absl::InvalidArgumentError("indexer keys must have 128 columns");
+    if (k.cols() != kIndexerHeadDim) return absl::InvalidArgumentError("indexer keys must have 128 columns");
     Tensor kn = NewTensor(k.rows(), k.cols());
     ref::LayerNorm(k.as<float>(), k.ld(), k.rows(), k.cols(), As<CpuVector>(norm_w).v.data(),
                    As<CpuVector>(norm_b).v.data(), eps, kn.as<float>(), kn.ld());
     ref::ApplyRope(kn.as<float>(), kn.ld(), kn.rows(), 1, plan_->positions.data(), 0, spec.rope_pairs, rope_);
-    const size_t page = ref::IndexerPageBytes(spec_.indexer_format);
+    const size_t page = IndexerPageBytes(spec_.indexer_format);
     for (int64_t t = 0; t < k.rows(); ++t) {
       const int32_t slot = plan_->slots[t];
       ref::EncodeIndexerKey(spec_.indexer_format, kn.as<float>() + t * kn.ld(),
-                            indexer_[layer].data() + static_cast<size_t>(slot / kBlockSize) * page, slot % kBlockSize);
+                            indexer_[layer].data() + static_cast<size_t>(slot / kCacheBlockTokens) * page, slot % kCacheBlockTokens);
     }
     return absl::OkStatus();
   }
@@ -413,7 +414,7 @@ class CpuBackend final : public Backend {
     SPAR_RETURN_IF_ERROR(CheckLayer(layer));
     const int64_t t_count = q.rows();
     const int heads = spec.heads;
-    if (q.cols() != static_cast<int64_t>(heads) * ref::kIndexerDim || w.cols() != heads) {
+    if (q.cols() != static_cast<int64_t>(heads) * kIndexerHeadDim || w.cols() != heads) {
       return absl::InvalidArgumentError("indexer: q must be [T, heads*128] and w [T, heads]");
     }
     Tensor qr = NewTensor(t_count, q.cols());
@@ -422,7 +423,7 @@ class CpuBackend final : public Backend {
       std::memcpy(qr.as<float>() + t * qr.ld(), q.as<float>() + t * q.ld(), sizeof(float) * q.cols());
       for (int h = 0; h < heads; ++h) wr.as<float>()[t * heads + h] = w.as<float>()[t * w.ld() + h] * spec.weight_scale;
     }
-    ref::ApplyRope(qr.as<float>(), ref::kIndexerDim, t_count * heads, heads, plan_->positions.data(), 0,
+    ref::ApplyRope(qr.as<float>(), kIndexerHeadDim, t_count * heads, heads, plan_->positions.data(), 0,
                    spec.rope_pairs, rope_);
     Tensor out = NewTensor(t_count, spec.topk, DType::kI32);
     int32_t* idx = out.as<int32_t>();
@@ -449,7 +450,7 @@ class CpuBackend final : public Backend {
         for (int i = 0; i < spec.topk; ++i) {
           const int32_t pos = chosen[i];
           idx[t * spec.topk + i] =
-              pos < 0 ? -1 : seq.block_table[pos / kBlockSize] * kBlockSize + pos % kBlockSize;
+              pos < 0 ? -1 : seq.block_table[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens;
         }
       }
     });
@@ -458,10 +459,10 @@ class CpuBackend final : public Backend {
 
   absl::StatusOr<Tensor> SparseMla(int layer, const Tensor& q_abs, const Tensor& indices, float scale) override {
     SPAR_RETURN_IF_ERROR(CheckLayer(layer));
-    const int heads = static_cast<int>(q_abs.cols() / ref::kLatentDim);
+    const int heads = static_cast<int>(q_abs.cols() / kLatentDim);
     if (!q_abs.contiguous() || !indices.contiguous()) return absl::InvalidArgumentError("sparse mla: strided input");
-    Tensor out = NewTensor(q_abs.rows(), static_cast<int64_t>(heads) * ref::kLatentNopeDim);
-    const ref::LatentCacheView cache{spec_.latent_format, latent_[layer].data(), spec_.num_blocks * kBlockSize};
+    Tensor out = NewTensor(q_abs.rows(), static_cast<int64_t>(heads) * kLatentNopeDim);
+    const ref::LatentCacheView cache{spec_.latent_format, latent_[layer].data(), spec_.num_blocks * kCacheBlockTokens};
     ref::SparseMla(q_abs.as<float>(), q_abs.rows(), heads, cache, indices.as<int32_t>(),
                    static_cast<int>(indices.cols()), scale, out.as<float>(), nullptr);
     return out;

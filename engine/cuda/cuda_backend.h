@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "engine/backend.h"
 
 namespace spar {
@@ -16,8 +17,8 @@ namespace spar {
 struct CudaBackendOptions {
   int device = 0;
   // Cache formats used when the model asks for the cpu defaults (F32).
-  ref::LatentFormat latent_format = ref::LatentFormat::kBF16;
-  ref::IndexerFormat indexer_format = ref::IndexerFormat::kFp8;
+  LatentFormat latent_format = LatentFormat::kBF16;
+  IndexerFormat indexer_format = IndexerFormat::kFp8;
   // Positions the RoPE tables cover (0: max_position_embeddings).
   int64_t max_positions = 0;
   // Tensor parallel: this process is rank tp.rank of tp.size, one GPU each;
@@ -25,6 +26,9 @@ struct CudaBackendOptions {
   // (NewNcclUniqueId) and handed to the others.
   TpRank tp;
   std::string nccl_unique_id;
+  // How long forming the group may wait for the other ranks (a peer that
+  // died while loading would otherwise leave the rest waiting forever).
+  absl::Duration collective_init_timeout = absl::Minutes(5);
   // Decode steps (one new token per sequence) are captured once per shape
   // (batch size, logit rows, block-table width rounded up to a power of two)
   // as CUDA graphs and replayed: one launch instead of a few hundred, so a

@@ -8,24 +8,6 @@
 
 namespace spar::ref {
 
-size_t LatentRowBytes(LatentFormat format) {
-  switch (format) {
-    case LatentFormat::kF32: return kLatentDim * 4;
-    case LatentFormat::kBF16: return kLatentDim * 2;
-    case LatentFormat::kFp8Ds: return kLatentNopeDim + 4 * 4 + kLatentRopeDim * 2;
-  }
-  return 0;
-}
-
-size_t IndexerPageBytes(IndexerFormat format) {
-  switch (format) {
-    case IndexerFormat::kF32: return kCacheBlockSize * kIndexerDim * 4;
-    case IndexerFormat::kBF16: return kCacheBlockSize * kIndexerDim * 2;
-    case IndexerFormat::kFp8: return kCacheBlockSize * (kIndexerDim + 4);
-  }
-  return 0;
-}
-
 void EncodeLatentRow(LatentFormat format, const float* row, uint8_t* dst) {
   switch (format) {
     case LatentFormat::kF32:
@@ -85,20 +67,20 @@ void DecodeLatentRow(LatentFormat format, const uint8_t* src, float* row) {
 void EncodeIndexerKey(IndexerFormat format, const float* key, uint8_t* page, int offset) {
   switch (format) {
     case IndexerFormat::kF32:
-      std::memcpy(page + offset * kIndexerDim * 4, key, kIndexerDim * 4);
+      std::memcpy(page + offset * kIndexerHeadDim * 4, key, kIndexerHeadDim * 4);
       return;
     case IndexerFormat::kBF16:
-      for (int i = 0; i < kIndexerDim; ++i) {
+      for (int i = 0; i < kIndexerHeadDim; ++i) {
         const uint16_t b = FloatToBf16(key[i]);
-        std::memcpy(page + (offset * kIndexerDim + i) * 2, &b, 2);
+        std::memcpy(page + (offset * kIndexerHeadDim + i) * 2, &b, 2);
       }
       return;
     case IndexerFormat::kFp8: {
       float amax = 0;
-      for (int i = 0; i < kIndexerDim; ++i) amax = std::max(amax, std::fabs(key[i]));
+      for (int i = 0; i < kIndexerHeadDim; ++i) amax = std::max(amax, std::fabs(key[i]));
       const float scale = std::max(amax, 1e-4f) / kE4m3Max;
-      for (int i = 0; i < kIndexerDim; ++i) page[offset * kIndexerDim + i] = FloatToE4m3(key[i] / scale);
-      std::memcpy(page + kCacheBlockSize * kIndexerDim + 4 * offset, &scale, 4);
+      for (int i = 0; i < kIndexerHeadDim; ++i) page[offset * kIndexerHeadDim + i] = FloatToE4m3(key[i] / scale);
+      std::memcpy(page + kCacheBlockTokens * kIndexerHeadDim + 4 * offset, &scale, 4);
       return;
     }
   }
@@ -107,20 +89,20 @@ void EncodeIndexerKey(IndexerFormat format, const float* key, uint8_t* page, int
 void DecodeIndexerKey(IndexerFormat format, const uint8_t* page, int offset, float* values, float* scale) {
   switch (format) {
     case IndexerFormat::kF32:
-      std::memcpy(values, page + offset * kIndexerDim * 4, kIndexerDim * 4);
+      std::memcpy(values, page + offset * kIndexerHeadDim * 4, kIndexerHeadDim * 4);
       *scale = 1.0f;
       return;
     case IndexerFormat::kBF16:
-      for (int i = 0; i < kIndexerDim; ++i) {
+      for (int i = 0; i < kIndexerHeadDim; ++i) {
         uint16_t b;
-        std::memcpy(&b, page + (offset * kIndexerDim + i) * 2, 2);
+        std::memcpy(&b, page + (offset * kIndexerHeadDim + i) * 2, 2);
         values[i] = Bf16ToFloat(b);
       }
       *scale = 1.0f;
       return;
     case IndexerFormat::kFp8:
-      for (int i = 0; i < kIndexerDim; ++i) values[i] = E4m3ToFloat(page[offset * kIndexerDim + i]);
-      std::memcpy(scale, page + kCacheBlockSize * kIndexerDim + 4 * offset, 4);
+      for (int i = 0; i < kIndexerHeadDim; ++i) values[i] = E4m3ToFloat(page[offset * kIndexerHeadDim + i]);
+      std::memcpy(scale, page + kCacheBlockTokens * kIndexerHeadDim + 4 * offset, 4);
       return;
   }
 }

@@ -45,7 +45,7 @@ void IndexerLogitsPaged(const float* q, const float* w, int64_t rows, int heads,
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const size_t page_bytes = IndexerPageBytes(cache.format);
   ParallelFor(rows, 1, [&](int64_t r0, int64_t r1) {
-    std::vector<float> key(kIndexerDim);
+    std::vector<float> key(kIndexerHeadDim);
     for (int64_t r = r0; r < r1; ++r) {
       float* out = logits + r * logits_stride;
       const int32_t n = context_len[r];
@@ -54,10 +54,10 @@ void IndexerLogitsPaged(const float* q, const float* w, int64_t rows, int heads,
           out[s] = neg_inf;
           continue;
         }
-        const uint8_t* page = cache.pages + static_cast<size_t>(row_block_tables[r][s / kCacheBlockSize]) * page_bytes;
+        const uint8_t* page = cache.pages + static_cast<size_t>(row_block_tables[r][s / kCacheBlockTokens]) * page_bytes;
         float scale;
-        DecodeIndexerKey(cache.format, page, static_cast<int>(s % kCacheBlockSize), key.data(), &scale);
-        out[s] = ScoreOne(q + r * heads * kIndexerDim, w + r * heads, heads, kIndexerDim, key.data(), scale);
+        DecodeIndexerKey(cache.format, page, static_cast<int>(s % kCacheBlockTokens), key.data(), &scale);
+        out[s] = ScoreOne(q + r * heads * kIndexerHeadDim, w + r * heads, heads, kIndexerHeadDim, key.data(), scale);
       }
     }
   });

@@ -73,8 +73,8 @@ int64_t CapacityPlan::cache_tokens() const {
 }
 
 int64_t CapacityPlan::SequencesAt(int64_t context) const {
-  const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
-  return blocks_per_seq > 0 ? cache_tokens() / kBlockSize / blocks_per_seq : 0;
+  const int64_t blocks_per_seq = (context + kCacheBlockTokens - 1) / kCacheBlockTokens;
+  return blocks_per_seq > 0 ? cache_tokens() / kCacheBlockTokens / blocks_per_seq : 0;
 }
 
 namespace {
@@ -114,7 +114,7 @@ absl::StatusOr<CapacityPlan> PlanStages(const ModelConfig& config, const Capacit
     st.activation_reserve_bytes = ActivationReserveBytes(plan.max_model_len);
     const int64_t layers = st.layers.last - st.layers.first;
     const int64_t block = static_cast<int64_t>(CacheBlockBytesPerLayer(o.latent_format, o.indexer_format)) * layers;
-    st.cache_bytes_per_token = block / kBlockSize;
+    st.cache_bytes_per_token = block / kCacheBlockTokens;
     st.cache_blocks = std::max<int64_t>(st.cache_budget_bytes(), 0) / block;
     plan.stages.push_back(st);
   }
@@ -153,7 +153,7 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const Capac
           " GiB (utilization x GPU memory); use more GPUs per stage (--tp), more stages, or a shorter --max-model-len"));
     }
   }
-  const int64_t need = (plan.max_model_len + kBlockSize - 1) / kBlockSize * kBlockSize;
+  const int64_t need = (plan.max_model_len + kCacheBlockTokens - 1) / kCacheBlockTokens * kCacheBlockTokens;
   if (plan.cache_tokens() < need) {
     return absl::ResourceExhaustedError(absl::StrCat("the KV cache holds ", plan.cache_tokens(),
                                                      " tokens, less than one sequence of max model len ",
@@ -204,9 +204,9 @@ std::string FormatCapacityPlan(const ModelConfig& c, const CapacityOptions& o, c
       c.model_type, c.num_hidden_layers, c.quant.fp8 ? "block-FP8" : "bf16", plan.stages.size(), o.tp,
       plan.stages.size() * o.tp,
       Gib(o.gpu_memory_bytes), o.gpu_memory_utilization, plan.max_model_len,
-      o.latent_format == ref::LatentFormat::kBF16 ? "bf16" : "other",
-      o.indexer_format == ref::IndexerFormat::kFp8 ? "fp8" : "other",
-      static_cast<int64_t>(CacheBlockBytesPerLayer(o.latent_format, o.indexer_format)) / kBlockSize);
+      o.latent_format == LatentFormat::kBF16 ? "bf16" : "other",
+      o.indexer_format == IndexerFormat::kFp8 ? "fp8" : "other",
+      static_cast<int64_t>(CacheBlockBytesPerLayer(o.latent_format, o.indexer_format)) / kCacheBlockTokens);
   out += "per GPU, GiB        ";
   for (size_t s = 0; s < plan.stages.size(); ++s) absl::StrAppendFormat(&out, "  stage %-4d", s);
   out += "\n";

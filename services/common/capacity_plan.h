@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model_config.h"
-#include "kernels/ref/cache_ref.h"
+#include "base/cache_layout.h"
 #include "services/common/layer_split.h"
 
 namespace spar {
@@ -30,8 +30,8 @@ struct CapacityOptions {
   // In use before the first weight: CUDA context, streams, NCCL buffers.
   int64_t runtime_bytes = int64_t{1} << 30;
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
-  ref::LatentFormat latent_format = ref::LatentFormat::kBF16;
-  ref::IndexerFormat indexer_format = ref::IndexerFormat::kFp8;
+  LatentFormat latent_format = LatentFormat::kBF16;
+  IndexerFormat indexer_format = IndexerFormat::kFp8;
 };
 
 // Weight bytes on one GPU of a stage, by what they are.

@@ -5,7 +5,7 @@
 
 namespace spar {
 
-int64_t BlockLedger::BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
+int64_t BlockLedger::BlocksFor(int64_t tokens) { return (tokens + kCacheBlockTokens - 1) / kCacheBlockTokens; }
 
 int64_t BlockLedger::Shortfall(int64_t seq, int64_t tokens) const {
   const int64_t need = BlocksFor(tokens) - BlocksOf(seq);

@@ -134,7 +134,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   if (m.bos_token_id) r->set_bos_token_id(static_cast<int32_t>(*m.bos_token_id));
   r->set_supports_text_input(m.has_tokenizer);
   r->set_supports_token_ids_input(true);
-  r->set_kv_block_size(kBlockSize);
+  r->set_kv_block_size(kCacheBlockTokens);
   r->set_total_kv_blocks(m.total_blocks);
   r->set_pipeline_stages(m.stages);
   r->set_tensor_parallel_size(1);

@@ -37,7 +37,7 @@ SchedulerGauges GaugesOf(const LoadInfo& l, int stages) {
   g.active_requests = static_cast<int64_t>(l.active_requests);
   g.used_blocks = l.core.used_blocks;
   g.total_blocks = l.core.total_blocks;
-  g.block_size = kBlockSize;
+  g.block_size = kCacheBlockTokens;
   g.preemptions = l.core.preemptions;
   g.micro_batches = l.core.micro_batches;
   g.in_flight = static_cast<int64_t>(l.core.in_flight);

@@ -19,6 +19,9 @@
 #include <cmath>
 #include <set>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/engine.h"
 #include "engine/make_tiny.h"
 #include "gtest/gtest.h"
@@ -35,8 +38,8 @@ using nlohmann::json;
 constexpr int kDense = 4096;  // index_topk above every test context
 
 std::unique_ptr<Engine> MakeEngine(const std::string& dir, const std::string& backend, int topk_override = 0,
-                                   ref::LatentFormat lf = ref::LatentFormat::kF32,
-                                   ref::IndexerFormat xf = ref::IndexerFormat::kF32) {
+                                   LatentFormat lf = LatentFormat::kF32,
+                                   IndexerFormat xf = IndexerFormat::kF32) {
   EngineOptions eo;
   eo.backend = backend;
   eo.model.num_blocks = 64;
@@ -179,8 +182,8 @@ TEST_P(CudaParityTest, DenseDecodeEqualsPrefillAndBatchingIsInvariant) {
 // its caches in the cuda formats (bf16 latent rows, FP8 indexer keys), so
 // the only difference left is bf16 activations.
 TEST_P(CudaParityTest, SparseSelectionsAgreeWithCpu) {
-  auto cpu = MakeEngine(dir_, "cpu", 0, ref::LatentFormat::kBF16, ref::IndexerFormat::kFp8);
-  auto cuda = MakeEngine(dir_, "cuda", 0, ref::LatentFormat::kBF16, ref::IndexerFormat::kFp8);
+  auto cpu = MakeEngine(dir_, "cpu", 0, LatentFormat::kBF16, IndexerFormat::kFp8);
+  auto cuda = MakeEngine(dir_, "cuda", 0, LatentFormat::kBF16, IndexerFormat::kFp8);
   ASSERT_TRUE(cpu && cuda);
   const int first_layer = 0;
   for (size_t p = 3; p < prompts_.size(); ++p) {  // 80, 200 and 350 tokens
@@ -387,6 +390,27 @@ TEST(CudaBackendTest, GpuMemoryUtilizationSizesTheCacheFromFreeMemory) {
   auto none = Engine::Create(dir, eo);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted) << none.status();
+}
+
+// A rank whose peer never joins (it died while loading, say) must not wait
+// forever: the group's formation gives up after its timeout, naming why.
+TEST(CudaBackendTest, TensorParallelGroupWithAMissingPeerTimesOut) {
+  SPAR_REQUIRE_GPU();
+  auto id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  CudaBackendOptions o;
+  o.tp = TpRank{0, 2};
+  o.nccl_unique_id = *id;
+  o.collective_init_timeout = absl::Seconds(2);
+  const absl::Time start = absl::Now();
+  auto b = CreateCudaBackend(o);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded) << b.status();
+  EXPECT_NE(b.status().message().find("did not form"), absl::string_view::npos) << b.status();
+  EXPECT_GE(took, absl::Seconds(2));
+  EXPECT_LT(took, absl::Seconds(20)) << "the timeout did not bound the wait";
+  std::cout << "rank 0 of 2 alone: " << b.status() << " after " << absl::FormatDuration(took) << "\n";
 }
 
 }  // namespace

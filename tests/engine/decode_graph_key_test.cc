@@ -15,7 +15,7 @@ StepPlan Decode(const std::vector<int32_t>& contexts) {
     s.seq_id = static_cast<int64_t>(i);
     s.start_pos = contexts[i];
     s.tokens = {1};
-    for (int32_t b = 0; b * kBlockSize <= contexts[i]; ++b) s.block_table.push_back(next_block++);
+    for (int32_t b = 0; b * kCacheBlockTokens <= contexts[i]; ++b) s.block_table.push_back(next_block++);
     plan.seqs.push_back(s);
   }
   EXPECT_TRUE(plan.Finalize(10, 1 << 20, 1 << 20).ok());

@@ -75,7 +75,7 @@ TEST_P(GoldenTest, TopKSetsMatchTransformers) {
     // slot -> position through the sequence's block table
     std::map<int32_t, int32_t> pos_of_slot;
     for (size_t b = 0; b < tables[0].size(); ++b) {
-      for (int o = 0; o < kBlockSize; ++o) pos_of_slot[tables[0][b] * kBlockSize + o] = static_cast<int32_t>(b * kBlockSize + o);
+      for (int o = 0; o < kCacheBlockTokens; ++o) pos_of_slot[tables[0][b] * kCacheBlockTokens + o] = static_cast<int32_t>(b * kCacheBlockTokens + o);
     }
     for (const auto& t : p["topk"]) {
       const int layer = t["layer"], position = t["position"];

@@ -3,6 +3,7 @@
 #ifndef SPAR_TESTS_KERNELS_GPU_TEST_UTIL_H_
 #define SPAR_TESTS_KERNELS_GPU_TEST_UTIL_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -87,6 +88,11 @@ inline std::vector<float> RandomFloats(size_t n, uint64_t seed, float lo = -1.0f
   for (auto& x : v) x = lo + (hi - lo) * rng.Uniform();
   return v;
 }
+
+// bf16 device buffers are held as uint16_t bit patterns; the kernels' params
+// take __nv_bfloat16.
+inline const __nv_bfloat16* AsBf16(const uint16_t* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
+inline __nv_bfloat16* AsBf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 
 inline std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());

@@ -92,24 +92,24 @@ TEST(IndexerRefTest, RaggedLogitsMatchBruteForce) {
 
 TEST(IndexerRefTest, PagedEqualsRaggedThroughBlockTable) {
   const int heads = 2, ctx = 150;
-  auto q = Random(heads * kIndexerDim, 8), w = Random(heads, 9);
-  auto k = Random(ctx * kIndexerDim, 10);
+  auto q = Random(heads * kIndexerHeadDim, 8), w = Random(heads, 9);
+  auto k = Random(ctx * kIndexerHeadDim, 10);
   // Three pages in scrambled order: positions 0-63 in page 2, 64-127 in 0, 128- in 1.
   const std::vector<int32_t> table = {2, 0, 1};
   for (IndexerFormat fmt : {IndexerFormat::kF32, IndexerFormat::kBF16, IndexerFormat::kFp8}) {
     std::vector<uint8_t> pages(3 * IndexerPageBytes(fmt));
-    std::vector<float> deq(ctx * kIndexerDim), scales(ctx);
+    std::vector<float> deq(ctx * kIndexerHeadDim), scales(ctx);
     for (int s = 0; s < ctx; ++s) {
       uint8_t* page = pages.data() + table[s / 64] * IndexerPageBytes(fmt);
-      EncodeIndexerKey(fmt, k.data() + s * kIndexerDim, page, s % 64);
-      DecodeIndexerKey(fmt, page, s % 64, deq.data() + s * kIndexerDim, &scales[s]);
+      EncodeIndexerKey(fmt, k.data() + s * kIndexerHeadDim, page, s % 64);
+      DecodeIndexerKey(fmt, page, s % 64, deq.data() + s * kIndexerHeadDim, &scales[s]);
     }
     const int32_t* bt = table.data();
     const int32_t len = ctx;
     std::vector<float> paged(200), ragged(ctx);
     IndexerLogitsPaged(q.data(), w.data(), 1, heads, IndexerCacheView{fmt, pages.data()}, &bt, &len, paged.data(), 200);
     const int32_t ks = 0, ke = ctx;
-    IndexerLogits(q.data(), w.data(), 1, heads, kIndexerDim, deq.data(), scales.data(), ctx, &ks, &ke, ragged.data());
+    IndexerLogits(q.data(), w.data(), 1, heads, kIndexerHeadDim, deq.data(), scales.data(), ctx, &ks, &ke, ragged.data());
     for (int s = 0; s < ctx; ++s) EXPECT_FLOAT_EQ(paged[s], ragged[s]);
     for (int s = ctx; s < 200; ++s) EXPECT_TRUE(std::isinf(paged[s]));
   }

@@ -35,14 +35,14 @@ TEST(CacheRefTest, LatentFormatsRoundTripWithinTheirPrecision) {
 TEST(CacheRefTest, IndexerFp8PageLayoutIsValuesThenScales) {
   EXPECT_EQ(IndexerPageBytes(IndexerFormat::kFp8), 64u * 132);
   std::vector<uint8_t> page(IndexerPageBytes(IndexerFormat::kFp8), 0);
-  std::vector<float> key(kIndexerDim, 0.5f);
+  std::vector<float> key(kIndexerHeadDim, 0.5f);
   key[3] = -2.0f;
   EncodeIndexerKey(IndexerFormat::kFp8, key.data(), page.data(), 5);
   float scale;
   std::memcpy(&scale, page.data() + 64 * 128 + 5 * 4, 4);
   EXPECT_FLOAT_EQ(scale, 2.0f / 448.0f);
   EXPECT_EQ(E4m3ToFloat(page[5 * 128 + 3]), -448.0f);
-  std::vector<float> vals(kIndexerDim);
+  std::vector<float> vals(kIndexerHeadDim);
   float s2;
   DecodeIndexerKey(IndexerFormat::kFp8, page.data(), 5, vals.data(), &s2);
   EXPECT_EQ(s2, scale);

@@ -19,7 +19,7 @@ namespace spar::testing {
 
 class FakeStages {
  public:
-  FakeStages(int64_t num_blocks, int32_t vocab) : cache_(num_blocks * kBlockSize, -1), vocab_(vocab) {}
+  FakeStages(int64_t num_blocks, int32_t vocab) : cache_(num_blocks * kCacheBlockTokens, -1), vocab_(vocab) {}
 
   MicroBatchResult Execute(const MicroBatchPlan& plan) {
     MicroBatchResult r;
@@ -34,12 +34,12 @@ class FakeStages {
       }
       for (size_t i = 0; i < s.tokens.size(); ++i) {
         const int32_t pos = s.start_pos + static_cast<int32_t>(i);
-        const size_t block = pos / kBlockSize;
+        const size_t block = pos / kCacheBlockTokens;
         if (block >= s.block_table.size()) {
           r.status = absl::InvalidArgumentError(absl::StrCat("seq ", s.seq_id, ": no block for position ", pos));
           return r;
         }
-        cache_[s.block_table[block] * kBlockSize + pos % kBlockSize] = s.tokens[i];
+        cache_[s.block_table[block] * kCacheBlockTokens + pos % kCacheBlockTokens] = s.tokens[i];
       }
     }
     // Sample after every write of the micro-batch, as a real forward does.
@@ -54,7 +54,7 @@ class FakeStages {
       const int32_t end = s.start_pos + static_cast<int32_t>(s.tokens.size());
       uint64_t h = 1469598103934665603ull ^ req->params.seed;
       for (int32_t pos = 0; pos < end; ++pos) {
-        const int32_t t = cache_[s.block_table[pos / kBlockSize] * kBlockSize + pos % kBlockSize];
+        const int32_t t = cache_[s.block_table[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens];
         h = (h ^ static_cast<uint64_t>(t + 7)) * 1099511628211ull;
       }
       h = (h ^ req->step) * 1099511628211ull;

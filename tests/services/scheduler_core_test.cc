@@ -125,7 +125,7 @@ TEST(SchedulerCoreTest, ChunkedPrefillRespectsTheTokenBudget) {
   // Every table covers the positions of its plan, on every stage alike.
   for (const auto& p : plans) {
     for (const auto& s : p.seqs) {
-      EXPECT_GE(static_cast<int64_t>(s.step.block_table.size()) * kBlockSize,
+      EXPECT_GE(static_cast<int64_t>(s.step.block_table.size()) * kCacheBlockTokens,
                 s.step.start_pos + static_cast<int64_t>(s.step.tokens.size()));
     }
   }

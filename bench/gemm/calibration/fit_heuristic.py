@@ -6,7 +6,7 @@ configuration and split per shape and M, median µs). The model below mirrors
 ChooseGemmPlan in kernels/cuda/gemm/gemm_config.cc; the fit (coordinate
 descent, pure Python) minimises the mean log "regret" of the plan the model
 picks against the fastest measured plan, plus a small term for the model's
-absolute error. Copy the printed constants into gemm_config.cc (kConfigs
+absolute error. Copy the printed constants into gemm_config.h (kTileConfigs
 efficiencies, kFlopPerByte, kInflightBytesForPeak, kWaveFill, kLaunch,
 kActivationWeight, kSplitBytesPerElement) and check with
 tests/kernels/gemm/gemm_config_test.cc.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 
 namespace spar {
@@ -126,23 +127,21 @@ __global__ void __launch_bounds__(kThreads) BatchedGemmKernel(const BatchedGemmP
 
 bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
-absl::Status Invalid(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("BatchedGemmParams.", field, ": ", why));
-}
+constexpr absl::string_view kOp = "BatchedGemm";
 
 }  // namespace
 
 bool BatchedGemmSupported(int n, int k) { return n > 0 && n % kBN == 0 && k > 0 && k % kBK == 0; }
 
 absl::Status LaunchBatchedGemm(const BatchedGemmParams& p, cudaStream_t stream) {
-  if (!BatchedGemmSupported(p.n, p.k)) return Invalid("n/k", "n must be a multiple of 64 and k of 32");
-  if (p.m < 0 || p.batch < 0 || p.batch > 65535) return Invalid("m/batch", "out of range");
+  if (!BatchedGemmSupported(p.n, p.k)) return InvalidParam(kOp, "n/k", "n must be a multiple of 64 and k of 32");
+  if (p.m < 0 || p.batch < 0 || p.batch > 65535) return InvalidParam(kOp, "m/batch", "out of range");
   if (p.m == 0 || p.batch == 0) return absl::OkStatus();
-  if ((p.m + kBM - 1) / kBM > 65535) return Invalid("m", "too many rows");
-  if (!p.a || !Aligned16(p.a) || p.lda % 8 != 0 || p.a_batch_stride % 8 != 0) return Invalid("a", "null, unaligned or stride not a multiple of 8");
-  if (!p.b || !Aligned16(p.b) || p.ldb % 8 != 0 || p.b_batch_stride % 8 != 0) return Invalid("b", "null, unaligned or stride not a multiple of 8");
+  if ((p.m + kBM - 1) / kBM > 65535) return InvalidParam(kOp, "m", "too many rows");
+  if (!p.a || !Aligned16(p.a) || p.lda % 8 != 0 || p.a_batch_stride % 8 != 0) return InvalidParam(kOp, "a", "null, unaligned or stride not a multiple of 8");
+  if (!p.b || !Aligned16(p.b) || p.ldb % 8 != 0 || p.b_batch_stride % 8 != 0) return InvalidParam(kOp, "b", "null, unaligned or stride not a multiple of 8");
   if (!p.c || (reinterpret_cast<uintptr_t>(p.c) & 3) != 0 || p.ldc % 2 != 0 || p.c_batch_stride % 2 != 0) {
-    return Invalid("c", "null, unaligned or odd stride");
+    return InvalidParam(kOp, "c", "null, unaligned or odd stride");
   }
   const dim3 grid(p.n / kBN, static_cast<unsigned>((p.m + kBM - 1) / kBM), p.batch);
   if (p.b_kn) {

@@ -10,8 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention/fp8_quant.cuh"
-#include "kernels/cuda/attention/rope_device.cuh"
+#include "kernels/cuda/common/rope_device.cuh"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/invalid_arg.h"
 
 namespace spar {
 namespace {
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(64) MlaCacheWriteKernel(const MlaCacheWritePar
 
   // Phase 3: encode and store.
   if constexpr (!kFp8) {
-    uint8_t* dst = p.cache + static_cast<int64_t>(slot) * (ref::kLatentDim * 2);
+    uint8_t* dst = p.cache + static_cast<int64_t>(slot) * (kLatentDim * 2);
     uint4 o;
     uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
@@ -116,31 +117,29 @@ __global__ void __launch_bounds__(64) MlaCacheWriteKernel(const MlaCacheWritePar
   }
 }
 
-absl::Status InvalidArg(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("MlaCacheWriteParams.", field, ": ", why));
-}
+constexpr absl::string_view kOp = "MlaCacheWrite";
 
 }  // namespace
 
-bool MlaCacheWriteSupported(ref::LatentFormat format) {
-  return format == ref::LatentFormat::kBF16 || format == ref::LatentFormat::kFp8Ds;
+bool MlaCacheWriteSupported(LatentFormat format) {
+  return format == LatentFormat::kBF16 || format == LatentFormat::kFp8Ds;
 }
 
 absl::Status LaunchMlaCacheWrite(const MlaCacheWriteParams& p, cudaStream_t stream) {
-  if (!MlaCacheWriteSupported(p.format)) return InvalidArg("format", "must be kBF16 or kFp8Ds");
-  if (p.tokens < 0 || p.tokens > (int64_t{1} << 31) - 1) return InvalidArg("tokens", "out of range");
+  if (!MlaCacheWriteSupported(p.format)) return InvalidParam(kOp, "format", "must be kBF16 or kFp8Ds");
+  if (p.tokens < 0 || p.tokens > (int64_t{1} << 31) - 1) return InvalidParam(kOp, "tokens", "out of range");
   if (p.tokens == 0) return absl::OkStatus();
-  if (p.kv == nullptr || (reinterpret_cast<uintptr_t>(p.kv) & 15) != 0) return InvalidArg("kv", "null or not 16-byte aligned");
-  if (p.kv_stride < ref::kLatentDim || p.kv_stride % 8 != 0) return InvalidArg("kv_stride", "must be >= 576 and a multiple of 8");
+  if (p.kv == nullptr || (reinterpret_cast<uintptr_t>(p.kv) & 15) != 0) return InvalidParam(kOp, "kv", "null or not 16-byte aligned");
+  if (p.kv_stride < kLatentDim || p.kv_stride % 8 != 0) return InvalidParam(kOp, "kv_stride", "must be >= 576 and a multiple of 8");
   if (p.norm_weight != nullptr && (reinterpret_cast<uintptr_t>(p.norm_weight) & 15) != 0) {
-    return InvalidArg("norm_weight", "not 16-byte aligned");
+    return InvalidParam(kOp, "norm_weight", "not 16-byte aligned");
   }
-  if (p.inv_freq != nullptr && p.positions == nullptr) return InvalidArg("positions", "null while inv_freq is set");
-  if (p.slot_mapping == nullptr) return InvalidArg("slot_mapping", "null");
-  if (p.cache == nullptr || (reinterpret_cast<uintptr_t>(p.cache) & 15) != 0) return InvalidArg("cache", "null or not 16-byte aligned");
-  if (p.num_slots < 0 || p.num_slots > (int64_t{1} << 31) - 1) return InvalidArg("num_slots", "out of int32 range");
+  if (p.inv_freq != nullptr && p.positions == nullptr) return InvalidParam(kOp, "positions", "null while inv_freq is set");
+  if (p.slot_mapping == nullptr) return InvalidParam(kOp, "slot_mapping", "null");
+  if (p.cache == nullptr || (reinterpret_cast<uintptr_t>(p.cache) & 15) != 0) return InvalidParam(kOp, "cache", "null or not 16-byte aligned");
+  if (p.num_slots < 0 || p.num_slots > (int64_t{1} << 31) - 1) return InvalidParam(kOp, "num_slots", "out of int32 range");
   const unsigned grid = static_cast<unsigned>(p.tokens);
-  if (p.format == ref::LatentFormat::kFp8Ds) {
+  if (p.format == LatentFormat::kFp8Ds) {
     MlaCacheWriteKernel<true><<<grid, 64, 0, stream>>>(p);
   } else {
     MlaCacheWriteKernel<false><<<grid, 64, 0, stream>>>(p);

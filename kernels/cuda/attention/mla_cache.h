@@ -39,12 +39,12 @@ struct MlaCacheWriteParams {
   bool interleaved = true;  // MLA rope of GLM-5 and DeepSeek-V3.2
   // Destination: slot_mapping[t] = block * 64 + offset; < 0 skips the token.
   const int32_t* slot_mapping = nullptr;
-  ref::LatentFormat format = ref::LatentFormat::kBF16;  // kBF16 or kFp8Ds
+  LatentFormat format = LatentFormat::kBF16;  // kBF16 or kFp8Ds
   uint8_t* cache = nullptr;
   int64_t num_slots = 0;
 };
 
-bool MlaCacheWriteSupported(ref::LatentFormat format);
+bool MlaCacheWriteSupported(LatentFormat format);
 
 absl::Status LaunchMlaCacheWrite(const MlaCacheWriteParams& params, cudaStream_t stream);
 

@@ -21,6 +21,8 @@
 #include "kernels/cuda/attention/sparse_mla.h"
 #include "kernels/cuda/attention/sparse_mla_config.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_info.h"
+#include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/common/fp8_sm80.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 
@@ -521,60 +523,55 @@ absl::Status LaunchVariant(const MlaArgs& args, int64_t grid, cudaStream_t strea
   return absl::OkStatus();
 }
 
-absl::Status InvalidArg(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("SparseMlaParams.", field, ": ", why));
-}
+constexpr absl::string_view kOp = "SparseMla";
 
 }  // namespace
 
-bool SparseMlaSupported(int heads, ref::LatentFormat format) {
+bool SparseMlaSupported(int heads, LatentFormat format) {
   return heads >= 1 && heads <= 4096 &&
-         (format == ref::LatentFormat::kBF16 || format == ref::LatentFormat::kFp8Ds);
+         (format == LatentFormat::kBF16 || format == LatentFormat::kFp8Ds);
 }
 
-absl::Status PlanSparseMlaForDevice(int64_t tokens, int heads, int list_len, ref::LatentFormat format,
+absl::Status PlanSparseMlaForDevice(int64_t tokens, int heads, int list_len, LatentFormat format,
                                     SparseMlaPlan* plan) {
-  int dev = 0, sms = 0, smem = 0;
-  SPAR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-  SPAR_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  SPAR_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  *plan = PlanSparseMla(tokens, heads, list_len, sms, smem, format == ref::LatentFormat::kFp8Ds);
+  const DeviceInfo dev = CurrentDeviceInfo();
+  *plan = PlanSparseMla(tokens, heads, list_len, dev.sm_count, dev.smem_per_sm, format == LatentFormat::kFp8Ds);
   return absl::OkStatus();
 }
 
 absl::Status LaunchSparseMla(const SparseMlaParams& p, cudaStream_t stream) {
-  if (!SparseMlaSupported(p.heads, p.format)) return InvalidArg("heads/format", "unsupported (heads 1..4096, kBF16 or kFp8Ds)");
-  if (p.tokens < 0 || p.tokens > (int64_t{1} << 24)) return InvalidArg("tokens", "out of range");
+  if (!SparseMlaSupported(p.heads, p.format)) return InvalidParam(kOp, "heads/format", "unsupported (heads 1..4096, kBF16 or kFp8Ds)");
+  if (p.tokens < 0 || p.tokens > (int64_t{1} << 24)) return InvalidParam(kOp, "tokens", "out of range");
   if (p.tokens == 0) return absl::OkStatus();
-  if (p.q == nullptr || (reinterpret_cast<uintptr_t>(p.q) & 15) != 0) return InvalidArg("q", "null or not 16-byte aligned");
-  if (p.q_token_stride % 8 != 0 || p.q_head_stride % 8 != 0) return InvalidArg("q_*_stride", "must be multiples of 8");
-  if (p.cache == nullptr || (reinterpret_cast<uintptr_t>(p.cache) & 15) != 0) return InvalidArg("cache", "null or not 16-byte aligned");
-  if (p.num_slots < 0 || p.num_slots > (int64_t{1} << 31) - 1) return InvalidArg("num_slots", "out of int32 range");
-  if (p.list_len < 0 || p.list_len > kMaxSplits * kMaxKeysPerCta) return InvalidArg("list_len", "negative or above 524288");
+  if (p.q == nullptr || (reinterpret_cast<uintptr_t>(p.q) & 15) != 0) return InvalidParam(kOp, "q", "null or not 16-byte aligned");
+  if (p.q_token_stride % 8 != 0 || p.q_head_stride % 8 != 0) return InvalidParam(kOp, "q_*_stride", "must be multiples of 8");
+  if (p.cache == nullptr || (reinterpret_cast<uintptr_t>(p.cache) & 15) != 0) return InvalidParam(kOp, "cache", "null or not 16-byte aligned");
+  if (p.num_slots < 0 || p.num_slots > (int64_t{1} << 31) - 1) return InvalidParam(kOp, "num_slots", "out of int32 range");
+  if (p.list_len < 0 || p.list_len > kMaxSplits * kMaxKeysPerCta) return InvalidParam(kOp, "list_len", "negative or above 524288");
   if (p.indices == nullptr && (p.block_table == nullptr || p.token_seq == nullptr || p.kv_lens == nullptr)) {
-    return InvalidArg("indices", "null, and the dense mode needs block_table, token_seq and kv_lens");
+    return InvalidParam(kOp, "indices", "null, and the dense mode needs block_table, token_seq and kv_lens");
   }
-  if (!std::isfinite(p.scale)) return InvalidArg("scale", "not finite");
-  if (p.out == nullptr || (reinterpret_cast<uintptr_t>(p.out) & 7) != 0) return InvalidArg("out", "null or not 8-byte aligned");
-  if (p.out_token_stride % 4 != 0 || p.out_head_stride % 4 != 0) return InvalidArg("out_*_stride", "must be multiples of 4");
+  if (!std::isfinite(p.scale)) return InvalidParam(kOp, "scale", "not finite");
+  if (p.out == nullptr || (reinterpret_cast<uintptr_t>(p.out) & 7) != 0) return InvalidParam(kOp, "out", "null or not 8-byte aligned");
+  if (p.out_token_stride % 4 != 0 || p.out_head_stride % 4 != 0) return InvalidParam(kOp, "out_*_stride", "must be multiples of 4");
 
   SparseMlaPlan plan = p.plan;
   if (plan.head_tile == 0 && plan.num_splits == 0 && plan.keys_per_split == 0) {
     if (auto st = PlanSparseMlaForDevice(p.tokens, p.heads, p.list_len, p.format, &plan); !st.ok()) return st;
   }
-  if (plan.head_tile != 16 && plan.head_tile != 32 && plan.head_tile != 64) return InvalidArg("plan.head_tile", "must be 16, 32 or 64");
+  if (plan.head_tile != 16 && plan.head_tile != 32 && plan.head_tile != 64) return InvalidParam(kOp, "plan.head_tile", "must be 16, 32 or 64");
   if (plan.num_splits < 1 || plan.keys_per_split < kBlockKeys || plan.keys_per_split % kBlockKeys != 0 ||
       plan.keys_per_split > kMaxKeysPerCta) {
-    return InvalidArg("plan", "num_splits >= 1 and keys_per_split a multiple of 32 in [32, 2048]");
+    return InvalidParam(kOp, "plan", "num_splits >= 1 and keys_per_split a multiple of 32 in [32, 2048]");
   }
-  if (plan.num_splits > kMaxSplits) return InvalidArg("plan.num_splits", "at most 256");
+  if (plan.num_splits > kMaxSplits) return InvalidParam(kOp, "plan.num_splits", "at most 256");
   if (static_cast<int64_t>(plan.num_splits) * plan.keys_per_split < p.list_len) {
-    return InvalidArg("plan", "num_splits * keys_per_split must cover list_len");
+    return InvalidParam(kOp, "plan", "num_splits * keys_per_split must cover list_len");
   }
   const size_t ws_need = SparseMlaWorkspaceBytes(plan, p.tokens, p.heads);
   if (ws_need > 0 && (p.workspace == nullptr || p.workspace_bytes < ws_need ||
                       (reinterpret_cast<uintptr_t>(p.workspace) & 15) != 0)) {
-    return InvalidArg("workspace", absl::StrCat("needs ", ws_need, " bytes, 16-byte aligned"));
+    return InvalidParam(kOp, "workspace", absl::StrCat("needs ", ws_need, " bytes, 16-byte aligned"));
   }
 
   MlaArgs args{};
@@ -605,9 +602,9 @@ absl::Status LaunchSparseMla(const SparseMlaParams& p, cudaStream_t stream) {
     args.ws_lse = args.ws_o + static_cast<size_t>(plan.num_splits) * p.tokens * p.heads * kDimV;
   }
   const int64_t grid = p.tokens * args.head_tiles * plan.num_splits;
-  if (grid >= (int64_t{1} << 31)) return InvalidArg("tokens", "too many CTAs");
+  if (grid >= (int64_t{1} << 31)) return InvalidParam(kOp, "tokens", "too many CTAs");
 
-  const bool fp8 = p.format == ref::LatentFormat::kFp8Ds;
+  const bool fp8 = p.format == LatentFormat::kFp8Ds;
   using LaunchFn = absl::Status (*)(const MlaArgs&, int64_t, cudaStream_t);
   LaunchFn launch = nullptr;
   switch (plan.head_tile * 2 + (fp8 ? 1 : 0)) {

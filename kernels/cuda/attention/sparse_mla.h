@@ -58,7 +58,7 @@ size_t SparseMlaWorkspaceBytes(const SparseMlaPlan& plan, int64_t tokens, int he
 
 // The plan LaunchSparseMla would pick on the current device (queries the SM
 // count and the occupancy of the kernel the head count selects).
-absl::Status PlanSparseMlaForDevice(int64_t tokens, int heads, int list_len, ref::LatentFormat format,
+absl::Status PlanSparseMlaForDevice(int64_t tokens, int heads, int list_len, LatentFormat format,
                                     SparseMlaPlan* plan);
 
 struct SparseMlaParams {
@@ -71,7 +71,7 @@ struct SparseMlaParams {
   int64_t q_head_stride = 0;
 
   // Latent cache: slot s at cache + s * LatentRowBytes(format); kBF16 or kFp8Ds.
-  ref::LatentFormat format = ref::LatentFormat::kBF16;
+  LatentFormat format = LatentFormat::kBF16;
   const uint8_t* cache = nullptr;
   int64_t num_slots = 0;
 
@@ -108,7 +108,7 @@ struct SparseMlaParams {
   SparseMlaPlan plan;
 };
 
-bool SparseMlaSupported(int heads, ref::LatentFormat format);
+bool SparseMlaSupported(int heads, LatentFormat format);
 
 absl::Status LaunchSparseMla(const SparseMlaParams& params, cudaStream_t stream);
 

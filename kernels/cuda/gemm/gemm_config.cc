@@ -6,28 +6,6 @@
 namespace spar::gemm {
 namespace {
 
-// Efficiencies were fitted (2026-11-30) to a sweep of every (configuration,
-// split) over the GLM-5 projection shapes x M in {1, 16, 64, 256, 2048} on
-// the H200 test GPU running this sm80 code (2194 timings; the fitted model
-// picks plans 2.6% slower than the best measured on average, 1.26x worst;
-// bench/results/gemm.md). mma efficiency: fraction of the tensor rate a
-// compute-bound tile reaches; DRAM efficiency: fraction of the copy rate a
-// streaming tile reaches (wider stages stream better).
-// Fields: id, name, tokens, rows, warps rows x tokens, stages, sub,
-// mma efficiency, DRAM efficiency.
-constexpr TileConfig kConfigs[kNumTileConfigs] = {
-    {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 1, 0.30, 0.79},
-    {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 1, 0.45, 0.79},
-    {TileConfigId::kT32, "T32", 32, 64, 4, 1, 6, 1, 0.24, 0.79},
-    {TileConfigId::kT64, "T64", 64, 64, 2, 2, 6, 1, 0.155, 0.79},
-    {TileConfigId::kT128, "T128", 128, 128, 4, 2, 5, 1, 0.34, 0.79},
-    {TileConfigId::kT8W4, "T8W4", 8, 64, 4, 1, 4, 4, 0.30, 0.86},
-    {TileConfigId::kT16W4, "T16W4", 16, 64, 4, 1, 4, 4, 0.45, 0.86},
-    {TileConfigId::kT64W2, "T64W2", 64, 64, 2, 2, 4, 2, 0.43, 0.79},
-    {TileConfigId::kT128B2, "T128B2", 128, 128, 4, 2, 4, 1, 0.375, 0.79},
-    {TileConfigId::kT128W2, "T128W2", 128, 128, 4, 2, 3, 2, 0.41, 0.79},
-};
-
 // Model constants (unit: one byte of the copy roofline per SM, ~31 ps on
 // the H200). Tensor FLOP per such byte at the mma.sync peak.
 constexpr double kFlopPerByte = 148.0;
@@ -62,7 +40,7 @@ int64_t TileConfig::smem_bytes() const {
   return std::max(pipeline, epilogue_bytes()) + int64_t{stages} * sub * 2 * 4 + 16;
 }
 
-const TileConfig& GetTileConfig(TileConfigId id) { return kConfigs[static_cast<int>(id)]; }
+const TileConfig& GetTileConfig(TileConfigId id) { return kTileConfigs[static_cast<int>(id)]; }
 
 int64_t OutputColumnsPerTile(const TileConfig& c, bool silu_mul) {
   return silu_mul ? c.block_rows / 2 : c.block_rows;
@@ -95,7 +73,7 @@ GemmPlan ChooseGemmPlan(const GemmProblem& p) {
   const int sms = std::max(1, p.num_sms);
   const double eff_m = static_cast<double>(std::max<int64_t>(1, p.m));
 
-  for (const TileConfig& c : kConfigs) {
+  for (const TileConfig& c : kTileConfigs) {
     if (!ConfigSupports(p, c)) continue;
     int64_t max_kst = 0, min_kst = std::numeric_limits<int64_t>::max();
     for (int s = 0; s < p.num_segments; ++s) {

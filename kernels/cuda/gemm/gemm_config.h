@@ -40,6 +40,7 @@ struct TileConfig {
   int warps_tokens;
   int stages;        // cp.async pipeline depth
   int sub;           // 64-byte slices per weight row per stage (k must divide)
+  int min_blocks_per_sm;  // __launch_bounds__ occupancy hint (caps registers)
   // Relative tensor-core efficiency when compute-bound (fraction of the
   // mma.sync peak the tile shape can sustain; smaller tiles re-read more
   // shared memory per mma). Only ranks configurations against each other.
@@ -57,6 +58,35 @@ struct TileConfig {
   // Epilogue tile (fp32, tokens x (rows + 4)), aliased onto the pipeline.
   int64_t epilogue_bytes() const { return int64_t{block_tokens} * (block_rows + 4) * 4; }
   int64_t smem_bytes() const;
+};
+
+// The configurations, written once: the heuristic below ranks them and the
+// kernel translation units instantiate the kernel of each from the same
+// fields (w8a16_gemm_tiles.cuh), so the two cannot drift apart.
+//
+// Efficiencies were fitted (2026-11-30) to a sweep of every (configuration,
+// split) over the GLM-5 projection shapes x M in {1, 16, 64, 256, 2048} on
+// the H200 test GPU running this sm80 code (2194 timings; the fitted model
+// picks plans 2.6% slower than the best measured on average, 1.26x worst;
+// bench/results/gemm.md). mma efficiency: fraction of the tensor rate a
+// compute-bound tile reaches; DRAM efficiency: fraction of the copy rate a
+// streaming tile reaches (wider stages stream better). Register notes:
+// kT128 runs one block of 8 warps per SM (~180 registers per thread, no
+// spills); kT128B2 caps registers at 128 for two blocks per SM (ptxas spills
+// ~130 bytes).
+// Fields: id, name, tokens, rows, warps rows x tokens, stages, sub, min
+// blocks per SM, mma efficiency, DRAM efficiency.
+inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
+    {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 1, 4, 0.30, 0.79},
+    {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 1, 4, 0.45, 0.79},
+    {TileConfigId::kT32, "T32", 32, 64, 4, 1, 6, 1, 4, 0.24, 0.79},
+    {TileConfigId::kT64, "T64", 64, 64, 2, 2, 6, 1, 3, 0.155, 0.79},
+    {TileConfigId::kT128, "T128", 128, 128, 4, 2, 5, 1, 1, 0.34, 0.79},
+    {TileConfigId::kT8W4, "T8W4", 8, 64, 4, 1, 4, 4, 2, 0.30, 0.86},
+    {TileConfigId::kT16W4, "T16W4", 16, 64, 4, 1, 4, 4, 2, 0.45, 0.86},
+    {TileConfigId::kT64W2, "T64W2", 64, 64, 2, 2, 4, 2, 2, 0.43, 0.79},
+    {TileConfigId::kT128B2, "T128B2", 128, 128, 4, 2, 4, 1, 2, 0.375, 0.79},
+    {TileConfigId::kT128W2, "T128W2", 128, 128, 4, 2, 3, 2, 1, 0.41, 0.79},
 };
 
 const TileConfig& GetTileConfig(TileConfigId id);

@@ -5,26 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_info.h"
+#include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
 
 namespace spar {
 namespace {
 
 bool Aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
-
-absl::Status Invalid(absl::string_view op, absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(op, ": ", field, " ", why));
-}
-
-int DeviceSmCount() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
-    cudaGetLastError();
-    return 108;
-  }
-  return sms;
-}
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -38,40 +26,40 @@ int64_t MaxWorkEntries(int64_t max_rows, int num_experts, int block_tokens) {
 
 absl::Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "MoeRoute";
-  if (p.tokens < 0) return Invalid(kOp, "tokens", "must be >= 0");
+  if (p.tokens < 0) return InvalidParam(kOp, "tokens", "must be >= 0");
   if (p.num_experts < 1 || p.num_experts > 512 || (p.num_experts > 32 && p.num_experts % 32 != 0)) {
-    return Invalid(kOp, "num_experts", "must be in [1, 32] or a multiple of 32 up to 512");
+    return InvalidParam(kOp, "num_experts", "must be in [1, 32] or a multiple of 32 up to 512");
   }
   if (p.n_group < 1 || p.n_group > 32 || p.num_experts % p.n_group != 0) {
-    return Invalid(kOp, "n_group", "must divide num_experts and be <= 32");
+    return InvalidParam(kOp, "n_group", "must divide num_experts and be <= 32");
   }
-  if (p.topk_group < 1 || p.topk_group > p.n_group) return Invalid(kOp, "topk_group", "must be in [1, n_group]");
+  if (p.topk_group < 1 || p.topk_group > p.n_group) return InvalidParam(kOp, "topk_group", "must be in [1, n_group]");
   if (p.top_k < 1 || p.top_k > 32 || p.top_k > p.topk_group * (p.num_experts / p.n_group)) {
-    return Invalid(kOp, "top_k", "must be in [1, 32] and <= the experts of the allowed groups");
+    return InvalidParam(kOp, "top_k", "must be in [1, 32] and <= the experts of the allowed groups");
   }
   if (p.tokens == 0) return absl::OkStatus();
-  if (p.logits == nullptr) return Invalid(kOp, "logits", "is null");
-  if (p.ld_logits < p.num_experts) return Invalid(kOp, "ld_logits", "must be >= num_experts");
-  if (p.bias == nullptr) return Invalid(kOp, "bias", "is null");
-  if (p.expert_ids == nullptr) return Invalid(kOp, "expert_ids", "is null");
-  if (p.expert_weights == nullptr) return Invalid(kOp, "expert_weights", "is null");
+  if (p.logits == nullptr) return InvalidParam(kOp, "logits", "is null");
+  if (p.ld_logits < p.num_experts) return InvalidParam(kOp, "ld_logits", "must be >= num_experts");
+  if (p.bias == nullptr) return InvalidParam(kOp, "bias", "is null");
+  if (p.expert_ids == nullptr) return InvalidParam(kOp, "expert_ids", "is null");
+  if (p.expert_weights == nullptr) return InvalidParam(kOp, "expert_weights", "is null");
   return CudaStatus(gemm::internal::LaunchMoeRouteKernel(p, stream), "MoeRouteKernel launch");
 }
 
 absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "MoePermute";
-  if (p.tokens < 0) return Invalid(kOp, "tokens", "must be >= 0");
-  if (p.top_k < 1) return Invalid(kOp, "top_k", "must be >= 1");
-  if (p.tokens * p.top_k >= (int64_t{1} << 31)) return Invalid(kOp, "tokens", "tokens * top_k must be < 2^31");
+  if (p.tokens < 0) return InvalidParam(kOp, "tokens", "must be >= 0");
+  if (p.top_k < 1) return InvalidParam(kOp, "top_k", "must be >= 1");
+  if (p.tokens * p.top_k >= (int64_t{1} << 31)) return InvalidParam(kOp, "tokens", "tokens * top_k must be < 2^31");
   const int n_local = p.expert_end - p.expert_begin;
   if (p.expert_begin < 0 || n_local < 1 || n_local > 1024) {
-    return Invalid(kOp, "expert_end", "local experts [expert_begin, expert_end) must number 1..1024");
+    return InvalidParam(kOp, "expert_end", "local experts [expert_begin, expert_end) must number 1..1024");
   }
-  if (p.expert_offsets == nullptr) return Invalid(kOp, "expert_offsets", "is null");
+  if (p.expert_offsets == nullptr) return InvalidParam(kOp, "expert_offsets", "is null");
   if (p.tokens > 0) {
-    if (p.expert_ids == nullptr) return Invalid(kOp, "expert_ids", "is null");
-    if (p.sorted_token == nullptr) return Invalid(kOp, "sorted_token", "is null");
-    if (p.slot == nullptr) return Invalid(kOp, "slot", "is null");
+    if (p.expert_ids == nullptr) return InvalidParam(kOp, "expert_ids", "is null");
+    if (p.sorted_token == nullptr) return InvalidParam(kOp, "sorted_token", "is null");
+    if (p.slot == nullptr) return InvalidParam(kOp, "slot", "is null");
   }
   // Runs with tokens == 0 too, so expert_offsets is always written.
   return CudaStatus(gemm::internal::LaunchMoePermuteKernel(p, stream), "MoePermuteKernel launch");
@@ -93,7 +81,7 @@ gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
   prob.grouped = true;
   prob.groups = p.expected_active_experts > 0 ? p.expected_active_experts
                                               : std::max<int64_t>(1, std::min<int64_t>(p.num_experts, p.max_rows));
-  prob.num_sms = p.num_sms > 0 ? p.num_sms : DeviceSmCount();
+  prob.num_sms = p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count;
   if (p.force_config >= 0 && p.force_config < gemm::kNumTileConfigs) {
     return gemm::MakeGemmPlan(prob, static_cast<gemm::TileConfigId>(p.force_config), 1);
   }
@@ -102,51 +90,51 @@ gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
 
 absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "MoeGroupedGemm";
-  if (p.num_experts < 1 || p.num_experts > 1024) return Invalid(kOp, "num_experts", "must be in [1, 1024]");
-  if (p.max_rows < 0 || p.max_rows >= (int64_t{1} << 31)) return Invalid(kOp, "max_rows", "must be in [0, 2^31)");
-  if (p.k <= 0 || p.k % 64 != 0) return Invalid(kOp, "k", "must be a positive multiple of 64");
+  if (p.num_experts < 1 || p.num_experts > 1024) return InvalidParam(kOp, "num_experts", "must be in [1, 1024]");
+  if (p.max_rows < 0 || p.max_rows >= (int64_t{1} << 31)) return InvalidParam(kOp, "max_rows", "must be in [0, 2^31)");
+  if (p.k <= 0 || p.k % 64 != 0) return InvalidParam(kOp, "k", "must be a positive multiple of 64");
   if (p.max_rows == 0) return absl::OkStatus();
-  if (p.expert_offsets == nullptr) return Invalid(kOp, "expert_offsets", "is null");
-  if (p.x == nullptr || !Aligned(p.x, 16)) return Invalid(kOp, "x", "must be non-null and 16-byte aligned");
-  if (p.ldx < p.k || p.ldx % 8 != 0) return Invalid(kOp, "ldx", "must be >= k and a multiple of 8");
+  if (p.expert_offsets == nullptr) return InvalidParam(kOp, "expert_offsets", "is null");
+  if (p.x == nullptr || !Aligned(p.x, 16)) return InvalidParam(kOp, "x", "must be non-null and 16-byte aligned");
+  if (p.ldx < p.k || p.ldx % 8 != 0) return InvalidParam(kOp, "ldx", "must be >= k and a multiple of 8");
   const bool silu = p.epilogue == GemmEpilogue::kSiluMul;
-  if (!silu && p.epilogue != GemmEpilogue::kNone) return Invalid(kOp, "epilogue", "is not a known epilogue");
+  if (!silu && p.epilogue != GemmEpilogue::kNone) return InvalidParam(kOp, "epilogue", "is not a known epilogue");
   for (const GemmWeight* w : {&p.weight, silu ? &p.up : nullptr}) {
     if (w == nullptr) continue;
     const char* name = w == &p.weight ? "weight" : "up";
-    if (w->data == nullptr || !Aligned(w->data, 16)) return Invalid(kOp, name, "data must be non-null, 16-byte aligned");
-    if (w->n <= 0) return Invalid(kOp, name, "n must be positive");
-    if (w->type == GemmWeightType::kFp8Block128 && w->scale == nullptr) return Invalid(kOp, name, "scale is null");
+    if (w->data == nullptr || !Aligned(w->data, 16)) return InvalidParam(kOp, name, "data must be non-null, 16-byte aligned");
+    if (w->n <= 0) return InvalidParam(kOp, name, "n must be positive");
+    if (w->type == GemmWeightType::kFp8Block128 && w->scale == nullptr) return InvalidParam(kOp, name, "scale is null");
   }
   if (silu && (p.up.type != p.weight.type || p.up.n != p.weight.n)) {
-    return Invalid(kOp, "up", "must have the type and n of weight");
+    return InvalidParam(kOp, "up", "must have the type and n of weight");
   }
   const int wbytes = p.weight.type == GemmWeightType::kBf16 ? 2 : 1;
   if (p.expert_weight_stride < p.weight.n * p.k || (p.expert_weight_stride * wbytes) % 16 != 0) {
-    return Invalid(kOp, "expert_weight_stride", "must be >= n * k elements and a multiple of 16 bytes");
+    return InvalidParam(kOp, "expert_weight_stride", "must be >= n * k elements and a multiple of 16 bytes");
   }
   if (p.weight.type == GemmWeightType::kFp8Block128 &&
       p.expert_scale_stride < CeilDiv(p.weight.n, 128) * CeilDiv(p.k, 128)) {
-    return Invalid(kOp, "expert_scale_stride", "must be >= ceil(n/128) * ceil(k/128)");
+    return InvalidParam(kOp, "expert_scale_stride", "must be >= ceil(n/128) * ceil(k/128)");
   }
   const int64_t n_out = p.weight.n;
-  if (p.y == nullptr) return Invalid(kOp, "y", "is null");
-  if (p.ldy < n_out) return Invalid(kOp, "ldy", "must be >= n");
+  if (p.y == nullptr) return InvalidParam(kOp, "y", "is null");
+  if (p.ldy < n_out) return InvalidParam(kOp, "ldy", "must be >= n");
   if (p.workspace == nullptr || !Aligned(p.workspace, 16) ||
       p.workspace_bytes < MoeGroupedGemmWorkspaceBytes(p.max_rows, p.num_experts)) {
-    return Invalid(kOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
+    return InvalidParam(kOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
   }
 
   const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);
   const gemm::TileConfig& cfg = gemm::GetTileConfig(plan.config);
   if ((p.k * wbytes) % cfg.row_bytes_per_stage() != 0) {
-    return Invalid(kOp, "force_config", "the configuration's stage does not divide k");
+    return InvalidParam(kOp, "force_config", "the configuration's stage does not divide k");
   }
   if (gemm::internal::KernelSmemBytes(plan.config) != cfg.smem_bytes()) {
     return absl::InternalError(absl::StrCat(kOp, ": kernel instance ", cfg.name, " disagrees with its TileConfig"));
   }
   const int64_t row_tiles = CeilDiv(n_out, gemm::OutputColumnsPerTile(cfg, silu));
-  if (row_tiles > 65535) return Invalid(kOp, "weight.n", "too many output tiles");
+  if (row_tiles > 65535) return InvalidParam(kOp, "weight.n", "too many output tiles");
   const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, cfg.block_tokens);
   int32_t* work = static_cast<int32_t*>(p.workspace);
   int32_t* work_count = work + entries * 4;
@@ -183,25 +171,25 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
 
 absl::Status LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "MoeCombine";
-  if (p.tokens < 0) return Invalid(kOp, "tokens", "must be >= 0");
-  if (p.top_k < 1 || p.top_k > 32) return Invalid(kOp, "top_k", "must be in [1, 32]");
-  if (p.hidden <= 0 || p.hidden % 8 != 0) return Invalid(kOp, "hidden", "must be a positive multiple of 8");
+  if (p.tokens < 0) return InvalidParam(kOp, "tokens", "must be >= 0");
+  if (p.top_k < 1 || p.top_k > 32) return InvalidParam(kOp, "top_k", "must be in [1, 32]");
+  if (p.hidden <= 0 || p.hidden % 8 != 0) return InvalidParam(kOp, "hidden", "must be a positive multiple of 8");
   if (p.tokens == 0) return absl::OkStatus();
   if (p.expert_out == nullptr || !Aligned(p.expert_out, 16) || p.ld_expert < p.hidden || p.ld_expert % 8 != 0) {
-    return Invalid(kOp, "expert_out", "must be 16-byte aligned with ld_expert >= hidden, multiple of 8");
+    return InvalidParam(kOp, "expert_out", "must be 16-byte aligned with ld_expert >= hidden, multiple of 8");
   }
-  if (p.slot == nullptr) return Invalid(kOp, "slot", "is null");
-  if (p.weights == nullptr) return Invalid(kOp, "weights", "is null");
+  if (p.slot == nullptr) return InvalidParam(kOp, "slot", "is null");
+  if (p.weights == nullptr) return InvalidParam(kOp, "weights", "is null");
   if (p.shared != nullptr && (!Aligned(p.shared, 16) || p.ld_shared < p.hidden || p.ld_shared % 8 != 0)) {
-    return Invalid(kOp, "shared", "must be 16-byte aligned with ld_shared >= hidden, multiple of 8");
+    return InvalidParam(kOp, "shared", "must be 16-byte aligned with ld_shared >= hidden, multiple of 8");
   }
   if (p.residual != nullptr && (!Aligned(p.residual, 16) || p.ld_residual < p.hidden || p.ld_residual % 8 != 0)) {
-    return Invalid(kOp, "residual", "must be 16-byte aligned with ld_residual >= hidden, multiple of 8");
+    return InvalidParam(kOp, "residual", "must be 16-byte aligned with ld_residual >= hidden, multiple of 8");
   }
-  if ((p.out == nullptr) == (p.out_f32 == nullptr)) return Invalid(kOp, "out", "set exactly one of out and out_f32");
+  if ((p.out == nullptr) == (p.out_f32 == nullptr)) return InvalidParam(kOp, "out", "set exactly one of out and out_f32");
   const void* out = p.out != nullptr ? static_cast<const void*>(p.out) : static_cast<const void*>(p.out_f32);
   if (!Aligned(out, 16) || p.ld_out < p.hidden || p.ld_out % 8 != 0) {
-    return Invalid(kOp, "out", "must be 16-byte aligned with ld_out >= hidden, multiple of 8");
+    return InvalidParam(kOp, "out", "must be 16-byte aligned with ld_out >= hidden, multiple of 8");
   }
   return CudaStatus(gemm::internal::LaunchMoeCombineKernel(p, stream), "MoeCombineKernel launch");
 }

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_info.h"
+#include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
 
 namespace spar {
@@ -16,63 +18,51 @@ using gemm::TileConfig;
 
 bool Aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
-absl::Status Invalid(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("W8A16Gemm: ", field, " ", why));
-}
+constexpr absl::string_view kOp = "W8A16Gemm";
 
 absl::Status ValidateWeight(const GemmWeight& w, const std::string& name) {
-  if (w.data == nullptr) return Invalid(name + ".data", "is null");
-  if (!Aligned(w.data, 16)) return Invalid(name + ".data", "must be 16-byte aligned");
-  if (w.n <= 0) return Invalid(name + ".n", "must be positive");
-  if (w.type == GemmWeightType::kFp8Block128 && w.scale == nullptr) return Invalid(name + ".scale", "is null");
+  if (w.data == nullptr) return InvalidParam(kOp, name + ".data", "is null");
+  if (!Aligned(w.data, 16)) return InvalidParam(kOp, name + ".data", "must be 16-byte aligned");
+  if (w.n <= 0) return InvalidParam(kOp, name + ".n", "must be positive");
+  if (w.type == GemmWeightType::kFp8Block128 && w.scale == nullptr) return InvalidParam(kOp, name + ".scale", "is null");
   if (w.type != GemmWeightType::kFp8Block128 && w.type != GemmWeightType::kBf16) {
-    return Invalid(name + ".type", "is not a known weight type");
+    return InvalidParam(kOp, name + ".type", "is not a known weight type");
   }
   return absl::OkStatus();
 }
 
 absl::Status Validate(const W8A16GemmParams& p) {
-  if (p.m < 0) return Invalid("m", "must be >= 0");
-  if (p.k <= 0 || p.k % 64 != 0) return Invalid("k", absl::StrCat("must be a positive multiple of 64, got ", p.k));
+  if (p.m < 0) return InvalidParam(kOp, "m", "must be >= 0");
+  if (p.k <= 0 || p.k % 64 != 0) return InvalidParam(kOp, "k", absl::StrCat("must be a positive multiple of 64, got ", p.k));
   if (p.num_segments < 1 || p.num_segments > gemm::kMaxGemmSegments) {
-    return Invalid("num_segments", absl::StrCat("must be in [1, ", gemm::kMaxGemmSegments, "]"));
+    return InvalidParam(kOp, "num_segments", absl::StrCat("must be in [1, ", gemm::kMaxGemmSegments, "]"));
   }
   if (p.m == 0) return absl::OkStatus();
-  if (p.x == nullptr) return Invalid("x", "is null");
-  if (!Aligned(p.x, 16)) return Invalid("x", "must be 16-byte aligned");
-  if (p.ldx < p.k || p.ldx % 8 != 0) return Invalid("ldx", "must be >= k and a multiple of 8");
+  if (p.x == nullptr) return InvalidParam(kOp, "x", "is null");
+  if (!Aligned(p.x, 16)) return InvalidParam(kOp, "x", "must be 16-byte aligned");
+  if (p.ldx < p.k || p.ldx % 8 != 0) return InvalidParam(kOp, "ldx", "must be >= k and a multiple of 8");
   for (int s = 0; s < p.num_segments; ++s) {
     absl::Status st = ValidateWeight(p.segments[s], absl::StrCat("segments[", s, "]"));
     if (!st.ok()) return st;
   }
   if (p.epilogue == GemmEpilogue::kSiluMul) {
-    if (p.num_segments != 1) return Invalid("num_segments", "must be 1 with the SiLU·mul epilogue");
+    if (p.num_segments != 1) return InvalidParam(kOp, "num_segments", "must be 1 with the SiLU·mul epilogue");
     absl::Status st = ValidateWeight(p.up, "up");
     if (!st.ok()) return st;
-    if (p.up.type != p.segments[0].type) return Invalid("up.type", "must equal segments[0].type");
-    if (p.up.n != p.segments[0].n) return Invalid("up.n", "must equal segments[0].n");
+    if (p.up.type != p.segments[0].type) return InvalidParam(kOp, "up.type", "must equal segments[0].type");
+    if (p.up.n != p.segments[0].n) return InvalidParam(kOp, "up.n", "must equal segments[0].n");
   } else if (p.epilogue != GemmEpilogue::kNone) {
-    return Invalid("epilogue", "is not a known epilogue");
+    return InvalidParam(kOp, "epilogue", "is not a known epilogue");
   }
   const int64_t n_out = W8A16GemmOutputColumns(p);
-  if (p.y == nullptr) return Invalid("y", "is null");
-  if (!Aligned(p.y, p.y_fp32 ? 4 : 2)) return Invalid("y", "is misaligned");
-  if (p.ldy < n_out) return Invalid("ldy", absl::StrCat("must be >= the output columns (", n_out, ")"));
-  if (p.residual != nullptr && p.ldr < n_out) return Invalid("ldr", "must be >= the output columns");
-  if (p.workspace_bytes > 0 && p.workspace == nullptr) return Invalid("workspace", "is null but workspace_bytes > 0");
-  if (p.workspace != nullptr && !Aligned(p.workspace, 256)) return Invalid("workspace", "must be 256-byte aligned");
-  if (p.force_config >= gemm::kNumTileConfigs) return Invalid("force_config", "is not a tile configuration");
+  if (p.y == nullptr) return InvalidParam(kOp, "y", "is null");
+  if (!Aligned(p.y, p.y_fp32 ? 4 : 2)) return InvalidParam(kOp, "y", "is misaligned");
+  if (p.ldy < n_out) return InvalidParam(kOp, "ldy", absl::StrCat("must be >= the output columns (", n_out, ")"));
+  if (p.residual != nullptr && p.ldr < n_out) return InvalidParam(kOp, "ldr", "must be >= the output columns");
+  if (p.workspace_bytes > 0 && p.workspace == nullptr) return InvalidParam(kOp, "workspace", "is null but workspace_bytes > 0");
+  if (p.workspace != nullptr && !Aligned(p.workspace, 256)) return InvalidParam(kOp, "workspace", "must be 256-byte aligned");
+  if (p.force_config >= gemm::kNumTileConfigs) return InvalidParam(kOp, "force_config", "is not a tile configuration");
   return absl::OkStatus();
-}
-
-int DeviceSmCount() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
-    cudaGetLastError();
-    return 108;
-  }
-  return sms;
 }
 
 GemmProblem ToProblem(const W8A16GemmParams& p, size_t workspace_bytes) {
@@ -85,7 +75,7 @@ GemmProblem ToProblem(const W8A16GemmParams& p, size_t workspace_bytes) {
     prob.segments[s].weight_bytes = p.segments[s].type == GemmWeightType::kBf16 ? 2 : 1;
   }
   prob.silu_mul = p.epilogue == GemmEpilogue::kSiluMul;
-  prob.num_sms = p.num_sms > 0 ? p.num_sms : DeviceSmCount();
+  prob.num_sms = p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count;
   prob.workspace_bytes = workspace_bytes;
   return prob;
 }
@@ -126,13 +116,13 @@ absl::Status LaunchW8A16Gemm(const W8A16GemmParams& p, cudaStream_t stream) {
   if (gemm::internal::KernelSmemBytes(plan.config) != cfg.smem_bytes()) {
     return absl::InternalError(absl::StrCat("W8A16Gemm: kernel instance ", cfg.name, " disagrees with its TileConfig"));
   }
-  if (plan.row_tiles > 65535) return Invalid("segments[].n", "too many output tiles (grid.y > 65535)");
+  if (plan.row_tiles > 65535) return InvalidParam(kOp, "segments[].n", "too many output tiles (grid.y > 65535)");
   if (!gemm::ConfigSupports(ToProblem(p, 0), cfg)) {
-    return Invalid("force_config", absl::StrCat(cfg.name, " needs k * weight bytes to be a multiple of ",
+    return InvalidParam(kOp, "force_config", absl::StrCat(cfg.name, " needs k * weight bytes to be a multiple of ",
                                                 cfg.row_bytes_per_stage()));
   }
   if (plan.workspace_bytes > 0 && (p.workspace == nullptr || p.workspace_bytes < plan.workspace_bytes)) {
-    return Invalid("workspace", absl::StrCat("needs ", plan.workspace_bytes, " bytes for the forced split"));
+    return InvalidParam(kOp, "workspace", absl::StrCat("needs ", plan.workspace_bytes, " bytes for the forced split"));
   }
 
   gemm::internal::KernelParams kp;

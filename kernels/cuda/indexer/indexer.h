@@ -15,13 +15,13 @@
 //
 // Numerics: q and keys meet in bf16 mma.sync with fp32 accumulation (sm80 has
 // no FP8 MMA; e4m3 keys are widened to bf16 in registers, which is exact).
-// bf16 tensors are passed as uint16_t bit patterns so this header stays plain
-// C++. All launchers validate their params (InvalidArgument naming the field),
+// bf16 tensors are __nv_bfloat16, as in every kernel family. All launchers validate their params (InvalidArgument naming the field),
 // never synchronize, and return CUDA errors as statuses. Thread-compatible:
 // no global state besides a per-device SM-count cache.
 #ifndef SPAR_KERNELS_CUDA_INDEXER_INDEXER_H_
 #define SPAR_KERNELS_CUDA_INDEXER_INDEXER_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -32,6 +32,8 @@
 #include "kernels/ref/rope_ref.h"
 
 namespace spar {
+
+struct TopKSplitPlan;  // topk_plan.h
 
 inline constexpr int kIndexerRopeDim = 64;    // RoPE acts on dims [0, 64) of the 128 (rope first)
 inline constexpr int kIndexerMaxTopK = 2048;  // largest k LaunchTopK accepts
@@ -53,7 +55,7 @@ struct IndexerRope {
 // spar::FloatToE4m3) or bf16 into the page slot given by `slots`.
 struct IndexerKeyWriteParams {
   int64_t tokens = 0;
-  const uint16_t* x = nullptr;  // [tokens, x_stride] bf16: the wk projection output (128 used columns)
+  const __nv_bfloat16* x = nullptr;  // [tokens, x_stride]: the wk projection output (128 used columns)
   int64_t x_stride = 128;       // elements between tokens
   const float* norm_weight = nullptr;  // [128]
   const float* norm_bias = nullptr;    // [128]
@@ -62,8 +64,8 @@ struct IndexerKeyWriteParams {
   IndexerRope rope;
   bool hadamard = false;
   const int32_t* slots = nullptr;  // [tokens] block * 64 + offset; negative = skip the token (padding)
-  ref::IndexerFormat format = ref::IndexerFormat::kFp8;  // kFp8 or kBF16
-  uint8_t* cache = nullptr;  // page b at cache + b * ref::IndexerPageBytes(format)
+  IndexerFormat format = IndexerFormat::kFp8;  // kFp8 or kBF16
+  uint8_t* cache = nullptr;  // page b at cache + b * IndexerPageBytes(format)
 };
 bool IndexerKeyWriteSupported(const IndexerKeyWriteParams& p);
 absl::Status LaunchIndexerKeyWrite(const IndexerKeyWriteParams& p, cudaStream_t stream);
@@ -75,16 +77,16 @@ absl::Status LaunchIndexerKeyWrite(const IndexerKeyWriteParams& p, cudaStream_t 
 struct IndexerQueryPrepParams {
   int64_t tokens = 0;
   int heads = 0;
-  const uint16_t* q = nullptr;  // [tokens, q_stride] bf16, head h at columns [128h, 128h + 128)
+  const __nv_bfloat16* q = nullptr;  // [tokens, q_stride], head h at columns [128h, 128h + 128)
   int64_t q_stride = 0;         // elements between tokens (>= heads * 128)
-  uint16_t* q_out = nullptr;    // [tokens, q_out_stride] bf16 (may equal q)
+  __nv_bfloat16* q_out = nullptr;    // [tokens, q_out_stride] (may equal q)
   int64_t q_out_stride = 0;
   const int32_t* positions = nullptr;  // [tokens]
   IndexerRope rope;
   bool hadamard = false;
   // Exactly one of w_in_f32 / w_in_bf16: [tokens, w_in_stride].
   const float* w_in_f32 = nullptr;
-  const uint16_t* w_in_bf16 = nullptr;
+  const __nv_bfloat16* w_in_bf16 = nullptr;
   int64_t w_in_stride = 0;
   float weight_scale = 1.0f;
   float* w_out = nullptr;  // [tokens, heads] fp32, contiguous
@@ -102,7 +104,7 @@ struct IndexerGatherParams {
   int max_seq_len = 0;                   // >= every seq_lens[b] (sizes the grid)
   const int32_t* block_table = nullptr;  // [num_seqs, block_table_stride]
   int64_t block_table_stride = 0;
-  ref::IndexerFormat format = ref::IndexerFormat::kFp8;
+  IndexerFormat format = IndexerFormat::kFp8;
   const uint8_t* cache = nullptr;
   void* keys = nullptr;      // kFp8: [N, 128] e4m3 bytes; kBF16: [N, 128] bf16
   float* k_scale = nullptr;  // kFp8: [N]; kBF16: unused
@@ -119,11 +121,11 @@ absl::Status LaunchIndexerGather(const IndexerGatherParams& p, cudaStream_t stre
 struct IndexerLogitsParams {
   int64_t rows = 0;
   int heads = 0;                // 32 (GLM-5) or 64 (DeepSeek-V3.2)
-  const uint16_t* q = nullptr;  // [rows, q_stride] bf16, roped; head h at columns [128h, 128h + 128)
+  const __nv_bfloat16* q = nullptr;  // [rows, q_stride], roped; head h at columns [128h, 128h + 128)
   int64_t q_stride = 0;
   const float* w = nullptr;  // [rows, w_stride]: weights with heads^-0.5 · 128^-0.5 (and any q scale) folded in
   int64_t w_stride = 0;
-  ref::IndexerFormat format = ref::IndexerFormat::kFp8;  // kFp8: e4m3 keys + k_scale; kBF16: bf16 keys
+  IndexerFormat format = IndexerFormat::kFp8;  // kFp8: e4m3 keys + k_scale; kBF16: bf16 keys
   const void* keys = nullptr;      // [num_keys, 128]
   const float* k_scale = nullptr;  // [num_keys] for kFp8, nullptr for kBF16
   int64_t num_keys = 0;
@@ -147,7 +149,7 @@ struct IndexerLogitsPagedParams {
   int num_seqs = 0;
   int next_n = 1;
   int heads = 0;                // 32 or 64; next_n * heads <= 256
-  const uint16_t* q = nullptr;  // [num_seqs * next_n, q_stride] bf16, roped
+  const __nv_bfloat16* q = nullptr;  // [num_seqs * next_n, q_stride], roped
   int64_t q_stride = 0;
   const float* w = nullptr;  // [num_seqs * next_n, w_stride]
   int64_t w_stride = 0;
@@ -155,7 +157,7 @@ struct IndexerLogitsPagedParams {
   int max_context_len = 0;                // >= every context_lens[r] (sizes the grid)
   const int32_t* block_table = nullptr;   // [num_seqs, block_table_stride]
   int64_t block_table_stride = 0;
-  ref::IndexerFormat format = ref::IndexerFormat::kFp8;  // kFp8 or kBF16
+  IndexerFormat format = IndexerFormat::kFp8;  // kFp8 or kBF16
   const uint8_t* cache = nullptr;
   float* logits = nullptr;  // [num_seqs * next_n, logits_stride]
   int64_t logits_stride = 0;  // >= max_context_len
@@ -196,12 +198,31 @@ struct TopKParams {
   void* workspace = nullptr;  // 16-byte aligned, >= TopKWorkspaceBytes(*this) bytes, or nullptr
   size_t workspace_bytes = 0;
   int split_chunks = 0;  // 0: PlanTopKSplit chooses; 1: one CTA per row; >= 2: that many chunks (tests, tuning)
+  // PlanTopKSplit(rows, num_cols, SM count, split_chunks) computed once by the
+  // caller (the cuda backend plans each step once, not every layer); null:
+  // planned here from the current device's SM count.
+  const TopKSplitPlan* plan = nullptr;
 };
 bool TopKSupported(const TopKParams& p);
 // Workspace the split path needs for these params on the current device
 // (0: one CTA per row). Depends on rows, num_cols, split_chunks and the SM count.
 size_t TopKWorkspaceBytes(const TopKParams& p);
 absl::Status LaunchTopK(const TopKParams& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
+// 7. Index lists as cache slots (slots.cu): token t's list idx[t][0, k)
+// holds positions of its sequence token_seq[t], whose pages are
+// block_table[token_seq[t]][0, block_table_stride).
+//
+// In place: position p >= 0 -> block_table[token_seq[t]][p / 64] * 64 + p % 64;
+// entries < 0 stay as they are (-1 marks an empty entry). Every p must be
+// covered by the sequence's table.
+absl::Status LaunchPositionsToSlots(int32_t* idx, int64_t tokens, int k, const int32_t* token_seq,
+                                    const int32_t* block_table, int64_t block_table_stride, cudaStream_t stream);
+// The list of a context that fits in k (no scoring): entry j is the slot of
+// position j for j < kv_len[t], ascending, else -1.
+absl::Status LaunchDenseSlots(int32_t* idx, int64_t tokens, int k, const int32_t* kv_len, const int32_t* token_seq,
+                              const int32_t* block_table, int64_t block_table_stride, cudaStream_t stream);
 
 }  // namespace spar
 

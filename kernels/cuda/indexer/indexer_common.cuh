@@ -15,15 +15,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/cache_layout.h"
 #include "kernels/cuda/indexer/indexer.h"
 
 namespace spar::cuda::indexer {
 
-inline constexpr int kDim = 128;
-inline constexpr int kPage = 64;        // tokens per cache page
+inline constexpr int kDim = kIndexerHeadDim;
 inline constexpr int kRopeHalf = 32;    // rope pairs
-inline constexpr int kFp8PageBytes = kPage * (kDim + 4);
-inline constexpr int kBf16PageBytes = kPage * kDim * 2;
+inline constexpr int kFp8PageBytes = static_cast<int>(IndexerPageBytes(IndexerFormat::kFp8));
+inline constexpr int kBf16PageBytes = static_cast<int>(IndexerPageBytes(IndexerFormat::kBF16));
 
 // RoPE on dims [0, 64) of the warp's vector (ref::ApplyRope semantics, one
 // position). cs/sn: the 32 cos/sin values of the position.
@@ -120,8 +120,6 @@ __device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src, i
 
 namespace spar::indexer_internal {
 
-// Multiprocessor count of the current device (cached per device).
-int SmCount();
 
 // Opts a kernel into more than 48 KB of dynamic smem once per device, so the
 // launch path does not pay a driver call every time. Thread-safe.
@@ -143,9 +141,6 @@ class SmemOptIn {
   std::atomic<bool> done_[kMaxDevices] = {};
 };
 
-inline absl::Status Invalid(const char* op, const char* field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(op, ": ", field, " ", why));
-}
 
 }  // namespace spar::indexer_internal
 

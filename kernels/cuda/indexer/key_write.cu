@@ -6,6 +6,7 @@
 
 #include "base/status_macros.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/indexer/indexer.h"
 #include "kernels/cuda/indexer/indexer_common.cuh"
@@ -14,13 +15,11 @@ namespace spar {
 namespace {
 
 using cuda::indexer::kDim;
-using cuda::indexer::kPage;
 using cuda::indexer::kRopeHalf;
-using indexer_internal::Invalid;
 
 constexpr int kWarpsPerBlock = 8;
 
-__device__ __forceinline__ void LoadBf16x4(const uint16_t* p, float (&v)[4]) {
+__device__ __forceinline__ void LoadBf16x4(const __nv_bfloat16* p, float (&v)[4]) {
   const uint2 raw = *reinterpret_cast<const uint2*>(p);
   const __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
   const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
@@ -30,7 +29,7 @@ __device__ __forceinline__ void LoadBf16x4(const uint16_t* p, float (&v)[4]) {
   v[3] = __high2float(b);
 }
 
-__device__ __forceinline__ void StoreBf16x4(uint16_t* p, const float (&v)[4]) {
+__device__ __forceinline__ void StoreBf16x4(__nv_bfloat16* p, const float (&v)[4]) {
   // __floats2bfloat162_rn rounds to nearest even, like spar::FloatToBf16.
   const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]);
   const __nv_bfloat162 b = __floats2bfloat162_rn(v[2], v[3]);
@@ -73,8 +72,8 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   if (p.hadamard) cuda::indexer::HadamardWarp(v, lane);
 
   // Phase 3: store into the page slot.
-  const int64_t block = slot / kPage;
-  const int offset = slot % kPage;
+  const int64_t block = slot / kCacheBlockTokens;
+  const int offset = slot % kCacheBlockTokens;
   if (fp8) {
     uint8_t* page = p.cache + block * cuda::indexer::kFp8PageBytes;
     const float amax = cuda::WarpMax(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
@@ -83,9 +82,9 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
     for (int e = 0; e < 4; ++e) packed |= cuda::indexer::FloatToE4m3Rn(v[e] / scale) << (8 * e);
     reinterpret_cast<uint32_t*>(page + offset * kDim)[lane] = packed;
-    if (lane == 0) reinterpret_cast<float*>(page + kPage * kDim)[offset] = scale;
+    if (lane == 0) reinterpret_cast<float*>(page + kCacheBlockTokens * kDim)[offset] = scale;
   } else {
-    uint16_t* page = reinterpret_cast<uint16_t*>(p.cache + block * cuda::indexer::kBf16PageBytes);
+    __nv_bfloat16* page = reinterpret_cast<__nv_bfloat16*>(p.cache + block * cuda::indexer::kBf16PageBytes);
     StoreBf16x4(page + offset * kDim + 4 * lane, v);
   }
 }
@@ -108,7 +107,7 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) IndexerQueryPrepKe
   if (lane == 0) {
     const float w = p.w_in_f32 != nullptr
                         ? p.w_in_f32[t * p.w_in_stride + h]
-                        : __bfloat162float(__ushort_as_bfloat16(p.w_in_bf16[t * p.w_in_stride + h]));
+                        : __bfloat162float(p.w_in_bf16[t * p.w_in_stride + h]);
     p.w_out[row] = w * p.weight_scale;
   }
 }
@@ -119,9 +118,9 @@ static __global__ void __launch_bounds__(256) IndexerGatherKernel(IndexerGatherP
   const int b = blockIdx.y;
   const int page_idx = blockIdx.x;
   const int len = p.seq_lens[b];
-  const int first = page_idx * kPage;
+  const int first = page_idx * kCacheBlockTokens;
   if (first >= len) return;
-  const int n = min(kPage, len - first);
+  const int n = min(kCacheBlockTokens, len - first);
   const int64_t block = p.block_table[b * p.block_table_stride + page_idx];
   const int64_t out_row = static_cast<int64_t>(p.out_offsets[b]) + first;
   const int row_bytes = fp8 ? kDim : 2 * kDim;
@@ -132,16 +131,16 @@ static __global__ void __launch_bounds__(256) IndexerGatherKernel(IndexerGatherP
     reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(page)[c];
   }
   if (fp8 && threadIdx.x < n) {
-    p.k_scale[out_row + threadIdx.x] = reinterpret_cast<const float*>(page + kPage * kDim)[threadIdx.x];
+    p.k_scale[out_row + threadIdx.x] = reinterpret_cast<const float*>(page + kCacheBlockTokens * kDim)[threadIdx.x];
   }
 }
 
-bool FormatOnDevice(ref::IndexerFormat f) { return f == ref::IndexerFormat::kFp8 || f == ref::IndexerFormat::kBF16; }
+bool FormatOnDevice(IndexerFormat f) { return f == IndexerFormat::kFp8 || f == IndexerFormat::kBF16; }
 
 absl::Status CheckRope(const char* op, const IndexerRope& r) {
-  if (r.cos == nullptr) return Invalid(op, "rope.cos", "is null");
-  if (r.sin == nullptr) return Invalid(op, "rope.sin", "is null");
-  if (r.rows <= 0) return Invalid(op, "rope.rows", "must be positive");
+  if (r.cos == nullptr) return InvalidParam(op, "rope.cos", "is null");
+  if (r.sin == nullptr) return InvalidParam(op, "rope.sin", "is null");
+  if (r.rows <= 0) return InvalidParam(op, "rope.rows", "must be positive");
   return absl::OkStatus();
 }
 
@@ -153,22 +152,22 @@ bool IndexerKeyWriteSupported(const IndexerKeyWriteParams& p) { return FormatOnD
 
 absl::Status LaunchIndexerKeyWrite(const IndexerKeyWriteParams& p, cudaStream_t stream) {
   const char* op = "LaunchIndexerKeyWrite";
-  if (p.tokens < 0) return Invalid(op, "tokens", "must be >= 0");
+  if (p.tokens < 0) return InvalidParam(op, "tokens", "must be >= 0");
   if (p.tokens == 0) return absl::OkStatus();
-  if (p.x == nullptr || !Aligned(p.x, 8)) return Invalid(op, "x", "must be non-null and 8-byte aligned");
-  if (p.x_stride < kDim || p.x_stride % 4 != 0) return Invalid(op, "x_stride", "must be >= 128 and a multiple of 4");
-  if (p.norm_weight == nullptr || !Aligned(p.norm_weight, 16)) return Invalid(op, "norm_weight", "must be 16-byte aligned");
-  if (p.norm_bias == nullptr || !Aligned(p.norm_bias, 16)) return Invalid(op, "norm_bias", "must be 16-byte aligned");
-  if (!(p.eps > 0)) return Invalid(op, "eps", "must be positive");
-  if (p.positions == nullptr) return Invalid(op, "positions", "is null");
+  if (p.x == nullptr || !Aligned(p.x, 8)) return InvalidParam(op, "x", "must be non-null and 8-byte aligned");
+  if (p.x_stride < kDim || p.x_stride % 4 != 0) return InvalidParam(op, "x_stride", "must be >= 128 and a multiple of 4");
+  if (p.norm_weight == nullptr || !Aligned(p.norm_weight, 16)) return InvalidParam(op, "norm_weight", "must be 16-byte aligned");
+  if (p.norm_bias == nullptr || !Aligned(p.norm_bias, 16)) return InvalidParam(op, "norm_bias", "must be 16-byte aligned");
+  if (!(p.eps > 0)) return InvalidParam(op, "eps", "must be positive");
+  if (p.positions == nullptr) return InvalidParam(op, "positions", "is null");
   SPAR_RETURN_IF_ERROR(CheckRope(op, p.rope));
-  if (p.slots == nullptr) return Invalid(op, "slots", "is null");
-  if (!FormatOnDevice(p.format)) return Invalid(op, "format", "must be kFp8 or kBF16");
-  if (p.cache == nullptr || !Aligned(p.cache, 16)) return Invalid(op, "cache", "must be 16-byte aligned");
+  if (p.slots == nullptr) return InvalidParam(op, "slots", "is null");
+  if (!FormatOnDevice(p.format)) return InvalidParam(op, "format", "must be kFp8 or kBF16");
+  if (p.cache == nullptr || !Aligned(p.cache, 16)) return InvalidParam(op, "cache", "must be 16-byte aligned");
   const int64_t blocks = (p.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (blocks > INT32_MAX) return Invalid(op, "tokens", "too large");
+  if (blocks > INT32_MAX) return InvalidParam(op, "tokens", "too large");
   IndexerKeyWriteKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
-      p, p.format == ref::IndexerFormat::kFp8);
+      p, p.format == IndexerFormat::kFp8);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("IndexerKeyWriteKernel");
   return absl::OkStatus();
 }
@@ -177,23 +176,23 @@ bool IndexerQueryPrepSupported(const IndexerQueryPrepParams& p) { return p.heads
 
 absl::Status LaunchIndexerQueryPrep(const IndexerQueryPrepParams& p, cudaStream_t stream) {
   const char* op = "LaunchIndexerQueryPrep";
-  if (p.tokens < 0) return Invalid(op, "tokens", "must be >= 0");
-  if (p.heads <= 0) return Invalid(op, "heads", "must be positive");
+  if (p.tokens < 0) return InvalidParam(op, "tokens", "must be >= 0");
+  if (p.heads <= 0) return InvalidParam(op, "heads", "must be positive");
   if (p.tokens == 0) return absl::OkStatus();
-  if (p.q == nullptr || !Aligned(p.q, 8)) return Invalid(op, "q", "must be non-null and 8-byte aligned");
+  if (p.q == nullptr || !Aligned(p.q, 8)) return InvalidParam(op, "q", "must be non-null and 8-byte aligned");
   if (p.q_stride < int64_t{p.heads} * kDim || p.q_stride % 4 != 0)
-    return Invalid(op, "q_stride", "must be >= heads * 128 and a multiple of 4");
-  if (p.q_out == nullptr || !Aligned(p.q_out, 8)) return Invalid(op, "q_out", "must be non-null and 8-byte aligned");
+    return InvalidParam(op, "q_stride", "must be >= heads * 128 and a multiple of 4");
+  if (p.q_out == nullptr || !Aligned(p.q_out, 8)) return InvalidParam(op, "q_out", "must be non-null and 8-byte aligned");
   if (p.q_out_stride < int64_t{p.heads} * kDim || p.q_out_stride % 4 != 0)
-    return Invalid(op, "q_out_stride", "must be >= heads * 128 and a multiple of 4");
-  if (p.positions == nullptr) return Invalid(op, "positions", "is null");
+    return InvalidParam(op, "q_out_stride", "must be >= heads * 128 and a multiple of 4");
+  if (p.positions == nullptr) return InvalidParam(op, "positions", "is null");
   SPAR_RETURN_IF_ERROR(CheckRope(op, p.rope));
   if ((p.w_in_f32 == nullptr) == (p.w_in_bf16 == nullptr))
-    return Invalid(op, "w_in_f32/w_in_bf16", "exactly one must be set");
-  if (p.w_in_stride < p.heads) return Invalid(op, "w_in_stride", "must be >= heads");
-  if (p.w_out == nullptr) return Invalid(op, "w_out", "is null");
+    return InvalidParam(op, "w_in_f32/w_in_bf16", "exactly one must be set");
+  if (p.w_in_stride < p.heads) return InvalidParam(op, "w_in_stride", "must be >= heads");
+  if (p.w_out == nullptr) return InvalidParam(op, "w_out", "is null");
   const int64_t blocks = (p.tokens * p.heads + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (blocks > INT32_MAX) return Invalid(op, "tokens", "too large");
+  if (blocks > INT32_MAX) return InvalidParam(op, "tokens", "too large");
   IndexerQueryPrepKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(p);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("IndexerQueryPrepKernel");
   return absl::OkStatus();
@@ -201,39 +200,24 @@ absl::Status LaunchIndexerQueryPrep(const IndexerQueryPrepParams& p, cudaStream_
 
 absl::Status LaunchIndexerGather(const IndexerGatherParams& p, cudaStream_t stream) {
   const char* op = "LaunchIndexerGather";
-  if (p.num_seqs < 0) return Invalid(op, "num_seqs", "must be >= 0");
+  if (p.num_seqs < 0) return InvalidParam(op, "num_seqs", "must be >= 0");
   if (p.num_seqs == 0 || p.max_seq_len == 0) return absl::OkStatus();
-  if (p.num_seqs > 65535) return Invalid(op, "num_seqs", "must be <= 65535");
-  if (p.max_seq_len < 0) return Invalid(op, "max_seq_len", "must be >= 0");
-  if (p.seq_lens == nullptr) return Invalid(op, "seq_lens", "is null");
-  if (p.out_offsets == nullptr) return Invalid(op, "out_offsets", "is null");
-  if (p.block_table == nullptr) return Invalid(op, "block_table", "is null");
-  if (p.block_table_stride < (p.max_seq_len + kPage - 1) / kPage)
-    return Invalid(op, "block_table_stride", "is smaller than ceil(max_seq_len / 64)");
-  if (!FormatOnDevice(p.format)) return Invalid(op, "format", "must be kFp8 or kBF16");
-  if (p.cache == nullptr || !Aligned(p.cache, 16)) return Invalid(op, "cache", "must be 16-byte aligned");
-  if (p.keys == nullptr || !Aligned(p.keys, 16)) return Invalid(op, "keys", "must be 16-byte aligned");
-  const bool fp8 = p.format == ref::IndexerFormat::kFp8;
-  if (fp8 && p.k_scale == nullptr) return Invalid(op, "k_scale", "is null (kFp8)");
-  const dim3 grid((p.max_seq_len + kPage - 1) / kPage, p.num_seqs);
+  if (p.num_seqs > 65535) return InvalidParam(op, "num_seqs", "must be <= 65535");
+  if (p.max_seq_len < 0) return InvalidParam(op, "max_seq_len", "must be >= 0");
+  if (p.seq_lens == nullptr) return InvalidParam(op, "seq_lens", "is null");
+  if (p.out_offsets == nullptr) return InvalidParam(op, "out_offsets", "is null");
+  if (p.block_table == nullptr) return InvalidParam(op, "block_table", "is null");
+  if (p.block_table_stride < (p.max_seq_len + kCacheBlockTokens - 1) / kCacheBlockTokens)
+    return InvalidParam(op, "block_table_stride", "is smaller than ceil(max_seq_len / 64)");
+  if (!FormatOnDevice(p.format)) return InvalidParam(op, "format", "must be kFp8 or kBF16");
+  if (p.cache == nullptr || !Aligned(p.cache, 16)) return InvalidParam(op, "cache", "must be 16-byte aligned");
+  if (p.keys == nullptr || !Aligned(p.keys, 16)) return InvalidParam(op, "keys", "must be 16-byte aligned");
+  const bool fp8 = p.format == IndexerFormat::kFp8;
+  if (fp8 && p.k_scale == nullptr) return InvalidParam(op, "k_scale", "is null (kFp8)");
+  const dim3 grid((p.max_seq_len + kCacheBlockTokens - 1) / kCacheBlockTokens, p.num_seqs);
   IndexerGatherKernel<<<grid, 256, 0, stream>>>(p, fp8);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("IndexerGatherKernel");
   return absl::OkStatus();
 }
 
-namespace indexer_internal {
-
-int SmCount() {
-  static std::atomic<int> cached[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 108;
-  int n = cached[dev].load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 108;
-    cached[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
-}  // namespace indexer_internal
 }  // namespace spar

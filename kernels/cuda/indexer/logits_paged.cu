@@ -29,6 +29,8 @@
 #include <cmath>
 
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_info.h"
+#include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/common/fp8_sm80.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/indexer/indexer.h"
@@ -38,8 +40,6 @@ namespace spar {
 namespace {
 
 using cuda::indexer::kDim;
-using cuda::indexer::kPage;
-using indexer_internal::Invalid;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -49,7 +49,7 @@ constexpr uint16_t kBf16Pow2_96 = 0x6f80;  // 2^96
 constexpr float kPow2_24 = 16777216.0f;
 
 constexpr int kPagesPerStage = 2;  // 128 keys between barriers
-constexpr int kStageKeys = kPagesPerStage * kPage;
+constexpr int kStageKeys = kPagesPerStage * kCacheBlockTokens;
 constexpr int kMaxPagesPerCta = 512;  // block-table slice kept in smem
 
 template <bool kFp8>
@@ -77,7 +77,7 @@ template <bool kFp8>
 __device__ __forceinline__ void LoadPage(const uint8_t* src, uint8_t* dst) {
   using Cfg = PagedCfg<kFp8>;
   constexpr int kChunks = Cfg::kPageBytes / 16;
-  constexpr int kValueChunks = kPage * kDim * (kFp8 ? 1 : 2) / 16;
+  constexpr int kValueChunks = kCacheBlockTokens * kDim * (kFp8 ? 1 : 2) / 16;
   constexpr int kChunksPerKey = kFp8 ? 8 : 16;
   for (int c = threadIdx.x; c < kChunks; c += kThreads) {
     int off;
@@ -112,7 +112,7 @@ static __global__ void __launch_bounds__(kThreads, 2)
   // dependent global load sits in the page loop.
   int ctx_max = 0;
   for (int j = 0; j < p.next_n; ++j) ctx_max = max(ctx_max, p.context_lens[row0 + j]);
-  const int n_pages = (ctx_max + kPage - 1) / kPage;
+  const int n_pages = (ctx_max + kCacheBlockTokens - 1) / kCacheBlockTokens;
   const int p_begin = blockIdx.x * pages_per_cta;
   const int p_end = min(n_pages, p_begin + pages_per_cta);
   if (p_begin >= p_end) return;
@@ -142,7 +142,7 @@ static __global__ void __launch_bounds__(kThreads, 2)
   float wgt[2][2];
   {
     const int head0 = (rg % groups_per_token) * kRowsPerWarp;
-    const uint16_t* qrow = p.q + (row0 + token) * p.q_stride + 32 * t;
+    const uint16_t* qrow = reinterpret_cast<const uint16_t*>(p.q) + (row0 + token) * p.q_stride + 32 * t;
     const float* wrow = p.w + (row0 + token) * p.w_stride;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
@@ -183,9 +183,9 @@ static __global__ void __launch_bounds__(kThreads, 2)
   auto flush = [&](int st, int buf) {
     for (int idx = threadIdx.x; idx < p.next_n * kStageKeys; idx += kThreads) {
       const int j = idx / kStageKeys, key = idx % kStageKeys;
-      const int s = (p_begin + st * kPagesPerStage) * kPage + key;
+      const int s = (p_begin + st * kPagesPerStage) * kCacheBlockTokens + key;
       // Keys past this CTA's pages (odd page count) belong to the next CTA.
-      if (s >= p.context_lens[row0 + j] || s >= p_end * kPage) continue;
+      if (s >= p.context_lens[row0 + j] || s >= p_end * kCacheBlockTokens) continue;
       const float* part = red + (buf * kMaxRowGroups + j * groups_per_token) * kStageKeys + key;
       float sum = part[0];
       for (int q = 1; q < groups_per_token; ++q) sum += part[q * kStageKeys];
@@ -288,8 +288,8 @@ static __global__ void __launch_bounds__(kThreads, 2)
         const int u = b4 ? 1 : 0;
         const int col = (nt[u] & 7) * 8 + 2 * t + (b3 ? 1 : 0);  // key inside its page
         float scale = out_scale;
-        if constexpr (kFp8) scale *= reinterpret_cast<const float*>(page[u] + kPage * kDim)[col];
-        red_out[(nt[u] >> 3) * kPage + col] = sum * scale;
+        if constexpr (kFp8) scale *= reinterpret_cast<const float*>(page[u] + kCacheBlockTokens * kDim)[col];
+        red_out[(nt[u] >> 3) * kCacheBlockTokens + col] = sum * scale;
       }
     }
   }
@@ -309,35 +309,35 @@ static __global__ void __launch_bounds__(256) FillTailKernel(const int32_t* cont
 bool IndexerLogitsPagedSupported(const IndexerLogitsPagedParams& p) {
   if (p.heads != 32 && p.heads != 64) return false;
   if (p.next_n < 1 || p.next_n * p.heads > kMaxRowGroups * kRowsPerWarp) return false;
-  return p.format == ref::IndexerFormat::kFp8 || p.format == ref::IndexerFormat::kBF16;
+  return p.format == IndexerFormat::kFp8 || p.format == IndexerFormat::kBF16;
 }
 
 absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStream_t stream) {
   const char* op = "LaunchIndexerLogitsPaged";
-  if (p.num_seqs < 0) return Invalid(op, "num_seqs", "must be >= 0");
-  if (p.heads != 32 && p.heads != 64) return Invalid(op, "heads", "must be 32 or 64");
+  if (p.num_seqs < 0) return InvalidParam(op, "num_seqs", "must be >= 0");
+  if (p.heads != 32 && p.heads != 64) return InvalidParam(op, "heads", "must be 32 or 64");
   if (p.next_n < 1 || p.next_n * p.heads > kMaxRowGroups * kRowsPerWarp)
-    return Invalid(op, "next_n", "must be >= 1 with next_n * heads <= 256");
-  if (p.format != ref::IndexerFormat::kFp8 && p.format != ref::IndexerFormat::kBF16)
-    return Invalid(op, "format", "must be kFp8 or kBF16");
+    return InvalidParam(op, "next_n", "must be >= 1 with next_n * heads <= 256");
+  if (p.format != IndexerFormat::kFp8 && p.format != IndexerFormat::kBF16)
+    return InvalidParam(op, "format", "must be kFp8 or kBF16");
   if (p.num_seqs == 0) return absl::OkStatus();
-  if (p.num_seqs > 65535) return Invalid(op, "num_seqs", "must be <= 65535");
-  if (p.max_context_len < 0) return Invalid(op, "max_context_len", "must be >= 0");
-  if (p.q == nullptr || reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return Invalid(op, "q", "must be 16-byte aligned");
+  if (p.num_seqs > 65535) return InvalidParam(op, "num_seqs", "must be <= 65535");
+  if (p.max_context_len < 0) return InvalidParam(op, "max_context_len", "must be >= 0");
+  if (p.q == nullptr || reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return InvalidParam(op, "q", "must be 16-byte aligned");
   if (p.q_stride < int64_t{p.heads} * kDim || p.q_stride % 8 != 0)
-    return Invalid(op, "q_stride", "must be >= heads * 128 and a multiple of 8");
-  if (p.w == nullptr) return Invalid(op, "w", "is null");
-  if (p.w_stride < p.heads) return Invalid(op, "w_stride", "must be >= heads");
-  if (p.context_lens == nullptr) return Invalid(op, "context_lens", "is null");
-  if (p.block_table == nullptr) return Invalid(op, "block_table", "is null");
-  if (p.block_table_stride < (p.max_context_len + kPage - 1) / kPage)
-    return Invalid(op, "block_table_stride", "is smaller than ceil(max_context_len / 64)");
+    return InvalidParam(op, "q_stride", "must be >= heads * 128 and a multiple of 8");
+  if (p.w == nullptr) return InvalidParam(op, "w", "is null");
+  if (p.w_stride < p.heads) return InvalidParam(op, "w_stride", "must be >= heads");
+  if (p.context_lens == nullptr) return InvalidParam(op, "context_lens", "is null");
+  if (p.block_table == nullptr) return InvalidParam(op, "block_table", "is null");
+  if (p.block_table_stride < (p.max_context_len + kCacheBlockTokens - 1) / kCacheBlockTokens)
+    return InvalidParam(op, "block_table_stride", "is smaller than ceil(max_context_len / 64)");
   if (p.cache == nullptr || reinterpret_cast<uintptr_t>(p.cache) % 16 != 0)
-    return Invalid(op, "cache", "must be 16-byte aligned");
-  if (p.logits == nullptr || reinterpret_cast<uintptr_t>(p.logits) % 8 != 0) return Invalid(op, "logits", "is null");
-  if (p.logits_stride < p.max_context_len) return Invalid(op, "logits_stride", "must be >= max_context_len");
+    return InvalidParam(op, "cache", "must be 16-byte aligned");
+  if (p.logits == nullptr || reinterpret_cast<uintptr_t>(p.logits) % 8 != 0) return InvalidParam(op, "logits", "is null");
+  if (p.logits_stride < p.max_context_len) return InvalidParam(op, "logits_stride", "must be >= max_context_len");
   if (p.pages_per_cta < 0 || p.pages_per_cta > kMaxPagesPerCta)
-    return Invalid(op, "pages_per_cta", "must be in [0, 512]");
+    return InvalidParam(op, "pages_per_cta", "must be in [0, 512]");
 
   const int rows = p.num_seqs * p.next_n;
   if (p.fill_tail) {
@@ -347,14 +347,14 @@ absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStr
   if (p.max_context_len == 0) return absl::OkStatus();
 
   // Grid: about two waves of 2 CTAs per SM, each sequence cut into equal chunks.
-  const int pages_per_seq = (p.max_context_len + kPage - 1) / kPage;
-  const int target_ctas = indexer_internal::SmCount() * 2 * 2;
+  const int pages_per_seq = (p.max_context_len + kCacheBlockTokens - 1) / kCacheBlockTokens;
+  const int target_ctas = CurrentDeviceInfo().sm_count * 2 * 2;
   const int chunks = std::max((pages_per_seq + kMaxPagesPerCta - 1) / kMaxPagesPerCta,
                               std::max(1, std::min(pages_per_seq, target_ctas / p.num_seqs)));
   int pages_per_cta = (pages_per_seq + chunks - 1) / chunks;
   if (p.pages_per_cta > 0) pages_per_cta = p.pages_per_cta;
   const dim3 grid((pages_per_seq + pages_per_cta - 1) / pages_per_cta, p.num_seqs);
-  if (p.format == ref::IndexerFormat::kFp8) {
+  if (p.format == IndexerFormat::kFp8) {
     constexpr int smem = PagedCfg<true>::kSmemBytes;
     static indexer_internal::SmemOptIn opt_in;
     SPAR_CUDA_RETURN_IF_ERROR(opt_in.Ensure(IndexerLogitsPagedKernel<true>, smem));

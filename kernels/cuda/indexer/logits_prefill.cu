@@ -23,6 +23,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/common/fp8_sm80.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/indexer/indexer.h"
@@ -32,7 +33,6 @@ namespace spar {
 namespace {
 
 using cuda::indexer::kDim;
-using indexer_internal::Invalid;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -165,7 +165,7 @@ static __global__ void __launch_bounds__(kThreads, 2) IndexerLogitsKernel(const 
   float wgt[2][2];
   {
     const int64_t r = row_ok ? row : 0;
-    const uint16_t* qrow = p.q + r * p.q_stride;
+    const uint16_t* qrow = reinterpret_cast<const uint16_t*>(p.q) + r * p.q_stride;
     const __nv_bfloat162 k96 =
         __halves2bfloat162(__ushort_as_bfloat16(kBf16Pow2_96), __ushort_as_bfloat16(kBf16Pow2_96));
 #pragma unroll
@@ -326,40 +326,40 @@ static __global__ void __launch_bounds__(kThreads, 2) IndexerLogitsKernel(const 
 
 bool IndexerLogitsSupported(const IndexerLogitsParams& p) {
   return (p.heads == 32 || p.heads == 64) &&
-         (p.format == ref::IndexerFormat::kFp8 || p.format == ref::IndexerFormat::kBF16);
+         (p.format == IndexerFormat::kFp8 || p.format == IndexerFormat::kBF16);
 }
 
 absl::Status LaunchIndexerLogits(const IndexerLogitsParams& p, cudaStream_t stream) {
   const char* op = "LaunchIndexerLogits";
-  if (p.rows < 0) return Invalid(op, "rows", "must be >= 0");
-  if (p.heads != 32 && p.heads != 64) return Invalid(op, "heads", "must be 32 or 64");
-  if (p.format != ref::IndexerFormat::kFp8 && p.format != ref::IndexerFormat::kBF16)
-    return Invalid(op, "format", "must be kFp8 or kBF16");
-  if (p.num_keys < 0 || p.num_keys >= INT32_MAX) return Invalid(op, "num_keys", "must be in [0, 2^31 - 1)");
+  if (p.rows < 0) return InvalidParam(op, "rows", "must be >= 0");
+  if (p.heads != 32 && p.heads != 64) return InvalidParam(op, "heads", "must be 32 or 64");
+  if (p.format != IndexerFormat::kFp8 && p.format != IndexerFormat::kBF16)
+    return InvalidParam(op, "format", "must be kFp8 or kBF16");
+  if (p.num_keys < 0 || p.num_keys >= INT32_MAX) return InvalidParam(op, "num_keys", "must be in [0, 2^31 - 1)");
   if (p.rows == 0 || p.num_keys == 0) return absl::OkStatus();
-  if (p.q == nullptr || reinterpret_cast<uintptr_t>(p.q) % 4 != 0) return Invalid(op, "q", "must be 4-byte aligned");
+  if (p.q == nullptr || reinterpret_cast<uintptr_t>(p.q) % 4 != 0) return InvalidParam(op, "q", "must be 4-byte aligned");
   if (p.q_stride < int64_t{p.heads} * kDim || p.q_stride % 2 != 0)
-    return Invalid(op, "q_stride", "must be >= heads * 128 and even");
-  if (p.w == nullptr) return Invalid(op, "w", "is null");
-  if (p.w_stride < p.heads) return Invalid(op, "w_stride", "must be >= heads");
+    return InvalidParam(op, "q_stride", "must be >= heads * 128 and even");
+  if (p.w == nullptr) return InvalidParam(op, "w", "is null");
+  if (p.w_stride < p.heads) return InvalidParam(op, "w_stride", "must be >= heads");
   if (p.keys == nullptr || reinterpret_cast<uintptr_t>(p.keys) % 16 != 0)
-    return Invalid(op, "keys", "must be 16-byte aligned");
-  const bool fp8 = p.format == ref::IndexerFormat::kFp8;
+    return InvalidParam(op, "keys", "must be 16-byte aligned");
+  const bool fp8 = p.format == IndexerFormat::kFp8;
   if (fp8 && (p.k_scale == nullptr || reinterpret_cast<uintptr_t>(p.k_scale) % 16 != 0))
-    return Invalid(op, "k_scale", "must be non-null and 16-byte aligned for kFp8");
-  if (p.ks == nullptr) return Invalid(op, "ks", "is null");
-  if (p.ke == nullptr) return Invalid(op, "ke", "is null");
-  if (p.logits == nullptr) return Invalid(op, "logits", "is null");
-  if (p.logits_stride < p.num_keys) return Invalid(op, "logits_stride", "must be >= num_keys");
+    return InvalidParam(op, "k_scale", "must be non-null and 16-byte aligned for kFp8");
+  if (p.ks == nullptr) return InvalidParam(op, "ks", "is null");
+  if (p.ke == nullptr) return InvalidParam(op, "ke", "is null");
+  if (p.logits == nullptr) return InvalidParam(op, "logits", "is null");
+  if (p.logits_stride < p.num_keys) return InvalidParam(op, "logits_stride", "must be >= num_keys");
 
   const int64_t tokens_per_cta = kWarps / (p.heads / 32);
   const int64_t blocks = (p.rows + tokens_per_cta - 1) / tokens_per_cta;
-  if (blocks > INT32_MAX) return Invalid(op, "rows", "too large");
+  if (blocks > INT32_MAX) return InvalidParam(op, "rows", "too large");
   // Key splits: about a quarter of the key axis, 512 .. 4096 keys, 64-aligned.
   const int64_t quarter = (p.num_keys / 4 + kTile - 1) / kTile * kTile;
   const int split_len = static_cast<int>(std::min<int64_t>(4096, std::max<int64_t>(512, quarter)));
   const int64_t splits = (p.num_keys + split_len - 1) / split_len;
-  if (splits > 65535) return Invalid(op, "num_keys", "too large");
+  if (splits > 65535) return InvalidParam(op, "num_keys", "too large");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
   if (fp8) {
     constexpr int smem = PrefillCfg<true>::kSmemBytes;

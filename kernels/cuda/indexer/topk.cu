@@ -22,6 +22,8 @@
 
 #include "base/status_macros.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_info.h"
+#include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/indexer/indexer.h"
 #include "kernels/cuda/indexer/indexer_common.cuh"
 #include "kernels/cuda/indexer/topk_device.cuh"
@@ -31,7 +33,6 @@
 namespace spar {
 namespace {
 
-using indexer_internal::Invalid;
 using namespace topk;  // NOLINT: the kernel pieces
 
 static __global__ void __launch_bounds__(kRowThreads, 1) TopKKernel(const TopKParams p) {
@@ -62,21 +63,27 @@ static __global__ void __launch_bounds__(kRowThreads, 1) TopKKernel(const TopKPa
 
 absl::Status ValidateTopK(const TopKParams& p) {
   const char* op = "LaunchTopK";
-  if (p.rows < 0) return Invalid(op, "rows", "must be >= 0");
-  if (p.k < 1 || p.k > kIndexerMaxTopK) return Invalid(op, "k", "must be in [1, 2048]");
-  if (p.rows > INT32_MAX) return Invalid(op, "rows", "too large");
-  if (p.num_cols < 0 || p.num_cols > kTopKMaxLen) return Invalid(op, "num_cols", "must be in [0, 262144]");
-  if (p.split_chunks < 0) return Invalid(op, "split_chunks", "must be >= 0");
+  if (p.rows < 0) return InvalidParam(op, "rows", "must be >= 0");
+  if (p.k < 1 || p.k > kIndexerMaxTopK) return InvalidParam(op, "k", "must be in [1, 2048]");
+  if (p.rows > INT32_MAX) return InvalidParam(op, "rows", "too large");
+  if (p.num_cols < 0 || p.num_cols > kTopKMaxLen) return InvalidParam(op, "num_cols", "must be in [0, 262144]");
+  if (p.split_chunks < 0) return InvalidParam(op, "split_chunks", "must be >= 0");
+  if (p.plan != nullptr && p.plan->split() && p.plan->chunks * p.plan->chunk_len < p.num_cols)
+    return InvalidParam(op, "plan", "does not cover num_cols (not PlanTopKSplit of these rows)");
   if (p.rows == 0) return absl::OkStatus();
   if (p.logits == nullptr || reinterpret_cast<uintptr_t>(p.logits) % 4 != 0)
-    return Invalid(op, "logits", "must be non-null and 4-byte aligned");
-  if (p.out == nullptr) return Invalid(op, "out", "is null");
-  if (p.out_stride < p.k) return Invalid(op, "out_stride", "must be >= k");
+    return InvalidParam(op, "logits", "must be non-null and 4-byte aligned");
+  if (p.out == nullptr) return InvalidParam(op, "out", "is null");
+  if (p.out_stride < p.k) return InvalidParam(op, "out_stride", "must be >= k");
   if (p.block_table != nullptr && (p.rows_per_seq < 1 || p.block_table_stride < 1))
-    return Invalid(op, "rows_per_seq/block_table_stride", "must be >= 1 with a block_table");
+    return InvalidParam(op, "rows_per_seq/block_table_stride", "must be >= 1 with a block_table");
   if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
-    return Invalid(op, "workspace", "must be 16-byte aligned");
+    return InvalidParam(op, "workspace", "must be 16-byte aligned");
   return absl::OkStatus();
+}
+
+TopKSplitPlan PlanFor(const TopKParams& p) {
+  return p.plan != nullptr ? *p.plan : PlanTopKSplit(p.rows, p.num_cols, CurrentDeviceInfo().sm_count, p.split_chunks);
 }
 
 }  // namespace
@@ -87,7 +94,7 @@ bool TopKSupported(const TopKParams& p) {
 
 size_t TopKWorkspaceBytes(const TopKParams& p) {
   if (p.rows <= 0 || p.num_cols <= 0) return 0;
-  const TopKSplitPlan plan = PlanTopKSplit(p.rows, p.num_cols, indexer_internal::SmCount(), p.split_chunks);
+  const TopKSplitPlan plan = PlanFor(p);
   return TopKSplitWorkspaceLayout(plan, p.rows).total;
 }
 
@@ -96,11 +103,11 @@ absl::Status LaunchTopK(const TopKParams& p, cudaStream_t stream) {
   if (p.rows == 0) return absl::OkStatus();
   // No workspace: the one-CTA path, always correct, only slower for few rows.
   if (p.workspace != nullptr) {
-    const TopKSplitPlan plan = PlanTopKSplit(p.rows, p.num_cols, indexer_internal::SmCount(), p.split_chunks);
+    const TopKSplitPlan plan = PlanFor(p);
     if (plan.split()) {
       const size_t need = TopKSplitWorkspaceLayout(plan, p.rows).total;
       if (p.workspace_bytes < need)
-        return Invalid("LaunchTopK", "workspace_bytes", "is below TopKWorkspaceBytes(params)");
+        return InvalidParam("LaunchTopK", "workspace_bytes", "is below TopKWorkspaceBytes(params)");
       return topk::LaunchTopKSplit(p, plan, stream);
     }
   }

@@ -21,7 +21,6 @@
 namespace spar {
 namespace {
 
-using ref::LatentFormat;
 using testing::DeviceArray;
 
 struct Case {
@@ -36,7 +35,7 @@ void RunCase(const Case& c) {
                                     << " interleaved " << c.interleaved << " norm " << c.norm);
   const int64_t tokens = 300, stride = 2048 + 576;  // kv rows inside a fused [q_a | kv_a] output
   const int64_t num_slots = 64 * 8;
-  const size_t rb = ref::LatentRowBytes(c.format);
+  const size_t rb = LatentRowBytes(c.format);
   Rng rng(5);
   std::vector<float> kv = testing::RandomFloats(tokens * stride, 6, -2.0f, 2.0f);
   for (auto& v : kv) v = RoundToBf16(v);

@@ -21,7 +21,6 @@
 namespace spar {
 namespace {
 
-using ref::LatentFormat;
 using testing::DeviceArray;
 
 constexpr float kScaleGlm = 0.0625f;
@@ -41,12 +40,12 @@ struct Cache {
 void MakeCache(Cache& c, LatentFormat format, int64_t num_slots, uint64_t seed) {
   c.format = format;
   c.num_slots = num_slots;
-  const size_t rb = ref::LatentRowBytes(format);
+  const size_t rb = LatentRowBytes(format);
   c.bytes.assign(rb * num_slots, 0);
   Rng rng(seed);
-  std::vector<float> row(ref::kLatentDim);
+  std::vector<float> row(kLatentDim);
   for (int64_t s = 0; s < num_slots; ++s) {
-    for (int i = 0; i < ref::kLatentDim; ++i) {
+    for (int i = 0; i < kLatentDim; ++i) {
       const float mag = i < 512 ? 0.5f + 0.5f * static_cast<float>(i / 128) : 1.0f;
       row[i] = mag * rng.Symmetric();
     }
@@ -76,7 +75,7 @@ struct Problem {
 };
 
 void RandomQ(Problem& p, uint64_t seed) {
-  p.q = testing::RandomFloats(p.tokens * p.heads * ref::kLatentDim, seed, -1.5f, 1.5f);
+  p.q = testing::RandomFloats(p.tokens * p.heads * kLatentDim, seed, -1.5f, 1.5f);
   for (auto& v : p.q) v = RoundToBf16(v);
 }
 
@@ -84,7 +83,7 @@ Result RunGpu(const Problem& p, const Cache& c, const SparseMlaPlan& forced = {}
   Result r;
   DeviceArray<uint16_t> q, out;
   q.Upload(testing::ToBf16(p.q));
-  out.Resize(p.tokens * p.heads * ref::kLatentNopeDim);
+  out.Resize(p.tokens * p.heads * kLatentNopeDim);
   out.Poison();
   DeviceArray<float> lse(p.tokens * p.heads);
   lse.Poison();
@@ -93,8 +92,8 @@ Result RunGpu(const Problem& p, const Cache& c, const SparseMlaPlan& forced = {}
   prm.q = reinterpret_cast<const __nv_bfloat16*>(q.get());
   prm.tokens = p.tokens;
   prm.heads = p.heads;
-  prm.q_head_stride = ref::kLatentDim;
-  prm.q_token_stride = static_cast<int64_t>(p.heads) * ref::kLatentDim;
+  prm.q_head_stride = kLatentDim;
+  prm.q_token_stride = static_cast<int64_t>(p.heads) * kLatentDim;
   prm.format = c.format;
   prm.cache = c.dev.get();
   prm.num_slots = c.num_slots;
@@ -114,8 +113,8 @@ Result RunGpu(const Problem& p, const Cache& c, const SparseMlaPlan& forced = {}
   }
   prm.scale = p.scale;
   prm.out = reinterpret_cast<__nv_bfloat16*>(out.get());
-  prm.out_head_stride = ref::kLatentNopeDim;
-  prm.out_token_stride = static_cast<int64_t>(p.heads) * ref::kLatentNopeDim;
+  prm.out_head_stride = kLatentNopeDim;
+  prm.out_token_stride = static_cast<int64_t>(p.heads) * kLatentNopeDim;
   prm.lse = lse.get();
   SparseMlaPlan plan = forced;
   if (plan.head_tile == 0) {
@@ -149,7 +148,7 @@ Result RunRef(const Problem& p, const Cache& c) {
     }
   }
   Result r;
-  r.out.assign(p.tokens * p.heads * ref::kLatentNopeDim, 0.0f);
+  r.out.assign(p.tokens * p.heads * kLatentNopeDim, 0.0f);
   r.lse.assign(p.tokens * p.heads, 0.0f);
   ref::LatentCacheView view{c.format, c.bytes.data(), c.num_slots};
   ref::SparseMla(p.q.data(), p.tokens, p.heads, view, idx.data(), p.list_len, p.scale, r.out.data(), r.lse.data());
@@ -161,8 +160,8 @@ Result RunRef(const Problem& p, const Cache& c) {
   // exact), and lse is 1-Lipschitz in the largest score change.
   r.lse_tol.assign(p.tokens * p.heads, 2e-3f);
   if (c.format == LatentFormat::kFp8Ds) {
-    std::vector<float> row(ref::kLatentDim);
-    const size_t rb = ref::LatentRowBytes(c.format);
+    std::vector<float> row(kLatentDim);
+    const size_t rb = LatentRowBytes(c.format);
     for (int64_t t = 0; t < p.tokens; ++t) {
       std::vector<float> bound(p.heads, 0.0f);
       for (int j = 0; j < p.list_len; ++j) {
@@ -170,9 +169,9 @@ Result RunRef(const Problem& p, const Cache& c) {
         if (slot < 0 || slot >= c.num_slots) continue;
         ref::DecodeLatentRow(c.format, c.bytes.data() + slot * rb, row.data());
         for (int h = 0; h < p.heads; ++h) {
-          const float* qh = p.q.data() + (t * p.heads + h) * ref::kLatentDim;
+          const float* qh = p.q.data() + (t * p.heads + h) * kLatentDim;
           float sum = 0;
-          for (int i = 0; i < ref::kLatentNopeDim; ++i) sum += std::fabs(qh[i] * row[i]);
+          for (int i = 0; i < kLatentNopeDim; ++i) sum += std::fabs(qh[i] * row[i]);
           bound[h] = std::max(bound[h], sum);
         }
       }
@@ -193,8 +192,8 @@ void ExpectClose(const Result& got, const Result& want, LatentFormat f, const st
   for (size_t i = 0; i < want.lse.size(); ++i) {
     if (std::isinf(want.lse[i])) {
       if (!(std::isinf(got.lse[i]) && got.lse[i] > 0)) ++bad;
-      for (int d = 0; d < ref::kLatentNopeDim; ++d) {
-        if (got.out[i * ref::kLatentNopeDim + d] != 0.0f) ++bad;
+      for (int d = 0; d < kLatentNopeDim; ++d) {
+        if (got.out[i * kLatentNopeDim + d] != 0.0f) ++bad;
       }
     } else if (!(std::fabs(got.lse[i] - want.lse[i]) <= want.lse_tol[i])) {
       if (bad < 5) ADD_FAILURE() << "lse[" << i << "] " << got.lse[i] << " vs " << want.lse[i] << " (tolerance " << want.lse_tol[i] << ")";
@@ -306,11 +305,11 @@ TEST(SparseMla, EmptyRowsAndDuplicates) {
         EXPECT_TRUE(std::isinf(got.lse[1 * p.heads + h]) && got.lse[1 * p.heads + h] > 0);
       }
       // Token 2 attends to one row: out = row 77's first 512 values.
-      std::vector<float> row(ref::kLatentDim);
-      ref::DecodeLatentRow(format, cache.bytes.data() + 77 * ref::LatentRowBytes(format), row.data());
+      std::vector<float> row(kLatentDim);
+      ref::DecodeLatentRow(format, cache.bytes.data() + 77 * LatentRowBytes(format), row.data());
       double worst = 0;
       for (int h = 0; h < p.heads; ++h) {
-        for (int d = 0; d < ref::kLatentNopeDim; ++d) {
+        for (int d = 0; d < kLatentNopeDim; ++d) {
           worst = std::max(worst, static_cast<double>(std::fabs(got.out[(2 * p.heads + h) * 512 + d] - row[d])));
         }
       }

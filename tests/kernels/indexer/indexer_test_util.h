@@ -59,10 +59,10 @@ inline void HadamardRef(float* v) {
 // Random key vectors with a per-dim spread so quantization is not trivial.
 inline std::vector<float> RandomKeys(int64_t n, uint64_t seed) {
   Rng rng(seed);
-  std::vector<float> k(n * ref::kIndexerDim);
+  std::vector<float> k(n * kIndexerHeadDim);
   for (int64_t i = 0; i < n; ++i) {
     const float mag = 0.25f + 2.0f * rng.Uniform();
-    for (int d = 0; d < ref::kIndexerDim; ++d) k[i * ref::kIndexerDim + d] = mag * rng.Symmetric();
+    for (int d = 0; d < kIndexerHeadDim; ++d) k[i * kIndexerHeadDim + d] = mag * rng.Symmetric();
   }
   return k;
 }
@@ -70,13 +70,13 @@ inline std::vector<float> RandomKeys(int64_t n, uint64_t seed) {
 // Paged cache of `num_pages` pages holding the keys of several sequences;
 // seq_tables[b][i] is the page of tokens [64 i, 64 i + 64) of sequence b.
 struct PagedCache {
-  ref::IndexerFormat format;
+  IndexerFormat format;
   std::vector<uint8_t> pages;
   std::vector<std::vector<int32_t>> seq_tables;
   std::vector<std::vector<float>> keys;  // per sequence, [len, 128] unquantized
 };
 
-inline PagedCache BuildPagedCache(ref::IndexerFormat format, const std::vector<int>& seq_lens, uint64_t seed) {
+inline PagedCache BuildPagedCache(IndexerFormat format, const std::vector<int>& seq_lens, uint64_t seed) {
   PagedCache c;
   c.format = format;
   int total_pages = 0;
@@ -86,7 +86,7 @@ inline PagedCache BuildPagedCache(ref::IndexerFormat format, const std::vector<i
   std::iota(perm.begin(), perm.end(), 0);
   Rng rng(seed);
   for (int i = total_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.Below(i + 1)]);
-  const size_t page_bytes = ref::IndexerPageBytes(format);
+  const size_t page_bytes = IndexerPageBytes(format);
   c.pages.resize(total_pages * page_bytes);
   for (auto& b : c.pages) b = static_cast<uint8_t>(rng.NextU64());  // garbage where nothing is written
   int next = 0;
@@ -96,7 +96,7 @@ inline PagedCache BuildPagedCache(ref::IndexerFormat format, const std::vector<i
     for (auto& t : table) t = perm[next++];
     c.keys.push_back(RandomKeys(len, seed * 31 + b));
     for (int s = 0; s < len; ++s) {
-      ref::EncodeIndexerKey(format, c.keys.back().data() + s * ref::kIndexerDim,
+      ref::EncodeIndexerKey(format, c.keys.back().data() + s * kIndexerHeadDim,
                             c.pages.data() + table[s / 64] * page_bytes, s % 64);
     }
     c.seq_tables.push_back(std::move(table));
@@ -107,14 +107,14 @@ inline PagedCache BuildPagedCache(ref::IndexerFormat format, const std::vector<i
 // Quantizes keys [n, 128] to the contiguous prefill layout (codes + scales).
 inline void QuantizeKeys(const std::vector<float>& keys, int64_t n, std::vector<uint8_t>* codes,
                          std::vector<float>* scales, std::vector<float>* dequant_values) {
-  std::vector<uint8_t> page(ref::IndexerPageBytes(ref::IndexerFormat::kFp8));
-  codes->resize(n * ref::kIndexerDim);
+  std::vector<uint8_t> page(IndexerPageBytes(IndexerFormat::kFp8));
+  codes->resize(n * kIndexerHeadDim);
   scales->resize(n);
-  dequant_values->resize(n * ref::kIndexerDim);
+  dequant_values->resize(n * kIndexerHeadDim);
   for (int64_t i = 0; i < n; ++i) {
-    ref::EncodeIndexerKey(ref::IndexerFormat::kFp8, keys.data() + i * ref::kIndexerDim, page.data(), 0);
-    std::memcpy(codes->data() + i * ref::kIndexerDim, page.data(), ref::kIndexerDim);
-    ref::DecodeIndexerKey(ref::IndexerFormat::kFp8, page.data(), 0, dequant_values->data() + i * ref::kIndexerDim,
+    ref::EncodeIndexerKey(IndexerFormat::kFp8, keys.data() + i * kIndexerHeadDim, page.data(), 0);
+    std::memcpy(codes->data() + i * kIndexerHeadDim, page.data(), kIndexerHeadDim);
+    ref::DecodeIndexerKey(IndexerFormat::kFp8, page.data(), 0, dequant_values->data() + i * kIndexerHeadDim,
                           scales->data() + i);
   }
 }

@@ -17,7 +17,7 @@ namespace {
 using testing::DeviceArray;
 
 struct KeyCase {
-  ref::IndexerFormat format;
+  IndexerFormat format;
   bool deepseek;  // half-split + YaRN (else GLM-5 interleaved)
   bool hadamard;
 };
@@ -35,7 +35,7 @@ TEST_P(IndexerKeyWriteTest, MatchesReference) {
   SPAR_REQUIRE_GPU();
   const KeyCase c = GetParam();
   const int tokens = 301, num_pages = 7, stride = 160;
-  const size_t page_bytes = ref::IndexerPageBytes(c.format);
+  const size_t page_bytes = IndexerPageBytes(c.format);
   Rng rng(17 + static_cast<int>(c.format) * 5 + c.deepseek * 2 + c.hadamard);
 
   // Inputs: x (bf16, with a per-dim offset so LayerNorm matters), norm params, positions, slots.
@@ -88,7 +88,7 @@ TEST_P(IndexerKeyWriteTest, MatchesReference) {
 
   IndexerKeyWriteParams p;
   p.tokens = tokens;
-  p.x = d_x.get();
+  p.x = testing::AsBf16(d_x.get());
   p.x_stride = stride;
   p.norm_weight = d_nw.get();
   p.norm_bias = d_nb.get();
@@ -111,7 +111,7 @@ TEST_P(IndexerKeyWriteTest, MatchesReference) {
     const int page = slot / 64, off = slot % 64;
     const uint8_t* g = got.data() + page * page_bytes;
     const uint8_t* w = want.data() + page * page_bytes;
-    if (c.format == ref::IndexerFormat::kFp8) {
+    if (c.format == IndexerFormat::kFp8) {
       for (int d = 0; d < 128; ++d) {
         const uint8_t a = g[off * 128 + d], b = w[off * 128 + d];
         ++values;
@@ -152,11 +152,11 @@ TEST_P(IndexerKeyWriteTest, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, IndexerKeyWriteTest,
-                         ::testing::Values(KeyCase{ref::IndexerFormat::kFp8, false, false},
-                                           KeyCase{ref::IndexerFormat::kFp8, true, false},
-                                           KeyCase{ref::IndexerFormat::kFp8, false, true},
-                                           KeyCase{ref::IndexerFormat::kBF16, false, false},
-                                           KeyCase{ref::IndexerFormat::kBF16, true, true}));
+                         ::testing::Values(KeyCase{IndexerFormat::kFp8, false, false},
+                                           KeyCase{IndexerFormat::kFp8, true, false},
+                                           KeyCase{IndexerFormat::kFp8, false, true},
+                                           KeyCase{IndexerFormat::kBF16, false, false},
+                                           KeyCase{IndexerFormat::kBF16, true, true}));
 
 TEST(IndexerKeyWrite, RejectsBadParams) {
   IndexerKeyWriteParams p;
@@ -164,7 +164,7 @@ TEST(IndexerKeyWrite, RejectsBadParams) {
   const absl::Status s = LaunchIndexerKeyWrite(p, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("x"), absl::string_view::npos);
-  p.format = ref::IndexerFormat::kF32;
+  p.format = IndexerFormat::kF32;
   EXPECT_FALSE(IndexerKeyWriteSupported(p));
 }
 
@@ -212,15 +212,15 @@ TEST_P(IndexerQueryPrepTest, MatchesReference) {
   IndexerQueryPrepParams p;
   p.tokens = tokens;
   p.heads = heads;
-  p.q = d_q.get();
+  p.q = testing::AsBf16(d_q.get());
   p.q_stride = stride;
-  p.q_out = d_qout.get();
+  p.q_out = testing::AsBf16(d_qout.get());
   p.q_out_stride = heads * 128;
   p.positions = d_pos.get();
   p.rope = {d_cos.get(), d_sin.get(), 12000, deepseek ? ref::RopePairs::kHalfSplit : ref::RopePairs::kInterleaved};
   p.hadamard = hadamard;
   if (w_bf16) {
-    p.w_in_bf16 = d_wbf.get();
+    p.w_in_bf16 = testing::AsBf16(d_wbf.get());
   } else {
     p.w_in_f32 = d_w.get();
   }
@@ -258,7 +258,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, IndexerQueryPrepTest,
 
 TEST(IndexerGather, CopiesPagesToContiguousRows) {
   SPAR_REQUIRE_GPU();
-  for (ref::IndexerFormat format : {ref::IndexerFormat::kFp8, ref::IndexerFormat::kBF16}) {
+  for (IndexerFormat format : {IndexerFormat::kFp8, IndexerFormat::kBF16}) {
     const std::vector<int> lens = {1, 64, 130, 2049};
     testing::PagedCache cache = testing::BuildPagedCache(format, lens, 5);
     const int nseq = static_cast<int>(lens.size());
@@ -270,7 +270,7 @@ TEST(IndexerGather, CopiesPagesToContiguousRows) {
       total += lens[b];
       for (size_t i = 0; i < cache.seq_tables[b].size(); ++i) table[b * tstride + i] = cache.seq_tables[b][i];
     }
-    const int row_bytes = format == ref::IndexerFormat::kFp8 ? 128 : 256;
+    const int row_bytes = format == IndexerFormat::kFp8 ? 128 : 256;
     DeviceArray<uint8_t> d_pages, d_keys(total * row_bytes);
     d_pages.Upload(cache.pages);
     DeviceArray<int32_t> d_lens, d_offsets, d_table;
@@ -295,13 +295,13 @@ TEST(IndexerGather, CopiesPagesToContiguousRows) {
     SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
     const std::vector<uint8_t> keys = d_keys.Download();
     const std::vector<float> scales = d_scale.Download();
-    const size_t page_bytes = ref::IndexerPageBytes(format);
+    const size_t page_bytes = IndexerPageBytes(format);
     for (int b = 0; b < nseq; ++b) {
       for (int s = 0; s < lens[b]; ++s) {
         const uint8_t* page = cache.pages.data() + cache.seq_tables[b][s / 64] * page_bytes;
         ASSERT_EQ(std::memcmp(keys.data() + (offsets[b] + s) * row_bytes, page + (s % 64) * row_bytes, row_bytes), 0)
             << "seq " << b << " key " << s;
-        if (format == ref::IndexerFormat::kFp8) {
+        if (format == IndexerFormat::kFp8) {
           float want;
           std::memcpy(&want, page + 64 * 128 + 4 * (s % 64), 4);
           ASSERT_EQ(scales[offsets[b] + s], want);

@@ -55,7 +55,7 @@ int64_t ExpectLogitsNear(const std::vector<float>& got, const std::vector<float>
 // --- paged decode ---------------------------------------------------------------
 
 struct PagedCase {
-  ref::IndexerFormat format;
+  IndexerFormat format;
   int heads;
   int next_n;
   bool fill_tail;
@@ -108,7 +108,7 @@ TEST_P(IndexerLogitsPagedTest, MatchesReference) {
   p.num_seqs = nseq;
   p.next_n = c.next_n;
   p.heads = c.heads;
-  p.q = d_q.get();
+  p.q = testing::AsBf16(d_q.get());
   p.q_stride = c.heads * 128;
   p.w = d_w.get();
   p.w_stride = c.heads;
@@ -132,19 +132,19 @@ TEST_P(IndexerLogitsPagedTest, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, IndexerLogitsPagedTest,
-                         ::testing::Values(PagedCase{ref::IndexerFormat::kFp8, 32, 1, true},
-                                           PagedCase{ref::IndexerFormat::kFp8, 32, 2, false},
-                                           PagedCase{ref::IndexerFormat::kFp8, 64, 1, false},
-                                           PagedCase{ref::IndexerFormat::kFp8, 64, 2, true},
-                                           PagedCase{ref::IndexerFormat::kFp8, 32, 4, true},
-                                           PagedCase{ref::IndexerFormat::kFp8, 64, 3, true},
-                                           PagedCase{ref::IndexerFormat::kBF16, 32, 1, true},
-                                           PagedCase{ref::IndexerFormat::kBF16, 64, 2, true},
-                                           PagedCase{ref::IndexerFormat::kFp8, 32, 1, true, 7},
-                                           PagedCase{ref::IndexerFormat::kFp8, 64, 2, false, 9},
-                                           PagedCase{ref::IndexerFormat::kFp8, 32, 4, true, 47},
-                                           PagedCase{ref::IndexerFormat::kBF16, 64, 1, true, 5},
-                                           PagedCase{ref::IndexerFormat::kBF16, 32, 2, false, 11}));
+                         ::testing::Values(PagedCase{IndexerFormat::kFp8, 32, 1, true},
+                                           PagedCase{IndexerFormat::kFp8, 32, 2, false},
+                                           PagedCase{IndexerFormat::kFp8, 64, 1, false},
+                                           PagedCase{IndexerFormat::kFp8, 64, 2, true},
+                                           PagedCase{IndexerFormat::kFp8, 32, 4, true},
+                                           PagedCase{IndexerFormat::kFp8, 64, 3, true},
+                                           PagedCase{IndexerFormat::kBF16, 32, 1, true},
+                                           PagedCase{IndexerFormat::kBF16, 64, 2, true},
+                                           PagedCase{IndexerFormat::kFp8, 32, 1, true, 7},
+                                           PagedCase{IndexerFormat::kFp8, 64, 2, false, 9},
+                                           PagedCase{IndexerFormat::kFp8, 32, 4, true, 47},
+                                           PagedCase{IndexerFormat::kBF16, 64, 1, true, 5},
+                                           PagedCase{IndexerFormat::kBF16, 32, 2, false, 11}));
 
 TEST(IndexerLogitsPaged, RejectsBadParams) {
   IndexerLogitsPagedParams p;
@@ -162,7 +162,7 @@ TEST(IndexerLogitsPaged, RejectsBadParams) {
 // --- ragged prefill ---------------------------------------------------------------
 
 struct PrefillCase {
-  ref::IndexerFormat format;
+  IndexerFormat format;
   int heads;
   bool fill_masked;
 };
@@ -193,7 +193,7 @@ TEST_P(IndexerLogitsPrefillTest, MatchesReference) {
   const std::vector<float> raw_keys = testing::RandomKeys(num_keys, 77);
   std::vector<float> key_values, key_scale(num_keys, 1.0f);
   std::vector<uint8_t> key_bytes;
-  if (c.format == ref::IndexerFormat::kFp8) {
+  if (c.format == IndexerFormat::kFp8) {
     std::vector<float> scales;
     testing::QuantizeKeys(raw_keys, num_keys, &key_bytes, &scales, &key_values);
     key_scale = scales;
@@ -232,13 +232,13 @@ TEST_P(IndexerLogitsPrefillTest, MatchesReference) {
   IndexerLogitsParams p;
   p.rows = rows;
   p.heads = c.heads;
-  p.q = d_q.get();
+  p.q = testing::AsBf16(d_q.get());
   p.q_stride = c.heads * 128;
   p.w = d_w.get();
   p.w_stride = c.heads;
   p.format = c.format;
   p.keys = d_keys.get();
-  p.k_scale = c.format == ref::IndexerFormat::kFp8 ? d_scale.get() : nullptr;
+  p.k_scale = c.format == IndexerFormat::kFp8 ? d_scale.get() : nullptr;
   p.num_keys = num_keys;
   p.ks = d_ks.get();
   p.ke = d_ke.get();
@@ -255,11 +255,11 @@ TEST_P(IndexerLogitsPrefillTest, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, IndexerLogitsPrefillTest,
-                         ::testing::Values(PrefillCase{ref::IndexerFormat::kFp8, 32, true},
-                                           PrefillCase{ref::IndexerFormat::kFp8, 64, false},
-                                           PrefillCase{ref::IndexerFormat::kFp8, 64, true},
-                                           PrefillCase{ref::IndexerFormat::kBF16, 32, false},
-                                           PrefillCase{ref::IndexerFormat::kBF16, 64, true}));
+                         ::testing::Values(PrefillCase{IndexerFormat::kFp8, 32, true},
+                                           PrefillCase{IndexerFormat::kFp8, 64, false},
+                                           PrefillCase{IndexerFormat::kFp8, 64, true},
+                                           PrefillCase{IndexerFormat::kBF16, 32, false},
+                                           PrefillCase{IndexerFormat::kBF16, 64, true}));
 
 }  // namespace
 }  // namespace spar

@@ -11,8 +11,8 @@
 // ~1e-13 of a top-p or inverse-CDF boundary (sums are exact 2^-60
 // fixed-point integers here, sequential doubles in the reference). Results
 // are deterministic: no floating-point atomics.
-#ifndef SPAR_KERNELS_CUDA_ATTENTION_SAMPLING_H_
-#define SPAR_KERNELS_CUDA_ATTENTION_SAMPLING_H_
+#ifndef SPAR_KERNELS_CUDA_SAMPLING_SAMPLING_H_
+#define SPAR_KERNELS_CUDA_SAMPLING_SAMPLING_H_
 
 #include <cuda_runtime.h>
 
@@ -68,4 +68,4 @@ absl::Status LaunchSample(const SampleParams& params, cudaStream_t stream);
 
 }  // namespace spar
 
-#endif  // SPAR_KERNELS_CUDA_ATTENTION_SAMPLING_H_
+#endif  // SPAR_KERNELS_CUDA_SAMPLING_SAMPLING_H_

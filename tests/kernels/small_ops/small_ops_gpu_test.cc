@@ -1,6 +1,6 @@
 // RMSNorm (+ residual), LayerNorm, RoPE, embedding gather and SiLU·mul
 // against kernels/ref on fresh random bf16 inputs.
-#include "kernels/cuda/attention/small_ops.h"
+#include "kernels/cuda/small_ops/small_ops.h"
 
 #include <cuda_bf16.h>
 

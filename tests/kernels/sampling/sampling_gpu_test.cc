@@ -3,7 +3,7 @@
 // min-p, penalties), peaked, flat and tied distributions, and reports the
 // reference's logprobs. A mismatch could only come from a cumulative sum
 // landing within ~1e-13 of a boundary, which random inputs do not hit.
-#include "kernels/cuda/attention/sampling.h"
+#include "kernels/cuda/sampling/sampling.h"
 
 #include <algorithm>
 #include <cmath>

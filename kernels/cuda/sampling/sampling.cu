@@ -19,12 +19,14 @@
 //      by a radix descent over the whole row (flat distributions)
 //   7  min-p floor = min_p * max prob (double compare, as the reference)
 //   8  inverse-CDF walk in ascending id order: u = U(seed, step) * total
-#include "kernels/cuda/attention/sampling.h"
+#include "kernels/cuda/sampling/sampling.h"
 
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "base/rng.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/invalid_arg.h"
 
 namespace spar {
 namespace {
@@ -53,19 +55,6 @@ struct Smem {
   uint64_t sel_r_above, sel_s_above, walk_base, walk_u;
   int sel_digit, cand_count, walk_warp, token;
 };
-
-__device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// base/rng.h CounterUniform, bit for bit.
-__device__ __forceinline__ double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter) {
-  const uint64_t h = SplitMix64(seed ^ SplitMix64(stream ^ SplitMix64(counter)));
-  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
-}
 
 // The reference's order as one integer: larger value first, ties to the
 // lower id (-0 and +0 tie; NaN sorts as -inf).
@@ -524,9 +513,7 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(const SampleParams p
   finish(sm.token);
 }
 
-absl::Status Invalid(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("SampleParams.", field, ": ", why));
-}
+constexpr absl::string_view kOp = "Sample";
 
 }  // namespace
 
@@ -537,23 +524,23 @@ size_t SampleWorkspaceBytes(int rows, int vocab) {
 }
 
 absl::Status LaunchSample(const SampleParams& p, cudaStream_t stream) {
-  if (p.rows < 0 || p.rows > (1 << 20)) return Invalid("rows", "out of range");
+  if (p.rows < 0 || p.rows > (1 << 20)) return InvalidParam(kOp, "rows", "out of range");
   if (p.rows == 0) return absl::OkStatus();
-  if (p.vocab <= 0 || p.vocab >= (1 << 30)) return Invalid("vocab", "out of range");
-  if (p.logits == nullptr || p.logits_stride < p.vocab) return Invalid("logits", "null or stride < vocab");
-  if (p.params == nullptr) return Invalid("params", "null");
+  if (p.vocab <= 0 || p.vocab >= (1 << 30)) return InvalidParam(kOp, "vocab", "out of range");
+  if (p.logits == nullptr || p.logits_stride < p.vocab) return InvalidParam(kOp, "logits", "null or stride < vocab");
+  if (p.params == nullptr) return InvalidParam(kOp, "params", "null");
   if (p.history_offsets != nullptr &&
       (p.history_ids == nullptr || p.history_prompt_counts == nullptr || p.history_output_counts == nullptr)) {
-    return Invalid("history_*", "ids and counts must be set with offsets");
+    return InvalidParam(kOp, "history_*", "ids and counts must be set with offsets");
   }
   const size_t need = SampleWorkspaceBytes(p.rows, p.vocab);
   if (p.workspace == nullptr || p.workspace_bytes < need || (reinterpret_cast<uintptr_t>(p.workspace) & 15) != 0) {
-    return Invalid("workspace", absl::StrCat("needs ", need, " bytes, 16-byte aligned"));
+    return InvalidParam(kOp, "workspace", absl::StrCat("needs ", need, " bytes, 16-byte aligned"));
   }
-  if (p.tokens == nullptr) return Invalid("tokens", "null");
-  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) return Invalid("top_logprobs", "must be in [0, 20]");
+  if (p.tokens == nullptr) return InvalidParam(kOp, "tokens", "null");
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) return InvalidParam(kOp, "top_logprobs", "must be in [0, 20]");
   if (p.top_logprobs > 0 && (p.top_logprob_ids == nullptr || p.top_logprob_values == nullptr)) {
-    return Invalid("top_logprob_ids/values", "null while top_logprobs > 0");
+    return InvalidParam(kOp, "top_logprob_ids/values", "null while top_logprobs > 0");
   }
   const int smem = static_cast<int>(sizeof(Smem));
   SPAR_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SampleKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

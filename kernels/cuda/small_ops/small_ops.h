@@ -5,10 +5,12 @@
 //   RoPE, interleaved or half-split, on a column range (ref::ApplyRope)
 //   embedding gather                                   (table lookup)
 //   SiLU·mul                                           (ref::SiluMul)
+// and the element-wise glue between the op families (elementwise.cu):
+//   residual add, fp32 -> bf16 cast, row gather, and a GPU-side wait.
 // Row strides are in elements. Vector widths: dims and strides multiples of 8
 // and pointers 16-byte aligned unless a field says otherwise.
-#ifndef SPAR_KERNELS_CUDA_ATTENTION_SMALL_OPS_H_
-#define SPAR_KERNELS_CUDA_ATTENTION_SMALL_OPS_H_
+#ifndef SPAR_KERNELS_CUDA_SMALL_OPS_SMALL_OPS_H_
+#define SPAR_KERNELS_CUDA_SMALL_OPS_SMALL_OPS_H_
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -100,6 +102,25 @@ struct SiluMulParams {
 };
 absl::Status LaunchSiluMul(const SiluMulParams& params, cudaStream_t stream);
 
+// ---- element-wise glue (no vector-width requirements) ----
+
+// acc[r][c] += x[r][c] for r < rows, c < cols (fp32 add, rounded to bf16).
+absl::Status LaunchAddBf16(__nv_bfloat16* acc, int64_t ld_acc, const __nv_bfloat16* x, int64_t ldx, int64_t rows,
+                           int64_t cols, cudaStream_t stream);
+
+// out[i] = bf16(x[i]) for i < n (round to nearest even).
+absl::Status LaunchCastF32ToBf16(const float* x, int64_t n, __nv_bfloat16* out, cudaStream_t stream);
+
+// out row i = x row rows[i] (row strides in elements of elem_bytes: 2 or 4);
+// every rows[i] must name a row of x.
+absl::Status LaunchGatherRows(const void* x, int64_t ldx, const int32_t* rows, int64_t num_rows, int64_t cols,
+                              int elem_bytes, void* out, int64_t ld_out, cudaStream_t stream);
+
+// Keeps the stream busy for about `ns` nanoseconds (one thread sleeping on
+// %globaltimer): the op profile puts it before a step so that the host's
+// enqueueing is hidden behind it.
+absl::Status LaunchSpinWait(int64_t ns, cudaStream_t stream);
+
 }  // namespace spar
 
-#endif  // SPAR_KERNELS_CUDA_ATTENTION_SMALL_OPS_H_
+#endif  // SPAR_KERNELS_CUDA_SMALL_OPS_SMALL_OPS_H_

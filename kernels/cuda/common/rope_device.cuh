@@ -3,8 +3,8 @@
 // float product, cos/sin are taken in double and rounded once (as the host
 // does), and the rotation is done with explicitly rounded multiplies and
 // adds so nvcc cannot contract them into FMAs the host never uses.
-#ifndef SPAR_KERNELS_CUDA_ATTENTION_ROPE_DEVICE_CUH_
-#define SPAR_KERNELS_CUDA_ATTENTION_ROPE_DEVICE_CUH_
+#ifndef SPAR_KERNELS_CUDA_COMMON_ROPE_DEVICE_CUH_
+#define SPAR_KERNELS_CUDA_COMMON_ROPE_DEVICE_CUH_
 
 #include <cstdint>
 
@@ -28,4 +28,4 @@ __device__ __forceinline__ void RopeRotate(float x0, float x1, float c, float s,
 
 }  // namespace spar::cuda
 
-#endif  // SPAR_KERNELS_CUDA_ATTENTION_ROPE_DEVICE_CUH_
+#endif  // SPAR_KERNELS_CUDA_COMMON_ROPE_DEVICE_CUH_

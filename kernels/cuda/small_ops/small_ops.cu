@@ -1,14 +1,15 @@
 #include "kernels/cuda/common/arch.cuh"
 // Norms, RoPE, embedding gather and SiLU·mul (see small_ops.h).
-#include "kernels/cuda/attention/small_ops.h"
+#include "kernels/cuda/small_ops/small_ops.h"
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/attention/rope_device.cuh"
+#include "kernels/cuda/common/rope_device.cuh"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/common/reduce.cuh"
 
 namespace spar {
@@ -191,10 +192,6 @@ __global__ void SiluMulKernel(const SiluMulParams p) {
 
 bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
-absl::Status Invalid(absl::string_view op, absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(op, ".", field, ": ", why));
-}
-
 unsigned Blocks(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 }  // namespace
@@ -203,14 +200,14 @@ bool RmsNormSupported(int dim) { return dim > 0 && dim % 8 == 0 && dim <= kMaxNo
 
 absl::Status LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "RmsNormParams";
-  if (!RmsNormSupported(p.dim)) return Invalid(kOp, "dim", "must be a positive multiple of 8, <= 32768");
-  if (p.rows < 0 || p.rows >= (int64_t{1} << 31)) return Invalid(kOp, "rows", "out of range");
+  if (!RmsNormSupported(p.dim)) return InvalidParam(kOp, "dim", "must be a positive multiple of 8, <= 32768");
+  if (p.rows < 0 || p.rows >= (int64_t{1} << 31)) return InvalidParam(kOp, "rows", "out of range");
   if (p.rows == 0) return absl::OkStatus();
-  if (!p.x || !Aligned16(p.x) || p.x_stride % 8 != 0) return Invalid(kOp, "x", "null, unaligned or stride not a multiple of 8");
-  if (!p.weight || !Aligned16(p.weight)) return Invalid(kOp, "weight", "null or unaligned");
-  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return Invalid(kOp, "out", "null, unaligned or stride not a multiple of 8");
+  if (!p.x || !Aligned16(p.x) || p.x_stride % 8 != 0) return InvalidParam(kOp, "x", "null, unaligned or stride not a multiple of 8");
+  if (!p.weight || !Aligned16(p.weight)) return InvalidParam(kOp, "weight", "null or unaligned");
+  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return InvalidParam(kOp, "out", "null, unaligned or stride not a multiple of 8");
   if (p.residual && (!Aligned16(p.residual) || p.residual_stride % 8 != 0)) {
-    return Invalid(kOp, "residual", "unaligned or stride not a multiple of 8");
+    return InvalidParam(kOp, "residual", "unaligned or stride not a multiple of 8");
   }
   const int threads = NormThreads(p.dim);
   if (p.residual) {
@@ -224,13 +221,13 @@ absl::Status LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
 
 absl::Status LaunchLayerNorm(const LayerNormParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "LayerNormParams";
-  if (!RmsNormSupported(p.dim)) return Invalid(kOp, "dim", "must be a positive multiple of 8, <= 32768");
-  if (p.rows < 0 || p.rows >= (int64_t{1} << 31)) return Invalid(kOp, "rows", "out of range");
+  if (!RmsNormSupported(p.dim)) return InvalidParam(kOp, "dim", "must be a positive multiple of 8, <= 32768");
+  if (p.rows < 0 || p.rows >= (int64_t{1} << 31)) return InvalidParam(kOp, "rows", "out of range");
   if (p.rows == 0) return absl::OkStatus();
-  if (!p.x || !Aligned16(p.x) || p.x_stride % 8 != 0) return Invalid(kOp, "x", "null, unaligned or stride not a multiple of 8");
-  if (!p.weight || !Aligned16(p.weight)) return Invalid(kOp, "weight", "null or unaligned");
-  if (!p.bias || !Aligned16(p.bias)) return Invalid(kOp, "bias", "null or unaligned");
-  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return Invalid(kOp, "out", "null, unaligned or stride not a multiple of 8");
+  if (!p.x || !Aligned16(p.x) || p.x_stride % 8 != 0) return InvalidParam(kOp, "x", "null, unaligned or stride not a multiple of 8");
+  if (!p.weight || !Aligned16(p.weight)) return InvalidParam(kOp, "weight", "null or unaligned");
+  if (!p.bias || !Aligned16(p.bias)) return InvalidParam(kOp, "bias", "null or unaligned");
+  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return InvalidParam(kOp, "out", "null, unaligned or stride not a multiple of 8");
   LayerNormKernel<<<static_cast<unsigned>(p.rows), NormThreads(p.dim), 0, stream>>>(p);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("LayerNormKernel");
   return absl::OkStatus();
@@ -238,15 +235,15 @@ absl::Status LaunchLayerNorm(const LayerNormParams& p, cudaStream_t stream) {
 
 absl::Status LaunchRopeApply(const RopeApplyParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "RopeApplyParams";
-  if (p.rotary_dim <= 0 || p.rotary_dim % 2 != 0) return Invalid(kOp, "rotary_dim", "must be positive and even");
-  if (p.rows < 0) return Invalid(kOp, "rows", "negative");
+  if (p.rotary_dim <= 0 || p.rotary_dim % 2 != 0) return InvalidParam(kOp, "rotary_dim", "must be positive and even");
+  if (p.rows < 0) return InvalidParam(kOp, "rows", "negative");
   if (p.rows == 0) return absl::OkStatus();
-  if (!p.in || !p.out) return Invalid(kOp, "in/out", "null");
-  if (p.in_offset < 0 || p.out_offset < 0) return Invalid(kOp, "offsets", "negative");
-  if (!p.positions || !p.inv_freq) return Invalid(kOp, "positions/inv_freq", "null");
-  if (p.rows_per_position < 1) return Invalid(kOp, "rows_per_position", "must be >= 1");
+  if (!p.in || !p.out) return InvalidParam(kOp, "in/out", "null");
+  if (p.in_offset < 0 || p.out_offset < 0) return InvalidParam(kOp, "offsets", "negative");
+  if (!p.positions || !p.inv_freq) return InvalidParam(kOp, "positions/inv_freq", "null");
+  if (p.rows_per_position < 1) return InvalidParam(kOp, "rows_per_position", "must be >= 1");
   const int64_t n = p.rows * (p.rotary_dim / 2);
-  if (n >= (int64_t{1} << 40)) return Invalid(kOp, "rows", "too many");
+  if (n >= (int64_t{1} << 40)) return InvalidParam(kOp, "rows", "too many");
   RopeApplyKernel<<<Blocks(n, 256), 256, 0, stream>>>(p);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("RopeApplyKernel");
   return absl::OkStatus();
@@ -254,12 +251,12 @@ absl::Status LaunchRopeApply(const RopeApplyParams& p, cudaStream_t stream) {
 
 absl::Status LaunchEmbedding(const EmbeddingParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "EmbeddingParams";
-  if (p.dim <= 0 || p.dim % 8 != 0) return Invalid(kOp, "dim", "must be a positive multiple of 8");
-  if (p.tokens < 0) return Invalid(kOp, "tokens", "negative");
+  if (p.dim <= 0 || p.dim % 8 != 0) return InvalidParam(kOp, "dim", "must be a positive multiple of 8");
+  if (p.tokens < 0) return InvalidParam(kOp, "tokens", "negative");
   if (p.tokens == 0) return absl::OkStatus();
-  if (!p.ids) return Invalid(kOp, "ids", "null");
-  if (!p.table || !Aligned16(p.table)) return Invalid(kOp, "table", "null or unaligned");
-  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return Invalid(kOp, "out", "null, unaligned or stride not a multiple of 8");
+  if (!p.ids) return InvalidParam(kOp, "ids", "null");
+  if (!p.table || !Aligned16(p.table)) return InvalidParam(kOp, "table", "null or unaligned");
+  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return InvalidParam(kOp, "out", "null, unaligned or stride not a multiple of 8");
   const int64_t n = p.tokens * (p.dim / 8);
   EmbeddingKernel<<<Blocks(n, 256), 256, 0, stream>>>(p);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("EmbeddingKernel");
@@ -268,13 +265,13 @@ absl::Status LaunchEmbedding(const EmbeddingParams& p, cudaStream_t stream) {
 
 absl::Status LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "SiluMulParams";
-  if (p.dim <= 0 || p.dim % 8 != 0) return Invalid(kOp, "dim", "must be a positive multiple of 8");
-  if (p.rows < 0) return Invalid(kOp, "rows", "negative");
+  if (p.dim <= 0 || p.dim % 8 != 0) return InvalidParam(kOp, "dim", "must be a positive multiple of 8");
+  if (p.rows < 0) return InvalidParam(kOp, "rows", "negative");
   if (p.rows == 0) return absl::OkStatus();
   if (!p.gate || !p.up || !Aligned16(p.gate) || !Aligned16(p.up) || p.in_stride % 8 != 0) {
-    return Invalid(kOp, "gate/up", "null, unaligned or stride not a multiple of 8");
+    return InvalidParam(kOp, "gate/up", "null, unaligned or stride not a multiple of 8");
   }
-  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return Invalid(kOp, "out", "null, unaligned or stride not a multiple of 8");
+  if (!p.out || !Aligned16(p.out) || p.out_stride % 8 != 0) return InvalidParam(kOp, "out", "null, unaligned or stride not a multiple of 8");
   const int64_t n = p.rows * (p.dim / 8);
   SiluMulKernel<<<Blocks(n, 256), 256, 0, stream>>>(p);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("SiluMulKernel");

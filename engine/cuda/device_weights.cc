@@ -1,0 +1,238 @@
+#include "engine/cuda/device_weights.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/numeric.h"
+#include "base/status_macros.h"
+#include "engine/weight_convert.h"
+
+namespace spar {
+namespace {
+
+std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBf16(v[i]);
+  return out;
+}
+
+// FP8 weights stay FP8 on the GPU when the slice keeps whole 128x128 scale
+// blocks (always true for the real models' TP splits); other slices (tiny
+// test models) are dequantized to bf16, which the GEMM takes as well.
+bool KeepsScaleBlocks(const MatrixSource& m) {
+  const int64_t rows = m.weight.shape[0], cols = m.weight.shape[1];
+  const int64_t r1 = m.row_end < 0 ? rows : m.row_end, c1 = m.col_end < 0 ? cols : m.col_end;
+  return m.scale_inv && m.row_begin % 128 == 0 && m.col_begin % 128 == 0 && (r1 % 128 == 0 || r1 == rows) &&
+         (c1 % 128 == 0 || c1 == cols);
+}
+
+absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
+  const int64_t rows = m.rows(), cols = m.cols();
+  out->cols = cols;
+  out->gemm.n = rows;
+  if (m.weight.dtype == DType::kF8E4M3 && KeepsScaleBlocks(m)) {
+    const int64_t full_cols = m.weight.shape[1];
+    const int64_t full_scols = (full_cols + 127) / 128, scols = (cols + 127) / 128, srows = (rows + 127) / 128;
+    if (rows < 0 || cols < 0 || m.row_begin + rows > m.weight.shape[0] || m.col_begin + cols > full_cols) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", m.weight.name, "\": slice out of bounds"));
+    }
+    std::vector<uint8_t> values(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(values.data() + r * cols, m.weight.data + (m.row_begin + r) * full_cols + m.col_begin, cols);
+    }
+    std::vector<float> scales(static_cast<size_t>(srows * scols));
+    const float* s = reinterpret_cast<const float*>(m.scale_inv->data);
+    for (int64_t r = 0; r < srows; ++r) {
+      std::memcpy(scales.data() + r * scols, s + (m.row_begin / 128 + r) * full_scols + m.col_begin / 128, scols * 4);
+    }
+    SPAR_RETURN_IF_ERROR(out->values.Upload(values.data(), values.size()));
+    SPAR_RETURN_IF_ERROR(out->scales.Upload(scales.data(), scales.size() * 4));
+    out->gemm.type = GemmWeightType::kFp8Block128;
+    out->gemm.data = out->values.as<void>();
+    out->gemm.scale = out->scales.as<float>();
+    return absl::OkStatus();
+  }
+  SPAR_ASSIGN_OR_RETURN(std::vector<float> f, MatrixToFloat(m));
+  const auto b = ToBf16(f);
+  SPAR_RETURN_IF_ERROR(out->values.Upload(b.data(), b.size() * 2));
+  out->gemm.type = GemmWeightType::kBf16;
+  out->gemm.data = out->values.as<void>();
+  out->gemm.scale = nullptr;
+  return absl::OkStatus();
+}
+
+// A matrix as bf16 [rows_out, cols_out]: the source in the top-left corner,
+// zeros elsewhere.
+absl::Status UploadPaddedBf16(const MatrixSource& m, int64_t rows_out, int64_t cols_out, CudaMatrix* out) {
+  SPAR_ASSIGN_OR_RETURN(std::vector<float> f, MatrixToFloat(m));
+  const int64_t rows = m.rows(), cols = m.cols();
+  std::vector<float> padded(static_cast<size_t>(rows_out * cols_out), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(padded.data() + r * cols_out, f.data() + r * cols, cols * 4);
+  const auto b = ToBf16(padded);
+  SPAR_RETURN_IF_ERROR(out->values.Upload(b.data(), b.size() * 2));
+  out->cols = cols_out;
+  out->gemm.n = rows_out;
+  out->gemm.type = GemmWeightType::kBf16;
+  out->gemm.data = out->values.as<void>();
+  out->gemm.scale = nullptr;
+  return absl::OkStatus();
+}
+
+// The GEMMs need K (the down projection's input) to be a multiple of 64. A
+// tensor-parallel slice of a small MLP may not be (the tiny models' shared
+// expert: 192 / 2 = 96): pad the intermediate dimension with zero rows of
+// gate/up and zero columns of down, which adds exactly nothing.
+absl::Status UploadMlpInto(const MlpSource& src, CudaMlp* m) {
+  const int64_t inter = src.gate.rows();
+  const int64_t padded = (inter + 63) / 64 * 64;
+  if (padded == inter) {
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.gate, &m->gate));
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.up, &m->up));
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.down, &m->down));
+  } else {
+    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.gate, padded, src.gate.cols(), &m->gate));
+    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.up, padded, src.up.cols(), &m->up));
+    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.down, src.down.rows(), padded, &m->down));
+  }
+  m->inter = m->gate.gemm.n;
+  if (m->gate.gemm.type != m->up.gemm.type) return absl::InvalidArgumentError("MLP gate and up differ in dtype");
+  return absl::OkStatus();
+}
+
+absl::Status PackExperts(const std::vector<const MatrixSource*>& mats, PackedExperts* out) {
+  const int64_t rows = mats[0]->rows(), cols = mats[0]->cols();
+  const bool fp8 = mats[0]->weight.dtype == DType::kF8E4M3;
+  const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
+  std::vector<uint8_t> values;
+  std::vector<float> scales;
+  for (const MatrixSource* m : mats) {
+    if (m->rows() != rows || m->cols() != cols || (m->weight.dtype == DType::kF8E4M3) != fp8) {
+      return absl::InvalidArgumentError(absl::StrCat("expert tensor \"", m->weight.name, "\" differs from expert 0"));
+    }
+    if (fp8) {
+      values.insert(values.end(), m->weight.data, m->weight.data + rows * cols);
+      const float* s = reinterpret_cast<const float*>(m->scale_inv->data);
+      scales.insert(scales.end(), s, s + srows * scols);
+    } else {
+      SPAR_ASSIGN_OR_RETURN(std::vector<float> f, MatrixToFloat(*m));
+      const auto b = ToBf16(f);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(b.data());
+      values.insert(values.end(), bytes, bytes + b.size() * 2);
+    }
+  }
+  SPAR_RETURN_IF_ERROR(out->values.Upload(values.data(), values.size()));
+  out->first.n = rows;
+  out->weight_stride = rows * cols;
+  if (fp8) {
+    SPAR_RETURN_IF_ERROR(out->scales.Upload(scales.data(), scales.size() * 4));
+    out->first.type = GemmWeightType::kFp8Block128;
+    out->first.scale = out->scales.as<float>();
+    out->scale_stride = srows * scols;
+  } else {
+    out->first.type = GemmWeightType::kBf16;
+  }
+  out->first.data = out->values.as<void>();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src) {
+  if (src.parts.empty() || src.parts.size() > static_cast<size_t>(gemm::kMaxGemmSegments)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("linear: ", src.parts.size(), " parts (1..", gemm::kMaxGemmSegments, " supported)"));
+  }
+  auto lin = std::make_unique<CudaLinear>();
+  for (const auto& p : src.parts) {
+    auto m = std::make_unique<CudaMatrix>();
+    SPAR_RETURN_IF_ERROR(UploadMatrix(p, m.get()));
+    if (lin->k != 0 && m->cols != lin->k) return absl::InvalidArgumentError("linear: parts differ in columns");
+    lin->k = m->cols;
+    lin->n_total += m->gemm.n;
+    lin->parts.push_back(std::move(m));
+  }
+  lin->fp32_out = src.fp32_output;
+  return std::unique_ptr<Weight>(std::move(lin));
+}
+
+absl::StatusOr<std::unique_ptr<Weight>> UploadVector(const TensorView& src) {
+  auto v = std::make_unique<CudaVector>();
+  SPAR_ASSIGN_OR_RETURN(std::vector<float> f, TensorToFloat(src));
+  v->n = static_cast<int64_t>(f.size());
+  const auto b = ToBf16(f);
+  SPAR_RETURN_IF_ERROR(v->bf16.Upload(b.data(), b.size() * 2));
+  SPAR_RETURN_IF_ERROR(v->f32.Upload(f.data(), f.size() * 4));
+  return std::unique_ptr<Weight>(std::move(v));
+}
+
+absl::StatusOr<std::unique_ptr<Weight>> UploadEmbedding(const TensorView& src) {
+  auto e = std::make_unique<CudaEmbedding>();
+  SPAR_ASSIGN_OR_RETURN(std::vector<float> f, TensorToFloat(src));
+  e->vocab = src.shape[0];
+  e->dim = src.shape[1];
+  const auto b = ToBf16(f);
+  SPAR_RETURN_IF_ERROR(e->table.Upload(b.data(), b.size() * 2));
+  return std::unique_ptr<Weight>(std::move(e));
+}
+
+absl::StatusOr<std::unique_ptr<Weight>> UploadAbsorb(const AbsorbSource& src) {
+  SPAR_ASSIGN_OR_RETURN(std::vector<float> kv_b, MatrixToFloat(src.kv_b));
+  const int64_t per_head = src.nope_dim + src.v_dim;
+  const int64_t begin = static_cast<int64_t>(src.head_begin) * per_head * src.kv_lora_rank;
+  const int64_t count = static_cast<int64_t>(src.heads) * per_head * src.kv_lora_rank;
+  if (src.kv_lora_rank != kLatentNopeDim || begin + count > static_cast<int64_t>(kv_b.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_b \"", src.kv_b.weight.name, "\" does not match ", src.heads,
+                                                   " heads x ", per_head, " x ", kLatentNopeDim));
+  }
+  auto a = std::make_unique<CudaAbsorb>();
+  const auto b = ToBf16(std::vector<float>(kv_b.begin() + begin, kv_b.begin() + begin + count));
+  SPAR_RETURN_IF_ERROR(a->kv_b.Upload(b.data(), b.size() * 2));
+  a->w.kv_b = a->kv_b.as<__nv_bfloat16>();
+  a->w.heads = src.heads;
+  a->w.nope_dim = src.nope_dim;
+  a->w.v_dim = src.v_dim;
+  return std::unique_ptr<Weight>(std::move(a));
+}
+
+absl::StatusOr<std::unique_ptr<Weight>> UploadMlp(const MlpSource& src) {
+  auto m = std::make_unique<CudaMlp>();
+  SPAR_RETURN_IF_ERROR(UploadMlpInto(src, m.get()));
+  return std::unique_ptr<Weight>(std::move(m));
+}
+
+absl::StatusOr<std::unique_ptr<Weight>> UploadMoe(const MoeSource& src) {
+  auto moe = std::make_unique<CudaMoe>();
+  MatrixSource router;
+  router.weight = src.router;
+  SPAR_RETURN_IF_ERROR(UploadMatrix(router, &moe->router));
+  SPAR_ASSIGN_OR_RETURN(std::vector<float> bias, TensorToFloat(src.correction_bias));
+  SPAR_RETURN_IF_ERROR(moe->bias.Upload(bias.data(), bias.size() * 4));
+  if (src.experts.empty()) return absl::InvalidArgumentError("MoE layer without local experts");
+  std::vector<const MatrixSource*> gate, up, down;
+  for (const auto& e : src.experts) {
+    gate.push_back(&e.gate);
+    up.push_back(&e.up);
+    down.push_back(&e.down);
+  }
+  SPAR_RETURN_IF_ERROR(PackExperts(gate, &moe->gate));
+  SPAR_RETURN_IF_ERROR(PackExperts(up, &moe->up));
+  SPAR_RETURN_IF_ERROR(PackExperts(down, &moe->down));
+  moe->num_local = static_cast<int>(src.experts.size());
+  moe->expert_begin = src.expert_begin;
+  moe->inter = src.experts[0].gate.rows();
+  moe->hidden = src.experts[0].gate.cols();
+  if (src.shared) {
+    moe->shared = std::make_unique<CudaMlp>();
+    SPAR_RETURN_IF_ERROR(UploadMlpInto(*src.shared, moe->shared.get()));
+  }
+  moe->route.num_experts = src.num_experts;
+  moe->route.top_k = src.top_k;
+  moe->route.n_group = src.n_group;
+  moe->route.topk_group = src.topk_group;
+  moe->route.renormalize = src.renormalize;
+  moe->route.routed_scaling = src.routed_scaling;
+  return std::unique_ptr<Weight>(std::move(moe));
+}
+
+}  // namespace spar

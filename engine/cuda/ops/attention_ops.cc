@@ -1,0 +1,101 @@
+#include "base/status_macros.h"
+#include "engine/cuda/ops/ops.h"
+#include "kernels/cuda/attention/absorb_gemm.h"
+#include "kernels/cuda/attention/mla_cache.h"
+#include "kernels/cuda/attention/sparse_mla.h"
+#include "kernels/cuda/small_ops/small_ops.h"
+
+namespace spar::cuda_ops {
+
+absl::Status WriteLatentCache(StepContext& ctx, int layer, const Tensor& kv_a, const CudaVector& norm, float eps) {
+  SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
+  SPAR_RETURN_IF_ERROR(ctx.Mark("latent_cache_write"));
+  MlaCacheWriteParams p;
+  p.kv = kv_a.as<__nv_bfloat16>();
+  p.tokens = kv_a.rows();
+  p.kv_stride = kv_a.ld();
+  p.norm_weight = norm.bf16.as<__nv_bfloat16>();
+  p.eps = eps;
+  p.positions = ctx.meta.pos;
+  p.inv_freq = ctx.rope->inv_freq();
+  p.attention_factor = ctx.rope->attention_factor();
+  p.interleaved = true;
+  p.slot_mapping = ctx.meta.slots;
+  p.format = ctx.caches->spec().latent_format;
+  p.cache = ctx.caches->latent(layer);
+  p.num_slots = ctx.caches->num_slots();
+  return LaunchMlaCacheWrite(p, ctx.stream);
+}
+
+absl::StatusOr<Tensor> AbsorbQuery(StepContext& ctx, const Tensor& q, const CudaAbsorb& a) {
+  const int heads = a.w.heads;
+  const int q_head_dim = static_cast<int>(q.cols() / heads);
+  if (!q.contiguous() || q_head_dim != a.w.nope_dim + kLatentRopeDim) {
+    return absl::InvalidArgumentError("absorb: bad query layout");
+  }
+  SPAR_RETURN_IF_ERROR(ctx.Mark("absorb_query"));
+  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(q.rows(), static_cast<int64_t>(heads) * kLatentDim));
+  SPAR_RETURN_IF_ERROR(LaunchMlaQAbsorb(a.w, q.as<__nv_bfloat16>(), q.rows(), q_head_dim, out.as<__nv_bfloat16>(),
+                                        static_cast<int64_t>(heads) * kLatentDim, kLatentDim, ctx.stream));
+  // The rope part of each head: RoPE(q_pe) after the absorbed 512 values.
+  RopeApplyParams r;
+  r.in = q.as<__nv_bfloat16>();
+  r.in_stride = q_head_dim;
+  r.in_offset = a.w.nope_dim;
+  r.out = out.as<__nv_bfloat16>();
+  r.out_stride = kLatentDim;
+  r.out_offset = kLatentNopeDim;
+  r.rows = q.rows() * heads;
+  r.rows_per_position = heads;
+  r.positions = ctx.meta.pos;
+  r.rotary_dim = kLatentRopeDim;
+  r.inv_freq = ctx.rope->inv_freq();
+  r.attention_factor = ctx.rope->attention_factor();
+  r.interleaved = true;
+  SPAR_RETURN_IF_ERROR(LaunchRopeApply(r, ctx.stream));
+  return out;
+}
+
+absl::StatusOr<Tensor> SparseMla(StepContext& ctx, int layer, const Tensor& q_abs, const Tensor& indices,
+                                 float scale) {
+  SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
+  const int heads = static_cast<int>(q_abs.cols() / kLatentDim);
+  SPAR_RETURN_IF_ERROR(ctx.Mark("sparse_mla"));
+  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(q_abs.rows(), static_cast<int64_t>(heads) * kLatentNopeDim));
+  SparseMlaParams p;
+  p.q = q_abs.as<__nv_bfloat16>();
+  p.tokens = q_abs.rows();
+  p.heads = heads;
+  p.q_token_stride = q_abs.ld();
+  p.q_head_stride = kLatentDim;
+  p.format = ctx.caches->spec().latent_format;
+  p.cache = ctx.caches->latent(layer);
+  p.num_slots = ctx.caches->num_slots();
+  p.indices = indices.as<int32_t>();
+  p.indices_stride = indices.ld();
+  p.list_len = static_cast<int>(indices.cols());
+  p.scale = scale;
+  p.out = out.as<__nv_bfloat16>();
+  p.out_token_stride = out.ld();
+  p.out_head_stride = kLatentNopeDim;
+  p.plan = ctx.SparseMlaPlanFor(p.tokens, heads, p.list_len, p.format);
+  const size_t ws = SparseMlaWorkspaceBytes(p.plan, p.tokens, heads);
+  Tensor workspace;
+  if (ws > 0) {
+    SPAR_ASSIGN_OR_RETURN(workspace, ctx.NewTensor(1, static_cast<int64_t>(ws), DType::kU8));
+    p.workspace = workspace.data();
+    p.workspace_bytes = ws;
+  }
+  SPAR_RETURN_IF_ERROR(LaunchSparseMla(p, ctx.stream));
+  return out;
+}
+
+absl::StatusOr<Tensor> UnabsorbOutput(StepContext& ctx, const Tensor& o_lat, const CudaAbsorb& a) {
+  SPAR_RETURN_IF_ERROR(ctx.Mark("unabsorb_output"));
+  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(o_lat.rows(), static_cast<int64_t>(a.w.heads) * a.w.v_dim));
+  SPAR_RETURN_IF_ERROR(LaunchMlaOutUnabsorb(a.w, o_lat.as<__nv_bfloat16>(), o_lat.rows(), o_lat.ld(), kLatentNopeDim,
+                                            out.as<__nv_bfloat16>(), ctx.stream));
+  return out;
+}
+
+}  // namespace spar::cuda_ops

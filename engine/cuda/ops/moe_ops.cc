@@ -1,0 +1,118 @@
+#include <algorithm>
+
+#include "base/status_macros.h"
+#include "engine/cuda/ops/ops.h"
+#include "kernels/cuda/gemm/moe.h"
+
+namespace spar::cuda_ops {
+namespace {
+
+// One grouped GEMM over the permuted rows: out[row] = in[row_index[row]] ·
+// expert(row)ᵀ (with the SiLU·mul epilogue when `up` is set).
+struct GroupedGemm {
+  StepContext& ctx;
+  const CudaMoe& moe;
+  const Tensor& offsets;
+  const Tensor& workspace;
+  size_t workspace_bytes;
+  int64_t rows;
+
+  absl::StatusOr<Tensor> Run(const Tensor& in, const int32_t* row_index, const PackedExperts& weight,
+                             const PackedExperts* up, int64_t n_out) const {
+    SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(rows, n_out));
+    MoeGroupedGemmParams g;
+    g.num_experts = moe.num_local;
+    g.expert_offsets = offsets.as<int32_t>();
+    g.max_rows = rows;
+    g.expected_rows_per_expert = std::max<int64_t>(1, rows / std::max(1, moe.route.num_experts));
+    g.k = in.cols();
+    g.x = in.as<__nv_bfloat16>();
+    g.ldx = in.ld();
+    g.x_row_index = row_index;
+    g.weight = weight.first;
+    g.expert_weight_stride = weight.weight_stride;
+    g.expert_scale_stride = weight.scale_stride;
+    if (up != nullptr) {
+      g.epilogue = GemmEpilogue::kSiluMul;
+      g.up = up->first;
+    }
+    g.y = out.data();
+    g.ldy = out.ld();
+    g.workspace = workspace.data();
+    g.workspace_bytes = workspace_bytes;
+    g.num_sms = ctx.device.sm_count;
+    SPAR_RETURN_IF_ERROR(LaunchMoeGroupedGemm(g, ctx.stream));
+    return out;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe) {
+  const int64_t t_count = x.rows();
+  const int k = moe.route.top_k;
+  const int64_t rows = t_count * k;
+  SPAR_ASSIGN_OR_RETURN(Tensor logits, Gemm(ctx, x, {&moe.router.gemm}, moe.route.num_experts, /*fp32_out=*/true));
+  SPAR_RETURN_IF_ERROR(ctx.Mark("moe.route_permute"));
+  SPAR_ASSIGN_OR_RETURN(Tensor ids, ctx.NewTensor(t_count, k, DType::kI32));
+  SPAR_ASSIGN_OR_RETURN(Tensor wts, ctx.NewTensor(t_count, k, DType::kF32));
+  MoeRouteParams route = moe.route;
+  route.tokens = t_count;
+  route.logits = logits.as<float>();
+  route.ld_logits = logits.ld();
+  route.bias = moe.bias.as<float>();
+  route.expert_ids = ids.as<int32_t>();
+  route.expert_weights = wts.as<float>();
+  SPAR_RETURN_IF_ERROR(LaunchMoeRoute(route, ctx.stream));
+  SPAR_ASSIGN_OR_RETURN(Tensor offsets, ctx.NewTensor(1, moe.num_local + 1, DType::kI32));
+  SPAR_ASSIGN_OR_RETURN(Tensor sorted, ctx.NewTensor(1, rows, DType::kI32));
+  SPAR_ASSIGN_OR_RETURN(Tensor slot, ctx.NewTensor(t_count, k, DType::kI32));
+  MoePermuteParams perm;
+  perm.tokens = t_count;
+  perm.top_k = k;
+  perm.expert_ids = ids.as<int32_t>();
+  perm.expert_begin = moe.expert_begin;
+  perm.expert_end = moe.expert_begin + moe.num_local;
+  perm.expert_offsets = offsets.as<int32_t>();
+  perm.sorted_token = sorted.as<int32_t>();
+  perm.slot = slot.as<int32_t>();
+  SPAR_RETURN_IF_ERROR(LaunchMoePermute(perm, ctx.stream));
+  const size_t ws_bytes = MoeGroupedGemmWorkspaceBytes(rows, moe.num_local);
+  SPAR_ASSIGN_OR_RETURN(Tensor ws, ctx.NewTensor(1, static_cast<int64_t>(ws_bytes) + 16, DType::kU8));
+  const GroupedGemm grouped{ctx, moe, offsets, ws, ws_bytes, rows};
+  SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_gate_up"));
+  SPAR_ASSIGN_OR_RETURN(Tensor h, grouped.Run(x, sorted.as<int32_t>(), moe.gate, &moe.up, moe.inter));
+  SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_down"));
+  SPAR_ASSIGN_OR_RETURN(Tensor yd, grouped.Run(h, nullptr, moe.down, nullptr, moe.hidden));
+  Tensor shared;
+  if (moe.shared) {
+    const auto& sh = *moe.shared;
+    SPAR_ASSIGN_OR_RETURN(Tensor hs, Gemm(ctx, x, {&sh.gate.gemm}, sh.inter, false, &sh.up.gemm));
+    SPAR_ASSIGN_OR_RETURN(shared, Gemm(ctx, hs, {&sh.down.gemm}, sh.down.gemm.n, false));
+  }
+  const bool partial = ctx.tp_size > 1;  // fp32 partial sum for the all-reduce
+  SPAR_RETURN_IF_ERROR(ctx.Mark("moe.combine"));
+  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(t_count, moe.hidden, partial ? DType::kF32 : DType::kBF16));
+  MoeCombineParams c;
+  c.tokens = t_count;
+  c.top_k = k;
+  c.hidden = moe.hidden;
+  c.expert_out = yd.as<__nv_bfloat16>();
+  c.ld_expert = yd.ld();
+  c.slot = slot.as<int32_t>();
+  c.weights = wts.as<float>();
+  if (!shared.empty()) {
+    c.shared = shared.as<__nv_bfloat16>();
+    c.ld_shared = shared.ld();
+  }
+  if (partial) {
+    c.out_f32 = out.as<float>();
+  } else {
+    c.out = out.as<__nv_bfloat16>();
+  }
+  c.ld_out = out.ld();
+  SPAR_RETURN_IF_ERROR(LaunchMoeCombine(c, ctx.stream));
+  return out;
+}
+
+}  // namespace spar::cuda_ops

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs on the GPU host (device tool, one H200): a change's GPU check in one
+# call, its binaries against the binaries of the commit before it.
+#   1. every *_gpu_test of the new bundle (tools/device/gpu_suite.sh's table);
+#   2. cuda_parity_gpu_test of both bundles (same numbers expected);
+#   3. engine_bench of both bundles on the same GLM-5-geometry checkpoint,
+#      interleaved A B A B (batches and contexts from SPAR_AB_BATCHES /
+#      SPAR_AB_CONTEXTS), then the new one with --op-profile at batch 1.
+# Bundles: .bundle-gpu (new; built with ../shared/scripts/bundle.sh from
+# build/ with -DSPAR_CUDA_CODE=sm90) and .bundle-before (old: engine_bench and
+# cuda_parity_gpu_test), each carried as a .tar.xz in .bundle-z/.
+set -uo pipefail
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+for z in .bundle-z/*.tar.xz; do d=.${z##*/}; d=${d%.tar.xz}; mkdir -p "$d" && tar xJf "$z" -C "$d"; done
+export SPAR_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+summary=()
+if [[ ${SPAR_AB_SUITE:-1} == 1 ]]; then
+  for t in .bundle-gpu/bin/*_gpu_test; do
+    name=$(basename "$t")
+    ( source .bundle-gpu/env.sh; timeout ${SPAR_AB_TEST_TIMEOUT:-240} "$t" > "$out/$name.log" 2>&1 )
+    rc=$?
+    pass=$(grep -c "^\[       OK \]" "$out/$name.log"); fail=$(grep -c "^\[  FAILED  \]" "$out/$name.log")
+    skip=$(grep -c "^\[  SKIPPED \]" "$out/$name.log")
+    summary+=("$(printf '%-34s rc=%-3s ok=%-4s failed=%-3s skipped=%s' "$name" "$rc" "$pass" "$fail" "$skip")")
+    grep -E "^\[  FAILED|Failure" "$out/$name.log" | head -10
+  done
+  ( source .bundle-before/env.sh; timeout 240 .bundle-before/bin/cuda_parity_gpu_test > "$out/parity_before.log" 2>&1 )
+  summary+=("parity before: ok=$(grep -c '^\[       OK \]' "$out/parity_before.log") failed=$(grep -c '^\[  FAILED  \]' "$out/parity_before.log")")
+  # The numbers both print (errors, agreements, graph-vs-eager counts) must match.
+  grep -vE "^\[|ms\)|ms total|after [0-9.]+s|^rank 0 of 2" "$out/parity_before.log" | sort > "$out/parity_before.txt"
+  grep -vE "^\[|ms\)|ms total|after [0-9.]+s|^rank 0 of 2" "$out/cuda_parity_gpu_test.log" | sort > "$out/parity_after.txt"
+  if diff "$out/parity_before.txt" "$out/parity_after.txt" > "$out/parity_diff.txt"; then
+    summary+=("parity printed numbers: identical before/after")
+  else
+    summary+=("parity printed numbers: DIFFER ($(wc -l < "$out/parity_diff.txt") lines, parity_diff.txt)")
+  fi
+fi
+if [[ ${SPAR_AB_BENCH:-1} == 1 ]]; then
+  m=/tmp/glm5full
+  [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 60 ]] && m=/dev/shm/glm5full
+  b=${SPAR_AB_BATCHES:-1,64}; c=${SPAR_AB_CONTEXTS:-8192}
+  ( source .bundle-gpu/env.sh; timeout 120 .bundle-gpu/bin/engine_bench --make-geometry glm5-full --make-layers 4 \
+      --model $m --layers 3:4 --batches 1 --contexts 1024 --reps 3 > "$out/bench_make.log" 2>&1 )
+  for round in 1 2; do
+    for side in before gpu; do
+      ( source .bundle-$side/env.sh; timeout 200 .bundle-$side/bin/engine_bench --model $m --layers 3:4 \
+          --batches $b --contexts $c ${SPAR_AB_BENCH_ARGS:-} > "$out/bench_${side}_$round.log" 2>&1 )
+      summary+=("engine_bench $side round $round: rc=$?")
+    done
+  done
+  ( source .bundle-gpu/env.sh; timeout 200 .bundle-gpu/bin/engine_bench --model $m --layers 3:4 --batches 1 \
+      --contexts 8192 --op-profile > "$out/bench_op_profile.log" 2>&1 )
+  for f in "$out"/bench_before_*.log "$out"/bench_gpu_*.log; do echo "== $(basename $f)"; grep -E "^\| *[0-9]" "$f" | head -8; done
+fi
+echo "== summary =="
+printf '%s\n' "${summary[@]}"
