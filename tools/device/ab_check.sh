@@ -2,10 +2,12 @@
 # Runs on the GPU host (device tool, one H200): a change's GPU check in one
 # call, its binaries against the binaries of the commit before it.
 #   1. every *_gpu_test of the new bundle (tools/device/gpu_suite.sh's table);
-#   2. cuda_parity_gpu_test of both bundles (same numbers expected);
+#   2. cuda_parity_gpu_test of both bundles (the numbers both print must agree);
 #   3. engine_bench of both bundles on the same GLM-5-geometry checkpoint,
 #      interleaved A B A B (batches and contexts from SPAR_AB_BATCHES /
-#      SPAR_AB_CONTEXTS), then the new one with --op-profile at batch 1.
+#      SPAR_AB_CONTEXTS), then the new one with --op-profile at batch 1 and,
+#      with SPAR_AB_LONG_CONTEXTS, at batch 1 and those contexts.
+# The benchmarks run first (their time is known), then the tests.
 # Bundles: .bundle-gpu (new; built with ../shared/scripts/bundle.sh from
 # build/ with -DSPAR_CUDA_CODE=sm90) and .bundle-before (old: engine_bench and
 # cuda_parity_gpu_test), each carried as a .tar.xz in .bundle-z/.
@@ -15,6 +17,28 @@ for z in .bundle-z/*.tar.xz; do d=.${z##*/}; d=${d%.tar.xz}; mkdir -p "$d" && ta
 export SPAR_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
 summary=()
+if [[ ${SPAR_AB_BENCH:-1} == 1 ]]; then
+  m=/tmp/glm5full
+  [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 60 ]] && m=/dev/shm/glm5full
+  b=${SPAR_AB_BATCHES:-1,64}; c=${SPAR_AB_CONTEXTS:-8192}
+  ( source .bundle-gpu/env.sh; timeout 120 .bundle-gpu/bin/engine_bench --make-geometry glm5-full --make-layers 4 \
+      --model $m --layers 3:4 --batches 1 --contexts 1024 --reps 3 > "$out/bench_make.log" 2>&1 )
+  for round in 1 2; do
+    for side in before gpu; do
+      ( source .bundle-$side/env.sh; timeout 200 .bundle-$side/bin/engine_bench --model $m --layers 3:4 \
+          --batches $b --contexts $c ${SPAR_AB_BENCH_ARGS:-} > "$out/bench_${side}_$round.log" 2>&1 )
+      summary+=("engine_bench $side round $round: rc=$?")
+    done
+  done
+  ( source .bundle-gpu/env.sh; timeout 200 .bundle-gpu/bin/engine_bench --model $m --layers 3:4 --batches 1 \
+      --contexts 8192 --op-profile > "$out/bench_op_profile.log" 2>&1 )
+  # Long contexts at batch 1 (the new binary only).
+  if [[ -n ${SPAR_AB_LONG_CONTEXTS:-} ]]; then
+    ( source .bundle-gpu/env.sh; timeout 200 .bundle-gpu/bin/engine_bench --model $m --layers 3:4 --batches 1 \
+        --contexts $SPAR_AB_LONG_CONTEXTS > "$out/bench_long.log" 2>&1 )
+    summary+=("engine_bench long contexts: rc=$?")
+  fi
+fi
 if [[ ${SPAR_AB_SUITE:-1} == 1 ]]; then
   for t in .bundle-gpu/bin/*_gpu_test; do
     name=$(basename "$t")
@@ -36,22 +60,8 @@ if [[ ${SPAR_AB_SUITE:-1} == 1 ]]; then
     summary+=("parity printed numbers: DIFFER ($(wc -l < "$out/parity_diff.txt") lines, parity_diff.txt)")
   fi
 fi
-if [[ ${SPAR_AB_BENCH:-1} == 1 ]]; then
-  m=/tmp/glm5full
-  [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 60 ]] && m=/dev/shm/glm5full
-  b=${SPAR_AB_BATCHES:-1,64}; c=${SPAR_AB_CONTEXTS:-8192}
-  ( source .bundle-gpu/env.sh; timeout 120 .bundle-gpu/bin/engine_bench --make-geometry glm5-full --make-layers 4 \
-      --model $m --layers 3:4 --batches 1 --contexts 1024 --reps 3 > "$out/bench_make.log" 2>&1 )
-  for round in 1 2; do
-    for side in before gpu; do
-      ( source .bundle-$side/env.sh; timeout 200 .bundle-$side/bin/engine_bench --model $m --layers 3:4 \
-          --batches $b --contexts $c ${SPAR_AB_BENCH_ARGS:-} > "$out/bench_${side}_$round.log" 2>&1 )
-      summary+=("engine_bench $side round $round: rc=$?")
-    done
-  done
-  ( source .bundle-gpu/env.sh; timeout 200 .bundle-gpu/bin/engine_bench --model $m --layers 3:4 --batches 1 \
-      --contexts 8192 --op-profile > "$out/bench_op_profile.log" 2>&1 )
-  for f in "$out"/bench_before_*.log "$out"/bench_gpu_*.log; do echo "== $(basename $f)"; grep -E "^\| *[0-9]" "$f" | head -8; done
-fi
+for f in "$out"/bench_before_*.log "$out"/bench_gpu_*.log "$out"/bench_long.log; do
+  [[ -f $f ]] && { echo "== $(basename $f)"; grep -E "^\| *[0-9]|rror" "$f" | head -8; }
+done
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
