@@ -13,7 +13,11 @@
 # cuda_parity_gpu_test), each carried as a .tar.xz in .bundle-z/.
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-for z in .bundle-z/*.tar.xz; do d=.${z##*/}; d=${d%.tar.xz}; mkdir -p "$d" && tar xJf "$z" -C "$d"; done
+# python3's tarfile reads .tar.xz whether or not the host has xz.
+for z in .bundle-z/*.tar.xz; do
+  d=.${z##*/}; d=${d%.tar.xz}; mkdir -p "$d"
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$z" "$d"
+done
 export SPAR_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
 summary=()
