@@ -68,4 +68,6 @@ for f in "$out"/bench_before_*.log "$out"/bench_gpu_*.log "$out"/bench_long.log;
   [[ -f $f ]] && { echo "== $(basename $f)"; grep -E "^\| *[0-9]|rror" "$f" | head -8; }
 done
 echo "== summary =="
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+# At most 8 files come back from the device: the logs travel as one archive.
+( cd "$out" && tar czf logs.tgz --exclude logs.tgz --exclude summary.txt . && find . -type f ! -name logs.tgz ! -name summary.txt -delete )
