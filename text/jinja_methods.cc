@@ -64,11 +64,16 @@ absl::StatusOr<Value> StrSplit(Interpreter& in, const Value& self, CallArgs& arg
   SPAR_ASSIGN_OR_RETURN(int64_t maxsplit, args.Int(1, "maxsplit", -1));
   const Value* sep = args.Get(0, "sep");
   if (sep != nullptr && sep->is_string() && sep->as_string().empty()) return in.Error("empty separator");
+  const bool whitespace = sep == nullptr || sep->is_none() || sep->is_undefined();
+  if (!whitespace && !sep->is_string()) {
+    // Python's TypeError (reading it as "" would split forever).
+    return in.Error(absl::StrCat(from_right ? "rsplit" : "split", "() separator must be a string or None, not ",
+                                 sep->TypeName()));
+  }
   std::vector<std::string> parts;
-  if (from_right && maxsplit >= 0 && sep != nullptr && sep->is_string()) {
+  if (from_right && maxsplit >= 0 && !whitespace) {
     parts = PyRSplit(s, sep->as_string(), maxsplit);
   } else {
-    const bool whitespace = sep == nullptr || sep->is_none() || sep->is_undefined();
     parts = PySplit(s, whitespace ? nullptr : &sep->as_string(), maxsplit);
   }
   Value out = StringList(std::move(parts));
