@@ -23,8 +23,8 @@ std::string HostOf(const std::string& address) {
 
 }  // namespace
 
-TpGroup::TpGroup(TpGroupOptions options, std::mutex* mu, Host* host)
-    : options_(std::move(options)), mu_(mu), host_(host) {
+TpGroup::TpGroup(TpGroupOptions options, std::string listen_host, std::mutex* mu, Host* host)
+    : options_(std::move(options)), listen_host_(std::move(listen_host)), mu_(mu), host_(host) {
   if (leader()) {
     membership_ = std::make_unique<TpMembership>(options_.size);
     membership_->set_on_change([this](const std::string& what) { OnMembershipChange(what); });
@@ -271,7 +271,7 @@ absl::Status TpGroup::Form(const StageOptions& requested, const v1::ConfigureReq
   tp->set_group_id(group_id);
   std::unique_ptr<SocketGroupListener> listener;
   if (so.backend == "cpu") {
-    SPAR_ASSIGN_OR_RETURN(listener, SocketGroupListener::Open(options_.host));
+    SPAR_ASSIGN_OR_RETURN(listener, SocketGroupListener::Open(listen_host_));
     tp->set_cpu_group_port(listener->port());
     tp->set_cpu_group_secret(listener->secret());
   } else {

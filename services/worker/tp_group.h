@@ -55,13 +55,23 @@
 namespace spar {
 
 struct TpGroupOptions {
+  // This process's place in its stage's group (DESIGN §1: one process per
+  // GPU, the leader is rank 0 and the only one the scheduler and the
+  // neighbouring stages talk to).
   int rank = 0;
   int size = 1;
-  std::string leader;           // peers: the leader's worker address (host:port)
-  std::string host = "0.0.0.0";  // where the leader's socket group listens
-  std::string peer_host;        // peers: the host the leader dials back (empty: the caller's address)
+  // Peers: the leader's worker address (host:port); the host also locates
+  // the cpu backend's socket group.
+  std::string leader;
+  // Peers: the host the leader dials back (empty: the address the peer's
+  // call comes from).
+  std::string peer_host;
+  // cpu groups: the longest one all-reduce may wait for the other ranks.
   absl::Duration op_timeout = absl::Seconds(60);
+  // How long a leader's Configure waits for missing peers, and a group's
+  // rendezvous for its ranks.
   absl::Duration join_timeout = absl::Seconds(30);
+  // A peer's Configure (it loads its shard): the longest a leader waits.
   absl::Duration load_timeout = absl::Hours(2);
 };
 
@@ -90,7 +100,9 @@ class TpGroup {
     virtual void QueueFormation() = 0;
   };
 
-  TpGroup(TpGroupOptions options, std::mutex* mu, Host* host);
+  // `listen_host`: where the leader's cpu socket group listens (the
+  // worker's own address).
+  TpGroup(TpGroupOptions options, std::string listen_host, std::mutex* mu, Host* host);
   TpGroup(const TpGroup&) = delete;
   TpGroup& operator=(const TpGroup&) = delete;
 
@@ -160,6 +172,7 @@ class TpGroup {
   void MaybeQueueFormation();
 
   const TpGroupOptions options_;
+  const std::string listen_host_;
   std::mutex* const mu_;
   Host* const host_;
 

@@ -11,25 +11,8 @@
 
 namespace spar {
 
-namespace {
-
-TpGroupOptions GroupOptions(const WorkerOptions& o) {
-  TpGroupOptions g;
-  g.rank = o.tp_rank;
-  g.size = o.tp_size;
-  g.leader = o.tp_leader;
-  g.host = o.host;
-  g.peer_host = o.tp_host;
-  g.op_timeout = o.tp_op_timeout;
-  g.join_timeout = o.tp_join_timeout;
-  g.load_timeout = o.tp_load_timeout;
-  return g;
-}
-
-}  // namespace
-
 WorkerRuntime::WorkerRuntime(WorkerOptions options)
-    : options_(std::move(options)), group_(GroupOptions(options_), &mu_, this) {
+    : options_(std::move(options)), group_(options_.tp, options_.host, &mu_, this) {
   window_start_ = absl::Now();
   metrics_stage_ = options_.stage_index;
 }
@@ -161,8 +144,8 @@ absl::Status WorkerRuntime::Load(const StageOptions& options, bool announce) {
     shard_.set_last_layer(exec_->last_layer());
     shard_.set_num_blocks(exec_->options().num_blocks);
     shard_.set_backend(options.backend);
-    shard_.mutable_tp()->set_rank(options_.tp_rank);
-    shard_.mutable_tp()->set_size(options_.tp_size);
+    shard_.mutable_tp()->set_rank(options_.tp.rank);
+    shard_.mutable_tp()->set_size(options_.tp.size);
     shard_.mutable_tp()->set_group_id(group_.group_id_locked());
     num_model_layers_ = exec_->config().num_hidden_layers;
     memory_ = exec_->device_memory();
@@ -193,9 +176,9 @@ absl::StatusOr<v1::WorkerInfo> WorkerRuntime::DoConfigure(const v1::ConfigureReq
         absl::StrCat("configure: stage_index ", r.stage_index(), " is outside [0, num_stages = ", r.num_stages(), ")"));
   }
   const v1::ShardSpec& want = r.shard();
-  if (want.tp().size() != 0 && want.tp().size() != options_.tp_size) {
+  if (want.tp().size() != 0 && want.tp().size() != options_.tp.size) {
     return absl::FailedPreconditionError(absl::StrCat("configure: the scheduler expects a tensor-parallel size of ",
-                                                      want.tp().size(), ", this stage runs ", options_.tp_size));
+                                                      want.tp().size(), ", this stage runs ", options_.tp.size));
   }
   if (tp_leader() && (exec_ == nullptr || group_.Stale())) {
     SPAR_ASSIGN_OR_RETURN(StageOptions so, ResolveShard(want));
@@ -419,8 +402,8 @@ v1::WorkerInfo WorkerRuntime::InfoLocked() const {
     info.mutable_shard()->set_model_path(options_.stage.model_dir);
     info.mutable_shard()->set_num_blocks(options_.stage.num_blocks);
     info.mutable_shard()->set_backend(options_.stage.backend);
-    info.mutable_shard()->mutable_tp()->set_rank(options_.tp_rank);
-    info.mutable_shard()->mutable_tp()->set_size(options_.tp_size);
+    info.mutable_shard()->mutable_tp()->set_rank(options_.tp.rank);
+    info.mutable_shard()->mutable_tp()->set_size(options_.tp.size);
   }
   info.set_loaded(loaded_);
   info.set_epoch(epoch_);

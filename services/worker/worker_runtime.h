@@ -36,26 +36,11 @@ struct WorkerOptions {
   StageOptions stage;
   // Load at start (else at the first Configure).
   bool preload = false;
-  // This process's place in its stage's tensor-parallel group (DESIGN §1:
-  // one process per GPU, the leader is rank 0 and the only one the
-  // scheduler and the neighbouring stages talk to).
-  int tp_rank = 0;
-  int tp_size = 1;
-  // Peers: the leader's worker address (host:port); the host also locates
-  // the cpu backend's socket group.
-  std::string tp_leader;
+  // This process's place in its stage's tensor-parallel group and the
+  // group's timeouts (tp_group.h).
+  TpGroupOptions tp;
   // Where this worker listens (the leader's socket group binds here too).
   std::string host = "0.0.0.0";
-  // Peers: the host the leader dials back (empty: the address the peer's
-  // call comes from).
-  std::string tp_host;
-  // cpu groups: the longest one all-reduce may wait for the other ranks.
-  absl::Duration tp_op_timeout = absl::Seconds(60);
-  // How long a leader's Configure waits for missing peers, and a group's
-  // rendezvous for its ranks.
-  absl::Duration tp_join_timeout = absl::Seconds(30);
-  // A peer's Configure (it loads its shard): the longest a leader waits.
-  absl::Duration tp_load_timeout = absl::Hours(2);
   // This worker's stage index when known at start (--stage); -1 until the
   // scheduler's Configure names it.
   int stage_index = -1;
