@@ -10,11 +10,14 @@
 //      decoder Replace + ByteFallback + Fuse + Strip
 // Properties (text/tokenizer.h, text/detokenizer.h):
 //   * Encode never fails and returns ids inside the id space;
+//   * Encode with EncodeOptions::max_tokens returns the first max_tokens + 1
+//     ids of the full encoding;
 //   * tokenizer 0 is lossless: Decode(Encode(s)) == SanitizeUtf8(s);
 //   * Decode fails exactly when an id is outside the vocabulary, and then
 //     the detokenizer's Add fails on that id too, leaving its state alone;
 //   * the detokenizer's deltas are valid UTF-8 and concatenate (with
 //     Finish) to Decode(ids), with and without skip_special.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -156,6 +159,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto encoded = tok.Encode(rest, allow_special);
       SPAR_FUZZ_CHECK(encoded.ok());  // "Encode never fails on input bytes"
       for (int32_t id : *encoded) SPAR_FUZZ_CHECK(id >= 0 && id < tok.vocab_size());
+      // A limit returns the first limit + 1 ids of the full encoding; the
+      // limit comes from the input's length, so every corpus entry tries
+      // another one.
+      const size_t limit = rest.size() % (encoded->size() + 2);
+      auto limited = tok.Encode(rest, spar::EncodeOptions{.allow_special = allow_special, .max_tokens = limit});
+      SPAR_FUZZ_CHECK(limited.ok());
+      SPAR_FUZZ_CHECK(*limited == std::vector<int32_t>(encoded->begin(),
+                                                       encoded->begin() + std::min(encoded->size(), limit + 1)));
       if (which == 0) {
         auto back = tok.Decode(*encoded);
         SPAR_FUZZ_CHECK(back.ok());

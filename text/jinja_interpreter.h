@@ -34,10 +34,17 @@ class Interpreter {
   // `context` must be an object; its keys become the template's variables.
   absl::StatusOr<std::string> Render(const Body& body, const Value& context);
 
-  // For native functions.
+  // For native functions and the builtins (jinja_builtins.h).
   absl::Status Error(absl::string_view what) const;
   absl::Status ChargeString(size_t bytes);
+  // Counts one evaluation step (loops inside builtins count their items).
+  absl::Status Step();
   absl::StatusOr<Value> CallMacro(const Stmt& macro, CallArgs& args);
+  absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallArgs& args);
+  absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const CallArgs& args);
+  // `obj.name(args)` for a method of obj's type; *found false (and
+  // undefined returned) when its type has none of that name.
+  absl::StatusOr<Value> CallMethod(const Value& obj, const std::string& name, CallArgs& args, bool* found);
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -53,16 +60,12 @@ class Interpreter {
   absl::StatusOr<bool> EvalTest(const Expr& e);
   absl::Status EvalArgs(const Expr& e, size_t first, CallArgs* args);
 
-  absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallArgs& args);
-  absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const CallArgs& args);
-  absl::StatusOr<Value> CallMethod(const Value& obj, const std::string& name, CallArgs& args, bool* found);
   absl::StatusOr<Value> Global(const std::string& name, bool* found);
 
   Value Lookup(const std::string& name) const;
   void Assign(const std::string& name, Value v);
   absl::Status Emit(absl::string_view text);
   absl::Status ChargeCopy(const Value& v);
-  absl::Status Step();
 
   RenderLimits limits_;
   std::vector<Scope> scopes_;

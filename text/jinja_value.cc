@@ -18,6 +18,24 @@ const Value* CallArgs::Keyword(absl::string_view name) const {
   return nullptr;
 }
 
+const Value* CallArgs::Get(size_t pos, absl::string_view name) const {
+  if (pos < positional.size()) return &positional[pos];
+  return Keyword(name);
+}
+
+absl::StatusOr<int64_t> CallArgs::Int(size_t pos, absl::string_view name, int64_t dflt) const {
+  const Value* v = Get(pos, name);
+  if (v == nullptr || v->is_none() || v->is_undefined()) return dflt;
+  if (v->is_int()) return v->as_int();
+  if (v->is_bool()) return static_cast<int64_t>(v->as_bool());
+  return absl::InvalidArgumentError(absl::StrCat("argument '", name, "' must be an integer, got ", v->TypeName()));
+}
+
+bool CallArgs::Bool(size_t pos, absl::string_view name, bool dflt) const {
+  const Value* v = Get(pos, name);
+  return v == nullptr || v->is_undefined() ? dflt : v->Truthy();
+}
+
 const Value* Object::Find(absl::string_view key) const {
   auto it = index.find(key);
   return it == index.end() ? nullptr : &items[it->second].second;
@@ -349,6 +367,35 @@ bool Value::Equals(const Value& o) const {
     default:
       return false;
   }
+}
+
+absl::StatusOr<int> Compare(const Value& a, const Value& b) {
+  if ((a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool())) {
+    const double x = a.as_number(), y = b.as_number();
+    return x < y ? -1 : x > y ? 1 : 0;
+  }
+  if (a.is_string() && b.is_string()) {
+    const int c = a.as_string().compare(b.as_string());  // UTF-8 order == code point order
+    return c < 0 ? -1 : c > 0 ? 1 : 0;
+  }
+  if (a.is_array() && b.is_array()) {
+    const auto& x = a.array();
+    const auto& y = b.array();
+    for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
+      absl::StatusOr<int> c = Compare(x[k], y[k]);
+      if (!c.ok() || *c != 0) return c;
+    }
+    return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("cannot compare ", a.TypeName(), " with ", b.TypeName()));
+}
+
+Value GetAttr(const Value& obj, const std::string& key) {
+  if (obj.is_object()) {
+    const Value* v = obj.object().Find(key);
+    return v == nullptr ? Value() : *v;
+  }
+  return Value();
 }
 
 nlohmann::ordered_json Value::ToJson() const {

@@ -28,6 +28,14 @@ struct CallArgs {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> keyword;
   const Value* Keyword(absl::string_view name) const;
+  // Python's binding of one parameter: the argument at position `pos`,
+  // else the keyword `name`; null when the call passed neither.
+  const Value* Get(size_t pos, absl::string_view name) const;
+  // An integer parameter (a bool counts as 0 or 1): `dflt` when it is
+  // absent, None or undefined; an error naming it for other types.
+  absl::StatusOr<int64_t> Int(size_t pos, absl::string_view name, int64_t dflt) const;
+  // A parameter's truthiness: `dflt` when it is absent or undefined.
+  bool Bool(size_t pos, absl::string_view name, bool dflt) const;
 };
 
 using NativeFunction = std::function<absl::StatusOr<Value>(Interpreter&, CallArgs&)>;
@@ -103,6 +111,13 @@ class Value {
   std::shared_ptr<Object> object_;
   std::shared_ptr<NativeFunction> fn_;
 };
+
+// Python's ordering, for sort/min/max and the comparison operators:
+// numbers (bools as 0/1), strings by code point, lists element by element;
+// any other pair is an error naming both types.
+absl::StatusOr<int> Compare(const Value& a, const Value& b);
+// `obj.key` / `obj[key]`: a mapping's value, undefined for anything else.
+Value GetAttr(const Value& obj, const std::string& key);
 
 // Python repr() of a float (shortest round-trip digits, ".0" for integral).
 std::string FormatFloat(double d);

@@ -115,6 +115,7 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(absl::string_view pattern)
   // JIT is an optimization only: without it (no JIT support in this build)
   // the interpreter gives the same matches.
   re->jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  re->jit_partial_ = re->jit_ && pcre2_jit_compile(code, PCRE2_JIT_PARTIAL_HARD) == 0;
   return re;
 }
 
@@ -122,38 +123,31 @@ Regex::~Regex() {
   if (code_ != nullptr) pcre2_code_free(static_cast<pcre2_code*>(code_));
 }
 
-absl::Status Regex::FindAll(absl::string_view text, size_t base,
-                            std::vector<std::pair<size_t, size_t>>* matches) const {
+absl::StatusOr<Regex::Search> Regex::Find(absl::string_view text, size_t offset, bool more_may_follow) const {
   ThreadScratch& scratch = Scratch();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   auto* code = static_cast<pcre2_code*>(code_);
-  size_t offset = 0;
-  while (offset <= text.size()) {
-    // The text was validated (or sanitized) once by the caller.
-    const int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), offset, PCRE2_NO_UTF_CHECK,
-                                          scratch.match_data, scratch.context)
-                        : pcre2_match(code, subject, text.size(), offset, PCRE2_NO_UTF_CHECK,
-                                      scratch.match_data, scratch.context);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("regex \"", pattern_, "\" failed at byte ", base + offset, ": ", PcreErrorMessage(rc)));
-    }
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(scratch.match_data);
-    const size_t begin = ov[0];
-    const size_t end = ov[1];
-    if (end > begin) {
-      matches->emplace_back(base + begin, base + end);
-      offset = end;
-    } else {
-      // Empty match: step over one character and try again.
-      if (begin >= text.size()) break;
-      size_t next = begin + 1;
-      while (next < text.size() && (static_cast<uint8_t>(text[next]) & 0xC0) == 0x80) ++next;
-      offset = next;
-    }
+  // The text was validated (or sanitized) once by the caller.
+  const uint32_t options = PCRE2_NO_UTF_CHECK | (more_may_follow ? PCRE2_PARTIAL_HARD : 0);
+  const int rc = (more_may_follow ? jit_partial_ : jit_)
+                     ? pcre2_jit_match(code, subject, text.size(), offset, options, scratch.match_data, scratch.context)
+                     : pcre2_match(code, subject, text.size(), offset, options, scratch.match_data, scratch.context);
+  Search found;
+  if (rc == PCRE2_ERROR_NOMATCH) return found;
+  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(scratch.match_data);
+  if (rc == PCRE2_ERROR_PARTIAL) {
+    found.kind = Search::kNeedMore;
+    found.begin = ov[0];
+    return found;
   }
-  return absl::OkStatus();
+  if (rc < 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("regex \"", pattern_, "\" failed at byte ", offset, ": ", PcreErrorMessage(rc)));
+  }
+  found.kind = Search::kMatch;
+  found.begin = ov[0];
+  found.end = ov[1];
+  return found;
 }
 
 }  // namespace spar

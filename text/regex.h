@@ -7,8 +7,6 @@
 #include <cstddef>
 #include <memory>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,10 +22,20 @@ class Regex {
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
 
-  // Appends the [begin, end) byte ranges of all non-overlapping, non-empty
-  // matches in `text` (valid UTF-8), offset by `base`. Thread-safe.
-  absl::Status FindAll(absl::string_view text, size_t base,
-                       std::vector<std::pair<size_t, size_t>>* matches) const;
+  // The leftmost match in `text` (valid UTF-8) starting at or after
+  // `offset`. With `more_may_follow`, `text` is only the beginning of the
+  // subject (PCRE2's hard partial matching): a match is reported only when
+  // no continuation of the text could change it, and kNeedMore says where a
+  // match might start that needs more text to decide (none starts before
+  // that). This lets the pre-tokenizer split a prefix of a long text exactly
+  // as it would split the whole. An error when the match limit (backtracking
+  // bound) is hit. Thread-safe.
+  struct Search {
+    enum Kind { kMatch, kNoMatch, kNeedMore } kind = kNoMatch;
+    size_t begin = 0;  // kMatch, kNeedMore
+    size_t end = 0;    // kMatch (may equal begin: an empty match)
+  };
+  absl::StatusOr<Search> Find(absl::string_view text, size_t offset, bool more_may_follow) const;
 
   const std::string& pattern() const { return pattern_; }
   bool jit() const { return jit_; }
@@ -38,6 +46,7 @@ class Regex {
   std::string pattern_;
   void* code_ = nullptr;  // pcre2_code_8*
   bool jit_ = false;
+  bool jit_partial_ = false;
 };
 
 // Rewrites Oniguruma-isms into PCRE2 syntax with the same meaning: `\s` and

@@ -23,6 +23,7 @@
 #define SPAR_TEXT_TOKENIZER_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,27 @@ struct TokenPiece {
   bool special = false;     // kAdded only
 };
 
+struct EncodeOptions {
+  static constexpr size_t kNoLimit = std::numeric_limits<size_t>::max();
+  // false treats special added tokens as plain text (see Tokenizer::Encode).
+  bool allow_special = true;
+  // Early stop: once the text is known to encode to more than max_tokens
+  // ids, encoding stops and returns its first max_tokens + 1 ids (exactly
+  // those of the full encoding), so `ids.size() > max_tokens` tells the
+  // caller the text is over its limit without the rest being tokenized.
+  // Added tokens, pre-tokenization and BPE all stop: the work and memory are
+  // those of the consumed prefix (about max_tokens tokens of text), not of
+  // the text, with these exceptions:
+  //  - finding the next added token scans ahead for its first byte (a table
+  //    lookup per byte, no memory);
+  //  - a tokenizer with a normalizer (Qwen3's NFC; not GLM's or DeepSeek's)
+  //    normalizes each stretch between added tokens whole first;
+  //  - input that is not valid UTF-8 is first copied with U+FFFD in place;
+  //  - one pre-token word is encoded whole (BPE merges across all of it),
+  //    e.g. a text that is a single megabyte run of letters.
+  size_t max_tokens = kNoLimit;
+};
+
 class TokenizerImpl;
 
 class Tokenizer {
@@ -70,6 +92,11 @@ class Tokenizer {
   // encode_special_tokens), which is how user-supplied text must be encoded
   // so that it cannot forge role markers. Thread-safe.
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text, bool allow_special = true) const;
+  // With options, e.g. a limit: Encode(prompt, EncodeOptions{.max_tokens =
+  // context_tokens}) returns more than context_tokens ids only when the
+  // prompt does not fit, and then stops after the first context_tokens + 1
+  // (a 15 MiB prompt costs what its first 32K tokens cost). Thread-safe.
+  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text, const EncodeOptions& options) const;
 
   // Errors name the first id that is out of range. Thread-safe.
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids, bool skip_special = false) const;

@@ -106,13 +106,13 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   options.stage.delay_per_layer = absl::Microseconds(static_cast<int64_t>(delay_ms * 1000));
   options.stage.delay_per_token = absl::Nanoseconds(static_cast<int64_t>(delay_token_us * 1000));
   options.stage.device = static_cast<int>(device >= 0 ? device : tp_rank);
-  options.tp_rank = static_cast<int>(tp_rank);
-  options.tp_size = static_cast<int>(tp_size);
-  options.tp_leader = tp_leader;
-  options.tp_host = tp_host;
+  options.tp.rank = static_cast<int>(tp_rank);
+  options.tp.size = static_cast<int>(tp_size);
+  options.tp.leader = tp_leader;
+  options.tp.peer_host = tp_host;
   options.host = host;
-  options.tp_op_timeout = absl::Milliseconds(static_cast<int64_t>(tp_timeout_s * 1000));
-  options.tp_join_timeout = absl::Milliseconds(static_cast<int64_t>(tp_join_timeout_s * 1000));
+  options.tp.op_timeout = absl::Milliseconds(static_cast<int64_t>(tp_timeout_s * 1000));
+  options.tp.join_timeout = absl::Milliseconds(static_cast<int64_t>(tp_join_timeout_s * 1000));
   if (!layers.empty()) {
     auto r = ParseLayerRange(layers);
     if (!r.ok()) return fail(std::string("--layers: ") + std::string(r.status().message()));

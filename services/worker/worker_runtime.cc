@@ -1,5 +1,6 @@
 #include "services/worker/worker_runtime.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -10,13 +11,10 @@
 
 namespace spar {
 
-WorkerRuntime::WorkerRuntime(WorkerOptions options) : options_(std::move(options)) {
+WorkerRuntime::WorkerRuntime(WorkerOptions options)
+    : options_(std::move(options)), group_(options_.tp, options_.host, &mu_, this) {
   window_start_ = absl::Now();
   metrics_stage_ = options_.stage_index;
-  if (tp_leader()) {
-    membership_ = std::make_unique<TpMembership>(options_.tp_size);
-    membership_->set_on_change([this](const std::string& what) { OnMembershipChange(what); });
-  }
 }
 
 WorkerRuntime::~WorkerRuntime() { Stop(); }
@@ -27,11 +25,9 @@ void WorkerRuntime::Stop() {
     stopping_ = true;
     // A formation in progress gives up: waits for peers, the rendezvous,
     // the calls to the peers.
-    if (forming_listener_ != nullptr) forming_listener_->Cancel();
-    for (grpc::ClientContext* c : forming_calls_) c->TryCancel();
+    group_.StopLocked();
   }
-  if (membership_) membership_->Close();
-  joiner_.reset();
+  group_.CloseMembership();
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   std::deque<Task> left;
@@ -44,19 +40,14 @@ void WorkerRuntime::Stop() {
     if (t.kind == Task::kConfigure && t.done) t.done(absl::UnavailableError("worker is shutting down"));
   }
   downstream_.reset();
-  peer_links_.clear();
+  group_.ClosePeerLinks();
 }
 
 void WorkerRuntime::Start(std::function<void(bool)> on_ready_change) {
   on_ready_change_ = std::move(on_ready_change);
   if (options_.preload && tp_leader()) {
     // A group loads together: form it as soon as every peer has joined.
-    group_shard_ = options_.stage;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      group_shard_known_ = true;
-    }
-    MaybeQueueFormGroup();
+    group_.FormWhenComplete(options_.stage);
   } else if (options_.preload && !tp_peer()) {  // a peer loads when its leader configures it
     Task t;
     t.kind = Task::kLoad;
@@ -123,7 +114,7 @@ void WorkerRuntime::Run() {
         DoBatch(std::move(task.batch), task.arrived);
         break;
       case Task::kFormGroup:
-        DoFormGroup();
+        group_.FormQueued();
         break;
     }
   }
@@ -137,12 +128,13 @@ absl::Status WorkerRuntime::Load(const StageOptions& options, bool announce) {
   SPAR_ASSIGN_OR_RETURN(auto exec, StageExecutor::Load(options));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    abortable_backend_ = nullptr;  // the old executor dies below
+    group_.SetBackendLocked(nullptr);  // the old executor dies below
   }
   exec_ = std::move(exec);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    abortable_backend_ = exec_->backend();
+    // A lost member aborts this backend's collectives.
+    group_.SetBackendLocked(exec_->backend());
     // A rank of a TP group is usable once the whole group is (FormGroup,
     // ConfigureAsPeer say so).
     if (announce) loaded_ = true;
@@ -152,9 +144,9 @@ absl::Status WorkerRuntime::Load(const StageOptions& options, bool announce) {
     shard_.set_last_layer(exec_->last_layer());
     shard_.set_num_blocks(exec_->options().num_blocks);
     shard_.set_backend(options.backend);
-    shard_.mutable_tp()->set_rank(options_.tp_rank);
-    shard_.mutable_tp()->set_size(options_.tp_size);
-    shard_.mutable_tp()->set_group_id(group_id_);
+    shard_.mutable_tp()->set_rank(options_.tp.rank);
+    shard_.mutable_tp()->set_size(options_.tp.size);
+    shard_.mutable_tp()->set_group_id(group_.group_id_locked());
     num_model_layers_ = exec_->config().num_hidden_layers;
     memory_ = exec_->device_memory();
     hidden_size_ = exec_->config().hidden_size;
@@ -170,7 +162,7 @@ absl::StatusOr<v1::WorkerInfo> WorkerRuntime::DoConfigure(const v1::ConfigureReq
   if (tp_peer()) {
     // From this peer's leader (the scheduler talks to leaders only); epoch
     // 0 when the leader forms its group before any scheduler configured it.
-    SPAR_RETURN_IF_ERROR(ConfigureAsPeer(r));
+    SPAR_RETURN_IF_ERROR(group_.ConfigureAsPeer(r));
     std::lock_guard<std::mutex> lock(mu_);
     epoch_ = r.epoch();
     stage_index_ = r.stage_index();
@@ -184,22 +176,22 @@ absl::StatusOr<v1::WorkerInfo> WorkerRuntime::DoConfigure(const v1::ConfigureReq
         absl::StrCat("configure: stage_index ", r.stage_index(), " is outside [0, num_stages = ", r.num_stages(), ")"));
   }
   const v1::ShardSpec& want = r.shard();
-  if (want.tp().size() != 0 && want.tp().size() != options_.tp_size) {
+  if (want.tp().size() != 0 && want.tp().size() != options_.tp.size) {
     return absl::FailedPreconditionError(absl::StrCat("configure: the scheduler expects a tensor-parallel size of ",
-                                                      want.tp().size(), ", this stage runs ", options_.tp_size));
+                                                      want.tp().size(), ", this stage runs ", options_.tp.size));
   }
-  if (tp_leader() && (exec_ == nullptr || GroupStale())) {
+  if (tp_leader() && (exec_ == nullptr || group_.Stale())) {
     SPAR_ASSIGN_OR_RETURN(StageOptions so, ResolveShard(want));
     if (exec_ != nullptr) {  // a group that lost a member re-forms on the shard it holds
       so.first_layer = exec_->first_layer();
       so.last_layer = exec_->last_layer();
     }
-    SPAR_RETURN_IF_ERROR(FormGroup(so, r));
+    SPAR_RETURN_IF_ERROR(group_.Form(so, r));
   } else if (exec_ == nullptr) {
     SPAR_ASSIGN_OR_RETURN(StageOptions so, ResolveShard(want));
     SPAR_RETURN_IF_ERROR(Load(so));
   } else if (tp_leader()) {
-    SPAR_RETURN_IF_ERROR(ConfigurePeers(r, /*forming=*/false, nullptr));
+    SPAR_RETURN_IF_ERROR(group_.ConfigurePeers(r));
   }
   if (want.first_layer() != exec_->first_layer() || want.last_layer() != exec_->last_layer()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -238,7 +230,7 @@ absl::StatusOr<v1::WorkerInfo> WorkerRuntime::DoConfigure(const v1::ConfigureReq
     }
     downstream_ = std::make_unique<Downstream>(r.next_stage_address(), std::move(on_sent));
   }
-  if (tp_leader()) last_configure_ = r;
+  if (tp_leader()) group_.RememberConfigure(r);
   std::lock_guard<std::mutex> lock(mu_);
   epoch_ = r.epoch();
   stage_index_ = r.stage_index();
@@ -270,8 +262,8 @@ void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time ar
     std::lock_guard<std::mutex> lock(mu_);
     epoch = epoch_;
     stage = stage_index_;
-    tp_broken = tp_broken_;
-    tp_reason = tp_broken_reason_;
+    tp_broken = group_.broken_locked();
+    tp_reason = group_.broken_reason_locked();
   }
   WorkerMetrics* metrics = options_.metrics;
   if (metrics) metrics->OnMicroBatchStart(stage, start);
@@ -289,7 +281,7 @@ void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time ar
   } else if (!batch->has_error()) {
     // Every rank of the group executes the same micro-batch (the leader
     // first hands it to its peers, which compute in the same order).
-    for (auto& link : peer_links_) link->Send(std::make_unique<v1::MicroBatch>(*batch));
+    group_.SendToPeers(*batch);
     auto r = ExecuteBatch(*batch);
     if (r.ok()) {
       out = std::move(*r);
@@ -367,6 +359,42 @@ void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time ar
   sampling_states_ = exec_ ? exec_->num_sampling_states() : 0;
 }
 
+absl::StatusOr<StageOptions> WorkerRuntime::ResolveShard(const v1::ShardSpec& want) const {
+  StageOptions so = options_.stage;
+  if (so.model_dir.empty()) so.model_dir = want.model_path();
+  if (so.model_dir.empty()) {
+    return absl::FailedPreconditionError("configure: the worker has no model (--model) and shard.model_path is empty");
+  }
+  so.first_layer = want.first_layer();
+  so.last_layer = want.last_layer();
+  if (want.num_blocks() > 0) so.num_blocks = want.num_blocks();
+  if (!want.backend().empty()) so.backend = want.backend();
+  return so;
+}
+
+bool WorkerRuntime::SetUnreadyLocked(bool end_epoch) {
+  if (end_epoch) epoch_ = 0;
+  const bool was_loaded = loaded_;
+  loaded_ = false;
+  return was_loaded;
+}
+
+void WorkerRuntime::SetReadyLocked(uint64_t group_id, int64_t max_blocks) {
+  loaded_ = true;
+  shard_.mutable_tp()->set_group_id(group_id);
+  shard_.set_num_blocks(std::min<int64_t>(shard_.num_blocks(), max_blocks));
+}
+
+void WorkerRuntime::ReadyChanged(bool ready) {
+  if (on_ready_change_) on_ready_change_(ready);
+}
+
+void WorkerRuntime::QueueFormation() {
+  Task t;
+  t.kind = Task::kFormGroup;
+  Push(std::move(t));
+}
+
 v1::WorkerInfo WorkerRuntime::InfoLocked() const {
   v1::WorkerInfo info;
   *info.mutable_shard() = shard_;
@@ -374,8 +402,8 @@ v1::WorkerInfo WorkerRuntime::InfoLocked() const {
     info.mutable_shard()->set_model_path(options_.stage.model_dir);
     info.mutable_shard()->set_num_blocks(options_.stage.num_blocks);
     info.mutable_shard()->set_backend(options_.stage.backend);
-    info.mutable_shard()->mutable_tp()->set_rank(options_.tp_rank);
-    info.mutable_shard()->mutable_tp()->set_size(options_.tp_size);
+    info.mutable_shard()->mutable_tp()->set_rank(options_.tp.rank);
+    info.mutable_shard()->mutable_tp()->set_size(options_.tp.size);
   }
   info.set_loaded(loaded_);
   info.set_epoch(epoch_);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "base/mapped_file.h"
 #include "engine/tiny_tokenizer.h"
 #include "gtest/gtest.h"
@@ -132,6 +133,14 @@ TEST(ChatTemplateTest, ErrorsNameTheLine) {
   EXPECT_FALSE(s.ok());
   s = RenderStatus("{% include 'other.jinja' %}");
   EXPECT_NE(s.message().find("include"), std::string::npos) << s;
+  // A separator that is not a string is Python's TypeError, not a loop
+  // that splits forever.
+  for (const char* call : {"'a b'.split(1)", "'a b'.rsplit(true, 1)", "'a b'.split(sep=[' '])"}) {
+    s = RenderStatus(absl::StrCat("\n{{ ", call, " }}"));
+    EXPECT_NE(s.message().find("line 2"), std::string::npos) << call << ": " << s;
+    EXPECT_NE(s.message().find("separator must be a string or None"), std::string::npos) << call << ": " << s;
+  }
+  EXPECT_EQ(Render("{{ 'a b'.split(none) }} {{ 'a,b,c'.rsplit(',', 1) }}"), "['a', 'b'] ['a,b', 'c']");
 }
 
 TEST(ChatTemplateTest, ResourceLimitsStopHostileTemplates) {
