@@ -76,6 +76,8 @@ class CudaBackend final : public Backend {
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
     SPAR_RETURN_IF_ERROR(gemm_workspace_.Allocate(kGemmWorkspaceBytes));
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemm_workspace_.as<void>(), 0, kGemmWorkspaceBytes, stream_));
+    SPAR_RETURN_IF_ERROR(counters_.Allocate(256));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters_.as<void>(), 0, 256, stream_));
     SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     events_ = std::make_unique<EventPool>();
     profiler_ = std::make_unique<OpProfiler>(stream_, events_.get());
@@ -87,6 +89,7 @@ class CudaBackend final : public Backend {
     ctx_.gemm_workspace = gemm_workspace_.as<void>();
     ctx_.gemm_workspace_bytes = gemm_workspace_.bytes();
     ctx_.tp_size = options_.tp.size;
+    ctx_.moe_done_counter = counters_.as<int32_t>();
     ctx_.profiler = profiler_.get();
     SPAR_RETURN_IF_ERROR(ValidateTpRank(options_.tp));
     if (options_.tp.size > 1) {
@@ -382,6 +385,7 @@ class CudaBackend final : public Backend {
   int64_t used_at_init_ = 0;
   DeviceMemoryUsage memory_;
   DeviceBuffer gemm_workspace_;
+  DeviceBuffer counters_;  // zeroed device counters the kernels leave at zero (the fused MoE routing's)
   RopeTables rope_;
   DeviceCaches caches_;
   std::unique_ptr<EventPool> events_;

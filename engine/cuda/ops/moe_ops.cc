@@ -63,7 +63,6 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
   route.bias = moe.bias.as<float>();
   route.expert_ids = ids.as<int32_t>();
   route.expert_weights = wts.as<float>();
-  SPAR_RETURN_IF_ERROR(LaunchMoeRoute(route, ctx.stream));
   SPAR_ASSIGN_OR_RETURN(Tensor offsets, ctx.NewTensor(1, moe.num_local + 1, DType::kI32));
   SPAR_ASSIGN_OR_RETURN(Tensor sorted, ctx.NewTensor(1, rows, DType::kI32));
   SPAR_ASSIGN_OR_RETURN(Tensor slot, ctx.NewTensor(t_count, k, DType::kI32));
@@ -76,7 +75,7 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
   perm.expert_offsets = offsets.as<int32_t>();
   perm.sorted_token = sorted.as<int32_t>();
   perm.slot = slot.as<int32_t>();
-  SPAR_RETURN_IF_ERROR(LaunchMoePermute(perm, ctx.stream));
+  SPAR_RETURN_IF_ERROR(LaunchMoeRoutePermute(route, perm, ctx.moe_done_counter, ctx.stream));
   const size_t ws_bytes = MoeGroupedGemmWorkspaceBytes(rows, moe.num_local);
   SPAR_ASSIGN_OR_RETURN(Tensor ws, ctx.NewTensor(1, static_cast<int64_t>(ws_bytes) + 16, DType::kU8));
   const GroupedGemm grouped{ctx, moe, offsets, ws, ws_bytes, rows};

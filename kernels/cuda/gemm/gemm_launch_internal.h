@@ -71,6 +71,8 @@ cudaError_t LaunchGroupedWorkList(const int32_t* expert_offsets, int num_experts
 // MoE helper kernels (moe_kernels.cu); params already validated.
 cudaError_t LaunchMoeRouteKernel(const MoeRouteParams& p, cudaStream_t stream);
 cudaError_t LaunchMoePermuteKernel(const MoePermuteParams& p, cudaStream_t stream);
+cudaError_t LaunchMoeRoutePermuteKernel(const MoeRouteParams& r, const MoePermuteParams& q, int32_t* done,
+                                        cudaStream_t stream);
 cudaError_t LaunchMoeCombineKernel(const MoeCombineParams& p, cudaStream_t stream);
 
 }  // namespace spar::gemm::internal
