@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/cache_layout.h"
+#include "engine/host_activations.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 #include "engine/step_plan.h"
@@ -265,10 +266,15 @@ class Backend {
   // Logits [S, vocab] → one sample per row.
   virtual absl::StatusOr<std::vector<SampleResult>> Sample(const Tensor& logits,
                                                            const std::vector<SampleRequest>& requests) = 0;
-  // Host copy of a tensor as fp32 (tests, pipeline transfers).
+  // Host copy of a tensor as fp32 (tests, traces, logits).
   virtual absl::StatusOr<std::vector<float>> ToHost(const Tensor& x) = 0;
-  // Device tensor from host fp32 rows (pipeline stage input).
+  // Device tensor from host fp32 rows (benchmarks, tests).
   virtual absl::StatusOr<Tensor> FromHost(const std::vector<float>& data, int64_t rows, int64_t cols) = 0;
+  // Hidden states across a pipeline hop, in the backend's activation dtype
+  // with no conversion (cuda: bf16, cpu: fp32). FromHostActivations takes
+  // F32 or BF16 rows and converts only when they are not its own dtype.
+  virtual absl::StatusOr<HostActivations> ToHostActivations(const Tensor& x) = 0;
+  virtual absl::StatusOr<Tensor> FromHostActivations(const HostActivations& x) = 0;
 };
 
 }  // namespace spar

@@ -518,6 +518,18 @@ class CpuBackend final : public Backend {
     return x;
   }
 
+  // fp32 activations: a hop carries them as they are.
+  absl::StatusOr<HostActivations> ToHostActivations(const Tensor& x) override {
+    if (x.dtype() != DType::kF32) return absl::InvalidArgumentError("activations: the cpu backend computes fp32");
+    SPAR_ASSIGN_OR_RETURN(std::vector<float> values, ToHost(x));
+    return HostActivations::FromFloats(values, x.rows(), x.cols());
+  }
+
+  absl::StatusOr<Tensor> FromHostActivations(const HostActivations& x) override {
+    SPAR_RETURN_IF_ERROR(x.Check());
+    return FromHost(x.ToFloats(), x.rows, x.cols);
+  }
+
  private:
   absl::Status CheckLayer(int layer) const {
     if (layer < 0 || layer >= spec_.num_layers) {

@@ -346,6 +346,33 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  // bf16 activations cross a hop as bf16 bytes: one copy each way.
+  absl::StatusOr<HostActivations> ToHostActivations(const Tensor& x) override {
+    if (x.dtype() != DType::kBF16 && x.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError("activations must be bf16 or fp32");
+    }
+    HostActivations out;
+    out.dtype = x.dtype();
+    out.rows = x.rows();
+    out.cols = x.cols();
+    const size_t elem = DTypeSize(x.dtype());
+    out.bytes.resize(static_cast<size_t>(x.rows() * x.cols()) * elem);
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out.bytes.data(), x.cols() * elem, x.data(), x.ld() * elem,
+                                                x.cols() * elem, x.rows(), cudaMemcpyDeviceToHost, stream_));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    SPAR_RETURN_IF_ERROR(CheckNotAborted());  // hidden states of an aborted step are garbage
+    return out;
+  }
+
+  absl::StatusOr<Tensor> FromHostActivations(const HostActivations& x) override {
+    SPAR_RETURN_IF_ERROR(x.Check());
+    if (x.dtype != DType::kBF16) return FromHost(x.ToFloats(), x.rows, x.cols);  // fp32 from a cpu stage
+    SPAR_ASSIGN_OR_RETURN(Tensor t, ctx_.NewTensor(x.rows, x.cols));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t.data(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice, stream_));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the host bytes may die on return
+    return t;
+  }
+
   absl::StatusOr<Tensor> FromHost(const std::vector<float>& data, int64_t rows, int64_t cols) override {
     if (static_cast<int64_t>(data.size()) != rows * cols) return absl::InvalidArgumentError("from host: size mismatch");
     SPAR_ASSIGN_OR_RETURN(Tensor x, ctx_.NewTensor(rows, cols));

@@ -69,13 +69,12 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
 
   Tensor in;
   if (!is_first_stage()) {
-    if (input.rows != step.num_tokens() || input.cols != c.hidden_size ||
-        static_cast<int64_t>(input.data.size()) != input.rows * input.cols) {
+    if (input.rows != step.num_tokens() || input.cols != c.hidden_size || !input.Check().ok()) {
       return absl::InvalidArgumentError(absl::StrCat("hidden states are [", input.rows, ", ", input.cols, "] with ",
-                                                     input.data.size(), " values; the plan needs [",
+                                                     input.bytes.size(), " bytes; the plan needs [",
                                                      step.num_tokens(), ", ", c.hidden_size, "]"));
     }
-    SPAR_ASSIGN_OR_RETURN(in, backend_->FromHost(input.data, input.rows, input.cols));
+    SPAR_ASSIGN_OR_RETURN(in, backend_->FromHostActivations(input));
   }
   const absl::Time forward_start = absl::Now();
   SPAR_ASSIGN_OR_RETURN(Tensor y, model_->Forward(step, is_first_stage() ? nullptr : &in));
@@ -85,9 +84,7 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
   }
 
   if (!last) {
-    SPAR_ASSIGN_OR_RETURN(out.hidden.data, backend_->ToHost(y));
-    out.hidden.rows = y.rows();
-    out.hidden.cols = y.cols();
+    SPAR_ASSIGN_OR_RETURN(out.hidden, backend_->ToHostActivations(y));
     out.timings.forward = absl::Now() - forward_start;
     TakeAllReduceTimes(&out.timings);
     return out;

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/backend.h"
+#include "engine/host_activations.h"
 #include "engine/model.h"
 #include "engine/tensor_parallel.h"
 #include "services/common/micro_batch.h"
@@ -51,12 +52,9 @@ struct StageOptions {
   absl::Duration delay_per_token = absl::ZeroDuration();
 };
 
-// Hidden states between stages: [rows = tokens, cols = hidden] fp32.
-struct Activations {
-  int64_t rows = 0;
-  int64_t cols = 0;
-  std::vector<float> data;
-};
+// Hidden states between stages: [rows = tokens, cols = hidden] in the
+// backend's activation dtype (engine/host_activations.h).
+using Activations = HostActivations;
 
 // What one Execute() measured, for the worker's metrics (docs/metrics.md).
 // `forward` and `sampling` are timed here for every backend; `allreduce`
