@@ -59,7 +59,7 @@ struct Harness {
   }
 };
 
-std::unique_ptr<Harness> Start(SchedulerOptions so = {}, HttpServerOptions ho = {}, bool start_scheduler = true) {
+std::unique_ptr<Harness> Start(SchedulerOptions so = {}, OpenAiServerOptions ho = {}, bool start_scheduler = true) {
   auto h = std::make_unique<Harness>();
   auto config = LoadModelConfig(TinyModel() + "/config.json");
   EXPECT_TRUE(config.ok());
@@ -75,10 +75,8 @@ std::unique_ptr<Harness> Start(SchedulerOptions so = {}, HttpServerOptions ho = 
   auto tmpl = ChatTemplate::FromTokenizerConfig(TinyTokenizerConfigJson());
   EXPECT_TRUE(tmpl.ok());
   h->chat_template = std::move(*tmpl);
-  ho.host = "127.0.0.1";
-  ho.port = 0;
-  ho.threads = 8;
-  ho.poll_interval = absl::Milliseconds(20);
+  ho.http.host = "127.0.0.1";
+  ho.http.port = 0;
   h->server = std::make_unique<OpenAiHttpServer>(h->scheduler.get(), h->chat_template.get(), ho);
   auto port = h->server->Start();
   EXPECT_TRUE(port.ok()) << port.status();
@@ -261,8 +259,8 @@ TEST(OpenAiHttpTest, StopStringsCutTheText) {
 }
 
 TEST(OpenAiHttpTest, ErrorsAreOpenAiShaped) {
-  HttpServerOptions ho;
-  ho.max_body_bytes = 4096;
+  OpenAiServerOptions ho;
+  ho.http.max_body_bytes = 4096;
   auto h = Start({}, ho);
   auto c = h->Client();
   ExpectError(c.Post("/v1/completions", "{not json", "application/json"), 400, "invalid_request_error");
@@ -298,7 +296,7 @@ TEST(OpenAiHttpTest, ErrorsAreOpenAiShaped) {
 TEST(OpenAiHttpTest, ApiKeyGuardsTheV1Routes) {
   auto keys = ApiKeys::FromList({"sk-test-key", "sk-second"});
   ASSERT_TRUE(keys.ok());
-  HttpServerOptions ho;
+  OpenAiServerOptions ho;
   ho.api_keys = &*keys;
   auto h = Start({}, ho);
   auto c = h->Client();
