@@ -146,8 +146,12 @@ absl::Status BodyDecoder::Append(const char* data, size_t n) {
   const size_t needed = body_.size() + n;
   if (needed > limits_.max_decoded_bytes) return TooLarge();
   if (needed > body_.capacity()) {
-    // Grow as std::string would, but never past the limit.
-    body_.reserve(std::min(limits_.max_decoded_bytes, std::max({needed, 2 * body_.capacity(), size_t{4096}})));
+    // Grow as std::string would, but never past the limit (reserve itself
+    // may double past it: a fresh string gets exactly what it reserves).
+    std::string grown;
+    grown.reserve(std::min(limits_.max_decoded_bytes, std::max({needed, 2 * body_.capacity(), size_t{4096}})));
+    grown.append(body_);
+    body_.swap(grown);
   }
   body_.append(data, n);
   if (coding_ != Coding::kIdentity && body_.size() > limits_.ratio_floor_bytes &&
