@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "base/sanitizers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -108,7 +109,8 @@ TEST(HttpLimitsTest, GzipBombAndOversizedChunkedBodyAre413WithoutRaisingPeakMemo
   const int64_t after = testing::PeakRssKib(pid);
   std::cout << "[memory] scheduler peak RSS " << before << " KiB -> " << after << " KiB (+" << (after - before) / 1024
             << " MiB)\n";
-  EXPECT_LT(after - before, 100 * 1024) << "the bodies were held in memory";
+  // Under ASan freed memory stays resident (its quarantine): only printed.
+  if (!kAsanBuild) EXPECT_LT(after - before, 100 * 1024) << "the bodies were held in memory";
   ExpectServes(port, "the bodies");
 }
 
@@ -150,7 +152,10 @@ TEST(HttpLimitsTest, SlowHeaderClientsLeaveOtherRequestsFastAndAreCutAtTheHeader
     const absl::Duration took = absl::Now() - start;
     ASSERT_TRUE(r) << "no answer during the attack";
     EXPECT_EQ(r->status, 200) << r->body;
-    EXPECT_LT(took, absl::Seconds(1)) << "a chat request took " << took << " among " << kSlow << " slow clients";
+    // The answer's own compute is what takes time (scaled under the
+    // sanitizers); the slow clients add none.
+    EXPECT_LT(took, testing::Scaled(absl::Seconds(1)))
+        << "a chat request took " << took << " among " << kSlow << " slow clients";
     slowest = std::max(slowest, took);
   }
   std::cout << "[slow headers] " << kSlow << " slow clients; slowest chat answer " << slowest << "\n";
@@ -183,7 +188,9 @@ struct FleetStream {
 };
 
 TEST(HttpLimitsTest, TwoThousandConcurrentStreamsEachEndWithExactlyOneDone) {
-  constexpr int kStreams = 2000;
+  // Under the sanitizers the model computes ~10x slower: 400 streams there
+  // look for memory errors, the 2,000 are the main suite's.
+  const int kStreams = kAsanBuild ? 400 : 2000;
   ASSERT_GT(testing::RaiseFdLimit(), kStreams + 256) << "raise the open-file limit (ulimit -n)";
   // Every stream is open at once (each got its 200 when it was queued);
   // the scheduler generates for 256 of them at a time, one token each
@@ -202,7 +209,7 @@ TEST(HttpLimitsTest, TwoThousandConcurrentStreamsEachEndWithExactlyOneDone) {
     ASSERT_GE(fleet[i].fd, 0) << i;
   }
   const absl::Time start = absl::Now();
-  const absl::Time until = start + absl::Seconds(90);
+  const absl::Time until = start + testing::Scaled(absl::Seconds(90));
   int finished = 0, open_streams = 0, peak_open = 0;
   std::vector<pollfd> polls;
   std::vector<int> index;
