@@ -123,8 +123,8 @@ absl::StatusOr<std::unique_ptr<BodyDecoder>> BodyDecoder::ForEncoding(absl::stri
   } else if (coding == "deflate") {
     c = Coding::kDeflate;
   } else {
-    return absl::UnimplementedError(absl::StrCat("Content-Encoding \"", content_encoding,
-                                                 "\" is not supported (use gzip, deflate or none)"));
+    return absl::UnimplementedError(
+        absl::StrCat("Content-Encoding \"", content_encoding, "\" is not supported (use gzip, deflate or none)"));
   }
   return std::unique_ptr<BodyDecoder>(new BodyDecoder(c, limits));
 }
@@ -136,10 +136,9 @@ BodyDecoder::BodyDecoder(Coding coding, BodyLimits limits) : coding_(coding), li
 BodyDecoder::~BodyDecoder() = default;
 
 absl::Status BodyDecoder::TooLarge() const {
-  return absl::ResourceExhaustedError(absl::StrCat("the request body exceeds the server's limit of ",
-                                                   limits_.max_decoded_bytes, " bytes",
-                                                   coding_ == Coding::kIdentity ? "" : " once decompressed",
-                                                   " (--max-body-bytes)"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the request body exceeds the server's limit of ", limits_.max_decoded_bytes, " bytes",
+                   coding_ == Coding::kIdentity ? "" : " once decompressed", " (--max-body-bytes)"));
 }
 
 absl::Status BodyDecoder::Append(const char* data, size_t n) {

@@ -18,9 +18,9 @@ absl::Status Bad(const std::string& field, absl::string_view message) {
 // refusal, annotations, audio, function_call) and vLLM's
 // reasoning_content / reasoning. Anything else is refused, as unknown
 // top-level fields are: a misspelt field must not be dropped silently.
-constexpr absl::string_view kMessageFields[] = {"role",      "content",     "name",  "tool_calls",   "tool_call_id",
-                                                "reasoning_content", "reasoning", "refusal", "annotations", "audio",
-                                                "function_call"};
+constexpr absl::string_view kMessageFields[] = {
+    "role",      "content", "name",        "tool_calls", "tool_call_id", "reasoning_content",
+    "reasoning", "refusal", "annotations", "audio",      "function_call"};
 constexpr absl::string_view kTextPartFields[] = {"type", "text"};
 
 template <size_t N>

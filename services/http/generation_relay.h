@@ -61,8 +61,8 @@ class GenerationRelay : public std::enable_shared_from_this<GenerationRelay> {
  private:
   GenerationRelay(Scheduler* scheduler, std::shared_ptr<HttpResponder> responder)
       : scheduler_(scheduler), responder_(std::move(responder)) {}
-  void Drain();     // on the strand
-  void Abandon();   // the client is gone
+  void Drain();    // on the strand
+  void Abandon();  // the client is gone
 
   Scheduler* const scheduler_;
   const std::shared_ptr<HttpResponder> responder_;

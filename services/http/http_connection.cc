@@ -23,7 +23,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-
 #include <exception>
 #include <sstream>
 #include <type_traits>
@@ -222,10 +221,9 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
     if (over_capacity_) {
       phase_ = Phase::kHandling;
       keep_alive_ = false;
-      return RespondError(503,
-                          absl::StrCat("the server has too many open connections (", core_->max_connections,
-                                       "); retry later"),
-                          "too_many_connections");
+      return RespondError(
+          503, absl::StrCat("the server has too many open connections (", core_->max_connections, "); retry later"),
+          "too_many_connections");
     }
     ReadHeader();
   }
@@ -252,15 +250,18 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
     // A Transfer-Encoding other than chunked would leave the body's end
     // unknown (and the next request's start: request smuggling).
     if (req.count(bhttp::field::transfer_encoding) > 0 && !parser_->chunked()) {
-      return RespondError(501, "Transfer-Encoding other than chunked is not supported", "unsupported_transfer_encoding");
+      return RespondError(501, "Transfer-Encoding other than chunked is not supported",
+                          "unsupported_transfer_encoding");
     }
     auto decoder = BodyDecoder::ForEncoding(
         Sv(req[bhttp::field::content_encoding]),
         {.max_decoded_bytes = core_->options.max_body_bytes, .max_ratio = core_->options.max_decompression_ratio});
-    if (!decoder.ok()) return RespondError(HttpStatusOf(decoder.status()), decoder.status().message(), "unsupported_encoding");
+    if (!decoder.ok())
+      return RespondError(HttpStatusOf(decoder.status()), decoder.status().message(), "unsupported_encoding");
     decoder_ = std::move(*decoder);
     if (parser_->is_done()) return Dispatch();
-    if (version_ >= 11 && absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(Sv(req[bhttp::field::expect])), "100-continue")) {
+    if (version_ >= 11 &&
+        absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(Sv(req[bhttp::field::expect])), "100-continue")) {
       Enqueue("HTTP/1.1 100 Continue\r\n\r\n");
       Flush();
     }
@@ -286,9 +287,8 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
     if (ec) return OnReadError(ec);
     const size_t produced = body_chunk_.size() - parser_->get().body().size;
     if (absl::Status s = decoder_->Feed(body_chunk_.data(), produced); !s.ok()) {
-      return RespondError(HttpStatusOf(s), s.message(), s.code() == absl::StatusCode::kResourceExhausted
-                                                            ? "request_too_large"
-                                                            : "invalid_body");
+      return RespondError(HttpStatusOf(s), s.message(),
+                          s.code() == absl::StatusCode::kResourceExhausted ? "request_too_large" : "invalid_body");
     }
     if (!parser_->is_done()) return ReadBodySome();
     if (absl::Status s = decoder_->Finish(); !s.ok()) return RespondError(400, s.message(), "invalid_body");
@@ -326,8 +326,7 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
                           "bad_transfer_encoding");
     }
     if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
-        ec != bhttp::error::end_of_stream &&
-        ec != bhttp::error::partial_message) {
+        ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
       return RespondError(400, absl::StrCat("malformed HTTP request: ", ec.message()), "bad_request");
     }
     Close();  // the client closed or reset the connection
@@ -504,12 +503,13 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
   void Linger() {
     reading_ = true;
     buffer_.clear();
-    stream_.async_read_some(buffer_.prepare(kWatchReadSize), [self = this->shared_from_this()](error_code ec, size_t n) {
-      self->reading_ = false;
-      self->lingered_ += n;
-      if (ec || self->closed_ || self->lingered_ > kLingerBytes) return self->Close();
-      self->Linger();
-    });
+    stream_.async_read_some(buffer_.prepare(kWatchReadSize),
+                            [self = this->shared_from_this()](error_code ec, size_t n) {
+                              self->reading_ = false;
+                              self->lingered_ += n;
+                              if (ec || self->closed_ || self->lingered_ > kLingerBytes) return self->Close();
+                              self->Linger();
+                            });
   }
 
   // The client is gone (or must go): its handler hears of it.

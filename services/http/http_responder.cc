@@ -70,31 +70,23 @@ void ResponderImpl::RunQueued(ConnectionOps& connection) {
   }
 }
 
-void ResponderImpl::MarkComplete() {
-  std::shared_ptr<void> state;
-  std::function<void()> on_gone;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return;
-    finished_ = true;
-    state.swap(state_);
-    on_gone.swap(on_gone_);
-  }
-  // `state` and `on_gone` are released here, on the strand.
-}
+void ResponderImpl::MarkComplete() { Finish(/*gone=*/false); }
 
-void ResponderImpl::MarkGone() {
+void ResponderImpl::MarkGone() { Finish(/*gone=*/true); }
+
+void ResponderImpl::Finish(bool gone) {
   std::shared_ptr<void> state;
   std::function<void()> on_gone;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     finished_ = true;
-    gone_ = true;
+    gone_ = gone;
     state.swap(state_);
     on_gone.swap(on_gone_);
   }
-  if (on_gone) on_gone();
+  if (gone && on_gone) on_gone();
+  // `state` is released here, on the strand, after on_gone ran.
 }
 
 }  // namespace spar::http

@@ -40,6 +40,7 @@ class ResponderImpl : public HttpResponder, public std::enable_shared_from_this<
  private:
   using Op = std::function<void(ConnectionOps&)>;
   void Enqueue(Op op);
+  void Finish(bool gone);
   void RunQueued(ConnectionOps& connection);
 
   const std::shared_ptr<PostGate> gate_;

@@ -45,11 +45,12 @@ void HttpRouter::Handle(std::string method, std::string path, HttpHandler handle
 }
 
 void HttpRouter::HandleSimple(std::string method, std::string path, SimpleHandler handler, RunOn run_on) {
-  Handle(std::move(method), std::move(path),
-         [handler = std::move(handler)](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
-           responder->Send(handler(request));
-         },
-         run_on);
+  Handle(
+      std::move(method), std::move(path),
+      [handler = std::move(handler)](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+        responder->Send(handler(request));
+      },
+      run_on);
 }
 
 void HttpRouter::AddGuard(std::string path_prefix, Guard guard) {

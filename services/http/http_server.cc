@@ -2,10 +2,9 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
-
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -41,9 +40,8 @@ absl::StatusOr<std::unique_ptr<net::ssl::context>> MakeSslContext(const TlsFiles
   auto material = LoadTlsMaterial(files, prefix);
   if (!material.ok()) return material.status();
   auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
-  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
-                   net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
-                   net::ssl::context::single_dh_use);
+  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 | net::ssl::context::no_sslv3 |
+                   net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
   error_code ec;
   ctx->use_certificate_chain(net::buffer(material->cert_chain), ec);
   if (!ec) ctx->use_private_key(net::buffer(material->private_key), net::ssl::context::pem, ec);

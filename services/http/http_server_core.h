@@ -15,6 +15,12 @@
 #define SPAR_SERVICES_HTTP_HTTP_SERVER_CORE_H_
 
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,13 +30,6 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
-
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl/context.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
 
 #include "services/http/http_message.h"
 #include "services/http/http_router.h"

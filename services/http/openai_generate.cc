@@ -18,15 +18,6 @@ std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_hand
 
 std::string SseEvent(const Json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
 
-ApiError Unavailable(std::string message, std::string code) {
-  ApiError e;
-  e.http_status = 503;
-  e.type = "server_error";
-  e.message = std::move(message);
-  e.code = std::move(code);
-  return e;
-}
-
 ApiError ModelNotFound(const std::string& wanted, const std::string& served) {
   ApiError e = InvalidRequest(
       absl::StrCat("The model `", wanted, "` does not exist (this server serves `", served, "`)"), "model");
@@ -66,7 +57,7 @@ struct Answer {
   std::shared_ptr<TokenStrings> tokens;
   std::unique_ptr<ResponseBuilder> builder;
   std::optional<absl::Status> error;  // the first prompt that failed
-  std::string request_id;  // echoed in X-Request-Id
+  std::string request_id;             // echoed in X-Request-Id
   bool stream = false;
   bool include_usage = false;
 
@@ -113,8 +104,8 @@ struct Answer {
 void HandleGenerate(const GenerateContext& ctx, bool chat, HttpRequest req, std::shared_ptr<HttpResponder> out) {
   Scheduler* const scheduler = ctx.scheduler;
   if ((ctx.draining != nullptr && *ctx.draining) || scheduler->draining()) {
-    return out->Send(ApiErrorResponse(
-        Unavailable("the server is draining (shutting down); retry on another replica", "draining")));
+    return out->Send(
+        ServerErrorResponse(503, "the server is draining (shutting down); retry on another replica", "draining"));
   }
   auto client_id = ClientRequestId(req.headers.Get("X-Request-Id"));
   if (!client_id.ok()) return out->Send(StatusResponse(client_id.status()));
@@ -128,8 +119,7 @@ void HandleGenerate(const GenerateContext& ctx, bool chat, HttpRequest req, std:
   auto params = BuildGenerateParams(*request, ctx.chat_template, limits);
   if (!params.ok()) return out->Send(StatusResponse(params.status()));
   if (!scheduler->ready()) {
-    return out->Send(
-        ApiErrorResponse(Unavailable("not ready: the pipeline of workers is not connected", "not_ready")));
+    return out->Send(ServerErrorResponse(503, "not ready: the pipeline of workers is not connected", "not_ready"));
   }
 
   const std::string base_id = client_id->empty() ? RandomId() : *client_id;

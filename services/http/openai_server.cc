@@ -7,8 +7,7 @@
 
 namespace spar::http {
 
-OpenAiHttpServer::OpenAiHttpServer(Scheduler* scheduler, const ChatTemplate* chat_template,
-                                   OpenAiServerOptions options)
+OpenAiHttpServer::OpenAiHttpServer(Scheduler* scheduler, const ChatTemplate* chat_template, OpenAiServerOptions options)
     : scheduler_(scheduler),
       chat_template_(chat_template),
       options_(std::move(options)),
@@ -62,8 +61,12 @@ void OpenAiHttpServer::Stop() {
 
 HttpResponse OpenAiHttpServer::Models(const HttpRequest& req) const {
   const ModelInfo info = scheduler_->Info();
-  Json model = {{"id", info.served_model_name}, {"object", "model"},          {"created", created_},
-                {"owned_by", "spar"},           {"root", info.model_path},    {"parent", nullptr},
+  Json model = {{"id", info.served_model_name},
+                {"object", "model"},
+                {"created", created_},
+                {"owned_by", "spar"},
+                {"root", info.model_path},
+                {"parent", nullptr},
                 {"max_model_len", info.max_model_len}};
   auto dump = [](const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); };
   if (!req.path_rest.empty()) {

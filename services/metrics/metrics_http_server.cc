@@ -1,8 +1,8 @@
 #include "services/metrics/metrics_http_server.h"
 
-#include <sstream>
-
 #include <prometheus/text_serializer.h>
+
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "services/http/http_server.h"
@@ -16,7 +16,7 @@ std::string RenderPrometheusText(const prometheus::Registry& registry) {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const prometheus::Registry* registry,
-                                                                             Options options) {
+                                                                            Options options) {
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("metrics port ", options.port, " is outside [0, 65535]"));
   }

@@ -14,11 +14,11 @@
 #ifndef SPAR_SERVICES_METRICS_METRICS_HTTP_SERVER_H_
 #define SPAR_SERVICES_METRICS_METRICS_HTTP_SERVER_H_
 
+#include <prometheus/registry.h>
+
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <prometheus/registry.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -114,8 +114,11 @@ TEST_F(HttpFramingTest, RequestIdsAreCheckedBeforeTheyAreEchoed) {
   // Control bytes are refused by the header parser, bytes >= 0x80 and
   // over-long ids by the API: none is echoed anywhere.
   const std::string too_long(129, 'x');
-  for (const std::string& id : {std::string("a\x01" "b"), std::string("a\x7f" "b"), std::string("caf\xc3\xa9"),
-                                std::string("a\tb"), too_long}) {
+  for (const std::string& id : {std::string("a\x01"
+                                            "b"),
+                                std::string("a\x7f"
+                                            "b"),
+                                std::string("caf\xc3\xa9"), std::string("a\tb"), too_long}) {
     SCOPED_TRACE(absl::CEscape(id));
     RawConnection c(port());
     ASSERT_TRUE(c.Send(RawRequest("POST", "/v1/completions", kCompletion, absl::StrCat("X-Request-Id: ", id, "\r\n"))));
@@ -140,8 +143,10 @@ TEST_F(HttpFramingTest, CompressedBodiesAreDecodedAndUnknownCodingsRefused) {
   const std::string text = Body(*plain)["choices"][0]["text"];
   for (const bool gzip : {true, false}) {
     SCOPED_TRACE(gzip ? "gzip" : "deflate");
-    auto r = Exchange(RawRequest("POST", "/v1/completions", testing::Compress(kCompletion, gzip),
-                                 gzip ? "Content-Encoding: gzip\r\n" : "Content-Encoding: deflate\r\n"));
+    auto r =
+        Exchange(RawRequest("POST", "/v1/completions",
+                            testing::Compress(kCompletion, gzip ? testing::Packing::kGzip : testing::Packing::kZlib),
+                            gzip ? "Content-Encoding: gzip\r\n" : "Content-Encoding: deflate\r\n"));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(Body(*r)["choices"][0]["text"], text);  // greedy: the same answer
@@ -149,10 +154,11 @@ TEST_F(HttpFramingTest, CompressedBodiesAreDecodedAndUnknownCodingsRefused) {
   auto br = Exchange(RawRequest("POST", "/v1/completions", kCompletion, "Content-Encoding: br\r\n"));
   ASSERT_TRUE(br);
   EXPECT_EQ(br->status, 415) << br->body;
-  auto corrupt = Exchange(RawRequest("POST", "/v1/completions", "\x1f\x8b not gzip at all", "Content-Encoding: gzip\r\n"));
+  auto corrupt =
+      Exchange(RawRequest("POST", "/v1/completions", "\x1f\x8b not gzip at all", "Content-Encoding: gzip\r\n"));
   ASSERT_TRUE(corrupt);
   EXPECT_EQ(corrupt->status, 400) << corrupt->body;
-  std::string cut = testing::Compress(kCompletion, true);
+  std::string cut = testing::Compress(kCompletion, testing::Packing::kGzip);
   cut.resize(cut.size() / 2);
   auto truncated = Exchange(RawRequest("POST", "/v1/completions", cut, "Content-Encoding: gzip\r\n"));
   ASSERT_TRUE(truncated);
@@ -167,7 +173,8 @@ TEST_F(HttpFramingTest, ExpectContinueKeepAliveAndChunkedBodiesWork) {
   auto interim = c.ReadResponse(absl::Milliseconds(1));  // nothing whole yet
   EXPECT_FALSE(interim);
   const absl::Time until = absl::Now() + absl::Seconds(5);
-  while (c.received().find("100 Continue") == std::string::npos && absl::Now() < until) c.ReadResponse(absl::Milliseconds(50));
+  while (c.received().find("100 Continue") == std::string::npos && absl::Now() < until)
+    c.ReadResponse(absl::Milliseconds(50));
   ASSERT_NE(c.received().find("HTTP/1.1 100 Continue\r\n\r\n"), std::string::npos) << c.received();
   ASSERT_TRUE(c.Send(kCompletion));
   auto first = c.ReadResponse();

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "base/sanitizers.h"
 #include "absl/strings/str_cat.h"
+#include "base/sanitizers.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/reliability/grpc_client_util.h"
@@ -77,8 +77,9 @@ TEST(HttpLimitsTest, GzipBombAndOversizedChunkedBodyAre413WithoutRaisingPeakMemo
   // is read: the server counts the chunks as they come.
   {
     RawConnection c(port);
-    ASSERT_TRUE(c.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       "Transfer-Encoding: chunked\r\n\r\n"));
+    ASSERT_TRUE(
+        c.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n"));
     std::atomic<bool> stop{false};
     size_t sent = 0;
     std::thread sender([&] {
@@ -202,8 +203,11 @@ TEST(HttpLimitsTest, TwoThousandConcurrentStreamsEachEndWithExactlyOneDone) {
 
   std::vector<FleetStream> fleet(kStreams);
   for (int i = 0; i < kStreams; ++i) {
-    const Json body = {{"prompt", Json::array({5 + i % 300})}, {"max_tokens", 1}, {"temperature", 0},
-                       {"ignore_eos", true}, {"stream", true}};
+    const Json body = {{"prompt", Json::array({5 + i % 300})},
+                       {"max_tokens", 1},
+                       {"temperature", 0},
+                       {"ignore_eos", true},
+                       {"stream", true}};
     fleet[i].request = RawRequest("POST", "/v1/completions", body.dump());
     fleet[i].fd = testing::ConnectLoopback(port, /*nonblocking=*/true);
     ASSERT_GE(fleet[i].fd, 0) << i;

@@ -63,8 +63,8 @@ struct RawResponse {
   std::string version;  // "HTTP/1.1"
   int status = 0;
   std::map<std::string, std::string> headers;  // names lower-cased
-  std::string head;                             // status line and headers as sent
-  std::string body;                             // de-chunked when chunked
+  std::string head;                            // status line and headers as sent
+  std::string body;                            // de-chunked when chunked
   bool chunked = false;
   size_t size = 0;  // bytes of the whole answer
 };
@@ -206,10 +206,15 @@ inline std::string RawRequest(const std::string& method, const std::string& path
                       "Content-Length: ", body.size(), "\r\n", extra_headers, "\r\n", body);
 }
 
-// `text` compressed by zlib: gzip (RFC 1952) or zlib-wrapped deflate.
-inline std::string Compress(const std::string& text, bool gzip) {
+enum class Packing { kGzip, kZlib, kRawDeflate };
+
+// `text` compressed by zlib: gzip (RFC 1952), zlib-wrapped deflate (RFC
+// 1950, what `deflate` means) or a raw deflate stream (RFC 1951).
+inline std::string Compress(const std::string& text, Packing packing) {
+  const int window_bits =
+      packing == Packing::kGzip ? 16 + MAX_WBITS : (packing == Packing::kZlib ? MAX_WBITS : -MAX_WBITS);
   z_stream z{};
-  deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, gzip ? 16 + MAX_WBITS : MAX_WBITS, 9, Z_DEFAULT_STRATEGY);
+  deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, window_bits, 9, Z_DEFAULT_STRATEGY);
   std::string out(deflateBound(&z, text.size()), '\0');
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
   z.avail_in = static_cast<uInt>(text.size());
