@@ -259,6 +259,12 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
     if (!decoder.ok())
       return RespondError(HttpStatusOf(decoder.status()), decoder.status().message(), "unsupported_encoding");
     decoder_ = std::move(*decoder);
+    request_ = HeadOf(req);
+    // Guards (API keys) refuse before the body is read: a client without
+    // a key cannot make the server read, let alone inflate, a body.
+    if (std::optional<HttpResponse> refusal = core_->router.Refusal(request_)) {
+      return RespondAndClose(std::move(*refusal));
+    }
     if (parser_->is_done()) return Dispatch();
     if (version_ >= 11 &&
         absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(Sv(req[bhttp::field::expect])), "100-continue")) {
@@ -269,6 +275,19 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
     ArmReadTimer(core_->options.body_timeout);
     body_chunk_.resize(kBodyReadChunk);
     ReadBodySome();
+  }
+
+  // The request as handlers see it, but for the body.
+  HttpRequest HeadOf(const bhttp::request<bhttp::buffer_body>& req) const {
+    HttpRequest request;
+    request.method = std::string(req.method_string());
+    const beast::string_view target = req.target();
+    const size_t q = target.find('?');
+    request.path = std::string(target.substr(0, q));
+    if (q != beast::string_view::npos) request.query = std::string(target.substr(q + 1));
+    request.version = version_;
+    for (const auto& field : req) request.headers.Add(std::string(field.name_string()), std::string(field.value()));
+    return request;
   }
 
   void ReadBodySome() {
@@ -338,22 +357,15 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
     read_timer_.cancel();
     phase_ = Phase::kHandling;
     body_chunk_ = {};
-    auto& req = parser_->get();
-    HttpRequest request;
-    request.method = std::string(req.method_string());
-    const beast::string_view target = req.target();
-    const size_t q = target.find('?');
-    request.path = std::string(target.substr(0, q));
-    if (q != beast::string_view::npos) request.query = std::string(target.substr(q + 1));
-    request.version = version_;
-    for (const auto& field : req) request.headers.Add(std::string(field.name_string()), std::string(field.value()));
+    HttpRequest request = std::move(request_);
+    request_ = HttpRequest();
     request.body = std::move(decoder_->body());
     decoder_.reset();
     parser_.reset();
+    if (buffer_.size() == 0) buffer_.shrink_to_fit();  // a big body's reads grew it: idle connections stay small
     responder_ = std::make_shared<ResponderImpl>(core_->gate, this->weak_from_this());
     Watch();
 
-    if (std::optional<HttpResponse> refusal = core_->router.Refusal(request)) return QueueResponse(std::move(*refusal));
     HttpRouter::Match match = core_->router.Find(request.method, request.path);
     if (match.route == nullptr) {
       if (match.allow.empty()) {
@@ -439,9 +451,14 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
   }
 
   void RespondError(int status, absl::string_view message, const char* code) {
-    close_after_ = true;  // whatever the client sends next may be the rest of a bad body
+    RespondAndClose(core_->Error(status, std::string(message), code));
+  }
+
+  // An answer before (or instead of) reading the request's body.
+  void RespondAndClose(HttpResponse response) {
+    close_after_ = true;  // whatever the client sends next may be the rest of the body
     phase_ = Phase::kHandling;
-    QueueResponse(core_->Error(status, std::string(message), code));
+    QueueResponse(std::move(response));
   }
 
   void Enqueue(std::string bytes) {
@@ -551,6 +568,7 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
   size_t lingered_ = 0;
 
   std::optional<bhttp::request_parser<bhttp::buffer_body>> parser_;
+  HttpRequest request_;  // the head, once parsed
   std::unique_ptr<BodyDecoder> decoder_;
   std::vector<char> body_chunk_;
 

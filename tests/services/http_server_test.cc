@@ -248,5 +248,32 @@ TEST(HttpServerTest, ErrorsOfTheServerItselfUseTheErrorRenderer) {
   EXPECT_EQ(ask("GARBAGE\r\n\r\n"), "400 {\"code\":\"bad_request\"}");
 }
 
+TEST(HttpServerTest, GuardsAnswerBeforeTheBodyIsRead) {
+  HttpRouter router;
+  std::atomic<int> handled{0};
+  router.Handle("POST", "/v1/x", [&](HttpRequest, std::shared_ptr<HttpResponder> out) {
+    ++handled;
+    out->Send(MakeResponse(200, "{}"));
+  });
+  router.AddGuard("/v1/", [](const HttpRequest& req) -> std::optional<HttpResponse> {
+    if (req.headers.Get("Authorization") == "Bearer k") return std::nullopt;
+    return MakeResponse(401, "{}");
+  });
+  auto server = Serve(std::move(router));
+  // 10 MiB announced, none sent: the refusal does not wait for it.
+  RawConnection c(server->port());
+  ASSERT_TRUE(c.Send("POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 10485760\r\n\r\n"));
+  auto r = c.ReadResponse(absl::Seconds(5));
+  ASSERT_TRUE(r) << c.received();
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(r->headers["connection"], "close");
+  EXPECT_EQ(handled, 0);
+  RawConnection ok(server->port());
+  ASSERT_TRUE(ok.Send("POST /v1/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Length: 2\r\n\r\n{}"));
+  auto good = ok.ReadResponse(absl::Seconds(5));
+  ASSERT_TRUE(good);
+  EXPECT_EQ(good->status, 200);
+}
+
 }  // namespace
 }  // namespace spar::http
