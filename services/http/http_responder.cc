@@ -1,6 +1,9 @@
 #include "services/http/http_responder.h"
 
+#include <exception>
 #include <utility>
+
+#include "base/log.h"
 
 namespace spar::http {
 
@@ -65,7 +68,14 @@ void ResponderImpl::RunQueued(ConnectionOps& connection) {
     }
     for (Op& op : ops) {
       if (finished_) return;  // the rest belongs to a response that is over
-      op(connection);
+      try {
+        op(connection);
+      } catch (const std::exception& e) {
+        // A handler's task failed half-way: the answer cannot be trusted.
+        SPAR_LOG(ERROR) << "HTTP response task failed: " << e.what() << "; disconnecting the client";
+        connection.Abort();
+        return;
+      }
     }
   }
 }

@@ -172,7 +172,20 @@ absl::StatusOr<int> HttpServer::Start() {
   c.work.emplace(net::make_work_guard(c.io));
   ServerCore* core = core_.get();
   net::post(c.io, [core] { Accept(core); });
-  for (int i = 0; i < o.io_threads; ++i) c.io_threads.emplace_back([core] { core->io.run(); });
+  for (int i = 0; i < o.io_threads; ++i) {
+    c.io_threads.emplace_back([core] {
+      // A handler that throws must not take an I/O thread (and every
+      // connection it would serve) with it.
+      for (;;) {
+        try {
+          core->io.run();
+          return;
+        } catch (const std::exception& e) {
+          SPAR_LOG(ERROR) << core->options.name << ": an I/O handler failed: " << e.what();
+        }
+      }
+    });
+  }
   started_ = true;
   return port_;
 }

@@ -248,6 +248,29 @@ TEST(HttpServerTest, ErrorsOfTheServerItselfUseTheErrorRenderer) {
   EXPECT_EQ(ask("GARBAGE\r\n\r\n"), "400 {\"code\":\"bad_request\"}");
 }
 
+TEST(HttpServerTest, AHandlerThatThrowsCostsOnlyItsRequest) {
+  HttpRouter router;
+  router.Handle("GET", "/throw",
+                [](HttpRequest, std::shared_ptr<HttpResponder>) -> void { throw std::runtime_error("handler bug"); });
+  router.Handle("GET", "/throw-later", [](HttpRequest, std::shared_ptr<HttpResponder> out) {
+    out->StartStream(MakeResponse(200, "", "text/plain"));
+    out->Post([] { throw std::runtime_error("task bug"); });
+  });
+  router.HandleSimple("GET", "/ok", [](const HttpRequest&) { return MakeResponse(200, "{}"); });
+  HttpServer::Options o;
+  o.io_threads = 1;  // the only I/O thread survives both
+  auto server = Serve(std::move(router), o);
+  auto status = [&](const std::string& path) {
+    RawConnection c(server->port());
+    c.Send(absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    auto r = c.ReadResponse(absl::Seconds(5));
+    return r ? r->status : (c.closed() ? -1 : 0);
+  };
+  EXPECT_EQ(status("/throw"), 500);
+  EXPECT_EQ(status("/throw-later"), -1);  // the stream had begun: cut off, not ended as if whole
+  EXPECT_EQ(status("/ok"), 200);
+}
+
 TEST(HttpServerTest, GuardsAnswerBeforeTheBodyIsRead) {
   HttpRouter router;
   std::atomic<int> handled{0};
