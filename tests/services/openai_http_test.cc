@@ -317,6 +317,29 @@ TEST(OpenAiHttpTest, ApiKeyGuardsTheV1Routes) {
   EXPECT_EQ(health->status, 200);
 }
 
+TEST(OpenAiHttpTest, AddedGetRoutesNeedNoKeyAndAnswerOnTheApiPort) {
+  auto h = Start();
+  auto keys = ApiKeys::FromList({"sk-test-key"});
+  ASSERT_TRUE(keys.ok());
+  OpenAiServerOptions ho;
+  ho.http.host = "127.0.0.1";
+  ho.api_keys = &*keys;
+  OpenAiHttpServer server(h->scheduler.get(), h->chat_template.get(), ho);
+  server.AddGet("/readyz", [] { return OpenAiHttpServer::Reply{503, "text/plain", "not ready: loading\n"}; });
+  auto port = server.Start();
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client c("127.0.0.1", *port);
+  auto ready = c.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_EQ(ready->body, "not ready: loading\n");
+  EXPECT_EQ(ready->get_header_value("Content-Type"), "text/plain");
+  ExpectError(c.Post("/readyz", "{}", "application/json"), 405, "invalid_request_error", nullptr,
+              "method_not_allowed");
+  ExpectError(c.Get("/v1/models"), 401, "invalid_request_error", nullptr, "invalid_api_key");
+  server.Stop();
+}
+
 TEST(OpenAiHttpTest, NotReadyAndDrainingAre503AndAFullQueueIs429) {
   {
     auto h = Start({}, {}, /*start_scheduler=*/false);
