@@ -60,6 +60,9 @@ std::chrono::steady_clock::duration Chrono(absl::Duration d) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(absl::ToChronoNanoseconds(d));
 }
 
+// The timer's deadline is still ahead (it was re-armed).
+bool Pending(const net::steady_timer& timer) { return timer.expiry() > std::chrono::steady_clock::now(); }
+
 int HttpStatusOf(const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kResourceExhausted:
@@ -181,7 +184,8 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
   void ArmReadTimer(absl::Duration d) {
     read_timer_.expires_after(Chrono(d));
     read_timer_.async_wait([self = this->shared_from_this()](error_code ec) {
-      if (ec != net::error::operation_aborted) self->OnReadTimeout();
+      // A wait that completed just before the timer was re-armed is stale.
+      if (ec != net::error::operation_aborted && !Pending(self->read_timer_)) self->OnReadTimeout();
     });
   }
 
@@ -201,7 +205,7 @@ class Connection : public ConnectionOps, public std::enable_shared_from_this<Con
   void ArmWriteTimer() {
     write_timer_.expires_after(Chrono(core_->options.write_timeout));
     write_timer_.async_wait([self = this->shared_from_this()](error_code ec) {
-      if (ec != net::error::operation_aborted && !self->closed_) {
+      if (ec != net::error::operation_aborted && self->writing_ && !Pending(self->write_timer_) && !self->closed_) {
         SPAR_LOG(WARNING) << "HTTP client took no data for " << self->core_->options.write_timeout
                           << ": disconnecting it";
         self->Fail();
