@@ -13,9 +13,11 @@
 //   tool_call_id  tool only: optional string
 //   reasoning_content / reasoning   assistant only: earlier thinking, passed
 //                 to the template as reasoning_content (GLM keeps it)
-// Other keys (refusal, annotations, audio: what clients echo back from a
-// previous response) are dropped. Errors name the path, e.g.
-// "messages[2].content[0].type".
+//   refusal, annotations, audio, function_call   accepted and dropped:
+//                 what clients echo back of a previous answer
+// Any other key of a message or a text part is refused (as unknown
+// top-level fields are), naming it: "messages[1].frobnicate". Errors name
+// the path, e.g. "messages[2].content[0].type".
 #ifndef SPAR_SERVICES_HTTP_CHAT_MESSAGES_H_
 #define SPAR_SERVICES_HTTP_CHAT_MESSAGES_H_
 

@@ -127,6 +127,16 @@ absl::StatusOr<std::string> Scheduler::Submit(GenerateParams params, std::shared
   return id;
 }
 
+absl::StatusOr<std::vector<int32_t>> Scheduler::EncodePrompt(const std::string& text, size_t enough) const {
+  // Encodes the whole text: its size is bounded by the API in front (the
+  // HTTP body limit, --max-body-bytes, after decompression; gRPC's message
+  // limit), and the HTTP worker pool bounds how many are encoded at once.
+  // A bounded encode (stop after `enough` ids) replaces this call once
+  // text/tokenizer.h has one.
+  (void)enough;
+  return tokenizer_->Encode(text, /*allow_special=*/true);
+}
+
 absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std::shared_ptr<GenerationSink> sink) {
   std::vector<int32_t> prompt = std::move(params.prompt_ids);
   if (params.text) {
@@ -137,7 +147,7 @@ absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std
     }
     // A raw prompt: special tokens written in it are recognized (chat
     // templates are applied by the caller or the OpenAI layer).
-    auto ids = tokenizer_->Encode(*params.text, /*allow_special=*/true);
+    auto ids = EncodePrompt(*params.text, static_cast<size_t>(limits_.max_model_len));
     const std::string& field = params.prompt_field;
     if (!ids.ok()) return WithField(absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.status().message())), field);
     prompt = std::move(*ids);

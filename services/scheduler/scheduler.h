@@ -117,6 +117,10 @@ class Scheduler {
 
  private:
   absl::StatusOr<std::string> SubmitAdmitted(GenerateParams params, std::shared_ptr<GenerationSink> sink);
+  // A text prompt's ids; `enough` ids already prove it cannot fit the
+  // context, so an encoder may stop there (the result is then longer than
+  // the context, never shorter than the truth below it).
+  absl::StatusOr<std::vector<int32_t>> EncodePrompt(const std::string& text, size_t enough) const;
   void OnResult(MicroBatchResult result);
   void OnFailure(absl::Status status);
   // Sends every micro-batch the core will form now. Requires mu_.

@@ -67,7 +67,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
           max_in_flight = 0, max_queue = 256, max_model_len = 0, connect_timeout_s = 600, step_timeout_s = 120;
   bool no_balance = false;
   std::string http_host, http_port_file, chat_template_path;
-  int64_t http_port = 8000, max_body_bytes = 16 << 20, http_threads = 256;
+  int64_t http_port = 8000, max_body_bytes = 16 << 20, http_threads = 4, http_max_connections = 8192,
+          http_header_timeout_s = 10, http_body_timeout_s = 60, http_idle_timeout_s = 30;
   ArgParser args("scheduler", "SPAR_");
   args.AddString("host", &host, "address to listen on (default 0.0.0.0)");
   args.AddInt("port", &port, "public gRPC port (default 50051; 0 picks a free port)");
@@ -98,8 +99,19 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   args.AddInt("http-port", &http_port, "OpenAI-compatible HTTP port (default 8000; 0 picks a free port; -1: no HTTP)");
   args.AddString("http-host", &http_host, "address the HTTP API listens on (default: --host)");
   args.AddString("http-port-file", &http_port_file, "write the HTTP port here once listening");
-  args.AddInt("max-body-bytes", &max_body_bytes, "largest HTTP request body (default 16 MiB; larger: 413)");
-  args.AddInt("http-threads", &http_threads, "HTTP requests handled at once (default 256)");
+  args.AddInt("max-body-bytes", &max_body_bytes,
+              "largest HTTP request body, on the wire and once decompressed (default 16 MiB; larger: 413)");
+  args.AddInt("http-threads", &http_threads,
+              "HTTP I/O threads, serving any number of connections, and as many threads preparing requests "
+              "(JSON, chat template, tokenizing) (default 4)");
+  args.AddInt("http-max-connections", &http_max_connections,
+              "open HTTP connections at most; more are answered 503 (default 8192; the open-file limit caps it)");
+  args.AddInt("http-header-timeout-s", &http_header_timeout_s,
+              "a request's header (and TLS handshake) must arrive within this many seconds (default 10)");
+  args.AddInt("http-body-timeout-s", &http_body_timeout_s,
+              "a request's body must arrive within this many seconds (default 60)");
+  args.AddInt("http-idle-timeout-s", &http_idle_timeout_s,
+              "close a kept-alive HTTP connection idle this many seconds (default 30)");
   std::string reasoning_parser = "auto", tool_call_parser = "auto";
   args.AddString("reasoning-parser", &reasoning_parser,
                  "chat: split <think> reasoning into reasoning_content: auto (by model), glm45, deepseek_v3, none");
@@ -117,7 +129,12 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   if (workers.empty()) return fail("--workers is required (the stage leaders, stage 0 first)");
   if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
   if (http_port < -1 || http_port > 65535) return fail("--http-port must be in [0, 65535], or -1 for no HTTP API");
-  if (max_body_bytes < 1024 || http_threads < 1) return fail("--max-body-bytes must be >= 1024 and --http-threads >= 1");
+  if (max_body_bytes < 1024 || http_threads < 1 || http_threads > 256) {
+    return fail("--max-body-bytes must be >= 1024 and --http-threads in [1, 256]");
+  }
+  if (http_max_connections < 1 || http_header_timeout_s < 1 || http_body_timeout_s < 1 || http_idle_timeout_s < 1) {
+    return fail("--http-max-connections and the --http-*-timeout-s flags must be >= 1");
+  }
   if (max_batch_tokens < 1 || max_seqs < 1 || max_running < 1 || max_queue < 0 || max_in_flight < 0 ||
       num_blocks < 0 || max_model_len < 0 || connect_timeout_s < 1 || step_timeout_s < 1) {
     return fail("limits must be positive (--max-batch-tokens, --max-seqs-per-batch, --max-running, --max-queue, ...)");
@@ -226,13 +243,17 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   if (*metrics_server) SPAR_LOG(INFO) << "metrics on http://" << HostPort(metrics_flags.host, (*metrics_server)->port()) << "/metrics";
   std::unique_ptr<http::OpenAiHttpServer> http_server;
   if (http_port >= 0) {
-    http::HttpServerOptions ho;
-    ho.host = http_host.empty() ? host : http_host;
-    ho.port = static_cast<int>(http_port);
+    http::OpenAiServerOptions ho;
+    ho.http.host = http_host.empty() ? host : http_host;
+    ho.http.port = static_cast<int>(http_port);
+    ho.http.tls = public_options.tls;  // --tls-cert/--tls-key/--tls-ca, as on gRPC
+    ho.http.io_threads = ho.http.worker_threads = static_cast<int>(http_threads);
+    ho.http.max_connections = static_cast<int>(http_max_connections);
+    ho.http.max_body_bytes = static_cast<size_t>(max_body_bytes);
+    ho.http.header_timeout = absl::Seconds(http_header_timeout_s);
+    ho.http.body_timeout = absl::Seconds(http_body_timeout_s);
+    ho.http.idle_timeout = absl::Seconds(http_idle_timeout_s);
     ho.api_keys = &public_plane->api_keys();  // --api-key / --api-key-file, as on gRPC
-    ho.tls = public_options.tls;               // --tls-cert/--tls-key/--tls-ca, as on gRPC
-    ho.max_body_bytes = static_cast<size_t>(max_body_bytes);
-    ho.threads = static_cast<int>(http_threads);
     ho.chat_parsers = *chat_parsers;
     http_server = std::make_unique<http::OpenAiHttpServer>(&scheduler, chat_template.get(), ho);
     auto bound = http_server->Start();
@@ -241,7 +262,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
       return 1;
     }
     SPAR_LOG(INFO) << "OpenAI-compatible HTTP API on " << (public_plane->tls() ? "https://" : "http://")
-                   << HostPort(ho.host, *bound)
+                   << HostPort(ho.http.host, *bound)
                    << (public_plane->api_keys().enabled() ? " (API key required)" : "");
     if (!http_port_file.empty()) {
       if (auto s = WritePortFile(http_port_file, *bound); !s.ok()) {

@@ -2,7 +2,8 @@
 # Bad values of the flags added for capacity planning and chat output parsing
 # end the process with a clear message and a usage-error exit code, before
 # anything is loaded or served: `spar plan`, `spar-worker --stage-layers`,
-# `spar-scheduler --reasoning-parser / --tool-call-parser`.
+# `spar-scheduler --reasoning-parser / --tool-call-parser`, the HTTP server's
+# threads, connection cap and timeouts.
 # usage: flag_errors_test.sh SPAR SPAR_WORKER SPAR_SCHEDULER
 set -u
 spar=$1 worker=$2 scheduler=$3
@@ -45,6 +46,11 @@ expect 2 '--reasoning-parser must be auto, glm45, deepseek_v3 or none, got "herm
   "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --reasoning-parser hermes
 expect 2 '--tool-call-parser must be auto, glm47, glm45 or none, got "qwen"' \
   "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --tool-call-parser qwen
+expect 2 '--http-threads in \[1, 256\]' "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --http-threads 0
+expect 2 '--http-max-connections and the --http-\*-timeout-s flags must be >= 1' \
+  "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --http-max-connections 0
+expect 2 '--http-max-connections and the --http-\*-timeout-s flags must be >= 1' \
+  "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --http-header-timeout-s 0
 
 [[ $failures -eq 0 ]] || { echo "$failures failed"; exit 1; }
 echo "all bad flags refused"
