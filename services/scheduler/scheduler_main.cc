@@ -165,11 +165,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   }
   SchedulerOptions so;
   so.model_path = model;
-  if (served_name.empty()) {
-    std::string dir = model;
-    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    served_name = dir.substr(dir.rfind('/') + 1);
-  }
+  if (served_name.empty()) served_name = DefaultServedModelName(model);
   so.served_model_name = served_name;
   so.limits.max_batch_tokens = max_batch_tokens;
   so.limits.max_seqs = static_cast<int>(max_seqs);
