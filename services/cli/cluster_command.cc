@@ -14,8 +14,10 @@
 // local Prometheus can scrape the cluster.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -74,6 +76,28 @@ class ClusterReadiness {
   mutable std::mutex mu_;
   std::string reason_;
 };
+
+// The last line a daemon wrote to its log: at start-up, the one-line reason
+// it refused to run.
+std::string LastLogLine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(std::max<std::streamoff>(0, size - 4096));
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
+// Why `d` is not running (it exited before the cluster served), with its
+// own last word.
+std::string DeathOf(SupervisedDaemon& d) {
+  const std::string said = LastLogLine(d.log_path());
+  return absl::StrCat(d.role().Describe(), " ", d.child()->ExitDescription(), said.empty() ? "" : ": ", said,
+                      " (log: ", d.log_path(), ")");
+}
 
 }  // namespace
 
@@ -221,6 +245,7 @@ int RunCluster(int argc, char** argv) {
   }
   for (int i = 0; i < stages; ++i) {
     auto p = WaitForPortFile(absl::StrCat(run_dir, "/worker-", i, ".port"), absl::Seconds(60), workers[i]->child());
+    if (!p.ok() && !workers[i]->running()) return fail(DeathOf(*workers[i]));
     if (!p.ok()) return fail(absl::StrCat("worker ", i, ": ", p.status().message(), " (log: ", workers[i]->log_path(), ")"));
     addresses.push_back(HostPort(host, *p));
     // A restarted leader comes back on the same port: the scheduler and
@@ -266,27 +291,25 @@ int RunCluster(int argc, char** argv) {
   // fail the same way again (a bad flag, a model it refuses, a shard it
   // cannot load).
   auto first_death = [&]() -> absl::Status {
-    if (!scheduler->running()) {
-      return absl::UnavailableError(absl::StrCat("the scheduler ", scheduler->child()->ExitDescription()));
-    }
+    if (!scheduler->running()) return absl::UnavailableError(DeathOf(*scheduler));
     for (auto& w : workers) {
-      if (!w->running()) {
-        return absl::UnavailableError(absl::StrCat(w->role().Describe(), " ", w->child()->ExitDescription(),
-                                                   " (log: ", w->log_path(), ")"));
-      }
+      if (!w->running()) return absl::UnavailableError(DeathOf(*w));
     }
     return absl::OkStatus();
   };
+  if (!sp.ok() && !scheduler->running()) ready = absl::UnavailableError(DeathOf(*scheduler));
   const absl::Time until = absl::Now() + absl::Seconds(ready_timeout_s);
   while (ready.ok() && !CheckHealth(address, "", absl::Seconds(1)).ok()) {
     ready = first_death();
-    if (ready.ok() && absl::Now() > until) ready = absl::DeadlineExceededError("the cluster did not become ready in time");
+    if (ready.ok() && absl::Now() > until) {
+      ready = absl::DeadlineExceededError(absl::StrCat("the cluster did not become ready in time (logs in ", log_dir, ")"));
+    }
     if (ready.ok() && WaitForShutdownSignal(absl::Milliseconds(100)) != 0) {
       stop_all();
       return 130;
     }
   }
-  if (!ready.ok()) return fail(absl::StrCat(ready.message(), " (logs in ", log_dir, ")"));
+  if (!ready.ok()) return fail(std::string(ready.message()));
   scheduler->SetFlag("port", absl::StrCat(*sp));
   if (!port_file.empty()) {
     if (auto s = WritePortFile(port_file, *sp); !s.ok()) std::cerr << "cluster: " << s.message() << "\n";

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "engine/model.h"
 #include "engine/model_config.h"
 #include "services/common/args.h"
 #include "services/common/daemon.h"
@@ -90,6 +91,13 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   if (delay_ms < 0 || delay_token_us < 0) return fail("--delay-per-layer-ms and --delay-per-token-us must be >= 0");
   if (shutdown_timeout_s < 0) return fail("--shutdown-timeout must be >= 0 seconds");
   if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
+  // A model this engine cannot serve is refused now, in one line, instead
+  // of failing the shard's load after the worker started listening.
+  if (!model.empty()) {
+    auto config = LoadModelConfig(model + "/config.json");
+    if (!config.ok()) return fail(std::string(config.status().message()));
+    if (auto s = CheckEngineCanServe(*config); !s.ok()) return fail(absl::StrCat(model, "/config.json: ", s.message()));
+  }
   // Before any channel or server exists: the next-stage link and the
   // listener read it.
   auto plane = WorkerPlane::Create(plane_options);
