@@ -3,6 +3,7 @@
 #include <atomic>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <grpcpp/health_check_service_interface.h>
@@ -93,10 +94,12 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
   // A model this engine cannot serve is refused now, in one line, instead
   // of failing the shard's load after the worker started listening.
+  std::optional<ModelConfig> config;
   if (!model.empty()) {
-    auto config = LoadModelConfig(model + "/config.json");
-    if (!config.ok()) return fail(std::string(config.status().message()));
-    if (auto s = CheckEngineCanServe(*config); !s.ok()) return fail(absl::StrCat(model, "/config.json: ", s.message()));
+    auto loaded = LoadModelConfig(model + "/config.json");
+    if (!loaded.ok()) return fail(std::string(loaded.status().message()));
+    if (auto s = CheckEngineCanServe(*loaded); !s.ok()) return fail(absl::StrCat(model, "/config.json: ", s.message()));
+    config = std::move(*loaded);
   }
   // Before any channel or server exists: the next-stage link and the
   // listener read it.
@@ -130,8 +133,6 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   } else if (stages > 0) {
     if (model.empty()) return fail("--stage/--stages need --model (the split depends on the model's layers)");
     if (stage < 0 || stage >= stages) return fail("--stage must be in [0, --stages)");
-    auto config = LoadModelConfig(model + "/config.json");
-    if (!config.ok()) return fail(std::string(config.status().message()));
     auto split = stage_layers.empty() ? SplitLayers(*config, static_cast<int>(stages))
                                       : ParseStageLayers(stage_layers, config->num_hidden_layers);
     if (!split.ok()) return fail(absl::StrCat(stage_layers.empty() ? "" : "--stage-layers: ", split.status().message()));
