@@ -5,6 +5,9 @@
 # spar_cluster_worker_restarts_total on the cluster's metrics port; the same
 # for the scheduler (back on its gRPC and HTTP ports, counted by
 # spar_cluster_scheduler_restarts_total); SIGTERM still stops everything.
+# The cluster runs with --served-model-name, --max-model-len and --api-key,
+# which must reach the daemons (the key through the scheduler's environment,
+# not its command line) and hold across the restarts.
 # SPAR_TEST_TIME_SCALE stretches the 5 s (the sanitizer pass runs the
 # daemons several times slower).
 # usage: cluster_supervision_test.sh SPAR MODEL_DIR
@@ -30,7 +33,9 @@ fail() {
 }
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
-"$spar" cluster --stages 2 --model "$model" --served-model-name tiny-glm5 --port 0 --port-file "$dir/port" \
+key=cluster-test-key
+"$spar" cluster --stages 2 --model "$model" --served-model-name tiny-glm5 --max-model-len 512 --api-key "$key" \
+  --port 0 --port-file "$dir/port" \
   --http-port 0 --http-port-file "$dir/http.port" --metrics-port 0 --metrics-targets-file "$dir/targets.json" \
   --log-dir "$dir/logs" >"$dir/out" 2>"$dir/err" &
 cluster=$!
@@ -47,11 +52,11 @@ metrics=$(grep -o '"targets": \["[^"]*"\]' "$dir/targets.json" | tail -n 1 | sed
 grep -q "\"job\": \"spar-cluster\"" "$dir/targets.json" || fail "no spar-cluster target in targets.json"
 
 ask_grpc() {
-  "$spar" generate --server "$grpc" --prompt "[gMASK]<sop><|user|>What is 12 plus 7?<|assistant|></think>" \
+  "$spar" generate --server "$grpc" --api-key "$key" --prompt "[gMASK]<sop><|user|>What is 12 plus 7?<|assistant|></think>" \
     --max-tokens 8 --temperature 0 2>/dev/null | grep -q '</think>19$'
 }
 ask_http() {
-  curl -sf "http://$http/v1/chat/completions" -H 'Content-Type: application/json' \
+  curl -sf "http://$http/v1/chat/completions" -H 'Content-Type: application/json' -H "Authorization: Bearer $key" \
     -d '{"model": "tiny-glm5", "messages": [{"role": "user", "content": "What is 6 times 7?"}], "max_tokens": 16, "temperature": 0}' |
     grep -q '"content":"42"'
 }
@@ -81,6 +86,18 @@ kill_and_recover() {
   echo "ok: $what (pid $old) killed; restarted as pid $new, answering again after $elapsed ms"
 }
 
+# The pass-through flags.
+[[ $(curl -s -o /dev/null -w '%{http_code}' "http://$http/v1/models") == 401 ]] || fail "the API key is not required"
+models=$(curl -sf "http://$http/v1/models" -H "Authorization: Bearer $key")
+grep -q '"id":"tiny-glm5"' <<<"$models" && grep -q '"max_model_len":512' <<<"$models" ||
+  fail "--served-model-name / --max-model-len did not reach the scheduler: $models"
+for p in $(cat "/proc/$cluster/task/$cluster/children"); do
+  cmdline=$(tr '\0' ' ' <"/proc/$p/cmdline")
+  grep -q -- "$key" <<<"$cmdline" && fail "the API key is on a daemon's command line: $cmdline"
+  grep -q -- '--max-model-len 512' <<<"$cmdline" || fail "--max-model-len did not reach $cmdline"
+done
+echo "ok: --served-model-name, --max-model-len and --api-key reach the daemons (the key not on a command line)"
+
 ask_grpc || fail "no answer before any fault"
 ask_http || fail "no HTTP answer before any fault"
 [[ $(metric 'spar_cluster_worker_restarts_total{rank="0",stage="1"}') == 0 ]] || fail "restart counter not at 0"
@@ -96,6 +113,8 @@ ask_http || fail "no HTTP answer after the worker came back"
 
 kill_and_recover 'scheduler.port' ask_http "the scheduler"
 ask_grpc || fail "no gRPC answer after the scheduler came back (same port)"
+[[ $(curl -s -o /dev/null -w '%{http_code}' "http://$http/v1/models") == 401 ]] ||
+  fail "the restarted scheduler does not require the API key"
 grep -q 'the scheduler (pid [0-9]*) killed by signal 9; restarting it in 500ms (restart 1;' "$dir/err" ||
   fail "the scheduler's death was not logged"
 [[ $(metric spar_cluster_scheduler_restarts_total) == 1 ]] || fail "the scheduler's restart not counted"
