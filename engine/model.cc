@@ -103,6 +103,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, Backe
   return Load(config, *ck, backend, options);
 }
 
+absl::Status CheckEngineCanServe(const ModelConfig& c) {
+  if (c.kv_lora_rank != kLatentNopeDim || c.qk_rope_head_dim != kLatentRopeDim ||
+      c.index_head_dim != kIndexerHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat("spar needs kv_lora_rank 512, qk_rope_head_dim 64 and ",
+                                                   "index_head_dim 128 (the DSA cache layouts); got ",
+                                                   c.kv_lora_rank, ", ", c.qk_rope_head_dim, ", ", c.index_head_dim));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, const Checkpoint& ck, Backend* backend,
                                                    const ModelOptions& options) {
   std::unique_ptr<Model> m(new Model());
@@ -141,12 +151,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
   }
   m->indexer_.rope_pairs =
       c.indexer_rope_layout == RopeLayout::kInterleaved ? ref::RopePairs::kInterleaved : ref::RopePairs::kHalfSplit;
-  if (c.kv_lora_rank != kLatentNopeDim || c.qk_rope_head_dim != kLatentRopeDim ||
-      c.index_head_dim != kIndexerHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat("spar needs kv_lora_rank 512, qk_rope_head_dim 64 and ",
-                                                   "index_head_dim 128 (the DSA cache layouts); got ",
-                                                   c.kv_lora_rank, ", ", c.qk_rope_head_dim, ", ", c.index_head_dim));
-  }
+  SPAR_RETURN_IF_ERROR(CheckEngineCanServe(c));
   SPAR_RETURN_IF_ERROR(backend->SetRope(RopeParamsFor(c), c.max_position_embeddings));
   if (m->is_first_stage()) {
     SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, names::kEmbed, c.vocab_size, c.hidden_size));

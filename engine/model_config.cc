@@ -492,16 +492,26 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["index_n_heads"] = c.index_n_heads;
   j["index_head_dim"] = c.index_head_dim;
   j["index_topk"] = c.index_topk;
+  std::vector<std::string> indexer_types;
+  bool any_shared = false;
+  for (IndexerType t : c.indexer_types) {
+    indexer_types.push_back(t == IndexerType::kFull ? "full" : "shared");
+    any_shared = any_shared || t == IndexerType::kShared;
+  }
   if (c.arch == ModelArch::kGlmMoeDsa) {
     j["rope_interleave"] = true;
     j["indexer_rope_interleave"] = c.indexer_rope_layout == RopeLayout::kInterleaved;
-    std::vector<std::string> types;
-    for (IndexerType t : c.indexer_types) types.push_back(t == IndexerType::kFull ? "full" : "shared");
-    j["indexer_types"] = types;
-  } else if (c.indexer_rope_layout == RopeLayout::kInterleaved) {
-    // Not DeepSeek-V3.2's default (half-split): without the key the
-    // config would read back half-split.
-    j["indexer_rope_interleave"] = true;
+    j["indexer_types"] = indexer_types;
+  } else {
+    if (c.indexer_rope_layout == RopeLayout::kInterleaved) {
+      // Not DeepSeek-V3.2's default (half-split): without the key the
+      // config would read back half-split.
+      j["indexer_rope_interleave"] = true;
+    }
+    // Without the key a DeepSeek-V3.2 config reads back with an indexer on
+    // every layer (its default schedule), so shared layers (read from
+    // indexer_types, index_topk_pattern or index_topk_freq) must be written.
+    if (any_shared) j["indexer_types"] = indexer_types;
   }
   json rope;
   rope["rope_theta"] = c.rope.theta;

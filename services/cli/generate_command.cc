@@ -12,13 +12,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "base/mapped_file.h"
+#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "engine/engine.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/commands.h"
 #include "services/common/args.h"
 #include "services/common/daemon.h"
+#include "services/scheduler/startup_checks.h"
 #include "spar/v1/generation.grpc.pb.h"
 #include "text/chat_template.h"
 #include "text/detokenizer.h"
@@ -72,6 +73,11 @@ int RunRemote(const GenerateFlags& f) {
       return 2;
     }
     req.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  } else if (f.chat) {
+    // The server renders it with its chat template (spar.v1.ChatInput).
+    v1::ChatCompletionMessage* m = req.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content(f.prompt);
   } else {
     req.set_text(f.prompt);
   }
@@ -98,7 +104,7 @@ int RunRemote(const GenerateFlags& f) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1e3)));
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse resp;
-  if (f.n == 1 && !f.prompt.empty()) std::cout << f.prompt << std::flush;
+  if (f.n == 1 && !f.prompt.empty()) std::cout << f.prompt << (f.chat ? "\n" : "") << std::flush;
   std::vector<std::vector<int32_t>> ids(f.n);
   std::vector<std::string> texts(f.n);
   std::vector<std::string> finish(f.n, "unfinished");
@@ -121,7 +127,7 @@ int RunRemote(const GenerateFlags& f) {
   }
   grpc::Status status = reader->Finish();
   if (f.n == 1) std::cout << "\n";
-  for (int i = 0; f.n > 1 && i < f.n; ++i) std::cout << "[" << i << "] " << f.prompt << texts[i] << "\n";
+  for (int i = 0; f.n > 1 && i < f.n; ++i) std::cout << "[" << i << "] " << (f.chat ? "" : f.prompt) << texts[i] << "\n";
   if (!status.ok()) {
     std::cerr << "generate: " << f.server << ": " << status.error_message() << " (code " << status.error_code()
               << ")\n";
@@ -144,12 +150,12 @@ int RunRemote(const GenerateFlags& f) {
   return 0;
 }
 
-// --chat: the prompt as one user message, rendered with the model's chat
-// template (tokenizer_config.json) and its generation prompt, as a chat
-// server would send it.
-absl::StatusOr<std::string> RenderChatPrompt(const std::string& model_dir, const std::string& prompt) {
-  SPAR_ASSIGN_OR_RETURN(std::string config, ReadFileToString(model_dir + "/tokenizer_config.json"));
-  SPAR_ASSIGN_OR_RETURN(auto tmpl, ChatTemplate::FromTokenizerConfig(config));
+// --chat in-process: the prompt as one user message, rendered with the
+// template the scheduler would use (startup_checks.h) and its generation
+// prompt, as a chat server would send it.
+absl::StatusOr<std::string> RenderUserMessage(const std::string& model_dir, const std::string& prompt) {
+  SPAR_ASSIGN_OR_RETURN(auto tmpl, LoadCheckedChatTemplate(model_dir, ""));
+  if (tmpl == nullptr) return absl::NotFoundError(absl::StrCat(model_dir, " has no chat template"));
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   messages.push_back({{"role", "user"}, {"content", prompt}});
   return tmpl->Apply(messages, ChatTemplateOptions());
@@ -170,7 +176,7 @@ int RunLocal(const GenerateFlags& f) {
     }
     request.prompt = *ids;
   } else {
-    auto text = f.chat ? RenderChatPrompt(f.model, f.prompt) : absl::StatusOr<std::string>(f.prompt);
+    auto text = f.chat ? RenderUserMessage(f.model, f.prompt) : absl::StatusOr<std::string>(f.prompt);
     if (!text.ok()) {
       std::cerr << "generate: " << text.status().message() << "\n";
       return 1;
@@ -260,7 +266,9 @@ int RunGenerate(int argc, char** argv) {
   args.AddString("api-key", &f.api_key, "--server: the key of a scheduler started with --api-key (or SPAR_API_KEY)");
   if (const char* key = std::getenv("SPAR_API_KEY"); key != nullptr) f.api_key = key;
   args.AddBool("logprobs", &f.logprobs, "print the logprob of every generated token after the text");
-  args.AddBool("chat", &f.chat, "--model: send --prompt as a user message through the model's chat template");
+  args.AddBool("chat", &f.chat,
+               "send --prompt as a user message through the chat template (--model: the model's; --server: the "
+               "scheduler's)");
   args.AddInt("top-logprobs", &f.top_logprobs, "alternatives per token to compute (default 0)");
   args.AddString("backend", &f.backend, "in-process: cpu (default) or cuda");
   args.AddInt("num-blocks", &f.num_blocks, "in-process: KV cache blocks of 64 tokens (default 256)");
@@ -279,8 +287,8 @@ int RunGenerate(int argc, char** argv) {
               << args.Usage();
     return 2;
   }
-  if (f.chat && (f.model.empty() || f.prompt.empty())) {
-    std::cerr << "generate: --chat needs --model and --prompt (the template comes from the model directory)\n";
+  if (f.chat && f.prompt.empty()) {
+    std::cerr << "generate: --chat needs --prompt (the user message)\n";
     return 2;
   }
   if (!(f.gpu_memory_utilization >= 0 && f.gpu_memory_utilization <= 1) || f.max_model_len < 0) {

@@ -161,4 +161,21 @@ absl::StatusOr<Json> NormalizeChatMessages(const Json& messages) {
   return out;
 }
 
+absl::StatusOr<std::string> RenderChatPrompt(const ChatTemplate* chat_template, const Json& messages,
+                                             const ChatTemplateOptions& options, absl::string_view field,
+                                             absl::string_view no_template_hint) {
+  if (chat_template == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this model has no chat template (tokenizer_config.json chat_template or --chat-template); ",
+        no_template_hint));
+  }
+  auto prompt = chat_template->Apply(messages, options);
+  if (!prompt.ok()) {
+    return WithField(absl::InvalidArgumentError(absl::StrCat(field, ": the chat template failed: ",
+                                                             prompt.status().message())),
+                     field);
+  }
+  return prompt;
+}
+
 }  // namespace spar::http

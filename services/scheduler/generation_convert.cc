@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "services/common/status_field.h"
+#include "services/scheduler/chat_input.h"
 
 namespace spar {
 namespace {
@@ -15,8 +16,10 @@ int SaturatedInt(uint32_t v) { return v > static_cast<uint32_t>(INT32_MAX) ? INT
 
 }  // namespace
 
-absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& r, const ApiLimits& limits) {
+absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& r, const ApiLimits& limits,
+                                                    const ChatTemplate* chat_template) {
   GenerateParams p;
+  GenerateFieldNames names = GrpcFieldNames();
   p.request_id = r.request_id();
   if (!r.model().empty() && r.model() != limits.served_model_name) {
     return WithField(absl::InvalidArgumentError(absl::StrCat("model \"", r.model(),
@@ -31,8 +34,14 @@ absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& r
     case v1::GenerateRequest::kTokenIds:
       p.prompt_ids.assign(r.token_ids().ids().begin(), r.token_ids().ids().end());
       break;
+    case v1::GenerateRequest::kChat: {
+      SPAR_ASSIGN_OR_RETURN(std::string prompt, RenderChatInput(r.chat(), chat_template));
+      p.text = std::move(prompt);
+      names.text = "chat.messages";
+      break;
+    }
     default:
-      return WithField(absl::InvalidArgumentError("prompt is missing: set text or token_ids"), "prompt");
+      return WithField(absl::InvalidArgumentError("prompt is missing: set text, token_ids or chat"), "prompt");
   }
 
   const v1::SamplingParams& s = r.sampling();
@@ -59,7 +68,7 @@ absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& r
   p.top_logprobs = SaturatedInt(o.top_logprobs());
   p.skip_special_tokens = !o.has_skip_special_tokens() || o.skip_special_tokens();
   p.echo_prompt_ids = o.prompt_token_ids();
-  SPAR_RETURN_IF_ERROR(ValidateGenerateParams(&p, limits, GrpcFieldNames()));
+  SPAR_RETURN_IF_ERROR(ValidateGenerateParams(&p, limits, names));
   return p;
 }
 

@@ -1,6 +1,5 @@
 #include "services/scheduler/scheduler_main.h"
 
-#include <unistd.h>
 
 #include <iostream>
 #include <memory>
@@ -14,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/log.h"
-#include "base/mapped_file.h"
+#include "engine/model.h"
 #include "services/common/args.h"
 #include "services/common/daemon.h"
 #include "services/common/layer_split.h"
@@ -25,7 +24,7 @@
 #include "services/scheduler/generation_service.h"
 #include "services/scheduler/grpc_pipeline.h"
 #include "services/scheduler/scheduler.h"
-#include "text/chat_template.h"
+#include "services/scheduler/startup_checks.h"
 
 namespace spar {
 namespace {
@@ -45,17 +44,6 @@ SchedulerGauges GaugesOf(const LoadInfo& l, int stages) {
   g.pipeline_ready = l.ready;
   g.draining = l.draining;
   return g;
-}
-
-// --chat-template, else the model's chat_template.jinja (newer checkpoints,
-// GLM-5 among them), else tokenizer_config.json's chat_template.
-absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const std::string& model, const std::string& path) {
-  if (!path.empty()) return ChatTemplate::FromFile(path);
-  const std::string jinja = model + "/chat_template.jinja";
-  if (::access(jinja.c_str(), R_OK) == 0) return ChatTemplate::FromFile(jinja);
-  auto config = ReadFileToString(model + "/tokenizer_config.json");
-  if (!config.ok()) return config.status();
-  return ChatTemplate::FromTokenizerConfig(*config);
 }
 
 }  // namespace
@@ -149,26 +137,20 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   SetProcessWorkerPlane(std::move(*worker_plane));
   auto config = LoadModelConfig(model + "/config.json");
   if (!config.ok()) return fail(std::string(config.status().message()));
+  if (auto s = CheckEngineCanServe(*config); !s.ok()) return fail(absl::StrCat(model, "/config.json: ", s.message()));
   auto chat_parsers = http::ChatParsersFor(reasoning_parser, tool_call_parser, config->model_type);
   if (!chat_parsers.ok()) return fail(std::string(chat_parsers.status().message()));
   std::unique_ptr<Tokenizer> tokenizer;
   if (auto t = Tokenizer::FromFile(model + "/tokenizer.json"); t.ok()) {
     tokenizer = std::move(*t);
+    if (auto s = CheckTokenizerFitsModel(*tokenizer, *config); !s.ok()) return fail(absl::StrCat(model, "/", s.message()));
   } else {
     SPAR_LOG(WARNING) << "no tokenizer (" << t.status().message() << "): token ids only";
   }
-
-  std::unique_ptr<ChatTemplate> chat_template;
-  if (http_port >= 0) {
-    auto t = LoadChatTemplate(model, chat_template_path);
-    if (t.ok()) {
-      chat_template = std::move(*t);
-    } else if (!chat_template_path.empty()) {
-      return fail(absl::StrCat("--chat-template: ", t.status().message()));
-    } else {
-      SPAR_LOG(WARNING) << "no chat template (" << t.status().message() << "): /v1/chat/completions is refused";
-    }
-  }
+  // Both APIs render chat requests with it (gRPC chat inputs, /v1/chat/completions).
+  auto chat_template = LoadCheckedChatTemplate(model, chat_template_path);
+  if (!chat_template.ok()) return fail(std::string(chat_template.status().message()));
+  if (*chat_template == nullptr) SPAR_LOG(WARNING) << "no chat template in " << model << ": chat requests are refused";
 
   GrpcPipelineOptions po;
   po.workers = absl::StrSplit(workers, ',', absl::SkipEmpty());
@@ -182,11 +164,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   }
   SchedulerOptions so;
   so.model_path = model;
-  if (served_name.empty()) {
-    std::string dir = model;
-    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    served_name = dir.substr(dir.rfind('/') + 1);
-  }
+  if (served_name.empty()) served_name = DefaultServedModelName(model);
   so.served_model_name = served_name;
   so.limits.max_batch_tokens = max_batch_tokens;
   so.limits.max_seqs = static_cast<int>(max_seqs);
@@ -205,7 +183,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   const int num_stages = static_cast<int>(po.workers.size());
   Scheduler scheduler(so, *config, std::move(tokenizer), std::make_unique<GrpcPipeline>(po, *config));
 
-  GenerationService service(&scheduler, &public_plane->api_keys());
+  GenerationService service(&scheduler, &public_plane->api_keys(), chat_template->get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigurePublicServer(&builder);
@@ -255,7 +233,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
     ho.http.idle_timeout = absl::Seconds(http_idle_timeout_s);
     ho.api_keys = &public_plane->api_keys();  // --api-key / --api-key-file, as on gRPC
     ho.chat_parsers = *chat_parsers;
-    http_server = std::make_unique<http::OpenAiHttpServer>(&scheduler, chat_template.get(), ho);
+    http_server = std::make_unique<http::OpenAiHttpServer>(&scheduler, chat_template->get(), ho);
     auto bound = http_server->Start();
     if (!bound.ok()) {
       std::cerr << "scheduler: " << bound.status().message() << "\n";

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <grpcpp/health_check_service_interface.h>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "engine/model.h"
 #include "engine/model_config.h"
 #include "services/common/args.h"
 #include "services/common/daemon.h"
@@ -90,6 +92,15 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   if (delay_ms < 0 || delay_token_us < 0) return fail("--delay-per-layer-ms and --delay-per-token-us must be >= 0");
   if (shutdown_timeout_s < 0) return fail("--shutdown-timeout must be >= 0 seconds");
   if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
+  // A model this engine cannot serve is refused now, in one line, instead
+  // of failing the shard's load after the worker started listening.
+  std::optional<ModelConfig> config;
+  if (!model.empty()) {
+    auto loaded = LoadModelConfig(model + "/config.json");
+    if (!loaded.ok()) return fail(std::string(loaded.status().message()));
+    if (auto s = CheckEngineCanServe(*loaded); !s.ok()) return fail(absl::StrCat(model, "/config.json: ", s.message()));
+    config = std::move(*loaded);
+  }
   // Before any channel or server exists: the next-stage link and the
   // listener read it.
   auto plane = WorkerPlane::Create(plane_options);
@@ -122,8 +133,6 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   } else if (stages > 0) {
     if (model.empty()) return fail("--stage/--stages need --model (the split depends on the model's layers)");
     if (stage < 0 || stage >= stages) return fail("--stage must be in [0, --stages)");
-    auto config = LoadModelConfig(model + "/config.json");
-    if (!config.ok()) return fail(std::string(config.status().message()));
     auto split = stage_layers.empty() ? SplitLayers(*config, static_cast<int>(stages))
                                       : ParseStageLayers(stage_layers, config->num_hidden_layers);
     if (!split.ok()) return fail(absl::StrCat(stage_layers.empty() ? "" : "--stage-layers: ", split.status().message()));

@@ -1,6 +1,10 @@
 #include "engine/model_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/engine/test_util.h"
 #include "gtest/gtest.h"
@@ -172,6 +176,27 @@ TEST(ModelConfigTest, SerialisedConfigParsesBack) {
   EXPECT_DOUBLE_EQ(again->softmax_scale(), c->softmax_scale());
   EXPECT_EQ(again->quant.ue8m0_scales, true);
   EXPECT_EQ(again->n_group, 8);
+}
+
+// DeepSeek-V3.2 reads an indexer on every layer when no schedule is given,
+// so shared layers, however the config spelled them, must survive
+// ModelConfigToJson (make-tiny's writer) -> parse.
+TEST(ModelConfigTest, SharedIndexerLayersOfDeepSeekSurviveTheRoundTrip) {
+  const std::vector<std::pair<std::string, json>> schedules = {
+      {"indexer_types", json::array({"full", "shared", "full"})},
+      {"index_topk_pattern", "FSS"},
+      {"index_topk_freq", 2},
+  };
+  for (const auto& [key, value] : schedules) {
+    json j = json::parse(testing::ReadSource("fuzz/corpus/model_config_fuzzer/tiny_dsv32.json"));
+    j[key] = value;
+    auto c = ParseModelConfig(j.dump());
+    ASSERT_TRUE(c.ok()) << key << ": " << c.status();
+    ASSERT_NE(std::count(c->indexer_types.begin(), c->indexer_types.end(), IndexerType::kShared), 0) << key;
+    auto again = ParseModelConfig(ModelConfigToJson(*c));
+    ASSERT_TRUE(again.ok()) << key << ": " << again.status();
+    EXPECT_EQ(again->indexer_types, c->indexer_types) << key;
+  }
 }
 
 }  // namespace
