@@ -37,7 +37,8 @@ grep -q -- '--served-model-name tiny-glm5' <<<"$start" || fail "README's cluster
 
 # The README's own line, then free ports (later flags win).
 cd "$src" || fail "no $src"
-eval "\"$spar\" ${start#spar } --port 0 --http-port 0 --http-port-file \"$dir/http.port\" --metrics-port -1 \
+# exec: $! is then the cluster itself, which the cleanup stops (with its daemons).
+eval "exec \"$spar\" ${start#spar } --port 0 --http-port 0 --http-port-file \"$dir/http.port\" --metrics-port -1 \
   --log-dir \"$dir/logs\"" >"$dir/cluster.out" 2>&1 &
 cluster=$!
 for _ in $(seq 600); do
