@@ -128,13 +128,10 @@ absl::StatusOr<std::string> Scheduler::Submit(GenerateParams params, std::shared
 }
 
 absl::StatusOr<std::vector<int32_t>> Scheduler::EncodePrompt(const std::string& text, size_t enough) const {
-  // Encodes the whole text: its size is bounded by the API in front (the
-  // HTTP body limit, --max-body-bytes, after decompression; gRPC's message
-  // limit), and the HTTP worker pool bounds how many are encoded at once.
-  // A bounded encode (stop after `enough` ids) replaces this call once
-  // text/tokenizer.h has one.
-  (void)enough;
-  return tokenizer_->Encode(text, /*allow_special=*/true);
+  // Stops once the text is known to encode to more than `enough` ids (the
+  // context): a 15 MiB prompt against a 32K context costs what its first
+  // ~32K tokens cost, not the whole text (text/tokenizer.h EncodeOptions).
+  return tokenizer_->Encode(text, EncodeOptions{.allow_special = true, .max_tokens = enough});
 }
 
 absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std::shared_ptr<GenerationSink> sink) {
@@ -164,7 +161,11 @@ absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std
   const int64_t len = static_cast<int64_t>(prompt.size());
   const int64_t context = limits_.max_model_len;
   if (len >= context) {
-    return WithField(absl::InvalidArgumentError(absl::StrCat(params.prompt_field, ": the prompt has ", len,
+    // A text prompt's encoding stops past the context: its count is a bound.
+    const bool stopped_early = params.text.has_value() && len > context;
+    return WithField(absl::InvalidArgumentError(absl::StrCat(params.prompt_field, ": the prompt has ",
+                                                             stopped_early ? "more than " : "",
+                                                             stopped_early ? context : len,
                                                              " tokens, leaving no room in the context of ", context)),
                      params.prompt_field);
   }
