@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/cache_layout.h"
+#include "base/sampling_params.h"
 #include "engine/host_activations.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
@@ -21,7 +22,6 @@
 #include "engine/tensor.h"
 #include "engine/tensor_parallel.h"
 #include "kernels/ref/rope_ref.h"
-#include "kernels/ref/sampling_ref.h"
 
 namespace spar {
 
@@ -100,8 +100,8 @@ struct IndexerSpec {
 };
 
 struct SampleRequest {
-  ref::SamplingParams params;
-  const ref::TokenHistory* history = nullptr;
+  SamplingParams params;
+  const TokenHistory* history = nullptr;
   uint64_t step = 0;     // index of the token being sampled in the output
   int top_logprobs = 0;  // alternatives to return
 };

@@ -65,12 +65,10 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& c) {
   for (int32_t id : r.stop_token_ids) {
     if (id < 0 || id >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("stop token id ", id, " out of range"));
   }
-  const auto& s = r.sampling;
-  if (!(s.temperature >= 0)) return absl::InvalidArgumentError("temperature must be >= 0");
-  if (!(s.top_p > 0 && s.top_p <= 1)) return absl::InvalidArgumentError("top_p must be in (0, 1]");
-  if (!(s.min_p >= 0 && s.min_p <= 1)) return absl::InvalidArgumentError("min_p must be in [0, 1]");
-  if (!(s.repetition_penalty > 0)) return absl::InvalidArgumentError("repetition_penalty must be > 0");
-  if (s.top_k < 0) return absl::InvalidArgumentError("top_k must be >= 0 (0 disables it)");
+  SamplingParams sampling = r.sampling;  // the one rule set (base/sampling_params.h)
+  if (auto bad = CheckSamplingParams(&sampling)) {
+    return absl::InvalidArgumentError(absl::StrCat(bad->field, " ", bad->rule, ", got ", bad->got));
+  }
   if (r.top_logprobs < 0 || r.top_logprobs > 20) return absl::InvalidArgumentError("logprobs must be in [0, 20]");
   return absl::OkStatus();
 }
@@ -137,8 +135,8 @@ absl::StatusOr<std::vector<Generation>> Engine::Generate(
     int32_t cached = 0;           // tokens in the cache
     size_t prompt_len = 0;
     std::vector<int32_t> table;
-    ref::TokenHistory history;
-    ref::SamplingParams sampling;
+    TokenHistory history;
+    SamplingParams sampling;
     bool done = false;
   };
   for (const auto& r : requests) SPAR_RETURN_IF_ERROR(ValidateRequest(r, config()));

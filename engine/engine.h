@@ -21,7 +21,7 @@ namespace spar {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
-  ref::SamplingParams sampling;       // sampling.seed is used when `seed` is set
+  SamplingParams sampling;       // sampling.seed is used when `seed` is set
   std::optional<uint64_t> seed;       // absent: a random seed per request
   int max_tokens = 16;
   std::vector<int32_t> stop_token_ids;

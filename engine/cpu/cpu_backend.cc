@@ -19,6 +19,7 @@
 #include "kernels/ref/moe_ref.h"
 #include "kernels/ref/norm_ref.h"
 #include "kernels/ref/rope_ref.h"
+#include "kernels/ref/sampling_ref.h"
 #include "kernels/ref/sparse_mla_ref.h"
 #include "kernels/ref/topk_ref.h"
 
@@ -485,7 +486,7 @@ class CpuBackend final : public Backend {
       return absl::InvalidArgumentError("sample: one request per logits row");
     }
     std::vector<SampleResult> out(requests.size());
-    static const ref::TokenHistory kEmpty;
+    static const TokenHistory kEmpty;
     for (size_t i = 0; i < requests.size(); ++i) {
       const float* row = logits.as<float>() + i * logits.ld();
       const int vocab = static_cast<int>(logits.cols());

@@ -27,6 +27,8 @@ bool KeepsScaleBlocks(const MatrixSource& m) {
          (c1 % 128 == 0 || c1 == cols);
 }
 
+// Rows of `cols` values are stored `ld` apart (PaddedGemmRowElements: the
+// GEMM streams whole 64-byte stages), the padding zero.
 absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
   const int64_t rows = m.rows(), cols = m.cols();
   out->cols = cols;
@@ -37,10 +39,12 @@ absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
     if (rows < 0 || cols < 0 || m.row_begin + rows > m.weight.shape[0] || m.col_begin + cols > full_cols) {
       return absl::InvalidArgumentError(absl::StrCat("tensor \"", m.weight.name, "\": slice out of bounds"));
     }
-    std::vector<uint8_t> values(static_cast<size_t>(rows * cols));
+    const int64_t ld = PaddedGemmRowElements(cols, GemmWeightType::kFp8Block128);
+    std::vector<uint8_t> values(static_cast<size_t>(rows * ld), 0);
     for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(values.data() + r * cols, m.weight.data + (m.row_begin + r) * full_cols + m.col_begin, cols);
+      std::memcpy(values.data() + r * ld, m.weight.data + (m.row_begin + r) * full_cols + m.col_begin, cols);
     }
+    out->gemm.ld = ld;
     std::vector<float> scales(static_cast<size_t>(srows * scols));
     const float* s = reinterpret_cast<const float*>(m.scale_inv->data);
     for (int64_t r = 0; r < srows; ++r) {
@@ -54,11 +58,16 @@ absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
     return absl::OkStatus();
   }
   SPAR_ASSIGN_OR_RETURN(std::vector<float> f, MatrixToFloat(m));
-  const auto b = ToBf16(f);
+  const int64_t ld = PaddedGemmRowElements(cols, GemmWeightType::kBf16);
+  std::vector<uint16_t> b(static_cast<size_t>(rows * ld), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) b[r * ld + c] = FloatToBf16(f[r * cols + c]);
+  }
   SPAR_RETURN_IF_ERROR(out->values.Upload(b.data(), b.size() * 2));
   out->gemm.type = GemmWeightType::kBf16;
   out->gemm.data = out->values.as<void>();
   out->gemm.scale = nullptr;
+  out->gemm.ld = ld;
   return absl::OkStatus();
 }
 

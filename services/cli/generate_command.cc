@@ -19,6 +19,7 @@
 #include "services/cli/commands.h"
 #include "services/common/args.h"
 #include "services/common/daemon.h"
+#include "services/scheduler/generation_convert.h"
 #include "services/scheduler/startup_checks.h"
 #include "spar/v1/generation.grpc.pb.h"
 #include "text/chat_template.h"
@@ -35,6 +36,19 @@ struct GenerateFlags {
   double temperature = 0.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, frequency_penalty = 0.0,
          presence_penalty = 0.0, timeout_s = 300;
   bool ignore_eos = false, show_ids = false, logprobs = false, chat = false, enforce_eager = false;
+
+  // The sampling flags as every layer holds them (the seed is the request's).
+  SamplingParams Sampling() const {
+    SamplingParams s;
+    s.temperature = static_cast<float>(temperature);
+    s.top_p = static_cast<float>(top_p);
+    s.top_k = static_cast<int32_t>(top_k);
+    s.min_p = static_cast<float>(min_p);
+    s.repetition_penalty = static_cast<float>(repetition_penalty);
+    s.frequency_penalty = static_cast<float>(frequency_penalty);
+    s.presence_penalty = static_cast<float>(presence_penalty);
+    return s;
+  }
 };
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
@@ -82,13 +96,7 @@ int RunRemote(const GenerateFlags& f) {
     req.set_text(f.prompt);
   }
   v1::SamplingParams* s = req.mutable_sampling();
-  s->set_temperature(static_cast<float>(f.temperature));
-  s->set_top_p(static_cast<float>(f.top_p));
-  s->set_top_k(static_cast<int32_t>(f.top_k));
-  s->set_min_p(static_cast<float>(f.min_p));
-  s->set_repetition_penalty(static_cast<float>(f.repetition_penalty));
-  s->set_frequency_penalty(static_cast<float>(f.frequency_penalty));
-  s->set_presence_penalty(static_cast<float>(f.presence_penalty));
+  SamplingParamsToProto(f.Sampling(), s);
   if (f.seed >= 0) s->set_seed(static_cast<uint64_t>(f.seed));
   s->set_n(static_cast<uint32_t>(f.n));
   v1::StoppingCriteria* st = req.mutable_stopping();
@@ -189,13 +197,7 @@ int RunLocal(const GenerateFlags& f) {
     request.prompt = *ids;
   }
   request.max_tokens = static_cast<int>(f.max_tokens);
-  request.sampling.temperature = static_cast<float>(f.temperature);
-  request.sampling.top_p = static_cast<float>(f.top_p);
-  request.sampling.top_k = static_cast<int>(f.top_k);
-  request.sampling.min_p = static_cast<float>(f.min_p);
-  request.sampling.repetition_penalty = static_cast<float>(f.repetition_penalty);
-  request.sampling.frequency_penalty = static_cast<float>(f.frequency_penalty);
-  request.sampling.presence_penalty = static_cast<float>(f.presence_penalty);
+  request.sampling = f.Sampling();
   if (f.seed >= 0) request.seed = static_cast<uint64_t>(f.seed);
   request.ignore_eos = f.ignore_eos;
   request.top_logprobs = static_cast<int>(f.top_logprobs);

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/sampling_params.h"
 #include "engine/step_plan.h"
-#include "kernels/ref/sampling_ref.h"
 
 namespace spar {
 
@@ -19,7 +19,7 @@ namespace spar {
 // starts (or restarts after preemption); the token history for penalties is
 // rebuilt from the plans' tokens (positions < prompt_len are prompt).
 struct SequenceSampling {
-  ref::SamplingParams params;  // seed already resolved
+  SamplingParams params;  // seed already resolved
   int32_t prompt_len = 0;
   int top_logprobs = 0;
 };

@@ -45,13 +45,7 @@ absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& r
   }
 
   const v1::SamplingParams& s = r.sampling();
-  if (s.has_temperature()) p.sampling.temperature = s.temperature();
-  if (s.has_top_p()) p.sampling.top_p = s.top_p();
-  if (s.has_top_k()) p.sampling.top_k = s.top_k();
-  if (s.has_min_p()) p.sampling.min_p = s.min_p();
-  if (s.has_repetition_penalty()) p.sampling.repetition_penalty = s.repetition_penalty();
-  if (s.has_frequency_penalty()) p.sampling.frequency_penalty = s.frequency_penalty();
-  if (s.has_presence_penalty()) p.sampling.presence_penalty = s.presence_penalty();
+  SamplingParamsFromProto(s, &p.sampling);
   if (s.has_seed()) p.seed = s.seed();
   if (s.has_n()) p.n = SaturatedInt(s.n());
 
@@ -120,6 +114,26 @@ void UpdateToProto(const GenerationUpdate& u, v1::GenerateResponse* out) {
     us->set_completion_tokens(u.usage->completion_tokens);
     us->set_total_tokens(u.usage->prompt_tokens + u.usage->completion_tokens);
   }
+}
+
+void SamplingParamsFromProto(const v1::SamplingParams& in, SamplingParams* out) {
+  if (in.has_temperature()) out->temperature = in.temperature();
+  if (in.has_top_p()) out->top_p = in.top_p();
+  if (in.has_top_k()) out->top_k = in.top_k();
+  if (in.has_min_p()) out->min_p = in.min_p();
+  if (in.has_repetition_penalty()) out->repetition_penalty = in.repetition_penalty();
+  if (in.has_frequency_penalty()) out->frequency_penalty = in.frequency_penalty();
+  if (in.has_presence_penalty()) out->presence_penalty = in.presence_penalty();
+}
+
+void SamplingParamsToProto(const SamplingParams& in, v1::SamplingParams* out) {
+  out->set_temperature(in.temperature);
+  out->set_top_p(in.top_p);
+  out->set_top_k(in.top_k);
+  out->set_min_p(in.min_p);
+  out->set_repetition_penalty(in.repetition_penalty);
+  out->set_frequency_penalty(in.frequency_penalty);
+  out->set_presence_penalty(in.presence_penalty);
 }
 
 }  // namespace spar

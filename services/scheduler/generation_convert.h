@@ -23,6 +23,12 @@ absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& r
 
 void UpdateToProto(const GenerationUpdate& update, v1::GenerateResponse* out);
 
+// The public API's sampling message and SamplingParams, each way in one
+// place: unset fields keep SamplingParams' defaults; the seed is not copied
+// (it is the request's, resolved per sequence, GenerateParams::seed).
+void SamplingParamsFromProto(const v1::SamplingParams& in, SamplingParams* out);
+void SamplingParamsToProto(const SamplingParams& in, v1::SamplingParams* out);
+
 }  // namespace spar
 
 #endif  // SPAR_SERVICES_SCHEDULER_GENERATION_CONVERT_H_

@@ -46,7 +46,7 @@ struct CoreOptions {
 // One sequence to generate.
 struct SequenceRequest {
   std::vector<int32_t> prompt;
-  ref::SamplingParams sampling;  // seed resolved
+  SamplingParams sampling;  // seed resolved
   int top_logprobs = 0;
   int max_tokens = 16;
   std::vector<int32_t> stop_token_ids;

@@ -31,7 +31,8 @@ struct KernelSegment {
 
 struct KernelParams {
   int64_t m = 0;  // dense: tokens
-  int64_t k = 0;
+  int64_t k = 0;        // streamed K: the weights' row length in elements
+  int64_t k_valid = 0;  // X columns that exist (<= k); X reads past them are zero-filled
   const uint16_t* x = nullptr;  // bf16 [*, k], row stride ldx
   int64_t ldx = 0;
   const int32_t* x_row_index = nullptr;  // grouped: permuted row -> X row (nullptr: identity)

@@ -169,6 +169,7 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
 
   gemm::internal::KernelParams kp;
   kp.k = p.k;
+  kp.k_valid = p.k;
   kp.x = reinterpret_cast<const uint16_t*>(p.x);
   kp.ldx = p.ldx;
   kp.x_row_index = p.x_row_index;
