@@ -78,12 +78,14 @@ W4Packed PackW4(const W4Source& m) {
 
 W4Packed PackW4SiluPair(const W4Source& gate, const W4Source& up) {
   const int64_t n = gate.rows;
-  return Pack(gate, 2 * n, [&, n](int64_t r) {
+  W4Packed p = Pack(gate, 2 * n, [&, n](int64_t r) {
     const int64_t q = r / 16, within = r % 16;
     const int64_t row = 8 * q + within % 8;
     if (row >= n) return std::make_pair(static_cast<const W4Source*>(nullptr), int64_t{0});
     return std::make_pair(within < 8 ? &gate : &up, row);
   });
+  p.global_scale_up = up.global_scale;
+  return p;
 }
 
 std::vector<uint8_t> UnpackW4Codes(const W4Packed& p) {

@@ -66,6 +66,7 @@ struct W4Packed {
   std::vector<uint8_t> zeros;       // int4: [cols/group][rows_padded]
   std::vector<uint8_t> fp4_scales;  // NVFP4: [rows_padded][cols/16]
   float global_scale = 1.0f;
+  float global_scale_up = 1.0f;  // NVFP4 SiLU pair: the up matrix's own
 };
 
 // True when the kernel takes this shape: cols a multiple of 64 and, for
