@@ -110,6 +110,17 @@ QuantGroup DecoderLinears(QuantScheme scheme) {
   return g;
 }
 
+// AWQ and GPTQ: one scheme over the decoder linears, minus
+// modules_to_not_convert (substring matches).
+absl::StatusOr<WeightFormat> DecoderLinearFormat(const Fields& f, const QuantScheme& s) {
+  WeightFormat w;
+  w.layout = s.layout;
+  w.groups.push_back(DecoderLinears(s));
+  w.not_converted.match = ModulePatterns::Match::kSubstring;
+  SPAR_ASSIGN_OR_RETURN(w.not_converted.patterns, f.StringList("modules_to_not_convert"));
+  return w;
+}
+
 QuantGroup AllLinear(QuantScheme scheme) {
   QuantGroup g;
   g.targets.match = ModulePatterns::Match::kTensors;
@@ -135,12 +146,7 @@ absl::StatusOr<WeightFormat> ParseAwq(const Fields& f) {
   if (absl::AsciiStrToLower(version) != "gemm") {
     return f.Error("version", absl::StrCat("\"", version, "\" is not supported (gemm: qweight [K, N/8])"));
   }
-  WeightFormat w;
-  w.layout = QuantLayout::kAwq;
-  w.groups.push_back(DecoderLinears(s));
-  w.not_converted.match = ModulePatterns::Match::kSubstring;
-  SPAR_ASSIGN_OR_RETURN(w.not_converted.patterns, f.StringList("modules_to_not_convert"));
-  return w;
+  return DecoderLinearFormat(f, s);
 }
 
 absl::StatusOr<WeightFormat> ParseGptq(const Fields& f) {
@@ -178,12 +184,7 @@ absl::StatusOr<WeightFormat> ParseGptq(const Fields& f) {
   SPAR_RETURN_IF_ERROR(f.MustBeEmpty("dynamic", "per-module overrides are not read"));
   SPAR_RETURN_IF_ERROR(f.MustBeEmpty("modules_in_block_to_quantize", "spar reads which modules are converted from "
                                                                      "modules_to_not_convert only"));
-  WeightFormat w;
-  w.layout = QuantLayout::kGptq;
-  w.groups.push_back(DecoderLinears(s));
-  w.not_converted.match = ModulePatterns::Match::kSubstring;
-  SPAR_ASSIGN_OR_RETURN(w.not_converted.patterns, f.StringList("modules_to_not_convert"));
-  return w;
+  return DecoderLinearFormat(f, s);
 }
 
 absl::StatusOr<QuantScheme> ParseCtWeights(const Fields& f) {

@@ -17,6 +17,7 @@
 #include "base/mapped_file.h"
 #include "base/numeric.h"
 #include "engine/checkpoint.h"
+#include "engine/weight_convert.h"
 #include "gtest/gtest.h"
 #include "kernels/ref/int4_ref.h"
 #include "kernels/ref/nvfp4_ref.h"
@@ -24,27 +25,11 @@
 
 namespace spar::testing {
 
+// Scales widened to fp32 (only the dtype conversion is shared with the engine).
 inline std::vector<float> ScalesAsFloat(const TensorView& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    uint16_t h;
-    switch (t.dtype) {
-      case DType::kF32:
-        std::memcpy(&out[i], t.data + 4 * i, 4);
-        break;
-      case DType::kF16:
-        std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = HalfToFloat(h);
-        break;
-      case DType::kBF16:
-        std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = Bf16ToFloat(h);
-        break;
-      default:
-        ADD_FAILURE() << t.name << ": scale dtype " << DTypeName(t.dtype);
-    }
-  }
-  return out;
+  auto f = TensorToFloat(t);
+  EXPECT_TRUE(f.ok()) << f.status();
+  return f.ok() ? *f : std::vector<float>();
 }
 
 // Counts what was converted, so a test can check that it converted anything.

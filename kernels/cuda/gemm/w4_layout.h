@@ -35,6 +35,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/ref/int4_ref.h"
+#include "kernels/ref/nvfp4_ref.h"
+
 namespace spar::gemm {
 
 inline constexpr int64_t kW4RowTile = 64;  // rows are padded to this
@@ -54,6 +57,10 @@ struct W4Source {
   const uint8_t* fp4_scales = nullptr;
   float global_scale = 1.0f;
 };
+
+// Views of kernels/ref's canonical forms (valid while `w` lives).
+W4Source W4SourceOf(const ref::Int4Weights& w);
+W4Source W4SourceOf(const ref::Nvfp4Weights& w);
 
 struct W4Packed {
   int64_t rows = 0;         // logical rows (SiLU pair: 2 x the gate's)

@@ -58,12 +58,25 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool Aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
-int ConfigFor(int64_t rows_per_tile) {
+// By tokens per tile; the 128-row prefill tile only where it tiles the
+// packed rows (they are padded to 64).
+int ConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
   if (rows_per_tile <= 8) return 0;
   if (rows_per_tile <= 16) return 1;
   if (rows_per_tile <= 32) return 2;
-  if (rows_per_tile <= 128) return 3;
+  if (rows_per_tile <= 128 || rows_padded % 128 != 0) return 3;
   return 4;
+}
+
+// A forced configuration must tile the packed rows.
+absl::Status CheckForced(absl::string_view op, int config, int64_t rows_padded) {
+  if (config < 0) return absl::OkStatus();
+  if (config >= kW4NumConfigs) return InvalidParam(op, "force_config", "is not a tile configuration");
+  if (rows_padded % kConfigs[config].br != 0) {
+    return InvalidParam(op, "force_config", absl::StrCat(kConfigs[config].name, " needs rows_padded to be a multiple of ",
+                                                         kConfigs[config].br));
+  }
+  return absl::OkStatus();
 }
 
 struct Plan {
@@ -77,7 +90,7 @@ struct Plan {
 // split keeping at least 4 chunks (256 columns), the partials in the workspace.
 Plan MakePlan(const W4A16GemmParams& p, size_t workspace_limit) {
   Plan plan;
-  plan.config = p.force_config >= 0 ? p.force_config : ConfigFor(p.m);
+  plan.config = p.force_config >= 0 ? p.force_config : ConfigFor(p.m, p.w.rows_padded);
   const W4Config& c = kConfigs[plan.config];
   plan.token_tiles = CeilDiv(p.m, c.bt);
   plan.row_tiles = p.w.rows_padded / c.br;
@@ -157,7 +170,7 @@ absl::Status LaunchW4A16Gemm(const W4A16GemmParams& p, cudaStream_t stream) {
   if (p.m < 0) return InvalidParam(kOp, "m", "must be >= 0");
   if (p.k <= 0 || p.k % 64 != 0) return InvalidParam(kOp, "k", absl::StrCat("must be a positive multiple of 64, got ", p.k));
   if (auto s = ValidateWeight(kOp, p.w, p.k); !s.ok()) return s;
-  if (p.force_config >= kW4NumConfigs) return InvalidParam(kOp, "force_config", "is not a tile configuration");
+  if (auto s = CheckForced(kOp, p.force_config, p.w.rows_padded); !s.ok()) return s;
   if (p.m == 0) return absl::OkStatus();
   if (p.x == nullptr || !Aligned(p.x, 16)) return InvalidParam(kOp, "x", "must be non-null and 16-byte aligned");
   if (p.ldx < p.k || p.ldx % 8 != 0) return InvalidParam(kOp, "ldx", "must be >= k and a multiple of 8");
@@ -189,7 +202,7 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
   if (p.max_rows < 0 || p.max_rows >= (int64_t{1} << 31)) return InvalidParam(kMoeOp, "max_rows", "must be in [0, 2^31)");
   if (p.k <= 0 || p.k % 64 != 0) return InvalidParam(kMoeOp, "k", "must be a positive multiple of 64");
   if (auto s = ValidateWeight(kMoeOp, p.weight, p.k); !s.ok()) return s;
-  if (p.force_config >= kW4NumConfigs) return InvalidParam(kMoeOp, "force_config", "is not a tile configuration");
+  if (auto s = CheckForced(kMoeOp, p.force_config, p.weight.rows_padded); !s.ok()) return s;
   if (p.max_rows == 0) return absl::OkStatus();
   if (p.expert_offsets == nullptr) return InvalidParam(kMoeOp, "expert_offsets", "is null");
   if (p.x == nullptr || !Aligned(p.x, 16)) return InvalidParam(kMoeOp, "x", "must be non-null and 16-byte aligned");
@@ -211,7 +224,8 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
       p.workspace_bytes < MoeGroupedGemmWorkspaceBytes(p.max_rows, p.num_experts)) {
     return InvalidParam(kMoeOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
   }
-  const int config = p.force_config >= 0 ? p.force_config : ConfigFor(std::max<int64_t>(1, p.expected_rows_per_expert));
+  const int config = p.force_config >= 0 ? p.force_config
+                                         : ConfigFor(std::max<int64_t>(1, p.expected_rows_per_expert), p.weight.rows_padded);
   const W4Config& c = kConfigs[config];
   const int64_t row_tiles = p.weight.rows_padded / c.br;
   if (row_tiles > 65535) return InvalidParam(kMoeOp, "weight.n", "too many output tiles");

@@ -31,19 +31,7 @@ struct Host4 {
   ref::Int4Weights i4;
   ref::Nvfp4Weights f4;
   std::vector<float> deq;  // [n, k]
-  gemm::W4Source Source() const {
-    gemm::W4Source s;
-    s.fp4 = fp4;
-    s.rows = fp4 ? f4.rows : i4.rows;
-    s.cols = fp4 ? f4.cols : i4.cols;
-    s.group = fp4 ? 16 : i4.group;
-    s.codes = fp4 ? f4.codes.data() : i4.codes.data();
-    s.zeros = i4.zeros.data();
-    s.scales = i4.scales.data();
-    s.fp4_scales = f4.scales.data();
-    s.global_scale = f4.global_scale;
-    return s;
-  }
+  gemm::W4Source Source() const { return fp4 ? gemm::W4SourceOf(f4) : gemm::W4SourceOf(i4); }
 };
 
 Host4 Make4(bool fp4, int64_t n, int64_t k, int64_t group, uint64_t seed) {
