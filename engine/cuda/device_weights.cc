@@ -291,7 +291,7 @@ absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src) {
     SPAR_RETURN_IF_ERROR(UploadMatrix(p, m.get()));
     if (lin->k != 0 && m->cols != lin->k) return absl::InvalidArgumentError("linear: parts differ in columns");
     lin->k = m->cols;
-    lin->n_total += m->gemm.n;
+    lin->n_total += m->n();
     lin->parts.push_back(std::move(m));
   }
   lin->fp32_out = src.fp32_output;
