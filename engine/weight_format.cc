@@ -1,5 +1,6 @@
 #include "engine/weight_format.h"
 
+#include <algorithm>
 #include <regex>
 
 #include "absl/strings/ascii.h"
@@ -365,6 +366,17 @@ absl::Status ModulePatterns::Compile() {
   if (match != Match::kTensors) return absl::OkStatus();
   for (size_t i = 0; i < patterns.size(); ++i) {
     if (!absl::StartsWith(patterns[i], "re:")) continue;
+    // libstdc++'s regex compiler and matcher recurse: bound what a config
+    // may ask of them (real ignore lists hold short patterns).
+    int depth = 0, max_depth = 0;
+    for (char ch : patterns[i]) {
+      depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
+      max_depth = std::max(max_depth, depth);
+    }
+    if (patterns[i].size() > 512 || max_depth > 16) {
+      return absl::InvalidArgumentError(absl::StrCat("entry \"", patterns[i].substr(0, 64),
+                                                     "...\" is too long or nested for a module pattern"));
+    }
     try {
       regexes_[i] = std::make_shared<const std::regex>(patterns[i].substr(3));
     } catch (const std::regex_error&) {

@@ -204,6 +204,8 @@ TEST(WeightFormatTest, RefusesWhatItDoesNotRead) {
       {"ct tensor strategy", WithWeights("strategy", "tensor"), "quantization_config.config_groups.group_0.weights.strategy"},
       {"ct dynamic", WithWeights("dynamic", true), "quantization_config.config_groups.group_0.weights.dynamic"},
       {"ct bad regex", With(kCt, "ignore", {"re:(unclosed"}), "quantization_config.ignore"},
+      {"ct deep regex", With(kCt, "ignore", {"re:" + std::string(40, '(') + "x" + std::string(40, ')')}),
+       "quantization_config.ignore"},
       {"ct no groups", With(kCt, "config_groups", json::object()), "quantization_config.config_groups"},
       {"modelopt fp8", json{{"quant_method", "modelopt"}, {"quant_algo", "FP8"}}, "quantization_config.quant_algo"},
       {"modelopt block 32", json{{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"group_size", 32}},
