@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/numeric.h"
 #include "base/status_macros.h"
+#include "base/thread_pool.h"
 #include "engine/weight_convert.h"
 #include "kernels/cuda/gemm/w4_layout.h"
 
@@ -231,13 +232,22 @@ absl::Status PackExperts(const std::vector<const MatrixSource*>& mats, PackedExp
 // taken by the kernel (then the caller packs them in bf16).
 absl::StatusOr<bool> PackExpertsW4(const std::vector<const MatrixSource*>& mats,
                                    const std::vector<const MatrixSource*>* up, PackedExperts* out) {
+  // Unpacking the checkpoint's layout is per expert: all experts at once.
+  const int64_t count = static_cast<int64_t>(mats.size());
+  std::vector<absl::StatusOr<std::optional<FourBitHost>>> unpacked(count), unpacked_up(up != nullptr ? count : 0);
+  ParallelFor(count, 1, [&](int64_t e0, int64_t e1) {
+    for (int64_t e = e0; e < e1; ++e) {
+      unpacked[e] = KernelReady4Bit(*mats[e]);
+      if (up != nullptr) unpacked_up[e] = KernelReady4Bit(*(*up)[e]);
+    }
+  });
   std::vector<FourBitHost> hosts, ups;
-  for (size_t e = 0; e < mats.size(); ++e) {
-    SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> h, KernelReady4Bit(*mats[e]));
+  for (int64_t e = 0; e < count; ++e) {
+    SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> h, std::move(unpacked[e]));
     if (!h) return false;
     hosts.push_back(std::move(*h));
     if (up != nullptr) {
-      SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> u, KernelReady4Bit(*(*up)[e]));
+      SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> u, std::move(unpacked_up[e]));
       if (!u || u->fp4 != hosts.back().fp4) return false;
       ups.push_back(std::move(*u));
     }
