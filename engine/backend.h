@@ -31,17 +31,29 @@ class Weight {
   virtual ~Weight() = default;
 };
 
-// One checkpoint matrix [rows, cols]: bf16/f32, or e4m3 with block scales.
+// One checkpoint matrix [rows, cols]: bf16/f32, e4m3 with block scales, or
+// 4-bit (engine/weight_format.h) with its scale and zero-point tensors.
 struct MatrixSource {
+  // Plain and FP8: the [rows, cols] tensor. 4-bit: the packed values (AWQ /
+  // GPTQ qweight, compressed-tensors weight_packed, NVFP4 uint8 weight).
   TensorView weight;
   std::optional<TensorView> scale_inv;  // [ceil(rows/128), ceil(cols/128)] for F8_E4M3
+  // 4-bit only: the scheme, the logical shape [N, K] and the other tensors
+  // (scales: AWQ / GPTQ scales, weight_scale; zeros: qzeros or
+  // weight_zero_point when stored), checked by LoadMatrixSource.
+  std::optional<QuantScheme> quant;
+  int64_t quant_rows = 0, quant_cols = 0;
+  std::optional<TensorView> scales, zeros;
+  float global_scale = 1.0f;  // NVFP4 weight_scale_2
   // Row and column ranges of `weight` to use (tensor parallel slicing:
   // column-parallel layers take rows, row-parallel layers take columns);
   // the whole matrix by default.
   int64_t row_begin = 0, row_end = -1;
   int64_t col_begin = 0, col_end = -1;
-  int64_t rows() const { return (row_end < 0 ? weight.shape[0] : row_end) - row_begin; }
-  int64_t cols() const { return (col_end < 0 ? weight.shape[1] : col_end) - col_begin; }
+  int64_t full_rows() const { return quant ? quant_rows : weight.shape[0]; }
+  int64_t full_cols() const { return quant ? quant_cols : weight.shape[1]; }
+  int64_t rows() const { return (row_end < 0 ? full_rows() : row_end) - row_begin; }
+  int64_t cols() const { return (col_end < 0 ? full_cols() : col_end) - col_begin; }
   bool sliced() const { return row_begin != 0 || col_begin != 0 || row_end >= 0 || col_end >= 0; }
 };
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/hash.h"
 #include "base/mapped_file.h"
@@ -62,6 +63,12 @@ std::vector<float> DrawValues(uint64_t seed, const std::string& name, int64_t co
   return v;
 }
 
+// The router and the embedding are not nn.Linear modules in the Hugging
+// Face model: no quantization tool converts them.
+bool IsLinearModule(const std::string& name) {
+  return name != names::kEmbed && !absl::EndsWith(name, ".mlp.gate.weight");
+}
+
 class TinyWriter {
  public:
   TinyWriter(const MakeTinyOptions& options, const ModelConfig& config)
@@ -96,6 +103,16 @@ class TinyWriter {
                       std::optional<Init> init_override = std::nullopt) {
     const Init init = init_override.value_or(LinearInit(cols));
     const uint64_t seed = options_.seed;
+    if (config_.quant.weight_format && IsLinearModule(name)) {
+      const std::string module = name.substr(0, name.size() - 7);  // without ".weight"
+      SPAR_ASSIGN_OR_RETURN(std::optional<QuantScheme> scheme, config_.quant.weight_format->SchemeFor(module));
+      if (scheme) {
+        if (options_.geometry == TinyGeometry::kGlm5Full) {
+          return AddRandomQuantizedMatrix(writer_, *scheme, module, rows, cols, TensorSeed(seed, name), init.spread);
+        }
+        return AddQuantizedMatrix(writer_, *scheme, module, DrawValues(seed, name, rows * cols, init), rows, cols);
+      }
+    }
     if (options_.geometry == TinyGeometry::kGlm5Full) return FastMatrix(name, rows, cols, quantizable, init);
     if (!(options_.fp8 && quantizable)) {
       return writer_.Add(name, DType::kBF16, {rows, cols}, [=](uint8_t* dst, size_t) {
@@ -330,6 +347,12 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
     }
     c.indexer_types.push_back(kind == 'F' ? IndexerType::kFull : IndexerType::kShared);
   }
+  if (o.quant != TinyQuant::kNone) {
+    if (o.fp8) return absl::InvalidArgumentError("--quant and --fp8 are different weight formats: pick one");
+    // 64 divides every tiny input width (192, 256, 512, 4096); the real
+    // checkpoints use 128.
+    SPAR_ASSIGN_OR_RETURN(c.quant.weight_format, TinyWeightFormat(o.quant, o.geometry == TinyGeometry::kTiny ? 64 : 128));
+  }
   if (o.fp8) {
     c.quant.fp8 = true;
     c.quant.ue8m0_scales = !glm;
@@ -356,6 +379,11 @@ absl::Status MakeTinyModel(const MakeTinyOptions& options) {
   SPAR_RETURN_IF_ERROR(w.Matrix(names::kLmHead, c.vocab_size, c.hidden_size, /*quantizable=*/false, head_init));
   SPAR_RETURN_IF_ERROR(w.Write(options.out_dir));
   SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/config.json", ModelConfigToJson(c)));
+  if (c.quant.weight_format && !c.quant.weight_format->hf_quant_config_json.empty()) {
+    // ModelOpt checkpoints describe NVFP4 in hf_quant_config.json too.
+    const auto hf = nlohmann::json::parse(c.quant.weight_format->hf_quant_config_json);
+    SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/hf_quant_config.json", hf.dump(2) + "\n"));
+  }
   nlohmann::json gen = {{"eos_token_id", c.eos_token_ids}, {"do_sample", false}, {"_from_model_config", true}};
   if (c.pad_token_id) gen["pad_token_id"] = *c.pad_token_id;
   SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/generation_config.json", gen.dump(2) + "\n"));

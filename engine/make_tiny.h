@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/model_config.h"
+#include "engine/tiny_quant.h"
 
 namespace spar {
 
@@ -25,6 +26,8 @@ struct MakeTinyOptions {
   ModelArch arch = ModelArch::kGlmMoeDsa;
   TinyGeometry geometry = TinyGeometry::kTiny;
   bool fp8 = false;
+  // 4-bit weights in a published layout (engine/tiny_quant.h); not with fp8.
+  TinyQuant quant = TinyQuant::kNone;
   uint64_t seed = 0;
   int layers = 0;  // 0: the geometry's default
   int index_topk = 0;  // 0: the geometry's default

@@ -1,5 +1,5 @@
-// spar make-tiny --arch glm5|dsv32 --out DIR [--fp8] [--seed N]
-//                [--geometry tiny|glm5-full] [--layers N] [--index-topk K]
+// spar make-tiny --arch glm5|dsv32 --out DIR [--fp8 | --quant awq|gptq|int4-ct|nvfp4]
+//                [--seed N] [--geometry tiny|glm5-full] [--layers N] [--index-topk K]
 #include <iostream>
 
 #include "engine/make_tiny.h"
@@ -9,13 +9,16 @@
 namespace spar {
 
 int RunMakeTiny(int argc, char** argv) {
-  std::string arch = "glm5", geometry = "tiny", out, indexer_pattern;
+  std::string arch = "glm5", geometry = "tiny", out, indexer_pattern, quant;
   bool fp8 = false;
   int64_t seed = 0, layers = 0, index_topk = 0, shard_mb = 0;
   ArgParser args("make-tiny");
   args.AddString("arch", &arch, "glm5 (GlmMoeDsaForCausalLM) or dsv32 (DeepseekV32ForCausalLM)");
   args.AddString("out", &out, "output directory (created if missing)");
   args.AddBool("fp8", &fp8, "block-FP8 e4m3 weights with 128x128 scales, as the real FP8 checkpoints");
+  args.AddString("quant", &quant,
+                 "4-bit weights as published: awq (AutoAWQ GEMM), gptq (GPTQ v1), int4-ct (compressed-tensors "
+                 "pack-quantized) or nvfp4 (ModelOpt)");
   args.AddInt("seed", &seed, "weight seed (same seed, same bytes on every machine)");
   args.AddString("geometry", &geometry, "tiny (default) or glm5-full (real GLM-5 layer sizes)");
   args.AddInt("layers", &layers, "number of decoder layers (default: 3 tiny, 4 glm5-full)");
@@ -44,7 +47,13 @@ int RunMakeTiny(int argc, char** argv) {
     std::cerr << "make-tiny: --seed, --layers, --index-topk and --shard-mb must not be negative\n";
     return 2;
   }
+  auto tiny_quant = ParseTinyQuant(quant);
+  if (!tiny_quant.ok()) {
+    std::cerr << "make-tiny: " << tiny_quant.status().message() << "\n";
+    return 2;
+  }
   options.fp8 = fp8;
+  options.quant = *tiny_quant;
   options.seed = static_cast<uint64_t>(seed);
   options.layers = static_cast<int>(layers);
   options.index_topk = static_cast<int>(index_topk);
@@ -55,7 +64,8 @@ int RunMakeTiny(int argc, char** argv) {
     std::cerr << "make-tiny: " << s.message() << "\n";
     return 1;
   }
-  std::cout << "wrote " << arch << (fp8 ? " fp8" : " bf16") << " model to " << out << "\n";
+  const std::string kind = !quant.empty() ? quant : fp8 ? "fp8" : "bf16";
+  std::cout << "wrote " << arch << " " << kind << " model to " << out << "\n";
   return 0;
 }
 

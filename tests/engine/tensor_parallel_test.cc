@@ -69,6 +69,7 @@ struct TpCase {
   const char* name;
   ModelArch arch;
   bool fp8;
+  TinyQuant quant = TinyQuant::kNone;  // 4-bit: ranks slice packed matrices
 };
 
 class TensorParallelTest : public ::testing::TestWithParam<TpCase> {
@@ -77,6 +78,7 @@ class TensorParallelTest : public ::testing::TestWithParam<TpCase> {
     MakeTinyOptions o;
     o.arch = c.arch;
     o.fp8 = c.fp8;
+    o.quant = c.quant;
     o.seed = 11;
     o.out_dir = testing::TempDir(std::string("tp_") + c.name);
     EXPECT_TRUE(MakeTinyModel(o).ok());
@@ -184,7 +186,10 @@ TEST_P(TensorParallelTest, TpGroupsMatchTp1) {
 INSTANTIATE_TEST_SUITE_P(Tiny, TensorParallelTest,
                          ::testing::Values(TpCase{"glm5_bf16", ModelArch::kGlmMoeDsa, false},
                                            TpCase{"glm5_fp8", ModelArch::kGlmMoeDsa, true},
-                                           TpCase{"dsv32_fp8", ModelArch::kDeepseekV32, true}),
+                                           TpCase{"dsv32_fp8", ModelArch::kDeepseekV32, true},
+                                           TpCase{"glm5_awq", ModelArch::kGlmMoeDsa, false, TinyQuant::kAwq},
+                                           TpCase{"glm5_int4_ct", ModelArch::kGlmMoeDsa, false, TinyQuant::kInt4Ct},
+                                           TpCase{"glm5_nvfp4", ModelArch::kGlmMoeDsa, false, TinyQuant::kNvfp4}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(TensorParallelErrors, SizeThatDoesNotDivideHeadsIsRejected) {

@@ -38,6 +38,14 @@ expect 1 'attention heads' "$spar" plan --geometry glm5-full --tp 3 --stages 2
 expect 1 'does not fit: .*use more GPUs per stage' "$spar" plan --geometry glm5-full --tp 8
 expect 1 'max model len 300000' "$spar" plan --geometry glm5-full --tp 8 --stages 2 --max-model-len 300000
 expect 1 'config.json' "$spar" plan --model "$dir/missing"
+expect 2 '--quant must be int4 or nvfp4, got "int8"' "$spar" plan --geometry glm5-full --tp 8 --quant int8
+expect 2 '--quant goes with --geometry' "$spar" plan --model "$dir/model" --quant int4
+expect 2 '--quant must be awq, gptq, int4-ct or nvfp4, got "int3"' "$spar" make-tiny --quant int3 --out "$dir/q"
+expect 1 '--quant and --fp8 are different weight formats' "$spar" make-tiny --quant awq --fp8 --out "$dir/q"
+# A 4-bit checkpoint whose config no longer describes its tensors is refused at load.
+"$spar" make-tiny --quant awq --out "$dir/awq" >/dev/null || { echo "make-tiny --quant failed"; exit 1; }
+sed -i 's/"zero_point": true/"zero_point": false/' "$dir/awq/config.json"
+expect 1 'quantization_config.zero_point' "$spar" generate --model "$dir/awq" --prompt-ids 1,2 --max-tokens 1
 
 expect 2 '^worker: --stage-layers: stage layers 0:1 end at layer 1; the model has 3' "$worker" --model "$dir/model" --stage 0 --stages 2 --stage-layers 0:1
 expect 2 'names 3 stages, --stages 2' "$worker" --model "$dir/model" --stage 0 --stages 2 --stage-layers 0:1,1:2,2:3
