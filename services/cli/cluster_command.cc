@@ -21,6 +21,7 @@
 #include "engine/model_config.h"
 #include "services/cli/commands.h"
 #include "services/common/args.h"
+#include "services/common/cache_flags.h"
 #include "services/common/daemon.h"
 #include "services/common/health_client.h"
 #include "services/common/layer_split.h"
@@ -85,6 +86,10 @@ int RunCluster(int argc, char** argv) {
                  "write the metrics endpoints here as Prometheus file_sd JSON once serving");
   args.AddInt("shutdown-timeout", &shutdown_timeout_s,
               "on SIGINT/SIGTERM, let running requests finish for up to this many seconds (default 30)");
+  CacheDtypeFlags cache_flags;  // to the workers
+  cache_flags.Register(&args);
+  PrefixCachingFlags prefix_flags;  // to the scheduler
+  prefix_flags.Register(&args);
   if (auto code = args.ParseOrExitCode(argc, argv, 2)) return *code;
   if (model.empty()) {
     std::cerr << "cluster: --model is required\n" << args.Usage();
@@ -103,6 +108,12 @@ int RunCluster(int argc, char** argv) {
     std::cerr << "cluster: --tp-size must be in [1, 64]\n";
     return 2;
   }
+  // Refused here rather than in a worker's log.
+  if (auto formats = cache_flags.Resolve(backend); !formats.ok()) {
+    std::cerr << "cluster: " << formats.status().message() << "\n";
+    return 2;
+  }
+  const std::vector<std::string> cache_argv = cache_flags.PassThrough();
   const std::string shutdown_timeout = absl::StrCat(shutdown_timeout_s);
   // Children get SIGTERM and this long to drain before SIGKILL.
   const absl::Duration stop_grace = absl::Seconds(shutdown_timeout_s + 10);
@@ -152,6 +163,7 @@ int RunCluster(int argc, char** argv) {
     argv_w.insert(argv_w.end(), {"--device", absl::StrCat(i * tp_size)});
     if (tp_size > 1) argv_w.insert(argv_w.end(), {"--tp-size", absl::StrCat(tp_size)});
     if (enforce_eager) argv_w.push_back("--enforce-eager");
+    argv_w.insert(argv_w.end(), cache_argv.begin(), cache_argv.end());
     auto child = ChildProcess::Spawn(argv_w, {absl::StrCat(log_dir, "/worker-", i, ".log")});
     if (!child.ok()) {
       std::cerr << "cluster: " << child.status().message() << "\n";
@@ -184,6 +196,7 @@ int RunCluster(int argc, char** argv) {
                                          "--metrics-host", host, "--metrics-port", metrics_port < 0 ? "-1" : "0",
                                          "--shutdown-timeout", shutdown_timeout};
       if (enforce_eager) argv_p.push_back("--enforce-eager");
+      argv_p.insert(argv_p.end(), cache_argv.begin(), cache_argv.end());
       auto child = ChildProcess::Spawn(argv_p, {absl::StrCat(log_dir, "/", name, ".log")});
       if (!child.ok()) {
         std::cerr << "cluster: " << child.status().message() << "\n";
@@ -204,6 +217,7 @@ int RunCluster(int argc, char** argv) {
                                      "--shutdown-timeout", shutdown_timeout,
                                      "--http-port", absl::StrCat(http_port),
                                      "--http-port-file", run_dir + "/http.port"};
+  for (const std::string& flag : prefix_flags.PassThrough()) argv_s.push_back(flag);
   auto sched = ChildProcess::Spawn(argv_s, {log_dir + "/scheduler.log"});
   if (!sched.ok()) {
     std::cerr << "cluster: " << sched.status().message() << "\n";
