@@ -212,13 +212,6 @@ class CpuEngineFormatsTest : public ::testing::TestWithParam<ModelArch> {
   }
 };
 
-std::vector<int32_t> Prompt(int n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> p(n);
-  for (auto& t : p) t = static_cast<int32_t>(rng.Below(288));
-  return p;
-}
-
 // The FP8 latent rows with bf16 indexer keys (exact mode's cpu side): a
 // decode step reads the same quantized rows a prefill does, so generating
 // token by token gives the prefill's logits; and the logits are not the
@@ -229,7 +222,7 @@ TEST_P(CpuEngineFormatsTest, Fp8LatentDecodeEqualsPrefillAndDiffersFromFp32) {
   auto fp32 = Make(dir, {});
   ASSERT_TRUE(fp8 && fp32);
   GenerationRequest r;
-  r.prompt = Prompt(70, 3);  // beyond index_topk (32): sparse decode
+  r.prompt = testing::RandomTokens(70, 3);  // beyond index_topk (32): sparse decode
   r.sampling.temperature = 0;
   r.max_tokens = 10;
   r.ignore_eos = true;
@@ -263,8 +256,8 @@ TEST_P(CpuEngineFormatsTest, Fp8LatentDecodeEqualsPrefillAndDiffersFromFp32) {
   // e4m3 keeps 3 mantissa bits, so rows move by a few % (and a rare MoE
   // router flip by more: measured 4-8 % typical, one row in 8 up to 33 %);
   // reading the wrong bytes would move them by ~100 %.
-  auto short_fp8 = fp8->PromptLogits({Prompt(24, 5)}, 8);
-  auto short_fp32 = fp32->PromptLogits({Prompt(24, 5)}, 8);
+  auto short_fp8 = fp8->PromptLogits({testing::RandomTokens(24, 5)}, 8);
+  auto short_fp32 = fp32->PromptLogits({testing::RandomTokens(24, 5)}, 8);
   ASSERT_TRUE(short_fp8.ok() && short_fp32.ok());
   std::vector<double> errs;
   for (int i = 0; i < 8; ++i) {

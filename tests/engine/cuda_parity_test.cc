@@ -20,7 +20,6 @@
 #include <set>
 
 #include "absl/time/clock.h"
-#include "base/rng.h"
 #include "absl/time/time.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/engine.h"
@@ -52,16 +51,7 @@ std::unique_ptr<Engine> MakeEngine(const std::string& dir, const std::string& ba
   return e.ok() ? std::move(*e) : nullptr;
 }
 
-// max |a - b| / max |a| over a row.
-double RelErr(const std::vector<float>& ref, const std::vector<float>& got) {
-  double err = 0, scale = 0;
-  for (size_t v = 0; v < ref.size(); ++v) {
-    if (!std::isfinite(got[v])) return INFINITY;
-    err = std::max(err, std::fabs(double(got[v]) - ref[v]));
-    scale = std::max(scale, std::fabs(double(ref[v])));
-  }
-  return err / scale;
-}
+using testing::RelErr;
 
 // Of the positions `b` selected at `layer` (valid entries of every token's
 // top-k), the share that `a` selected for the same token too.
@@ -160,7 +150,9 @@ GreedyAgreement DenseGreedy(const std::string& dir, const std::vector<std::vecto
       ++g.total;
     }
     bool same = (*gens)[i].tokens.size() == (*own)[i].tokens.size();
-    for (size_t j = 0; same && j < (*gens)[i].tokens.size(); ++j) same = (*gens)[i].tokens[j].id == (*own)[i].tokens[j].id;
+    for (size_t j = 0; same && j < (*gens)[i].tokens.size(); ++j) {
+      same = (*gens)[i].tokens[j].id == (*own)[i].tokens[j].id;
+    }
     g.identical += same;
     ++g.prompts;
   }
@@ -193,7 +185,9 @@ TEST_P(CudaParityTest, DenseGreedyPicksAreReferenceNearArgmax) {
 // rows, so an e4m3 rounding boundary can flip one value's code between them
 // (6 % of that value); the printed numbers say how much that costs.
 TEST_P(CudaParityTest, Fp8LatentCacheMatchesTheCpuFp8ReferenceDense) {
-  const CacheDtypes fp8{LatentFormat::kFp8Ds, std::nullopt};
+  // The cuda side is exactly --kv-cache-dtype fp8 (its indexer auto is fp8);
+  // the cpu's auto would be fp32 keys, so both are named.
+  const CacheDtypes fp8{LatentFormat::kFp8Ds, IndexerFormat::kFp8};
   const std::vector<double> errs = DenseLogitErrors(dir_, prompts_, fp8);
   ASSERT_FALSE(errs.empty());
   const size_t within = std::upper_bound(errs.begin(), errs.end(), 3e-2) - errs.begin();
@@ -234,14 +228,14 @@ TEST_P(CudaParityTest, Fp8LatentCacheSparseSelectionsAgreeWithCpu) {
 // earlier layers' bf16 differences, are printed.
 TEST_P(CudaParityTest, ExactModeSelectionsEqualCpuOn2500Tokens) {
   const std::string name = GetParam().name;
-  if (name != "glm5-bf16" && name != "dsv32-fp8") GTEST_SKIP() << "two variants (both archs and weight formats) suffice";
+  if (name != "glm5-bf16" && name != "dsv32-fp8") {
+    GTEST_SKIP() << "two variants (both archs and weight formats) suffice";
+  }
   const CacheDtypes exact{LatentFormat::kBF16, IndexerFormat::kBF16};
   auto cpu = MakeEngine(dir_, "cpu", 0, exact);
   auto cuda = MakeEngine(dir_, "cuda", 0, exact);
   ASSERT_TRUE(cpu && cuda);
-  std::vector<int32_t> prompt(2500);
-  Rng rng(2500);
-  for (auto& t : prompt) t = static_cast<int32_t>(rng.Below(288));
+  const std::vector<int32_t> prompt = testing::RandomTokens(2500, 2500);
   ForwardTrace ta, tb;
   const absl::Time start = absl::Now();
   auto a = cpu->PromptLogits({prompt}, 1, &ta);
@@ -255,7 +249,9 @@ TEST_P(CudaParityTest, ExactModeSelectionsEqualCpuOn2500Tokens) {
     const double overlap = SelectionOverlap(ta, tb, layer, prompt.size());
     std::cout << name << ": exact mode, 2500 tokens, layer " << layer << " top-k overlap cuda vs cpu " << overlap
               << "\n";
-    if (layer == first_full) EXPECT_GE(overlap, 0.99) << "layer " << layer;
+    if (layer == first_full) {
+      EXPECT_GE(overlap, 0.99) << "layer " << layer;
+    }
   }
   std::cout << name << ": exact mode, last-logit rel err " << RelErr((*a)[0][0], (*b)[0][0]) << " (cpu prefill "
             << cpu_time << ")\n";

@@ -21,7 +21,6 @@
 #include <cmath>
 #include <set>
 
-#include "base/rng.h"
 #include "engine/engine.h"
 #include "engine/make_tiny.h"
 #include "gtest/gtest.h"
@@ -52,13 +51,6 @@ std::unique_ptr<Engine> MakeEngine(const std::string& dir, const std::string& ba
   return e.ok() ? std::move(*e) : nullptr;
 }
 
-std::vector<int32_t> RandomIds(int n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& t : ids) t = static_cast<int32_t>(rng.Below(288));
-  return ids;
-}
-
 // Runs a plan on `model`, returning the logits rows on the host.
 std::vector<float> RunPlan(Model& model, StepPlan plan, ForwardTrace* trace = nullptr) {
   const ModelConfig& c = model.config();
@@ -71,16 +63,6 @@ std::vector<float> RunPlan(Model& model, StepPlan plan, ForwardTrace* trace = nu
   auto host = model.backend()->ToHost(*out);
   EXPECT_TRUE(host.ok()) << host.status();
   return host.ok() ? *host : std::vector<float>();
-}
-
-double RelErr(const std::vector<float>& ref, const std::vector<float>& got) {
-  double err = 0, scale = 0;
-  for (size_t v = 0; v < ref.size(); ++v) {
-    if (!std::isfinite(got[v])) return INFINITY;
-    err = std::max(err, std::fabs(double(got[v]) - ref[v]));
-    scale = std::max(scale, std::fabs(double(ref[v])));
-  }
-  return err / scale;
 }
 
 // Of b's selected slots (all tokens, layer 0), the share a selected too.
@@ -124,7 +106,8 @@ TEST(LongContextGpuTest, CudaMatchesCpuPast100KPositions) {
     StepPlan fill;
     for (int j = 0; j < 64; ++j) {
       const int b = g * 64 + j;
-      fill.seqs.push_back({.seq_id = b, .tokens = RandomIds(64, 1000 + b), .block_table = {b}, .num_logits = 0});
+      fill.seqs.push_back(
+          {.seq_id = b, .tokens = testing::RandomTokens(64, 1000 + b), .block_table = {b}, .num_logits = 0});
     }
     RunPlan(cpu->model(), fill);
     RunPlan(cuda->model(), fill);
@@ -135,16 +118,16 @@ TEST(LongContextGpuTest, CudaMatchesCpuPast100KPositions) {
   table.push_back(kPhysical + 1);  // the decoded tokens'
   const int32_t start_pos = kLogical * 64;  // 99,968
   StepPlan chunk;
-  chunk.seqs.push_back({.seq_id = 10000, .start_pos = start_pos, .tokens = RandomIds(kChunk, 7), .block_table = table,
-                        .num_logits = 1});
+  chunk.seqs.push_back({.seq_id = 10000, .start_pos = start_pos, .tokens = testing::RandomTokens(kChunk, 7),
+                        .block_table = table, .num_logits = 1});
   ForwardTrace ta, tb;
   const std::vector<float> a = RunPlan(cpu->model(), chunk, &ta);
   const std::vector<float> b = RunPlan(cuda->model(), chunk, &tb);
   ASSERT_FALSE(a.empty() || b.empty());
   const double overlap = SlotOverlap(ta, tb, kChunk);
   std::cout << "positions " << start_pos << "-" << start_pos + kChunk - 1 << " over " << kLogical + 1
-            << " blocks: layer 0 top-k overlap cuda vs cpu " << overlap << ", last-row logit rel err " << RelErr(a, b)
-            << " (cpu side " << absl::Now() - start << " with the fill)\n";
+            << " blocks: layer 0 top-k overlap cuda vs cpu " << overlap << ", last-row logit rel err "
+            << testing::RelErr(a, b) << " (cpu side " << absl::Now() - start << " with the fill)\n";
   EXPECT_GE(overlap, 0.95);
   EXPECT_TRUE(NearArgmax(a, Argmax(b))) << "cuda's first token is not a near-argmax of the cpu's logits";
   int exact_picks = Argmax(a) == Argmax(b);
@@ -162,7 +145,7 @@ TEST(LongContextGpuTest, CudaMatchesCpuPast100KPositions) {
     ASSERT_FALSE(da.empty() || db.empty());
     exact_picks += Argmax(da) == Argmax(db);
     near_picks += NearArgmax(da, Argmax(db));
-    EXPECT_LE(RelErr(da, db), 0.1) << "decode at position " << pos;
+    EXPECT_LE(testing::RelErr(da, db), 0.1) << "decode at position " << pos;
     next = Argmax(da);
   }
   std::cout << "first tokens: " << exact_picks << "/" << kDecode + 1 << " greedy picks equal the cpu's, "
@@ -180,7 +163,7 @@ TEST(LongContextGpuTest, PrefillPast2To31IndexerLogitBytesEqualsDecode) {
   auto cuda = MakeEngine(dir, "cuda", {}, 2 * kSeqBlocks);
   ASSERT_TRUE(cuda);
   Model& model = cuda->model();
-  const std::vector<int32_t> prompt = RandomIds(kLen, 99);
+  const std::vector<int32_t> prompt = testing::RandomTokens(kLen, 99);
   auto table_of = [&](int seq) {
     std::vector<int32_t> t(kSeqBlocks);
     for (int i = 0; i < kSeqBlocks; ++i) t[i] = seq * kSeqBlocks + i;
@@ -229,7 +212,7 @@ TEST(LongContextGpuTest, PrefillPast2To31IndexerLogitBytesEqualsDecode) {
   }
   int same = 0;
   for (int32_t p : from_decode) same += from_prefill.count(p);
-  const double err = RelErr(decoded, prefill);
+  const double err = testing::RelErr(decoded, prefill);
   std::cout << kLen << "-token prefill (last chunk: " << kChunk << " x " << kLen << " fp32 logits = "
             << double(kChunk) * kLen * 4 / (1 << 30) << " GiB): last row vs a decode step at position " << kLen - 1
             << ": logit rel err " << err << ", " << same << "/" << from_decode.size() << " selected positions equal\n";

@@ -59,6 +59,9 @@ expect 2 '^worker: --kv-cache-dtype must be .*got "e5m2"' "$worker" --model "$di
 expect 2 '^worker: --indexer-cache-dtype must be .*got "fp4"' \
   env SPAR_INDEXER_CACHE_DTYPE=fp4 "$worker" --model "$dir/model"
 expect 2 '^cluster: --kv-cache-dtype must be .*got "half"' "$spar" cluster --model "$dir/model" --kv-cache-dtype half
+expect 2 '^scheduler: --enable-prefix-caching needs true or false, got "maybe"' \
+  "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --enable-prefix-caching=maybe
+expect 2 'SPAR_NO_ENABLE_PREFIX_CACHING' env SPAR_NO_ENABLE_PREFIX_CACHING=2 "$scheduler" --model "$dir/model" --workers 127.0.0.1:1
 expect 2 '^plan: --kv-cache-dtype must be .*got "fp6"' "$spar" plan --geometry glm5-full --tp 8 --kv-cache-dtype fp6
 expect 2 '^plan: the cuda backend has no fp32 cache kernels' "$spar" plan --geometry glm5-full --tp 8 --kv-cache-dtype fp32
 
