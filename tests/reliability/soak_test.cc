@@ -4,7 +4,7 @@
 //     own id, exactly max_tokens tokens, one finish and one usage message:
 //     no stream lost, duplicated or crossed with another;
 //   * a sample of them equals the single-process engine exactly;
-//   * every fifth shares a prefix of full blocks with others (prefix
+//   * every tenth shares a prefix of full blocks with others (prefix
 //     caching is on, the default): hits happen, outputs stay exact;
 //   * afterwards no KV block is held, and the scheduler's and workers'
 //     resident memory after warm-up stays within 10%;
@@ -40,12 +40,12 @@ int EnvInt(const char* name, int fallback) {
 
 // Request i of the soak: short prompts and outputs (the soak is about the
 // serving machinery, not the model), greedy or seeded, deterministic. Every
-// fifth first resends one of four conversation prefixes (one or two full
-// blocks), so concurrent streams share cached blocks.
+// tenth first resends one of three conversation prefixes (one full block or
+// more), so concurrent streams share cached blocks.
 GenerationRequest SoakRequest(int i) {
   GenerationRequest r;
-  if (i % 5 == 4) {
-    const int k = (i / 5) % 4;
+  if (i % 10 == 4) {
+    const int k = (i / 10) % 3;
     for (int t = 0; t < 64 + 30 * k; ++t) r.prompt.push_back(static_cast<int32_t>((k * 41 + t * 23) % 288));
   }
   const int len = 1 + (i * 7) % 12;
