@@ -179,6 +179,14 @@ class Backend {
   // Returns the number of blocks allocated (spec.num_blocks unless the
   // backend sized the caches from spec.memory_utilization).
   virtual absl::StatusOr<int64_t> AllocateCaches(const CacheSpec& spec) = 0;
+  // The bytes of one block of one layer's cache as stored, in the spec's
+  // format (base/cache_layout.h): its 64 latent rows, or its indexer page.
+  // For tests that check what a backend stores against kernels/ref's codecs.
+  enum class CacheKind { kLatent, kIndexer };
+  virtual absl::StatusOr<std::vector<uint8_t>> ReadCacheBlock(CacheKind kind, int layer, int64_t block) {
+    (void)kind, (void)layer, (void)block;
+    return absl::UnimplementedError(name() + " backend cannot read its caches back");
+  }
 
   // ---- per step ----
   // Uploads the plan's per-token metadata; ops below refer to it.

@@ -76,8 +76,12 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& c) {
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_dir, const EngineOptions& options) {
   BackendOptions backend_options = options.backend_options;
   backend_options.name = options.backend;
+  ModelOptions model_options = options.model;
+  SPAR_ASSIGN_OR_RETURN(CacheFormats formats, ResolveCacheFormats(options.backend, options.cache_dtypes));
+  model_options.latent_format = formats.latent;
+  model_options.indexer_format = formats.indexer;
   SPAR_ASSIGN_OR_RETURN(auto backend, CreateBackend(backend_options));
-  SPAR_ASSIGN_OR_RETURN(auto model, Model::Load(model_dir, backend.get(), options.model));
+  SPAR_ASSIGN_OR_RETURN(auto model, Model::Load(model_dir, backend.get(), model_options));
   if (!model->is_first_stage() || !model->is_last_stage()) {
     return absl::InvalidArgumentError("the in-process engine runs the whole model (one stage)");
   }

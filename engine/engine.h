@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/block_allocator.h"
+#include "engine/cache_formats.h"
 #include "engine/model.h"
 
 namespace spar {
@@ -63,6 +64,9 @@ struct EngineOptions {
   // Device and tensor-parallel settings; `backend` above names the kind.
   BackendOptions backend_options;
   ModelOptions model;
+  // The cache formats (--kv-cache-dtype, --indexer-cache-dtype), resolved
+  // for `backend` into model.latent_format / model.indexer_format.
+  CacheDtypes cache_dtypes;
   int64_t max_batch_tokens = 4096;  // prefill chunk budget per step
 };
 

@@ -312,6 +312,11 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
     c.eos_token_ids = {154820, 154827, 154829};
     c.pad_token_id = 154820;
   }
+  if (o.max_position_embeddings < 0 || o.max_position_embeddings > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-position-embeddings must be in [1, 2^30], got ",
+                                                   o.max_position_embeddings));
+  }
+  if (o.max_position_embeddings > 0) c.max_position_embeddings = o.max_position_embeddings;
   c.num_key_value_heads = c.num_attention_heads;
   c.routed_scaling_factor = 2.5;
   c.norm_topk_prob = true;

@@ -31,6 +31,10 @@ struct MakeTinyOptions {
   uint64_t seed = 0;
   int layers = 0;  // 0: the geometry's default
   int index_topk = 0;  // 0: the geometry's default
+  // 0: the geometry's default (tiny: GLM-5 4096, DeepSeek 163840); e.g.
+  // 131072 for long-context tests (glm5: default RoPE; dsv32: its YaRN
+  // factor stays 40 over 4096 original positions).
+  int64_t max_position_embeddings = 0;
   uint64_t max_shard_bytes = 0;  // 0: one safetensors file
   // Per-layer indexer kinds as letters, F = full, S = shared (GLM-5.2 style
   // cross-layer top-k sharing; glm5 only). Empty: every layer full.

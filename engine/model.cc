@@ -297,6 +297,10 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
     SPAR_ASSIGN_OR_RETURN(*shared_topk, backend_->IndexerTopK(local, qi, a.Cols(w0, w0 + c.index_n_heads), indexer_));
   }
   if (trace != nullptr) {
+    // ToHost returns floats: slot ids are exact below 2^24 only.
+    if (options_.num_blocks * kCacheBlockTokens > (int64_t{1} << 24)) {
+      return absl::FailedPreconditionError("a forward trace needs a cache of at most 2^24 slots (262144 blocks)");
+    }
     trace->topk = indexer_.topk;
     const int64_t n = shared_topk->rows() * shared_topk->cols();
     std::vector<int32_t>& out = trace->topk_slots[first_layer_ + local];

@@ -239,6 +239,18 @@ class CpuBackend final : public Backend {
     return spec.num_blocks;
   }
 
+  absl::StatusOr<std::vector<uint8_t>> ReadCacheBlock(CacheKind kind, int layer, int64_t block) override {
+    SPAR_RETURN_IF_ERROR(CheckLayer(layer));
+    if (block < 0 || block >= spec_.num_blocks) {
+      return absl::InvalidArgumentError(absl::StrCat("block ", block, " is outside the cache (", spec_.num_blocks,
+                                                     " blocks)"));
+    }
+    const size_t bytes = kind == CacheKind::kLatent ? kCacheBlockTokens * LatentRowBytes(spec_.latent_format)
+                                                    : IndexerPageBytes(spec_.indexer_format);
+    const uint8_t* begin = (kind == CacheKind::kLatent ? latent_ : indexer_)[layer].data() + block * bytes;
+    return std::vector<uint8_t>(begin, begin + bytes);
+  }
+
   absl::Status BeginStep(const StepPlan& plan) override {
     plan_ = &plan;
     for (const auto& q : plan.seqs) {

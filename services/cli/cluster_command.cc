@@ -30,6 +30,7 @@
 #include "services/cli/commands.h"
 #include "services/cli/supervised_daemon.h"
 #include "services/common/args.h"
+#include "services/common/cache_flags.h"
 #include "services/common/daemon.h"
 #include "services/common/health_client.h"
 #include "services/common/layer_split.h"
@@ -147,6 +148,10 @@ int RunCluster(int argc, char** argv) {
                  "write the metrics endpoints here as Prometheus file_sd JSON once serving");
   args.AddInt("shutdown-timeout", &shutdown_timeout_s,
               "on SIGINT/SIGTERM, let running requests finish for up to this many seconds (default 30)");
+  CacheDtypeFlags cache_flags;  // to the workers
+  cache_flags.Register(&args);
+  PrefixCachingFlags prefix_flags;  // to the scheduler
+  prefix_flags.Register(&args);
   if (auto code = args.ParseOrExitCode(argc, argv, 2)) return *code;
   if (model.empty()) {
     std::cerr << "cluster: --model is required\n" << args.Usage();
@@ -175,6 +180,12 @@ int RunCluster(int argc, char** argv) {
     std::cerr << "cluster: cannot pass --api-key to the scheduler\n";
     return 1;
   }
+  // Refused here rather than in a worker's log.
+  if (auto formats = cache_flags.Resolve(backend); !formats.ok()) {
+    std::cerr << "cluster: " << formats.status().message() << "\n";
+    return 2;
+  }
+  const std::vector<std::string> cache_argv = cache_flags.PassThrough();
   const std::string shutdown_timeout = absl::StrCat(shutdown_timeout_s);
   // Children get SIGTERM and this long to drain before SIGKILL.
   const absl::Duration stop_grace = absl::Seconds(shutdown_timeout_s + 10);
@@ -210,6 +221,7 @@ int RunCluster(int argc, char** argv) {
                                             "--delay-per-token-us", FormatDouble(delay_token_us),
                                             "--metrics-host", host, "--shutdown-timeout", shutdown_timeout};
   if (enforce_eager) worker_common.push_back("--enforce-eager");
+  worker_common.insert(worker_common.end(), cache_argv.begin(), cache_argv.end());
   if (max_model_len > 0) worker_common.insert(worker_common.end(), {"--max-model-len", absl::StrCat(max_model_len)});
 
   // Leaders first (workers[i] is stage i's), then the peers.
@@ -280,6 +292,7 @@ int RunCluster(int argc, char** argv) {
                                      "--shutdown-timeout", shutdown_timeout,
                                      "--http-port", absl::StrCat(http_port),
                                      "--http-port-file", run_dir + "/http.port"};
+  for (const std::string& flag : prefix_flags.PassThrough()) argv_s.push_back(flag);
   if (max_model_len > 0) argv_s.insert(argv_s.end(), {"--max-model-len", absl::StrCat(max_model_len)});
   if (!api_key_file.empty()) argv_s.insert(argv_s.end(), {"--api-key-file", api_key_file});
   scheduler = std::make_unique<SupervisedDaemon>(DaemonRole::Scheduler(), std::move(argv_s), log_dir + "/scheduler.log");

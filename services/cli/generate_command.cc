@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "services/cli/commands.h"
 #include "services/common/args.h"
+#include "services/common/cache_flags.h"
 #include "services/common/daemon.h"
 #include "services/scheduler/generation_convert.h"
 #include "services/scheduler/startup_checks.h"
@@ -36,6 +37,8 @@ struct GenerateFlags {
   double temperature = 0.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, frequency_penalty = 0.0,
          presence_penalty = 0.0, timeout_s = 300;
   bool ignore_eos = false, show_ids = false, logprobs = false, chat = false, enforce_eager = false;
+  CacheDtypeFlags cache;
+  CacheDtypes cache_dtypes;  // parsed from `cache`
 
   // The sampling flags as every layer holds them (the seed is the request's).
   SamplingParams Sampling() const {
@@ -207,6 +210,7 @@ int RunLocal(const GenerateFlags& f) {
   options.model.gpu_memory_utilization = f.gpu_memory_utilization;
   options.model.max_model_len = f.max_model_len;
   options.backend_options.enforce_eager = f.enforce_eager;
+  options.cache_dtypes = f.cache_dtypes;
   auto engine = Engine::Create(f.model, options);
   if (!engine.ok()) {
     std::cerr << "generate: " << engine.status().message() << "\n";
@@ -279,6 +283,7 @@ int RunGenerate(int argc, char** argv) {
   args.AddInt("max-model-len", &f.max_model_len, "in-process: longest sequence served (default: the model's)");
   args.AddBool("enforce-eager", &f.enforce_eager,
                "in-process, cuda: run decode steps op by op instead of replaying them as CUDA graphs");
+  f.cache.Register(&args);
   args.AddInt("n", &f.n, "--server: sequences to generate (default 1)");
   args.AddString("stop", &f.stop, "--server: a stop string");
   args.AddString("request-id", &f.request_id, "--server: the request id (default: assigned)");
@@ -301,6 +306,11 @@ int RunGenerate(int argc, char** argv) {
     std::cerr << "generate: --n and --max-tokens must be >= 1, --top-logprobs >= 0\n";
     return 2;
   }
+  if (auto formats = f.cache.Resolve(f.backend); !formats.ok()) {
+    std::cerr << "generate: " << formats.status().message() << "\n";
+    return 2;
+  }
+  f.cache_dtypes = *f.cache.Parse();
   return f.server.empty() ? RunLocal(f) : RunRemote(f);
 }
 

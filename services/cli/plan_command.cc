@@ -1,6 +1,7 @@
 // spar plan (--model DIR | --geometry glm5-full [--quant int4|nvfp4]) [--tp N] [--stages N | --stage-layers A:B,B:C]
 //           [--gpu-memory-gib G] [--gpu-memory-utilization F] [--max-model-len N]
 //           [--runtime-overhead-gib G] [--contexts 8192,32768,131072]
+//           [--kv-cache-dtype auto|bf16|fp8] [--indexer-cache-dtype auto|fp8|bf16]
 // Whether a model fits the GPUs before any is rented, and how many tokens of
 // KV cache each pipeline stage holds: reads only config.json.
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "engine/make_tiny.h"
 #include "services/cli/commands.h"
 #include "services/common/args.h"
+#include "services/common/cache_flags.h"
 #include "services/common/capacity_plan.h"
 
 namespace spar {
@@ -35,7 +37,15 @@ int RunPlan(int argc, char** argv) {
   args.AddInt("max-model-len", &max_model_len, "longest sequence served (default: the model's context)");
   args.AddDouble("runtime-overhead-gib", &runtime_gib, "memory in use before the weights: CUDA context, NCCL");
   args.AddString("contexts", &contexts_flag, "context lengths to count sequences at, comma separated");
+  CacheDtypeFlags cache_flags;
+  cache_flags.Register(&args);
   if (auto code = args.ParseOrExitCode(argc, argv, 2)) return *code;
+  // The GPUs' formats: auto is the cuda backend's.
+  const auto formats = cache_flags.Resolve("cuda");
+  if (!formats.ok()) {
+    std::cerr << "plan: " << formats.status().message() << "\n";
+    return 2;
+  }
   if (model.empty() == geometry.empty()) {
     std::cerr << "plan: give exactly one of --model DIR and --geometry glm5-full\n";
     return 2;
@@ -98,6 +108,8 @@ int RunPlan(int argc, char** argv) {
   options.gpu_memory_utilization = utilization;
   options.runtime_bytes = static_cast<int64_t>(runtime_gib * (1 << 30));
   options.max_model_len = max_model_len;
+  options.latent_format = formats->latent;
+  options.indexer_format = formats->indexer;
   auto plan = PlanCapacity(*config, options);
   if (!plan.ok() && max_model_len == 0 && options.stage_layers.empty() && options.stages == 1) {
     // The weights may fit while one sequence of the model's whole context

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/cache_formats.h"
 #include "base/status_macros.h"
 #include "engine/memory_budget.h"
 #include "engine/step_plan.h"
@@ -307,8 +308,7 @@ std::string FormatCapacityPlan(const ModelConfig& c, const CapacityOptions& o, c
       plan.stages.size(), o.tp,
       plan.stages.size() * o.tp,
       Gib(o.gpu_memory_bytes), o.gpu_memory_utilization, plan.max_model_len,
-      o.latent_format == LatentFormat::kBF16 ? "bf16" : "other",
-      o.indexer_format == IndexerFormat::kFp8 ? "fp8" : "other",
+      LatentFormatName(o.latent_format), IndexerFormatName(o.indexer_format),
       static_cast<int64_t>(CacheBlockBytesPerLayer(o.latent_format, o.indexer_format)) / kCacheBlockTokens);
   out += "per GPU, GiB        ";
   for (size_t s = 0; s < plan.stages.size(); ++s) absl::StrAppendFormat(&out, "  stage %-4d", s);

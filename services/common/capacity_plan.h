@@ -30,6 +30,8 @@ struct CapacityOptions {
   // In use before the first weight: CUDA context, streams, NCCL buffers.
   int64_t runtime_bytes = int64_t{1} << 30;
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  // The cuda backend's formats (--kv-cache-dtype, --indexer-cache-dtype;
+  // default: its auto, engine/cache_formats.h).
   LatentFormat latent_format = LatentFormat::kBF16;
   IndexerFormat indexer_format = IndexerFormat::kFp8;
 };

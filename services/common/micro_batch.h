@@ -22,11 +22,16 @@ struct SequenceSampling {
   SamplingParams params;  // seed already resolved
   int32_t prompt_len = 0;
   int top_logprobs = 0;
+  // A prefix-cache hit: the tokens at positions [0, start_pos) already in
+  // the cache, which the plan does not carry; the history starts with them.
+  std::vector<int32_t> cached_tokens;
 };
 
 struct PlannedSequence {
   SequenceStep step;                         // seq_id, start_pos, tokens, block_table, num_logits
-  std::optional<SequenceSampling> sampling;  // (re)creates the sampling state; required at start_pos 0
+  // (Re)creates the sampling state: on a sequence's first chunk, which
+  // starts at start_pos = sampling->cached_tokens.size().
+  std::optional<SequenceSampling> sampling;
 };
 
 struct MicroBatchPlan {

@@ -16,6 +16,7 @@ void SamplingToProto(const SequenceSampling& s, v1::SamplingState* out) {
   out->set_seed(s.params.seed);
   out->set_prompt_len(s.prompt_len);
   out->set_top_logprobs(s.top_logprobs);
+  out->mutable_cached_tokens()->Add(s.cached_tokens.begin(), s.cached_tokens.end());
 }
 
 absl::StatusOr<SequenceSampling> SamplingFromProto(const v1::SamplingState& in) {
@@ -46,6 +47,7 @@ absl::StatusOr<SequenceSampling> SamplingFromProto(const v1::SamplingState& in) 
   }
   s.prompt_len = in.prompt_len();
   s.top_logprobs = in.top_logprobs();
+  s.cached_tokens.assign(in.cached_tokens().begin(), in.cached_tokens().end());
   return s;
 }
 

@@ -21,7 +21,7 @@ BatchDecision BatchPolicy::Plan(const std::vector<SeqView>& running, const std::
     for (size_t j = i + 1; j < running.size(); ++j) {
       const SeqView& v = running[j];
       if (preempted.count(v.id)) continue;
-      out.push_back({v.id, ledger->BlocksOf(v.id), v.in_flight});
+      out.push_back({v.id, ledger->BlocksFreedBy(v.id), v.in_flight});
     }
     return out;
   };
@@ -59,12 +59,14 @@ BatchDecision BatchPolicy::Plan(const std::vector<SeqView>& running, const std::
   for (const SeqView& s : waiting) {
     if (static_cast<int>(d.steps.size()) >= cap || budget <= 0) break;
     if (admitted_running >= limits_.max_running) break;
-    const int32_t count = static_cast<int32_t>(std::min<int64_t>(s.total - s.computed, budget));
-    if (count <= 0) continue;
-    const int64_t end = static_cast<int64_t>(s.computed) + count;
+    if (s.deferred) continue;
     // First come, first served: a head that does not fit blocks the rest.
-    if (!ledger->Grow(s.id, end).ok()) break;
-    d.steps.push_back({s.id, s.computed, count, end == s.total});
+    const absl::StatusOr<int32_t> start = ledger->Admit(s.id, s.tokens, budget);
+    if (!start.ok()) break;
+    const int32_t count = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - *start, budget));
+    if (count <= 0) continue;
+    const int64_t end = static_cast<int64_t>(*start) + count;
+    d.steps.push_back({s.id, *start, count, end == static_cast<int64_t>(s.tokens.size())});
     d.admitted.push_back(s.id);
     ++admitted_running;
     budget -= count;

@@ -8,7 +8,12 @@
 // unfinished prefills alike), then waiting sequences in queue order.
 // A running sequence may preempt only sequences admitted after it.
 // Waiting sequences are admitted only when their chunk's blocks are free
-// without preempting anyone, and not in a round that preempted (no thrash).
+// without preempting anyone, and not in a round that preempted (no thrash);
+// with prefix caching, admission shares the cached leading blocks of their
+// tokens and starts their first chunk after them (BlockLedger::Admit).
+// A deferred waiting sequence (one of a request's n > 1 sequences waiting
+// for the first to compute the prompt they share) is passed over without
+// blocking the queue.
 // A sequence in flight on the pipeline is never scheduled again before its
 // result is back (so a sequence is in at most one micro-batch in flight).
 //
@@ -20,6 +25,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "services/scheduler/block_ledger.h"
 
 namespace spar {
@@ -36,11 +42,16 @@ struct SeqView {
   int32_t computed = 0;  // tokens already in the KV cache
   int32_t total = 0;     // tokens known: prompt + output so far
   bool in_flight = false;
+  // Waiting sequences (computed 0): all their tokens (`total` of them),
+  // which admission looks up in the prefix cache; and whether admission
+  // waits for now.
+  absl::Span<const int32_t> tokens;
+  bool deferred = false;
 };
 
 struct ScheduledStep {
   int64_t seq = 0;
-  int32_t start = 0;   // = computed
+  int32_t start = 0;   // = computed, or on admission the tokens shared from the prefix cache
   int32_t count = 0;   // new tokens this micro-batch
   bool wants_logit = false;  // reaches the end of the known tokens: sample the next one
 };

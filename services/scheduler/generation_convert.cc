@@ -113,6 +113,7 @@ void UpdateToProto(const GenerationUpdate& u, v1::GenerateResponse* out) {
     us->set_prompt_tokens(u.usage->prompt_tokens);
     us->set_completion_tokens(u.usage->completion_tokens);
     us->set_total_tokens(u.usage->prompt_tokens + u.usage->completion_tokens);
+    us->set_cached_prompt_tokens(u.usage->cached_prompt_tokens);
   }
 }
 

@@ -66,6 +66,7 @@ struct PromptInfo {
 struct UsageInfo {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int cached_prompt_tokens = 0;  // of prompt_tokens, shared from the prefix cache
 };
 
 struct GenerationUpdate {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,6 +20,10 @@ struct PipelineInfo {
   int num_stages = 0;
   int64_t num_blocks = 0;  // KV blocks every stage holds
   std::vector<LayerRange> stage_layers;
+  // Per stage, the cache formats its workers allocated, "latent/indexer"
+  // (e.g. "bf16/fp8"; engine/cache_formats.h): part of what a cached block
+  // holds, so of the prefix cache's key.
+  std::vector<std::string> cache_dtypes;
 };
 
 class Pipeline {

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "services/common/status_field.h"
 #include "services/scheduler/block_ledger.h"
@@ -42,16 +43,21 @@ absl::Status Scheduler::ConnectOnce(absl::Duration timeout) {
   co.max_model_len = limits_.max_model_len;
   co.eos_token_ids = config_.eos_token_ids;
   co.balance = options_.balance;
-  if (core_) {
-    const CoreStats old = core_->Stats();
-    preemptions_before_ += old.preemptions;
-    micro_batches_before_ += old.micro_batches;
-  }
+  co.enable_prefix_caching = options_.enable_prefix_caching;
+  // A block's content depends on the model and on the formats the stages
+  // store it in, besides its tokens (the salt roots every key). A new
+  // connection starts a new core, so nothing cached survives a reconnect:
+  // the stages' caches are treated as lost then.
+  co.prefix_cache_salt = absl::StrCat("model_type=", config_.model_type, "\nmodel=", options_.model_path,
+                                      "\nstages=", FormatStageLayers(info->stage_layers),
+                                      "\ncache_dtypes=", absl::StrJoin(info->cache_dtypes, ","));
+  if (core_) AccumulateCounters(core_->Stats(), &before_);
   core_ = std::make_unique<SchedulerCore>(co);
   ready_ = true;
   reconnect_ = false;
   SPAR_LOG(INFO) << "scheduler ready: " << info->num_stages << " stages, " << co.max_in_flight
-                 << " micro-batches in flight, " << co.limits.max_batch_tokens << " tokens per micro-batch";
+                 << " micro-batches in flight, " << co.limits.max_batch_tokens << " tokens per micro-batch, prefix caching "
+                 << (co.enable_prefix_caching ? "on" : "off") << ", caches " << absl::StrJoin(info->cache_dtypes, ",");
   return absl::OkStatus();
 }
 
@@ -285,13 +291,14 @@ LoadInfo Scheduler::Load() const {
   l.draining = draining_;
   l.active_requests = tracker_.size();
   l.max_waiting = options_.max_waiting;
+  l.prefix_caching = options_.enable_prefix_caching;
+  l.cache_dtype = absl::StrJoin(pipeline_info_.cache_dtypes, ",");
   if (core_) {
     l.core = core_->Stats();
     l.running_requests = static_cast<int>(l.core.running);
     l.waiting_requests = static_cast<int>(l.core.waiting);
   }
-  l.core.preemptions += preemptions_before_;
-  l.core.micro_batches += micro_batches_before_;
+  AccumulateCounters(before_, &l.core);
   return l;
 }
 

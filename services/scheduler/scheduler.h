@@ -39,6 +39,8 @@ struct SchedulerOptions {
   size_t max_waiting = 256;    // admission queue bound (sequences)
   int64_t max_model_len = 0;   // 0: the model's max_position_embeddings
   bool balance = true;
+  // Automatic prefix caching (--enable-prefix-caching, on by default).
+  bool enable_prefix_caching = true;
   int max_n = 16;
   absl::Duration connect_timeout = absl::Minutes(10);
   // A micro-batch not back after this long fails the pipeline (a stage is
@@ -60,6 +62,8 @@ struct LoadInfo {
   bool ready = false;     // the pipeline is connected
   bool draining = false;  // BeginDrain() was called
   size_t active_requests = 0;
+  bool prefix_caching = false;
+  std::string cache_dtype;  // the stages' cache formats, "latent/indexer" each, comma separated
 };
 
 struct ModelInfo {
@@ -146,7 +150,8 @@ class Scheduler {
   bool stopping_ = false;
   bool reconnect_ = false;
   uint64_t next_request_ = 1;
-  uint64_t preemptions_before_ = 0, micro_batches_before_ = 0;  // of earlier cores
+  // The counters of earlier cores (each pipeline connection starts one).
+  CoreStats before_;
   std::thread loop_;
 };
 

@@ -7,9 +7,28 @@
 
 namespace spar {
 
+namespace {
+
+// The prompt tokens a sibling can share from the first sequence of its
+// request: the prompt's full blocks, short of its last token.
+int32_t SharedPromptTokens(int32_t prompt_len) {
+  return prompt_len < 1 ? 0 : (prompt_len - 1) / kCacheBlockTokens * kCacheBlockTokens;
+}
+
+}  // namespace
+
+void AccumulateCounters(const CoreStats& from, CoreStats* into) {
+  into->preemptions += from.preemptions;
+  into->micro_batches += from.micro_batches;
+  into->prefill_tokens += from.prefill_tokens;
+  into->prefix_cache.queries += from.prefix_cache.queries;
+  into->prefix_cache.hits += from.prefix_cache.hits;
+  into->prefix_cache.evictions += from.prefix_cache.evictions;
+}
+
 SchedulerCore::SchedulerCore(CoreOptions options)
     : options_(std::move(options)),
-      ledger_(options_.num_blocks),
+      ledger_(options_.num_blocks, PrefixCacheOptions{options_.enable_prefix_caching, options_.prefix_cache_salt}),
       waiting_(options_.max_waiting),
       policy_(options_.limits) {}
 
@@ -47,6 +66,10 @@ absl::StatusOr<std::vector<int64_t>> SchedulerCore::Submit(std::vector<SequenceR
     s.stop_token_ids = std::move(r.stop_token_ids);
     s.ignore_eos = r.ignore_eos;
     s.deadline = r.deadline;
+    if (options_.enable_prefix_caching && i > 0 && SharedPromptTokens(s.prompt_len) > 0 &&
+        s.tokens == seqs_.at(ids[0]).tokens) {
+      s.prefix_leader = ids[0];
+    }
     seqs_.emplace(s.id, std::move(s));
   }
   return ids;
@@ -62,7 +85,7 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
   }
   for (int64_t id : waiting_.items()) {
     const Seq& s = seqs_.at(id);
-    waiting.push_back({id, 0, static_cast<int32_t>(s.tokens.size()), false});
+    waiting.push_back({id, 0, static_cast<int32_t>(s.tokens.size()), false, s.tokens, Deferred(s)});
   }
   int cap = 0;
   if (options_.balance && options_.max_in_flight > 1) {
@@ -87,6 +110,14 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
     seqs_.at(id).running = true;
     running_.push_back(id);
   }
+  for (const ScheduledStep& step : d.steps) {
+    Seq& s = seqs_.at(step.seq);
+    if (!s.ever_admitted) {
+      s.ever_admitted = true;
+      s.cached_prompt_tokens = step.start;
+    }
+    prefill_tokens_ += static_cast<uint64_t>(std::max(0, std::min(step.start + step.count, s.prompt_len) - step.start));
+  }
   if (d.steps.empty() && (pending_release_.empty() || !in_flight_.empty())) return std::nullopt;
 
   MicroBatchPlan plan;
@@ -102,6 +133,9 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
     p.step.num_logits = step.wants_logit ? 1 : 0;
     if (s.needs_sampling) {
       p.sampling = s.sampling;
+      // A prefix-cache hit: the last stage's history starts with the
+      // tokens the plan skips.
+      p.sampling->cached_tokens.assign(s.tokens.begin(), s.tokens.begin() + step.start);
       s.needs_sampling = false;
       s.ever_sent = true;
     }
@@ -141,6 +175,8 @@ std::vector<SeqEvent> SchedulerCore::OnResult(const MicroBatchResult& result) {
     Seq& s = sit->second;
     s.in_flight = false;
     s.computed = step.start + step.count;
+    // Every stage has written these rows: their full blocks can be shared.
+    ledger_.Commit(s.id, s.tokens, s.computed);
     if (!step.wants_logit) continue;
     auto tok = sampled.find(s.id);
     if (tok == sampled.end()) {
@@ -162,7 +198,7 @@ std::vector<SeqEvent> SchedulerCore::OnResult(const MicroBatchResult& result) {
       continue;
     }
     s.tokens.push_back(t);
-    events.push_back({s.id, *tok->second, std::nullopt});
+    events.push_back({s.id, *tok->second, std::nullopt, s.cached_prompt_tokens});
     if (s.num_output() >= s.max_tokens ||
         (options_.max_model_len > 0 && static_cast<int64_t>(s.tokens.size()) >= options_.max_model_len)) {
       SeqFinish f;
@@ -176,7 +212,7 @@ std::vector<SeqEvent> SchedulerCore::OnResult(const MicroBatchResult& result) {
 void SchedulerCore::Remove(int64_t id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
-  ledger_.Free(id).IgnoreError();
+  ledger_.Forget(id).IgnoreError();
   waiting_.Remove(id);
   auto r = std::find(running_.begin(), running_.end(), id);
   if (r != running_.end()) running_.erase(r);
@@ -189,6 +225,14 @@ SeqEvent SchedulerCore::End(Seq& s, SeqFinish finish) {
   const int64_t id = s.id;
   Remove(id);  // invalidates `s`
   return SeqEvent{id, std::nullopt, std::move(finish)};
+}
+
+bool SchedulerCore::Deferred(const Seq& s) const {
+  if (s.prefix_leader == 0) return false;
+  auto it = seqs_.find(s.prefix_leader);
+  if (it == seqs_.end()) return false;  // the first sequence is gone: compute alone
+  const Seq& leader = it->second;
+  return leader.computed < SharedPromptTokens(leader.prompt_len);
 }
 
 bool SchedulerCore::Finish(int64_t seq) {
@@ -228,6 +272,8 @@ std::vector<SeqEvent> SchedulerCore::FailAll(const absl::Status& status) {
     events.push_back(End(seqs_.at(id), f));
   }
   pending_release_.clear();
+  // The pipeline broke: what the stages cached is lost with it.
+  ledger_.DropCachedContent();
   return events;
 }
 
@@ -247,6 +293,8 @@ CoreStats SchedulerCore::Stats() const {
   s.total_blocks = ledger_.num_blocks();
   s.preemptions = preemptions_;
   s.micro_batches = micro_batches_;
+  s.prefill_tokens = prefill_tokens_;
+  s.prefix_cache = ledger_.prefix_stats();
   return s;
 }
 

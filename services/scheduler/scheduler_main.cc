@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "engine/model.h"
 #include "services/common/args.h"
+#include "services/common/cache_flags.h"
 #include "services/common/daemon.h"
 #include "services/common/layer_split.h"
 #include "services/common/security_flags.h"
@@ -39,6 +40,12 @@ SchedulerGauges GaugesOf(const LoadInfo& l, int stages) {
   g.block_size = kCacheBlockTokens;
   g.preemptions = l.core.preemptions;
   g.micro_batches = l.core.micro_batches;
+  g.prefill_tokens = l.core.prefill_tokens;
+  g.prefix_caching = l.prefix_caching;
+  g.prefix_cache_queries = l.core.prefix_cache.queries;
+  g.prefix_cache_hits = l.core.prefix_cache.hits;
+  g.prefix_cache_blocks = l.core.prefix_cache.cached_blocks;
+  g.cache_dtype = l.cache_dtype;
   g.in_flight = static_cast<int64_t>(l.core.in_flight);
   g.stages = stages;
   g.pipeline_ready = l.ready;
@@ -76,6 +83,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   args.AddInt("connect-timeout-s", &connect_timeout_s, "wait this long for the workers at start (default 600)");
   args.AddInt("step-timeout-s", &step_timeout_s, "a micro-batch not back after this long fails the pipeline (default 120)");
   args.AddBool("no-balance", &no_balance, "do not spread sequences evenly over the micro-batches in flight");
+  PrefixCachingFlags prefix_flags;
+  prefix_flags.Register(&args);
   args.AddInt("shutdown-timeout", &shutdown_timeout_s,
               "on SIGTERM, let running requests finish for up to this many seconds, then abort them (default 30)");
   MetricsPortFlags metrics_flags;
@@ -173,6 +182,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   so.max_waiting = static_cast<size_t>(max_queue);
   so.max_model_len = max_model_len;
   so.balance = !no_balance;
+  so.enable_prefix_caching = prefix_flags.enabled();
   so.connect_timeout = absl::Seconds(connect_timeout_s);
   so.step_timeout = absl::Seconds(step_timeout_s);
   // Declared before the scheduler: it observes requests until the

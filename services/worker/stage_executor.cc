@@ -13,6 +13,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
   }
   auto exec = std::unique_ptr<StageExecutor>(new StageExecutor());
   exec->options_ = options;
+  SPAR_ASSIGN_OR_RETURN(exec->cache_formats_, ResolveCacheFormats(options.backend, options.cache_dtypes));
   BackendOptions bo;
   bo.name = options.backend;
   bo.device = options.device;
@@ -27,6 +28,8 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
   mo.num_blocks = options.num_blocks;
   mo.gpu_memory_utilization = options.gpu_memory_utilization;
   mo.max_model_len = options.max_model_len;
+  mo.latent_format = exec->cache_formats_.latent;
+  mo.indexer_format = exec->cache_formats_.indexer;
   SPAR_ASSIGN_OR_RETURN(exec->model_, Model::Load(options.model_dir, exec->backend_.get(), mo));
   exec->options_.num_blocks = exec->model_->num_blocks();  // what the memory budget gave
   exec->last_layer_ = options.last_layer < 0 ? exec->model_->config().num_hidden_layers : options.last_layer;
@@ -56,12 +59,14 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
     // Sampling states first, so a bad plan fails before any compute.
     for (const PlannedSequence& p : plan.seqs) {
       if (p.sampling) {
-        if (p.step.start_pos != 0) {
-          return absl::InvalidArgumentError(absl::StrCat("sequence ", p.step.seq_id,
-                                                         ": sampling state sent at start_pos ", p.step.start_pos,
-                                                         " (only a sequence's first chunk may carry it)"));
+        const size_t cached = p.sampling->cached_tokens.size();
+        if (static_cast<size_t>(p.step.start_pos) != cached) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "sequence ", p.step.seq_id, ": sampling state sent at start_pos ", p.step.start_pos, " with ", cached,
+              " cached tokens (only a sequence's first chunk may carry it, after its cached prefix)"));
         }
         sampling_.Create(p.step.seq_id, *p.sampling);
+        if (cached > 0) SPAR_RETURN_IF_ERROR(sampling_.Observe(p.step.seq_id, 0, p.sampling->cached_tokens));
       }
       SPAR_RETURN_IF_ERROR(sampling_.Observe(p.step.seq_id, p.step.start_pos, p.step.tokens));
     }

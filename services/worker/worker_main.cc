@@ -15,6 +15,7 @@
 #include "engine/model.h"
 #include "engine/model_config.h"
 #include "services/common/args.h"
+#include "services/common/cache_flags.h"
 #include "services/common/daemon.h"
 #include "services/common/layer_split.h"
 #include "services/common/security_flags.h"
@@ -48,6 +49,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
                  "cuda: size the KV cache to this fraction of the GPU memory (0..1; 0 = use --num-blocks)");
   args.AddInt("max-model-len", &max_model_len, "longest sequence served, prompt + output (default: the model's)");
   args.AddString("backend", &backend, "cpu (default) or cuda");
+  CacheDtypeFlags cache_flags;
+  cache_flags.Register(&args);
   bool enforce_eager = false;
   args.AddBool("enforce-eager", &enforce_eager,
                "cuda: run decode steps op by op instead of replaying them as CUDA graphs");
@@ -101,6 +104,7 @@ int RunWorkerMain(int argc, char** argv, int begin) {
     if (auto s = CheckEngineCanServe(*loaded); !s.ok()) return fail(absl::StrCat(model, "/config.json: ", s.message()));
     config = std::move(*loaded);
   }
+  if (auto formats = cache_flags.Resolve(backend); !formats.ok()) return fail(std::string(formats.status().message()));
   // Before any channel or server exists: the next-stage link and the
   // listener read it.
   auto plane = WorkerPlane::Create(plane_options);
@@ -114,6 +118,7 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   options.stage.max_model_len = max_model_len;
   options.stage.backend = backend;
   options.stage.enforce_eager = enforce_eager;
+  options.stage.cache_dtypes = *cache_flags.Parse();
   options.stage.delay_per_layer = absl::Microseconds(static_cast<int64_t>(delay_ms * 1000));
   options.stage.delay_per_token = absl::Nanoseconds(static_cast<int64_t>(delay_token_us * 1000));
   options.stage.device = static_cast<int>(device >= 0 ? device : tp_rank);

@@ -86,13 +86,6 @@ class TensorParallelTest : public ::testing::TestWithParam<TpCase> {
   }
 };
 
-std::vector<int32_t> RandomPrompt(int n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> p(n);
-  for (auto& t : p) t = static_cast<int32_t>(rng.Below(288));
-  return p;
-}
-
 struct RankResult {
   absl::Status status;
   std::vector<std::vector<std::vector<float>>> logits;
@@ -143,7 +136,7 @@ std::vector<RankResult> RunGroup(const std::string& dir, int size, const std::ve
 TEST_P(TensorParallelTest, TpGroupsMatchTp1) {
   const std::string dir = MakeModel(GetParam());
   // 70 tokens: beyond index_topk (32), so the sparse path runs.
-  const std::vector<std::vector<int32_t>> prompts = {RandomPrompt(70, 1), RandomPrompt(9, 2)};
+  const std::vector<std::vector<int32_t>> prompts = {testing::RandomTokens(70, 1), testing::RandomTokens(9, 2)};
   std::vector<GenerationRequest> requests(2);
   for (int i = 0; i < 2; ++i) {
     requests[i].prompt = prompts[i];

@@ -27,7 +27,17 @@ class FakeStages {
     for (int64_t id : plan.release) states_.Release(id);
     for (const PlannedSequence& p : plan.seqs) {
       const SequenceStep& s = p.step;
-      if (p.sampling) states_.Create(s.seq_id, *p.sampling);
+      if (p.sampling) {
+        // As the last stage does: a sequence starts after its cached prefix.
+        if (static_cast<size_t>(s.start_pos) != p.sampling->cached_tokens.size()) {
+          r.status = absl::InvalidArgumentError(absl::StrCat("seq ", s.seq_id, ": sampling state at start_pos ",
+                                                             s.start_pos, " with ", p.sampling->cached_tokens.size(),
+                                                             " cached tokens"));
+          return r;
+        }
+        states_.Create(s.seq_id, *p.sampling);
+        if (s.start_pos > 0) states_.Observe(s.seq_id, 0, p.sampling->cached_tokens).IgnoreError();
+      }
       if (absl::Status st = states_.Observe(s.seq_id, s.start_pos, s.tokens); !st.ok()) {
         r.status = st;
         return r;

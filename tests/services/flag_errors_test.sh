@@ -3,7 +3,10 @@
 # end the process with a clear message and a usage-error exit code, before
 # anything is loaded or served: `spar plan`, `spar-worker --stage-layers`,
 # `spar-scheduler --reasoning-parser / --tool-call-parser`, the HTTP server's
-# threads, connection cap and timeouts.
+# threads, connection cap and timeouts, the cache formats (--kv-cache-dtype,
+# --indexer-cache-dtype: generate, worker, cluster, plan; also from the
+# worker's SPAR_* environment), and that `spar plan` sizes the cache by the
+# format chosen.
 # usage: flag_errors_test.sh SPAR SPAR_WORKER SPAR_SCHEDULER
 set -u
 spar=$1 worker=$2 scheduler=$3
@@ -59,6 +62,43 @@ expect 2 '--http-max-connections and the --http-\*-timeout-s flags must be >= 1'
   "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --http-max-connections 0
 expect 2 '--http-max-connections and the --http-\*-timeout-s flags must be >= 1' \
   "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --http-header-timeout-s 0
+
+expect 2 '^generate: --kv-cache-dtype must be auto, bf16, fp8 .*got "fp16"' \
+  "$spar" generate --model "$dir/model" --prompt hi --kv-cache-dtype fp16
+expect 2 '^generate: --indexer-cache-dtype must be auto, fp8, bf16 .*got "int8"' \
+  "$spar" generate --model "$dir/model" --prompt hi --indexer-cache-dtype int8
+expect 2 '^generate: the cuda backend has no fp32 cache kernels' \
+  "$spar" generate --model "$dir/model" --prompt hi --backend cuda --kv-cache-dtype fp32
+expect 2 '^worker: --kv-cache-dtype must be .*got "e5m2"' "$worker" --model "$dir/model" --kv-cache-dtype e5m2
+expect 2 '^worker: --indexer-cache-dtype must be .*got "fp4"' \
+  env SPAR_INDEXER_CACHE_DTYPE=fp4 "$worker" --model "$dir/model"
+expect 2 '^cluster: --kv-cache-dtype must be .*got "half"' "$spar" cluster --model "$dir/model" --kv-cache-dtype half
+expect 2 '^scheduler: --enable-prefix-caching needs true or false, got "maybe"' \
+  "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --enable-prefix-caching=maybe
+expect 2 'SPAR_NO_ENABLE_PREFIX_CACHING' env SPAR_NO_ENABLE_PREFIX_CACHING=2 "$scheduler" --model "$dir/model" --workers 127.0.0.1:1
+expect 2 '^plan: --kv-cache-dtype must be .*got "fp6"' "$spar" plan --geometry glm5-full --tp 8 --kv-cache-dtype fp6
+expect 2 '^plan: the cuda backend has no fp32 cache kernels' "$spar" plan --geometry glm5-full --tp 8 --kv-cache-dtype fp32
+
+# spar plan sizes the cache by the format: 656-byte FP8 rows + 132-byte FP8
+# keys = 788 bytes per token per layer (bf16 rows: 1152 + 132 = 1284).
+plan_bytes() { "$spar" plan --geometry glm5-full --tp 8 --stages 2 "$@" | grep -oE '[0-9]+ bytes per token per layer'; }
+for want in "788:--kv-cache-dtype fp8" "1284:" "1408:--indexer-cache-dtype bf16"; do
+  got=$(plan_bytes ${want#*:})
+  if [[ "$got" != "${want%%:*} bytes per token per layer" ]]; then
+    echo "FAIL: spar plan ${want#*:}: \"$got\", want ${want%%:*} bytes per token per layer"
+    failures=$((failures + 1))
+  else
+    echo "ok: spar plan ${want#*:}: $got"
+  fi
+done
+fp8_tokens=$("$spar" plan --geometry glm5-full --tp 8 --stages 2 --kv-cache-dtype fp8 | grep -oE 'the pipeline holds [0-9]+' | grep -oE '[0-9]+$')
+bf16_tokens=$("$spar" plan --geometry glm5-full --tp 8 --stages 2 | grep -oE 'the pipeline holds [0-9]+' | grep -oE '[0-9]+$')
+if [[ -z "$fp8_tokens" || -z "$bf16_tokens" ]] || (( fp8_tokens * 100 < bf16_tokens * 150 )); then
+  echo "FAIL: FP8 latent rows should hold ~1.6x the tokens of bf16: $fp8_tokens vs $bf16_tokens"
+  failures=$((failures + 1))
+else
+  echo "ok: the pipeline holds $fp8_tokens tokens with FP8 latent rows, $bf16_tokens with bf16"
+fi
 
 [[ $failures -eq 0 ]] || { echo "$failures failed"; exit 1; }
 echo "all bad flags refused"

@@ -39,6 +39,8 @@ class LocalPipeline : public Pipeline {
       o.num_blocks = num_blocks;
       auto exec = StageExecutor::Load(o);
       if (!exec.ok()) return exec.status();
+      p->info_.cache_dtypes.push_back(absl::StrCat(LatentFormatName((*exec)->cache_formats().latent), "/",
+                                                   IndexerFormatName((*exec)->cache_formats().indexer)));
       p->stages_.push_back(std::move(*exec));
     }
     return p;
