@@ -48,6 +48,7 @@ fi
 if [[ ${SPAR_AB_SUITE:-1} == 1 ]]; then
   for t in .bundle-gpu/bin/*_gpu_test; do
     name=$(basename "$t")
+    [[ -n ${SPAR_AB_SKIP:-} && $name =~ ${SPAR_AB_SKIP} ]] && continue
     ( source .bundle-gpu/env.sh; timeout ${SPAR_AB_TEST_TIMEOUT:-240} "$t" > "$out/$name.log" 2>&1 )
     rc=$?
     pass=$(grep -c "^\[       OK \]" "$out/$name.log"); fail=$(grep -c "^\[  FAILED  \]" "$out/$name.log")
@@ -69,11 +70,14 @@ fi
 # Optional sections: the indexer benchmark's top-k table, two cuda stages on
 # one GPU, and extra commands (each a line of SPAR_AB_EXTRA; their output
 # goes to extra_N.log).
-if [[ ${SPAR_AB_INDEXER:-0} == 1 ]]; then
+# Sections after this point are skipped once the call has run this long, so
+# the logs still come back inside the device's per-call limit.
+late() { (( SECONDS > ${SPAR_AB_LATE_S:-450} )) && { summary+=("skipped (late, ${SECONDS} s): $1"); return 0; }; return 1; }
+if [[ ${SPAR_AB_INDEXER:-0} == 1 ]] && ! late "indexer_bench topk"; then
   ( source .bundle-gpu/env.sh; timeout 200 .bundle-gpu/bin/indexer_bench topk > "$out/indexer_topk.log" 2>&1 )
   summary+=("indexer_bench topk: rc=$?")
 fi
-if [[ ${SPAR_AB_HOP:-0} == 1 ]]; then
+if [[ ${SPAR_AB_HOP:-0} == 1 ]] && ! late "stage_hop_gpu"; then
   OUT=$out timeout 200 bash tools/device/stage_hop_gpu.sh > "$out/stage_hop.log" 2>&1
   summary+=("stage_hop_gpu: rc=$? $(tail -1 "$out/stage_hop.log")")
 fi
@@ -81,6 +85,7 @@ n=0
 while IFS= read -r cmd; do
   [[ -z $cmd ]] && continue
   n=$((n + 1))
+  late "extra $n ($cmd)" && continue
   ( source .bundle-gpu/env.sh; OUT=$out/extra_$n; mkdir -p "$OUT"; export OUT; timeout ${SPAR_AB_EXTRA_TIMEOUT:-300} bash -c "$cmd" ) \
     > "$out/extra_$n.log" 2>&1
   summary+=("extra $n ($cmd): rc=$?")
