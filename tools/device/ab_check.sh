@@ -29,7 +29,7 @@ if [[ ${SPAR_AB_BENCH:-1} == 1 ]]; then
   b=${SPAR_AB_BATCHES:-1,64}; c=${SPAR_AB_CONTEXTS:-8192}
   ( source .bundle-gpu/env.sh; timeout 120 .bundle-gpu/bin/engine_bench --make-geometry glm5-full --make-layers 4 \
       --model $m --layers 3:4 --batches 1 --contexts 1024 --reps 3 > "$out/bench_make.log" 2>&1 )
-  for round in 1 2; do
+  for round in $(seq 1 ${SPAR_AB_ROUNDS:-2}); do
     for side in before gpu; do
       ( source .bundle-$side/env.sh; timeout 200 .bundle-$side/bin/engine_bench --model $m --layers 3:4 \
           --batches $b --contexts $c ${SPAR_AB_BENCH_ARGS:-} > "$out/bench_${side}_$round.log" 2>&1 )
@@ -97,4 +97,7 @@ done
 echo "== summary =="
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 # At most 8 files come back from the device: the logs travel as one archive.
-( cd "$out" && tar czf logs.tgz --exclude logs.tgz --exclude summary.txt . && find . -type f ! -name logs.tgz ! -name summary.txt -delete )
+# (written outside $out first: tar refuses a directory that changes under it)
+tgz=$(mktemp /tmp/ab_logs.XXXXXX.tgz)
+( cd "$out" && tar czf "$tgz" --exclude summary.txt . ; find . -mindepth 1 ! -name summary.txt -delete )
+mv "$tgz" "$out/logs.tgz"

@@ -176,7 +176,7 @@ absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStr
 // num_cols). With block_table set, position p of row r is written as the
 // cache slot block_table[(r / rows_per_seq)][p / 64] * 64 + p % 64.
 //
-// Rows of at most kTopKShortMaxLen (32768) positions take a path sized by the
+// Rows of at most kTopKShortMaxLen (16384) positions take a path sized by the
 // row (one CTA each, keys in registers, no workspace). Few long rows (decode
 // at long contexts) are cut into chunks that several CTAs read at once
 // (topk_plan.h: PlanTopKSplit); that path needs a device workspace of

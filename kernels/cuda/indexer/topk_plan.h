@@ -42,7 +42,10 @@ inline constexpr int kTopKMaxCandidates = 32768;
 // Rows of at most this many positions take the short-row path (topk_short.cu:
 // keys in registers, histograms and scans sized by the row), unless a chunk
 // count is forced.
-inline constexpr int kTopKShortMaxLen = 32768;
+// 16K: measured on the H200 (graph replays, real-like rows, 2026-12-01),
+// 1 x 8K takes 11.2 us on it against 27.8 one CTA; 1 x 32K 32.2 us, no
+// faster than one CTA (32.9) and slower than the split (27.3).
+inline constexpr int kTopKShortMaxLen = 16384;
 
 struct TopKSplitPlan {
   int chunks = 1;              // <= 1: the one-CTA path

@@ -1,5 +1,5 @@
 // The short-row top-k path (rows of at most kTopKShortMaxLen positions:
-// decode at contexts up to 32K, prefill chunks): one 1024-thread CTA per
+// decode at contexts up to 16K, prefill chunks): one 1024-thread CTA per
 // row with everything sized by the row instead of by the longest row the
 // other paths handle (their 2048-bin x 8-copy histograms and 256K-position
 // bitmaps cost ~40 us of zeroing and scanning whatever the row's length).
@@ -34,7 +34,7 @@ constexpr int kShortThreads = 1024;
 constexpr int kShortWarps = kShortThreads / 32;
 constexpr int kShortBins = 256;
 constexpr int kShortCopies = 8;
-static_assert(kTopKShortMaxLen <= 32 * kShortThreads, "at most 32 keys per thread (one selection bit each)");
+static_assert(kTopKShortMaxLen <= 16 * kShortThreads, "at most 16 keys per thread (the instantiated variants)");
 
 struct ShortSelect {
   uint32_t bucket, above, count, total;
@@ -218,8 +218,7 @@ absl::Status LaunchTopKShort(const TopKParams& p, cudaStream_t stream) {
   if (len <= 2 * kShortThreads) return Launch<2>(p, stream);
   if (len <= 4 * kShortThreads) return Launch<4>(p, stream);
   if (len <= 8 * kShortThreads) return Launch<8>(p, stream);
-  if (len <= 16 * kShortThreads) return Launch<16>(p, stream);
-  return Launch<32>(p, stream);
+  return Launch<16>(p, stream);
 }
 
 }  // namespace spar::topk

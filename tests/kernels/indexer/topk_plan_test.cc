@@ -32,7 +32,7 @@ TEST(TopKPlan, FewLongRowsSplitIntoOneWave) {
 }
 
 TEST(TopKPlan, OneRowSpreadsOverManySms) {
-  const TopKSplitPlan p = PlanTopKSplit(1, 32768, kH200Sms, kTopKMaxChunks);
+  const TopKSplitPlan p = PlanTopKSplit(1, 32768, kH200Sms);
   ExpectCovers(p, 32768);
   EXPECT_EQ(p.chunks, kTopKMaxChunks);
   EXPECT_EQ(p.candidate_cap, 8192);
@@ -78,7 +78,7 @@ TEST(TopKPlan, ShortOrEmptyRowsKeepOneCta) {
   // Rows up to kTopKShortMaxLen take the short-row path, whatever their number.
   EXPECT_FALSE(PlanTopKSplit(1, 8192, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(1, kTopKShortMaxLen, kH200Sms).split());
-  EXPECT_TRUE(PlanTopKSplit(1, kTopKShortMaxLen + 1024, kH200Sms).split());
+  EXPECT_TRUE(PlanTopKSplit(1, 4 * kTopKShortMaxLen, kH200Sms).split());
   EXPECT_TRUE(PlanTopKSplit(1, kTopKShortMaxLen, kH200Sms, 4).split());  // unless forced
   EXPECT_FALSE(PlanTopKSplit(1, 0, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(0, 131072, kH200Sms).split());
