@@ -281,6 +281,9 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Tensor> GatherRows(const Tensor& x, const std::vector<int32_t>& rows) override {
     return cuda_ops::GatherRows(ctx_, x, rows);
   }
+  absl::Status ZeroRows(Tensor* x, const std::vector<int32_t>& rows) override {
+    return cuda_ops::ZeroRows(ctx_, x, rows);
+  }
   absl::Status WriteLatentCache(int layer, const Tensor& kv_a, const Weight& kv_a_norm, float eps) override {
     return cuda_ops::WriteLatentCache(ctx_, layer, kv_a, As<CudaVector>(kv_a_norm), eps);
   }
