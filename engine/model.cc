@@ -184,7 +184,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
     head.fp32_output = true;
     SPAR_ASSIGN_OR_RETURN(m->lm_head_, backend->CreateLinear(head));
   }
-  if (options.load_mtp) SPAR_RETURN_IF_ERROR(m->LoadMtp(ck));
+  if (options.load_mtp && m->is_last_stage()) SPAR_RETURN_IF_ERROR(m->LoadMtp(ck));
   CacheSpec cache;
   // The MTP layer's caches are one more layer, after this stage's own.
   cache.num_layers = m->last_layer_ - m->first_layer_ + (m->has_mtp() ? 1 : 0);

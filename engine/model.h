@@ -39,8 +39,8 @@ struct ModelOptions {
   LatentFormat latent_format = LatentFormat::kF32;
   IndexerFormat indexer_format = IndexerFormat::kF32;
   // Load the multi-token-prediction layer (model.layers.{num_hidden_layers},
-  // num_nextn_predict_layers >= 1) for speculative decoding; last stage
-  // only. It gets its own latent and indexer caches (one more cache layer,
+  // num_nextn_predict_layers >= 1) for speculative decoding; ignored on a
+  // stage that is not the last. It gets its own latent and indexer caches (one more cache layer,
   // the same block tables) and shares the embedding and, where the
   // checkpoint has no shared_head.head, the lm_head.
   bool load_mtp = false;

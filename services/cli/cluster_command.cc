@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/model_config.h"
+#include "engine/speculation_limits.h"
 #include "services/cli/commands.h"
 #include "services/common/args.h"
 #include "services/common/daemon.h"
@@ -59,6 +60,7 @@ int RunCluster(int argc, char** argv) {
   int64_t stages = 1, tp_size = 1, port = 50051, num_blocks = 256, max_in_flight = 0, max_batch_tokens = 512, max_queue = 256,
           ready_timeout_s = 600;
   double delay_ms = 0, delay_token_us = 0;
+  int64_t num_speculative_tokens = 0;
   ArgParser args("cluster");
   args.AddString("model", &model, "model directory (required)");
   args.AddInt("stages", &stages, "pipeline stages, one worker process each (default 1)");
@@ -76,6 +78,9 @@ int RunCluster(int argc, char** argv) {
   args.AddInt("max-in-flight", &max_in_flight, "micro-batches in flight (default 0: one per stage)");
   args.AddInt("max-batch-tokens", &max_batch_tokens, "tokens per micro-batch (default 512)");
   args.AddInt("max-queue", &max_queue, "waiting sequences before RESOURCE_EXHAUSTED (default 256)");
+  args.AddInt("num-speculative-tokens", &num_speculative_tokens,
+              "MTP speculative decoding, drafts per sequence and step, for the scheduler and the workers (1-4; "
+              "default 0 = off)");
   args.AddDouble("delay-per-layer-ms", &delay_ms, "benchmarks: artificial per-layer delay in every worker");
   args.AddDouble("delay-per-token-us", &delay_token_us, "benchmarks: artificial per-layer, per-token delay");
   args.AddInt("ready-timeout-s", &ready_timeout_s, "give up if not serving after this long (default 600)");
@@ -103,6 +108,11 @@ int RunCluster(int argc, char** argv) {
     std::cerr << "cluster: --tp-size must be in [1, 64]\n";
     return 2;
   }
+  if (num_speculative_tokens < 0 || num_speculative_tokens > kMaxSpeculativeTokens) {
+    std::cerr << "cluster: --num-speculative-tokens must be 0 (off) to " << kMaxSpeculativeTokens << "\n";
+    return 2;
+  }
+  const std::string speculative = absl::StrCat(num_speculative_tokens);
   const std::string shutdown_timeout = absl::StrCat(shutdown_timeout_s);
   // Children get SIGTERM and this long to drain before SIGKILL.
   const absl::Duration stop_grace = absl::Seconds(shutdown_timeout_s + 10);
@@ -147,7 +157,8 @@ int RunCluster(int argc, char** argv) {
                                        "--delay-per-token-us", FormatDouble(delay_token_us),
                                        "--metrics-host", host, "--metrics-port", MetricsPortOf(metrics_port, 1 + i),
                                        "--metrics-port-file", absl::StrCat(run_dir, "/worker-", i, ".metrics-port"),
-                                       "--shutdown-timeout", shutdown_timeout};
+                                       "--shutdown-timeout", shutdown_timeout,
+                                       "--num-speculative-tokens", speculative};
     // One GPU per process on one node: stage i's ranks on GPUs [i*T, (i+1)*T).
     argv_w.insert(argv_w.end(), {"--device", absl::StrCat(i * tp_size)});
     if (tp_size > 1) argv_w.insert(argv_w.end(), {"--tp-size", absl::StrCat(tp_size)});
@@ -182,7 +193,8 @@ int RunCluster(int argc, char** argv) {
                                          "--backend", backend, "--delay-per-layer-ms", FormatDouble(delay_ms),
                                          "--delay-per-token-us", FormatDouble(delay_token_us),
                                          "--metrics-host", host, "--metrics-port", metrics_port < 0 ? "-1" : "0",
-                                         "--shutdown-timeout", shutdown_timeout};
+                                         "--shutdown-timeout", shutdown_timeout,
+                                         "--num-speculative-tokens", speculative};
       if (enforce_eager) argv_p.push_back("--enforce-eager");
       auto child = ChildProcess::Spawn(argv_p, {absl::StrCat(log_dir, "/", name, ".log")});
       if (!child.ok()) {
@@ -203,7 +215,8 @@ int RunCluster(int argc, char** argv) {
                                      "--metrics-port-file", run_dir + "/scheduler.metrics-port",
                                      "--shutdown-timeout", shutdown_timeout,
                                      "--http-port", absl::StrCat(http_port),
-                                     "--http-port-file", run_dir + "/http.port"};
+                                     "--http-port-file", run_dir + "/http.port",
+                                     "--num-speculative-tokens", speculative};
   auto sched = ChildProcess::Spawn(argv_s, {log_dir + "/scheduler.log"});
   if (!sched.ok()) {
     std::cerr << "cluster: " << sched.status().message() << "\n";

@@ -24,9 +24,19 @@ struct SequenceSampling {
   int top_logprobs = 0;
 };
 
+// Speculative decoding of one sequence (worker.proto Speculation): the
+// last stage verifies the trailing num_draft_tokens tokens and proposes
+// num_drafts_wanted drafts for the next step with the MTP layer.
+struct SequenceSpeculation {
+  int num_draft_tokens = 0;
+  int num_drafts_wanted = 0;
+  std::optional<int32_t> next_token;  // a prefill chunk without logits: the token after it
+};
+
 struct PlannedSequence {
   SequenceStep step;                         // seq_id, start_pos, tokens, block_table, num_logits
   std::optional<SequenceSampling> sampling;  // (re)creates the sampling state; required at start_pos 0
+  std::optional<SequenceSpeculation> speculation;  // present: a speculative sequence
 };
 
 struct MicroBatchPlan {
@@ -48,11 +58,22 @@ struct StageTiming {
   int64_t compute_ns = 0;
 };
 
+// What the last stage's speculation did for one sequence with logits.
+struct SpeculationOutcome {
+  int64_t seq_id = 0;
+  int num_draft_tokens = 0;  // verified
+  int num_accepted = 0;      // of them accepted
+  std::vector<int32_t> drafts;  // proposals for the next step
+};
+
 struct MicroBatchResult {
   uint64_t id = 0;
   absl::Status status;                // a stage failed: the whole micro-batch failed
-  std::vector<SampledToken> tokens;   // one per sequence that asked for a logit
+  // Per sequence that asked for logits its output tokens, in order: one, or
+  // under speculation the accepted drafts and the target's next token.
+  std::vector<SampledToken> tokens;
   std::vector<StageTiming> timings;
+  std::vector<SpeculationOutcome> speculation;  // per speculative sequence with logits
 };
 
 }  // namespace spar

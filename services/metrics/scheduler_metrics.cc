@@ -64,6 +64,28 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry* registry, std::string m
                             .Help("Output tokens generated")
                             .Register(*registry)
                             .Add(model);
+  spec_drafts_ = &BuildCounter()
+                      .Name("vllm:spec_decode_num_drafts_total")
+                      .Help("Speculative decoding: verify steps of a sequence with drafts")
+                      .Register(*registry)
+                      .Add(model);
+  spec_draft_tokens_ = &BuildCounter()
+                            .Name("vllm:spec_decode_num_draft_tokens_total")
+                            .Help("Speculative decoding: draft tokens verified")
+                            .Register(*registry)
+                            .Add(model);
+  spec_accepted_tokens_ = &BuildCounter()
+                               .Name("vllm:spec_decode_num_accepted_tokens_total")
+                               .Help("Speculative decoding: draft tokens accepted")
+                               .Register(*registry)
+                               .Add(model);
+  auto& per_pos = BuildCounter()
+                      .Name("vllm:spec_decode_num_accepted_tokens_per_pos_total")
+                      .Help("Speculative decoding: draft tokens accepted, by draft position (0 = the first)")
+                      .Register(*registry);
+  for (int p = 0; p < kMaxSpeculativeTokens; ++p) {
+    spec_accepted_per_pos_.push_back(&per_pos.Add({{"model_name", model_name_}, {"position", absl::StrCat(p)}}));
+  }
   success_family_ = &BuildCounter()
                          .Name("vllm:request_success_total")
                          .Help("Finished sequences by finish reason (stop, length, abort)")
@@ -167,6 +189,16 @@ void SchedulerMetrics::Refresh(const SchedulerGauges& g) {
     micro_batches_->Increment(static_cast<double>(g.micro_batches - micro_batches_seen_));
   }
   micro_batches_seen_ = std::max(micro_batches_seen_, g.micro_batches);
+  auto grow = [](prometheus::Counter* c, uint64_t now, uint64_t* seen) {
+    if (now > *seen) c->Increment(static_cast<double>(now - *seen));
+    *seen = std::max(*seen, now);
+  };
+  grow(spec_drafts_, g.spec.drafts, &spec_seen_.drafts);
+  grow(spec_draft_tokens_, g.spec.draft_tokens, &spec_seen_.draft_tokens);
+  grow(spec_accepted_tokens_, g.spec.accepted_tokens, &spec_seen_.accepted_tokens);
+  for (size_t p = 0; p < spec_accepted_per_pos_.size(); ++p) {
+    grow(spec_accepted_per_pos_[p], g.spec.accepted_per_position[p], &spec_seen_.accepted_per_position[p]);
+  }
   // The info series carries the block count as a label: replace it when the
   // count changes (known once the pipeline is connected).
   const std::string blocks = absl::StrCat(g.total_blocks);

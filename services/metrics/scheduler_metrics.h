@@ -46,6 +46,7 @@ struct SchedulerGauges {
   uint64_t preemptions = 0;        // since start (monotonic)
   uint64_t micro_batches = 0;      // since start (monotonic)
   int64_t in_flight = 0;           // micro-batches on the pipeline now
+  SpecDecodeCounts spec;           // speculative decoding since start (monotonic)
   int64_t stages = 0;
   bool pipeline_ready = false;
   bool draining = false;
@@ -92,6 +93,7 @@ class SchedulerMetrics final : public RequestObserver {
   std::unordered_map<std::string, Timeline> requests_;
   uint64_t preemptions_seen_ = 0;
   uint64_t micro_batches_seen_ = 0;
+  SpecDecodeCounts spec_seen_;
   std::string cache_info_blocks_;  // label value of the current cache_config_info series
 
   // vLLM-compatible (labels: model_name).
@@ -105,6 +107,10 @@ class SchedulerMetrics final : public RequestObserver {
   prometheus::Counter* generation_tokens_;
   prometheus::Family<prometheus::Counter>* success_family_;
   std::map<std::string, prometheus::Counter*> success_;  // by finished_reason
+  prometheus::Counter* spec_drafts_;
+  prometheus::Counter* spec_draft_tokens_;
+  prometheus::Counter* spec_accepted_tokens_;
+  std::vector<prometheus::Counter*> spec_accepted_per_pos_;  // by draft position
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;
   prometheus::Histogram* e2e_;

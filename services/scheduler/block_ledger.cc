@@ -34,6 +34,18 @@ absl::Status BlockLedger::Free(int64_t seq) {
   return s;
 }
 
+absl::Status BlockLedger::TruncateTo(int64_t seq, int64_t tokens) {
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return absl::OkStatus();
+  const size_t keep = static_cast<size_t>(BlocksFor(tokens));
+  if (it->second.size() <= keep) return absl::OkStatus();
+  std::vector<int32_t> tail(it->second.begin() + static_cast<std::ptrdiff_t>(keep), it->second.end());
+  it->second.resize(keep);
+  absl::Status s = allocator_.Release(&tail);
+  if (it->second.empty()) tables_.erase(it);
+  return s;
+}
+
 absl::Status BlockLedger::CheckConsistency() const {
   std::vector<int> owners(num_blocks(), 0);
   int64_t held = 0;

@@ -39,6 +39,9 @@ class BlockLedger {
   int64_t BlocksOf(int64_t seq) const { return static_cast<int64_t>(Table(seq).size()); }
   // Returns all blocks of `seq`; a sequence without blocks is fine.
   absl::Status Free(int64_t seq);
+  // Returns the blocks of `seq` beyond those covering its first `tokens`
+  // positions (speculative decoding's rejected drafts and lookahead).
+  absl::Status TruncateTo(int64_t seq, int64_t tokens);
 
   // Every block is free or in exactly one table, and the counts agree.
   absl::Status CheckConsistency() const;

@@ -19,6 +19,9 @@ struct PipelineInfo {
   int num_stages = 0;
   int64_t num_blocks = 0;  // KV blocks every stage holds
   std::vector<LayerRange> stage_layers;
+  // The most drafts per step the last stage verifies with its MTP layer
+  // (0: no speculative decoding).
+  int num_speculative_tokens = 0;
 };
 
 class Pipeline {

@@ -30,6 +30,13 @@ absl::Status Scheduler::ConnectOnce(absl::Duration timeout) {
   cb.on_result = [this](MicroBatchResult r) { OnResult(std::move(r)); };
   cb.on_failure = [this](absl::Status s) { OnFailure(std::move(s)); };
   auto info = pipeline_->Connect(std::move(cb), timeout);
+  if (info.ok() && options_.limits.num_speculative_tokens > info->num_speculative_tokens) {
+    pipeline_->Close();  // not under mu_: its threads' callbacks take it
+    info = absl::FailedPreconditionError(absl::StrCat(
+        "--num-speculative-tokens ", options_.limits.num_speculative_tokens, ", but the last stage verifies at most ",
+        info->num_speculative_tokens,
+        " drafts per step (start its worker with --num-speculative-tokens on a model with an MTP layer)"));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!info.ok()) return info.status();
   if (stopping_) return absl::UnavailableError("the scheduler is shutting down");
@@ -46,6 +53,7 @@ absl::Status Scheduler::ConnectOnce(absl::Duration timeout) {
     const CoreStats old = core_->Stats();
     preemptions_before_ += old.preemptions;
     micro_batches_before_ += old.micro_batches;
+    spec_before_ += old.spec;
   }
   core_ = std::make_unique<SchedulerCore>(co);
   ready_ = true;
@@ -281,6 +289,7 @@ LoadInfo Scheduler::Load() const {
   }
   l.core.preemptions += preemptions_before_;
   l.core.micro_batches += micro_batches_before_;
+  l.core.spec += spec_before_;
   return l;
 }
 

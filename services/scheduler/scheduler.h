@@ -143,6 +143,7 @@ class Scheduler {
   bool reconnect_ = false;
   uint64_t next_request_ = 1;
   uint64_t preemptions_before_ = 0, micro_batches_before_ = 0;  // of earlier cores
+  SpecDecodeCounts spec_before_;
   std::thread loop_;
 };
 

@@ -11,11 +11,16 @@
 // A micro-batch plan carries, per sequence, its new tokens, its whole block
 // table and (on a sequence's first chunk) the last stage's sampling state;
 // finished sequences' sampling states are released through a later plan.
+// With speculative decoding (limits.num_speculative_tokens > 0) a decode
+// step also carries the drafts the last stage proposed, a result brings
+// the accepted ones plus the next token, and the block table is trimmed
+// back to the positions that stay in the cache.
 //
 // Thread-compatible.
 #ifndef SPAR_SERVICES_SCHEDULER_SCHEDULER_CORE_H_
 #define SPAR_SERVICES_SCHEDULER_SCHEDULER_CORE_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -24,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/speculation_limits.h"
 #include "services/common/micro_batch.h"
 #include "services/scheduler/admission_queue.h"
 #include "services/scheduler/batch_policy.h"
@@ -71,6 +77,17 @@ struct SeqEvent {
   std::optional<SeqFinish> finish;
 };
 
+// Speculative decoding since the core started (vLLM's spec-decode
+// counters): verify steps of a sequence with drafts, drafts verified,
+// drafts accepted, accepted by draft position (0 = the first draft).
+struct SpecDecodeCounts {
+  uint64_t drafts = 0;
+  uint64_t draft_tokens = 0;
+  uint64_t accepted_tokens = 0;
+  std::array<uint64_t, kMaxSpeculativeTokens> accepted_per_position{};
+  SpecDecodeCounts& operator+=(const SpecDecodeCounts& o);
+};
+
 struct CoreStats {
   size_t waiting = 0;
   size_t running = 0;
@@ -79,6 +96,7 @@ struct CoreStats {
   int64_t total_blocks = 0;
   uint64_t preemptions = 0;
   uint64_t micro_batches = 0;
+  SpecDecodeCounts spec;
 };
 
 class SchedulerCore {
@@ -136,6 +154,9 @@ class SchedulerCore {
     bool ignore_eos = false;
     std::optional<absl::Time> deadline;
     uint64_t preemptions = 0;
+    // The last stage's proposals, verified by the next decode step (never
+    // part of `tokens` before they are accepted).
+    std::vector<int32_t> drafts;
     int num_output() const { return static_cast<int>(tokens.size()) - prompt_len; }
   };
   struct InFlight {
@@ -143,6 +164,10 @@ class SchedulerCore {
     absl::Time sent;
   };
 
+  // Applies the output tokens of one step of `s` (several under
+  // speculation) and its drafts; returns the events.
+  void ApplyTokens(Seq& s, const ScheduledStep& step, const std::vector<const SampledToken*>& tokens,
+                   const SpeculationOutcome* spec, uint64_t batch, std::vector<SeqEvent>* events);
   // Removes `seq` everywhere; frees its blocks.
   void Remove(int64_t seq);
   SeqEvent End(Seq& s, SeqFinish finish);
@@ -159,6 +184,7 @@ class SchedulerCore {
   uint64_t next_batch_ = 1;
   uint64_t preemptions_ = 0;
   uint64_t micro_batches_ = 0;
+  SpecDecodeCounts spec_;
 };
 
 }  // namespace spar
