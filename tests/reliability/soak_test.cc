@@ -6,6 +6,9 @@
 //   * a sample of them equals the single-process engine exactly;
 //   * afterwards no KV block is held, and the scheduler's and workers'
 //     resident memory after warm-up stays within 10%;
+//   * all of it with MTP speculative decoding on (3 drafts, a model whose
+//     drafts are often right): requests end mid-draft at max_tokens, and
+//     the sample still equals the engine without speculation;
 //   * past the queue bound, requests are shed with RESOURCE_EXHAUSTED at
 //     once instead of queueing without bound, and the rest are served.
 // Sizes come from SPAR_SOAK_REQUESTS / SPAR_SOAK_CONCURRENCY (defaults
@@ -19,6 +22,7 @@
 #include <thread>
 
 #include "base/sanitizers.h"
+#include "engine/make_tiny.h"
 #include "gtest/gtest.h"
 #include "services/common/daemon.h"
 #include "tests/reliability/grpc_client_util.h"
@@ -29,6 +33,21 @@ namespace spar {
 namespace {
 
 using testing::ReliabilityModel;
+
+// The soak's model: with an MTP layer that drafts well (make-tiny --mtp
+// --predictable), so the cluster speculates and accepts drafts.
+const std::string& SpeculativeModel() {
+  static const std::string* dir = [] {
+    MakeTinyOptions o;
+    o.seed = 11;
+    o.mtp = true;
+    o.predictable = true;
+    o.out_dir = testing::TempDir("soak_mtp_model");
+    EXPECT_TRUE(MakeTinyModel(o).ok());
+    return new std::string(o.out_dir);
+  }();
+  return *dir;
+}
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -72,12 +91,18 @@ TEST(SoakTest, TwoThousandStreamsNoneLostOrDuplicatedNoLeaks) {
     sample.push_back(i);
     sample_requests.push_back(SoakRequest(i));
   }
-  const auto want = testing::EngineReference(ReliabilityModel(), sample_requests);
+  const auto want = testing::EngineReference(SpeculativeModel(), sample_requests);  // without speculation
   ASSERT_EQ(want.size(), sample.size());
 
-  auto cluster = testing::TestCluster::Start(
-      {.model = ReliabilityModel(), .stages = 3, .num_blocks = 128, .scheduler_flags = {"--max-queue", "256"}},
-      "soak");
+  const std::vector<std::string> speculate = {"--num-speculative-tokens", "3"};
+  std::vector<std::string> scheduler_flags = {"--max-queue", "256"};
+  scheduler_flags.insert(scheduler_flags.end(), speculate.begin(), speculate.end());
+  auto cluster = testing::TestCluster::Start({.model = SpeculativeModel(),
+                                              .stages = 3,
+                                              .num_blocks = 128,
+                                              .scheduler_flags = scheduler_flags,
+                                              .worker_flags = speculate},
+                                             "soak");
   ASSERT_NE(cluster, nullptr);
   auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
 
@@ -132,6 +157,18 @@ TEST(SoakTest, TwoThousandStreamsNoneLostOrDuplicatedNoLeaks) {
   const auto load = testing::Load(stub.get());
   EXPECT_EQ(load.used_kv_blocks(), 0);
   EXPECT_EQ(load.total_kv_blocks(), 128);
+  // Drafts were verified and accepted (vLLM's spec-decode counters).
+  httplib::Client metrics("127.0.0.1", cluster->scheduler_metrics_port());
+  auto scraped = metrics.Get("/metrics");
+  ASSERT_TRUE(scraped && scraped->status == 200);
+  auto counter = [&](const std::string& name) {
+    const size_t at = scraped->body.find("\n" + name + "{");
+    if (at == std::string::npos) return -1.0;
+    const size_t value = scraped->body.find("} ", at) + 2;
+    return std::atof(scraped->body.c_str() + value);
+  };
+  EXPECT_GT(counter("vllm:spec_decode_num_draft_tokens_total"), 0) << scraped->body;
+  EXPECT_GT(counter("vllm:spec_decode_num_accepted_tokens_total"), 0) << scraped->body;
 
   // Memory flat after warm-up (within 10%).
   ASSERT_TRUE(measured);
