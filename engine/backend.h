@@ -190,6 +190,9 @@ class Backend {
     // that ends at the normed hidden states, the MTP layer's step): steps of
     // the same shape but another variant are replayed from other graphs.
     int graph_variant = 0;
+    // Steps with up to this many tokens for every sequence (the same count
+    // for all) may be replayed too: speculative decoding's verify steps.
+    int max_tokens_per_seq = 1;
   };
   using StepOps = std::function<absl::StatusOr<Tensor>(const Tensor* input)>;
   virtual absl::StatusOr<Tensor> RunStep(const StepPlan& plan, const Tensor* input, const StepOps& ops,

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "engine/memory_budget.h"
+#include "engine/speculation_limits.h"
 #include "engine/weight_names.h"
 #include "kernels/ref/rope_ref.h"
 
@@ -367,6 +368,9 @@ absl::StatusOr<Tensor> Model::RunForward(const StepPlan& plan, const Tensor* inp
   options.indexer_topk = indexer_.topk;
   options.indexer_heads = indexer_.heads;
   options.graph_variant = static_cast<int>(output);
+  // The normed-hidden step is speculative decoding's: its verify steps bring
+  // 1 + drafts tokens per sequence.
+  options.max_tokens_per_seq = output == StepOutput::kNormedHidden ? 1 + kMaxSpeculativeTokens : 1;
   return backend_->RunStep(
       plan, is_first_stage() ? nullptr : input,
       [&](const Tensor* in) { return ForwardOps(plan, in, trace, output); }, options);
@@ -498,6 +502,7 @@ absl::StatusOr<Tensor> Model::MtpForward(const StepPlan& plan, const Tensor& hid
   options.indexer_topk = indexer_.topk;
   options.indexer_heads = indexer_.heads;
   options.graph_variant = kMtpGraphVariant;
+  options.max_tokens_per_seq = 1 + kMaxSpeculativeTokens;
   return backend_->RunStep(
       plan, &hidden, [&](const Tensor* in) { return MtpOps(plan, *in); }, options);
 }

@@ -222,7 +222,9 @@ class CudaBackend final : public Backend {
     SPAR_RETURN_IF_ERROR(CheckNotAborted());
     std::optional<DecodeGraphKey> key;
     if (options_.cuda_graphs && step.replayable && (input == nullptr || input->dtype() == DType::kBF16)) {
-      key = DecodeGraphKeyFor(plan, input != nullptr, step.indexer_topk, kMaxGraphTokens);
+      key = DecodeGraphKeyFor(plan, input != nullptr, step.indexer_topk,
+                              GraphShapeLimits{kMaxGraphTokens, step.max_tokens_per_seq, step.indexer_heads},
+                              step.graph_variant);
     }
     // Under TP, sample the all-reduce times with an eager step now and then.
     const bool sample_collectives = key && group_ && options_.collective_sample_period > 0 &&
