@@ -368,9 +368,10 @@ absl::StatusOr<Tensor> Model::RunForward(const StepPlan& plan, const Tensor* inp
   options.indexer_topk = indexer_.topk;
   options.indexer_heads = indexer_.heads;
   options.graph_variant = static_cast<int>(output);
-  // The normed-hidden step is speculative decoding's: its verify steps bring
-  // 1 + drafts tokens per sequence.
-  options.max_tokens_per_seq = output == StepOutput::kNormedHidden ? 1 + kMaxSpeculativeTokens : 1;
+  // Speculative decoding's verify steps bring 1 + drafts tokens for every
+  // sequence, through every stage (short prefill chunks of that shape are
+  // replayed too).
+  options.max_tokens_per_seq = 1 + kMaxSpeculativeTokens;
   return backend_->RunStep(
       plan, is_first_stage() ? nullptr : input,
       [&](const Tensor* in) { return ForwardOps(plan, in, trace, output); }, options);
