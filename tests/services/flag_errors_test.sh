@@ -2,7 +2,8 @@
 # Bad values of the flags added for capacity planning and chat output parsing
 # end the process with a clear message and a usage-error exit code, before
 # anything is loaded or served: `spar plan`, `spar-worker --stage-layers`,
-# `spar-scheduler --reasoning-parser / --tool-call-parser`.
+# `spar-scheduler --reasoning-parser / --tool-call-parser`, and
+# --num-speculative-tokens on every command that has it.
 # usage: flag_errors_test.sh SPAR SPAR_WORKER SPAR_SCHEDULER
 set -u
 spar=$1 worker=$2 scheduler=$3
@@ -45,6 +46,16 @@ expect 2 '--reasoning-parser must be auto, glm45, deepseek_v3 or none, got "herm
   "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --reasoning-parser hermes
 expect 2 '--tool-call-parser must be auto, glm47, glm45 or none, got "qwen"' \
   "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --tool-call-parser qwen
+
+# --num-speculative-tokens: 0 to 4 everywhere; a model without an MTP layer says so.
+expect 2 '^worker: --num-speculative-tokens must be 0 \(off\) to 4' "$worker" --model "$dir/model" --num-speculative-tokens 5
+expect 2 '^scheduler: --num-speculative-tokens must be 0 \(off\) to 4' \
+  "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --num-speculative-tokens -1
+expect 2 '^cluster: --num-speculative-tokens must be 0 \(off\) to 4' "$spar" cluster --model "$dir/model" --num-speculative-tokens 7
+expect 2 '^generate: --num-speculative-tokens must be 0 \(off\) to 4, got 9' \
+  "$spar" generate --model "$dir/model" --prompt hi --num-speculative-tokens 9
+expect 2 'is the in-process engine' "$spar" generate --server 127.0.0.1:1 --prompt hi --num-speculative-tokens 2
+expect 1 'num_nextn_predict_layers 0' "$spar" generate --model "$dir/model" --prompt hi --num-speculative-tokens 2
 
 [[ $failures -eq 0 ]] || { echo "$failures failed"; exit 1; }
 echo "all bad flags refused"
