@@ -91,6 +91,20 @@ Streamed Stream(v1::Generation::Stub* stub, const v1::GenerateRequest& req, absl
   return out;
 }
 
+// Every request streamed at once, one client thread each.
+std::vector<Streamed> StreamAll(v1::Generation::Stub* stub, const std::vector<GenerationRequest>& requests,
+                                const std::string& id_prefix) {
+  std::vector<Streamed> got(requests.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    clients.emplace_back([&, i] {
+      got[i] = Stream(stub, ToProto(requests[i], absl::StrCat(id_prefix, i)), absl::Seconds(120));
+    });
+  }
+  for (auto& t : clients) t.join();
+  return got;
+}
+
 v1::GetLoadResponse Load(v1::Generation::Stub* stub) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
@@ -122,14 +136,7 @@ TEST(ClusterTest, ThirtyTwoConcurrentStreamsEqualTheSingleProcessEngine) {
       "cluster32");
   ASSERT_NE(cluster, nullptr);
   auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
-  std::vector<Streamed> got(requests.size());
-  std::vector<std::thread> clients;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    clients.emplace_back([&, i] {
-      got[i] = Stream(stub.get(), ToProto(requests[i], absl::StrCat("r", i)), absl::Seconds(120));
-    });
-  }
-  for (auto& t : clients) t.join();
+  const std::vector<Streamed> got = StreamAll(stub.get(), requests, "r");
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(got[i].status.ok()) << "request " << i << ": " << got[i].status.error_message();
     std::vector<int32_t> ids;
@@ -194,14 +201,7 @@ TEST(ClusterTest, SpeculativeDecodingEqualsTheEngineWithoutIt) {
                                                absl::StrCat("cluster_spec", k, fp8 ? "_fp8" : ""));
     ASSERT_NE(cluster, nullptr);
     auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
-    std::vector<Streamed> got(requests.size());
-    std::vector<std::thread> clients;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      clients.emplace_back([&, i] {
-        got[i] = Stream(stub.get(), ToProto(requests[i], absl::StrCat("spec", i)), absl::Seconds(120));
-      });
-    }
-    for (auto& t : clients) t.join();
+    const std::vector<Streamed> got = StreamAll(stub.get(), requests, "spec");
     const std::string what = absl::StrCat(fp8 ? "fp8" : "bf16", " k=", k);
     for (size_t i = 0; i < requests.size(); ++i) {
       ASSERT_TRUE(got[i].status.ok()) << what << " request " << i << ": " << got[i].status.error_message();
