@@ -10,10 +10,12 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <thread>
 
 #include "base/rng.h"
 #include "engine/engine.h"
 #include "engine/make_tiny.h"
+#include "engine/tensor_parallel.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_util.h"
 
@@ -191,6 +193,39 @@ TEST(SpeculativeTest, ModelWithoutMtpLayerIsAClearError) {
   e = Engine::Create(o.out_dir, eo);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("0 (off) to 4"), std::string::npos) << e.status();
+}
+
+// A tensor-parallel group speculates in lockstep: every rank decides the
+// same acceptance from the same all-reduced logits (the MTP layer's steps
+// hold all-reduces too), and the tokens are those without speculation.
+TEST(SpeculativeTest, TensorParallelRanksSpeculateInLockstep) {
+  const std::string dir = MakeMtpModel({"tp", ModelArch::kGlmMoeDsa, false, true});
+  auto run = [&](int k) {
+    constexpr int kSize = 2;
+    auto group = std::make_shared<InProcessGroup>(kSize);
+    std::vector<absl::StatusOr<std::vector<Generation>>> out(kSize, absl::UnknownError("not run"));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < kSize; ++r) {
+      ranks.emplace_back([&, r] {
+        EngineOptions eo;
+        eo.model.num_blocks = 32;
+        eo.num_speculative_tokens = k;
+        eo.backend_options.tp = TpRank{r, kSize};
+        eo.backend_options.cpu_group = group;
+        auto engine = Engine::Create(dir, eo);
+        out[r] = engine.ok() ? (*engine)->Generate(Requests(true)) : engine.status();
+      });
+    }
+    for (auto& t : ranks) t.join();
+    return out;
+  };
+  const auto plain = run(0);
+  const auto spec = run(3);
+  ASSERT_TRUE(plain[0].ok()) << plain[0].status();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(spec[r].ok()) << "rank " << r << ": " << spec[r].status();
+    ExpectSameGenerations(*plain[0], *spec[r], "TP 2 rank " + std::to_string(r));
+  }
 }
 
 // ---- the distribution ----
