@@ -14,13 +14,14 @@
 
 #include "absl/status/statusor.h"
 #include "base/cache_layout.h"
+#include "base/sampling_params.h"
+#include "engine/host_activations.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 #include "engine/step_plan.h"
 #include "engine/tensor.h"
 #include "engine/tensor_parallel.h"
 #include "kernels/ref/rope_ref.h"
-#include "kernels/ref/sampling_ref.h"
 
 namespace spar {
 
@@ -30,17 +31,29 @@ class Weight {
   virtual ~Weight() = default;
 };
 
-// One checkpoint matrix [rows, cols]: bf16/f32, or e4m3 with block scales.
+// One checkpoint matrix [rows, cols]: bf16/f32, e4m3 with block scales, or
+// 4-bit (engine/weight_format.h) with its scale and zero-point tensors.
 struct MatrixSource {
+  // Plain and FP8: the [rows, cols] tensor. 4-bit: the packed values (AWQ /
+  // GPTQ qweight, compressed-tensors weight_packed, NVFP4 uint8 weight).
   TensorView weight;
   std::optional<TensorView> scale_inv;  // [ceil(rows/128), ceil(cols/128)] for F8_E4M3
+  // 4-bit only: the scheme, the logical shape [N, K] and the other tensors
+  // (scales: AWQ / GPTQ scales, weight_scale; zeros: qzeros or
+  // weight_zero_point when stored), checked by LoadMatrixSource.
+  std::optional<QuantScheme> quant;
+  int64_t quant_rows = 0, quant_cols = 0;
+  std::optional<TensorView> scales, zeros;
+  float global_scale = 1.0f;  // NVFP4 weight_scale_2
   // Row and column ranges of `weight` to use (tensor parallel slicing:
   // column-parallel layers take rows, row-parallel layers take columns);
   // the whole matrix by default.
   int64_t row_begin = 0, row_end = -1;
   int64_t col_begin = 0, col_end = -1;
-  int64_t rows() const { return (row_end < 0 ? weight.shape[0] : row_end) - row_begin; }
-  int64_t cols() const { return (col_end < 0 ? weight.shape[1] : col_end) - col_begin; }
+  int64_t full_rows() const { return quant ? quant_rows : weight.shape[0]; }
+  int64_t full_cols() const { return quant ? quant_cols : weight.shape[1]; }
+  int64_t rows() const { return (row_end < 0 ? full_rows() : row_end) - row_begin; }
+  int64_t cols() const { return (col_end < 0 ? full_cols() : col_end) - col_begin; }
   bool sliced() const { return row_begin != 0 || col_begin != 0 || row_end >= 0 || col_end >= 0; }
 };
 
@@ -99,8 +112,8 @@ struct IndexerSpec {
 };
 
 struct SampleRequest {
-  ref::SamplingParams params;
-  const ref::TokenHistory* history = nullptr;
+  SamplingParams params;
+  const TokenHistory* history = nullptr;
   uint64_t step = 0;     // index of the token being sampled in the output
   int top_logprobs = 0;  // alternatives to return
 };
@@ -166,6 +179,14 @@ class Backend {
   // Returns the number of blocks allocated (spec.num_blocks unless the
   // backend sized the caches from spec.memory_utilization).
   virtual absl::StatusOr<int64_t> AllocateCaches(const CacheSpec& spec) = 0;
+  // The bytes of one block of one layer's cache as stored, in the spec's
+  // format (base/cache_layout.h): its 64 latent rows, or its indexer page.
+  // For tests that check what a backend stores against kernels/ref's codecs.
+  enum class CacheKind { kLatent, kIndexer };
+  virtual absl::StatusOr<std::vector<uint8_t>> ReadCacheBlock(CacheKind kind, int layer, int64_t block) {
+    (void)kind, (void)layer, (void)block;
+    return absl::UnimplementedError(name() + " backend cannot read its caches back");
+  }
 
   // ---- per step ----
   // Uploads the plan's per-token metadata; ops below refer to it.
@@ -278,10 +299,15 @@ class Backend {
   // Logits [S, vocab] → one sample per row.
   virtual absl::StatusOr<std::vector<SampleResult>> Sample(const Tensor& logits,
                                                            const std::vector<SampleRequest>& requests) = 0;
-  // Host copy of a tensor as fp32 (tests, pipeline transfers).
+  // Host copy of a tensor as fp32 (tests, traces, logits).
   virtual absl::StatusOr<std::vector<float>> ToHost(const Tensor& x) = 0;
-  // Device tensor from host fp32 rows (pipeline stage input).
+  // Device tensor from host fp32 rows (benchmarks, tests).
   virtual absl::StatusOr<Tensor> FromHost(const std::vector<float>& data, int64_t rows, int64_t cols) = 0;
+  // Hidden states across a pipeline hop, in the backend's activation dtype
+  // with no conversion (cuda: bf16, cpu: fp32). FromHostActivations takes
+  // F32 or BF16 rows and converts only when they are not its own dtype.
+  virtual absl::StatusOr<HostActivations> ToHostActivations(const Tensor& x) = 0;
+  virtual absl::StatusOr<Tensor> FromHostActivations(const HostActivations& x) = 0;
 };
 
 }  // namespace spar

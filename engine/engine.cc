@@ -65,12 +65,10 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& c) {
   for (int32_t id : r.stop_token_ids) {
     if (id < 0 || id >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("stop token id ", id, " out of range"));
   }
-  const auto& s = r.sampling;
-  if (!(s.temperature >= 0)) return absl::InvalidArgumentError("temperature must be >= 0");
-  if (!(s.top_p > 0 && s.top_p <= 1)) return absl::InvalidArgumentError("top_p must be in (0, 1]");
-  if (!(s.min_p >= 0 && s.min_p <= 1)) return absl::InvalidArgumentError("min_p must be in [0, 1]");
-  if (!(s.repetition_penalty > 0)) return absl::InvalidArgumentError("repetition_penalty must be > 0");
-  if (s.top_k < 0) return absl::InvalidArgumentError("top_k must be >= 0 (0 disables it)");
+  SamplingParams sampling = r.sampling;  // the one rule set (base/sampling_params.h)
+  if (auto bad = CheckSamplingParams(&sampling)) {
+    return absl::InvalidArgumentError(absl::StrCat(bad->field, " ", bad->rule, ", got ", bad->got));
+  }
   if (r.top_logprobs < 0 || r.top_logprobs > 20) return absl::InvalidArgumentError("logprobs must be in [0, 20]");
   return absl::OkStatus();
 }
@@ -83,9 +81,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
   if (!options.acceptance_rule) return absl::InvalidArgumentError("engine: no acceptance rule");
   BackendOptions backend_options = options.backend_options;
   backend_options.name = options.backend;
-  SPAR_ASSIGN_OR_RETURN(auto backend, CreateBackend(backend_options));
   ModelOptions model_options = options.model;
   model_options.load_mtp = model_options.load_mtp || options.num_speculative_tokens > 0;
+  SPAR_ASSIGN_OR_RETURN(CacheFormats formats, ResolveCacheFormats(options.backend, options.cache_dtypes));
+  model_options.latent_format = formats.latent;
+  model_options.indexer_format = formats.indexer;
+  SPAR_ASSIGN_OR_RETURN(auto backend, CreateBackend(backend_options));
   SPAR_ASSIGN_OR_RETURN(auto model, Model::Load(model_dir, backend.get(), model_options));
   if (!model->is_first_stage() || !model->is_last_stage()) {
     return absl::InvalidArgumentError("the in-process engine runs the whole model (one stage)");
@@ -143,8 +144,8 @@ struct Engine::Seq {
   int32_t cached = 0;           // tokens in the cache
   size_t prompt_len = 0;
   std::vector<int32_t> table;
-  ref::TokenHistory history;
-  ref::SamplingParams sampling;
+  TokenHistory history;
+  SamplingParams sampling;
   std::vector<int32_t> drafts;  // the MTP layer's proposals for the next step
   bool done = false;
   int num_output() const { return static_cast<int>(tokens.size() - prompt_len); }

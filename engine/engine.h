@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/block_allocator.h"
+#include "engine/cache_formats.h"
 #include "engine/model.h"
 #include "engine/speculative.h"
 
@@ -22,7 +23,7 @@ namespace spar {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
-  ref::SamplingParams sampling;       // sampling.seed is used when `seed` is set
+  SamplingParams sampling;       // sampling.seed is used when `seed` is set
   std::optional<uint64_t> seed;       // absent: a random seed per request
   int max_tokens = 16;
   std::vector<int32_t> stop_token_ids;
@@ -64,6 +65,9 @@ struct EngineOptions {
   // Device and tensor-parallel settings; `backend` above names the kind.
   BackendOptions backend_options;
   ModelOptions model;
+  // The cache formats (--kv-cache-dtype, --indexer-cache-dtype), resolved
+  // for `backend` into model.latent_format / model.indexer_format.
+  CacheDtypes cache_dtypes;
   int64_t max_batch_tokens = 4096;  // prefill chunk budget per step
   // Speculative decoding with the model's MTP layer (engine/speculative.h):
   // drafts verified per step, 0 (off) to kMaxSpeculativeTokens. Outputs are

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/hash.h"
 #include "base/mapped_file.h"
@@ -62,6 +63,12 @@ std::vector<float> DrawValues(uint64_t seed, const std::string& name, int64_t co
   return v;
 }
 
+// The router and the embedding are not nn.Linear modules in the Hugging
+// Face model: no quantization tool converts them.
+bool IsLinearModule(const std::string& name) {
+  return name != names::kEmbed && !absl::EndsWith(name, ".mlp.gate.weight");
+}
+
 class TinyWriter {
  public:
   TinyWriter(const MakeTinyOptions& options, const ModelConfig& config)
@@ -98,6 +105,16 @@ class TinyWriter {
                       std::optional<Init> init_override = std::nullopt, const std::string& draw_as = "") {
     const Init init = init_override.value_or(LinearInit(cols));
     const uint64_t seed = options_.seed;
+    if (config_.quant.weight_format && IsLinearModule(name)) {
+      const std::string module = name.substr(0, name.size() - 7);  // without ".weight"
+      SPAR_ASSIGN_OR_RETURN(std::optional<QuantScheme> scheme, config_.quant.weight_format->SchemeFor(module));
+      if (scheme) {
+        if (options_.geometry == TinyGeometry::kGlm5Full) {
+          return AddRandomQuantizedMatrix(writer_, *scheme, module, rows, cols, TensorSeed(seed, name), init.spread);
+        }
+        return AddQuantizedMatrix(writer_, *scheme, module, DrawValues(seed, name, rows * cols, init), rows, cols);
+      }
+    }
     if (options_.geometry == TinyGeometry::kGlm5Full) return FastMatrix(name, rows, cols, quantizable, init);
     const std::string source = draw_as.empty() ? name : draw_as;
     if (!(options_.fp8 && quantizable)) {
@@ -363,6 +380,11 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
     c.eos_token_ids = {154820, 154827, 154829};
     c.pad_token_id = 154820;
   }
+  if (o.max_position_embeddings < 0 || o.max_position_embeddings > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-position-embeddings must be in [1, 2^30], got ",
+                                                   o.max_position_embeddings));
+  }
+  if (o.max_position_embeddings > 0) c.max_position_embeddings = o.max_position_embeddings;
   c.num_key_value_heads = c.num_attention_heads;
   c.routed_scaling_factor = 2.5;
   c.norm_topk_prob = true;
@@ -398,6 +420,12 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
     }
     c.indexer_types.push_back(kind == 'F' ? IndexerType::kFull : IndexerType::kShared);
   }
+  if (o.quant != TinyQuant::kNone) {
+    if (o.fp8) return absl::InvalidArgumentError("--quant and --fp8 are different weight formats: pick one");
+    // 64 divides every tiny input width (192, 256, 512, 4096); the real
+    // checkpoints use 128.
+    SPAR_ASSIGN_OR_RETURN(c.quant.weight_format, TinyWeightFormat(o.quant, o.geometry == TinyGeometry::kTiny ? 64 : 128));
+  }
   if (o.fp8) {
     c.quant.fp8 = true;
     c.quant.ue8m0_scales = !glm;
@@ -431,6 +459,11 @@ absl::Status MakeTinyModel(const MakeTinyOptions& options) {
   SPAR_RETURN_IF_ERROR(w.Matrix(names::kLmHead, c.vocab_size, c.hidden_size, /*quantizable=*/false, HeadInit(c)));
   SPAR_RETURN_IF_ERROR(w.Write(options.out_dir));
   SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/config.json", ModelConfigToJson(c)));
+  if (c.quant.weight_format && !c.quant.weight_format->hf_quant_config_json.empty()) {
+    // ModelOpt checkpoints describe NVFP4 in hf_quant_config.json too.
+    const auto hf = nlohmann::json::parse(c.quant.weight_format->hf_quant_config_json);
+    SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/hf_quant_config.json", hf.dump(2) + "\n"));
+  }
   nlohmann::json gen = {{"eos_token_id", c.eos_token_ids}, {"do_sample", false}, {"_from_model_config", true}};
   if (c.pad_token_id) gen["pad_token_id"] = *c.pad_token_id;
   SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/generation_config.json", gen.dump(2) + "\n"));

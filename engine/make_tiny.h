@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/model_config.h"
+#include "engine/tiny_quant.h"
 
 namespace spar {
 
@@ -25,9 +26,15 @@ struct MakeTinyOptions {
   ModelArch arch = ModelArch::kGlmMoeDsa;
   TinyGeometry geometry = TinyGeometry::kTiny;
   bool fp8 = false;
+  // 4-bit weights in a published layout (engine/tiny_quant.h); not with fp8.
+  TinyQuant quant = TinyQuant::kNone;
   uint64_t seed = 0;
   int layers = 0;  // 0: the geometry's default
   int index_topk = 0;  // 0: the geometry's default
+  // 0: the geometry's default (tiny: GLM-5 4096, DeepSeek 163840); e.g.
+  // 131072 for long-context tests (glm5: default RoPE; dsv32: its YaRN
+  // factor stays 40 over 4096 original positions).
+  int64_t max_position_embeddings = 0;
   uint64_t max_shard_bytes = 0;  // 0: one safetensors file
   // Per-layer indexer kinds as letters, F = full, S = shared (GLM-5.2 style
   // cross-layer top-k sharing; glm5 only). Empty: every layer full.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "engine/matrix_source.h"
 #include "engine/memory_budget.h"
 #include "engine/speculation_limits.h"
 #include "engine/weight_names.h"
@@ -46,28 +47,10 @@ absl::Status CheckShape(const TensorView& t, const std::vector<int64_t>& shape) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<MatrixSource> Matrix(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols) {
-  MatrixSource m;
-  SPAR_ASSIGN_OR_RETURN(m.weight, ck.Get(name));
-  SPAR_RETURN_IF_ERROR(CheckShape(m.weight, {rows, cols}));
-  switch (m.weight.dtype) {
-    case DType::kBF16:
-    case DType::kF16:
-    case DType::kF32:
-      return m;
-    case DType::kF8E4M3: {
-      SPAR_ASSIGN_OR_RETURN(TensorView s, ck.Get(names::ScaleOf(name)));
-      SPAR_RETURN_IF_ERROR(CheckShape(s, {(rows + 127) / 128, (cols + 127) / 128}));
-      if (s.dtype != DType::kF32) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor \"", s.name, "\" must be F32"));
-      }
-      m.scale_inv = s;
-      return m;
-    }
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor \"", name, "\" has unsupported dtype ", DTypeName(m.weight.dtype)));
-  }
+// A linear layer's tensors in any stored form (engine/matrix_source.h).
+absl::StatusOr<MatrixSource> Matrix(const Checkpoint& ck, const QuantConfig& quant, const std::string& name,
+                                    int64_t rows, int64_t cols, MatrixKind kind = MatrixKind::kLinear) {
+  return LoadMatrixSource(ck, quant, name, rows, cols, kind);
 }
 
 absl::StatusOr<TensorView> Vector(const Checkpoint& ck, const std::string& name, int64_t n) {
@@ -78,12 +61,13 @@ absl::StatusOr<TensorView> Vector(const Checkpoint& ck, const std::string& name,
 
 // An MLP whose intermediate columns [part.begin, part.end) this rank holds
 // (gate/up rows, down columns); the whole MLP when part is empty.
-absl::StatusOr<MlpSource> MlpFrom(const Checkpoint& ck, const std::string& gate, const std::string& up,
-                                  const std::string& down, int64_t hidden, int64_t inter, Slice part = {}) {
+absl::StatusOr<MlpSource> MlpFrom(const Checkpoint& ck, const QuantConfig& q, const std::string& gate,
+                                  const std::string& up, const std::string& down, int64_t hidden, int64_t inter,
+                                  Slice part = {}) {
   MlpSource m;
-  SPAR_ASSIGN_OR_RETURN(m.gate, Matrix(ck, gate, inter, hidden));
-  SPAR_ASSIGN_OR_RETURN(m.up, Matrix(ck, up, inter, hidden));
-  SPAR_ASSIGN_OR_RETURN(m.down, Matrix(ck, down, hidden, inter));
+  SPAR_ASSIGN_OR_RETURN(m.gate, Matrix(ck, q, gate, inter, hidden));
+  SPAR_ASSIGN_OR_RETURN(m.up, Matrix(ck, q, up, inter, hidden));
+  SPAR_ASSIGN_OR_RETURN(m.down, Matrix(ck, q, down, hidden, inter));
   if (part.size() > 0 && part.size() != inter) {
     m.gate.row_begin = m.up.row_begin = m.down.col_begin = part.begin;
     m.gate.row_end = m.up.row_end = m.down.col_end = part.end;
@@ -126,6 +110,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, Backe
   return Load(config, *ck, backend, options);
 }
 
+absl::Status CheckEngineCanServe(const ModelConfig& c) {
+  if (c.kv_lora_rank != kLatentNopeDim || c.qk_rope_head_dim != kLatentRopeDim ||
+      c.index_head_dim != kIndexerHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat("spar needs kv_lora_rank 512, qk_rope_head_dim 64 and ",
+                                                   "index_head_dim 128 (the DSA cache layouts); got ",
+                                                   c.kv_lora_rank, ", ", c.qk_rope_head_dim, ", ", c.index_head_dim));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, const Checkpoint& ck, Backend* backend,
                                                    const ModelOptions& options) {
   std::unique_ptr<Model> m(new Model());
@@ -164,15 +158,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
   }
   m->indexer_.rope_pairs =
       c.indexer_rope_layout == RopeLayout::kInterleaved ? ref::RopePairs::kInterleaved : ref::RopePairs::kHalfSplit;
-  if (c.kv_lora_rank != kLatentNopeDim || c.qk_rope_head_dim != kLatentRopeDim ||
-      c.index_head_dim != kIndexerHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat("spar needs kv_lora_rank 512, qk_rope_head_dim 64 and ",
-                                                   "index_head_dim 128 (the DSA cache layouts); got ",
-                                                   c.kv_lora_rank, ", ", c.qk_rope_head_dim, ", ", c.index_head_dim));
-  }
+  SPAR_RETURN_IF_ERROR(CheckEngineCanServe(c));
   SPAR_RETURN_IF_ERROR(backend->SetRope(RopeParamsFor(c), c.max_position_embeddings));
   if (m->is_first_stage()) {
-    SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, names::kEmbed, c.vocab_size, c.hidden_size));
+    SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, c.quant, names::kEmbed, c.vocab_size, c.hidden_size, MatrixKind::kPlainOnly));
     SPAR_ASSIGN_OR_RETURN(m->embedding_, backend->CreateEmbedding(emb.weight));
   }
   for (int l = m->first_layer_; l < m->last_layer_; ++l) SPAR_RETURN_IF_ERROR(m->LoadLayer(ck, l));
@@ -180,7 +169,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
     SPAR_ASSIGN_OR_RETURN(auto norm, Vector(ck, names::kFinalNorm, c.hidden_size));
     SPAR_ASSIGN_OR_RETURN(m->final_norm_, backend->CreateVector(norm));
     LinearSource head;
-    SPAR_ASSIGN_OR_RETURN(auto head_m, Matrix(ck, names::kLmHead, c.vocab_size, c.hidden_size));
+    SPAR_ASSIGN_OR_RETURN(auto head_m, Matrix(ck, c.quant, names::kLmHead, c.vocab_size, c.hidden_size));
     head.parts.push_back(head_m);
     head.fp32_output = true;
     SPAR_ASSIGN_OR_RETURN(m->lm_head_, backend->CreateLinear(head));
@@ -222,7 +211,7 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
                     std::unique_ptr<Weight>* out) -> absl::Status {
     LinearSource src;
     for (const auto& [name, rows] : parts) {
-      SPAR_ASSIGN_OR_RETURN(auto mat, Matrix(ck, Layer(l, name), rows, cols));
+      SPAR_ASSIGN_OR_RETURN(auto mat, Matrix(ck, c.quant, Layer(l, name), rows, cols));
       src.parts.push_back(mat);
     }
     SPAR_ASSIGN_OR_RETURN(*out, backend_->CreateLinear(src));
@@ -247,7 +236,7 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
   SPAR_ASSIGN_OR_RETURN(Slice hs, EvenSlice(heads, tp, "attention heads"));
   {
     LinearSource q_b;
-    SPAR_ASSIGN_OR_RETURN(MatrixSource m, Matrix(ck, Layer(l, names::kQB), heads * c.qk_head_dim(), c.q_lora_rank));
+    SPAR_ASSIGN_OR_RETURN(MatrixSource m, Matrix(ck, c.quant, Layer(l, names::kQB), heads * c.qk_head_dim(), c.q_lora_rank));
     m.row_begin = hs.begin * c.qk_head_dim();
     m.row_end = hs.end * c.qk_head_dim();
     q_b.parts.push_back(m);
@@ -255,7 +244,7 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
   }
   {
     LinearSource o;
-    SPAR_ASSIGN_OR_RETURN(MatrixSource m, Matrix(ck, Layer(l, names::kO), h, heads * c.v_head_dim));
+    SPAR_ASSIGN_OR_RETURN(MatrixSource m, Matrix(ck, c.quant, Layer(l, names::kO), h, heads * c.v_head_dim));
     m.col_begin = hs.begin * c.v_head_dim;
     m.col_end = hs.end * c.v_head_dim;
     o.parts.push_back(m);
@@ -264,7 +253,7 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
     SPAR_ASSIGN_OR_RETURN(layer->o_proj, backend_->CreateLinear(o));
   }
   AbsorbSource absorb;
-  SPAR_ASSIGN_OR_RETURN(absorb.kv_b, Matrix(ck, Layer(l, names::kKvB),
+  SPAR_ASSIGN_OR_RETURN(absorb.kv_b, Matrix(ck, c.quant, Layer(l, names::kKvB),
                                             static_cast<int64_t>(heads) * (c.qk_nope_head_dim + c.v_head_dim),
                                             c.kv_lora_rank));
   absorb.heads = static_cast<int>(hs.size());
@@ -281,12 +270,12 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
   }
   if (!layer->moe) {
     SPAR_ASSIGN_OR_RETURN(Slice part, EvenSlice(c.intermediate_size, tp, "MLP intermediate columns"));
-    SPAR_ASSIGN_OR_RETURN(MlpSource mlp, MlpFrom(ck, Layer(l, names::kMlpGate), Layer(l, names::kMlpUp),
+    SPAR_ASSIGN_OR_RETURN(MlpSource mlp, MlpFrom(ck, c.quant, Layer(l, names::kMlpGate), Layer(l, names::kMlpUp),
                                                  Layer(l, names::kMlpDown), h, c.intermediate_size, part));
     SPAR_ASSIGN_OR_RETURN(layer->ffn, backend_->CreateMlp(mlp));
   } else {
     MoeSource moe;
-    SPAR_ASSIGN_OR_RETURN(auto router, Matrix(ck, Layer(l, names::kRouter), c.n_routed_experts, h));
+    SPAR_ASSIGN_OR_RETURN(auto router, Matrix(ck, c.quant, Layer(l, names::kRouter), c.n_routed_experts, h, MatrixKind::kPlainOnly));
     moe.router = router.weight;
     SPAR_ASSIGN_OR_RETURN(moe.correction_bias, Vector(ck, Layer(l, names::kRouterBias), c.n_routed_experts));
     // Expert parallel: a rank runs its own routed experts for every token
@@ -294,14 +283,14 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
     SPAR_ASSIGN_OR_RETURN(Slice experts, EvenSlice(c.n_routed_experts, tp, "routed experts"));
     moe.expert_begin = static_cast<int>(experts.begin);
     for (int e = static_cast<int>(experts.begin); e < experts.end; ++e) {
-      SPAR_ASSIGN_OR_RETURN(MlpSource ex, MlpFrom(ck, names::Expert(l, e, "gate_proj"), names::Expert(l, e, "up_proj"),
+      SPAR_ASSIGN_OR_RETURN(MlpSource ex, MlpFrom(ck, c.quant, names::Expert(l, e, "gate_proj"), names::Expert(l, e, "up_proj"),
                                                   names::Expert(l, e, "down_proj"), h, c.moe_intermediate_size));
       moe.experts.push_back(ex);
     }
     if (c.n_shared_experts > 0) {
       const int64_t inter = static_cast<int64_t>(c.moe_intermediate_size) * c.n_shared_experts;
       SPAR_ASSIGN_OR_RETURN(Slice part, EvenSlice(inter, tp, "shared expert intermediate columns"));
-      SPAR_ASSIGN_OR_RETURN(MlpSource sh, MlpFrom(ck, Layer(l, names::kSharedGate), Layer(l, names::kSharedUp),
+      SPAR_ASSIGN_OR_RETURN(MlpSource sh, MlpFrom(ck, c.quant, Layer(l, names::kSharedGate), Layer(l, names::kSharedUp),
                                                   Layer(l, names::kSharedDown), h, inter, part));
       moe.shared = sh;
     }
@@ -334,6 +323,10 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
     SPAR_ASSIGN_OR_RETURN(*shared_topk, backend_->IndexerTopK(local, qi, a.Cols(w0, w0 + c.index_n_heads), indexer_));
   }
   if (trace != nullptr) {
+    // ToHost returns floats: slot ids are exact below 2^24 only.
+    if (options_.num_blocks * kCacheBlockTokens > (int64_t{1} << 24)) {
+      return absl::FailedPreconditionError("a forward trace needs a cache of at most 2^24 slots (262144 blocks)");
+    }
     trace->topk = indexer_.topk;
     const int64_t n = shared_topk->rows() * shared_topk->cols();
     std::vector<int32_t>& out = trace->topk_slots[first_layer_ + local];
@@ -452,7 +445,7 @@ absl::Status Model::LoadMtp(const Checkpoint& ck) {
   SPAR_RETURN_IF_ERROR(vec(names::kMtpHeadNorm, &mtp->head_norm));
   // eh_proj · [e ‖ g] = eh_proj[:, :h] · e + eh_proj[:, h:] · g: two GEMMs
   // instead of a concatenation the op interface does not have.
-  SPAR_ASSIGN_OR_RETURN(MatrixSource eh, Matrix(ck, Layer(l, names::kMtpEhProj), h, 2 * h));
+  SPAR_ASSIGN_OR_RETURN(MatrixSource eh, Matrix(ck, c.quant, Layer(l, names::kMtpEhProj), h, 2 * h));
   for (int half = 0; half < 2; ++half) {
     LinearSource src;
     src.parts.push_back(eh);
@@ -462,16 +455,16 @@ absl::Status Model::LoadMtp(const Checkpoint& ck) {
     SPAR_ASSIGN_OR_RETURN(out, backend_->CreateLinear(src));
   }
   if (ck.Has(Layer(l, names::kMtpEmbed))) {
-    SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, Layer(l, names::kMtpEmbed), c.vocab_size, h));
+    SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, c.quant, Layer(l, names::kMtpEmbed), c.vocab_size, h, MatrixKind::kPlainOnly));
     SPAR_ASSIGN_OR_RETURN(mtp->embedding, backend_->CreateEmbedding(emb.weight));
   } else if (embedding_ == nullptr) {
     // A last stage that is not the first: the main embedding, for this layer.
-    SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, names::kEmbed, c.vocab_size, h));
+    SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, c.quant, names::kEmbed, c.vocab_size, h, MatrixKind::kPlainOnly));
     SPAR_ASSIGN_OR_RETURN(embedding_, backend_->CreateEmbedding(emb.weight));
   }
   if (ck.Has(Layer(l, names::kMtpHead))) {
     LinearSource head;
-    SPAR_ASSIGN_OR_RETURN(auto m, Matrix(ck, Layer(l, names::kMtpHead), c.vocab_size, h));
+    SPAR_ASSIGN_OR_RETURN(auto m, Matrix(ck, c.quant, Layer(l, names::kMtpHead), c.vocab_size, h));
     head.parts.push_back(m);
     head.fp32_output = true;
     SPAR_ASSIGN_OR_RETURN(mtp->head, backend_->CreateLinear(head));

@@ -46,6 +46,12 @@ struct ModelOptions {
   bool load_mtp = false;
 };
 
+// OK when the engine can serve `config`: the DSA cache layouts fix the MLA
+// latent (kv_lora_rank 512), the RoPE part (qk_rope_head_dim 64) and the
+// indexer head (index_head_dim 128). Else INVALID_ARGUMENT naming the
+// values. Model::Load checks it; the daemons check it at start-up.
+absl::Status CheckEngineCanServe(const ModelConfig& config);
+
 // Per-layer top-k selections of one forward pass (cache slots), for tests.
 struct ForwardTrace {
   std::map<int, std::vector<int32_t>> topk_slots;  // layer -> [T, topk]

@@ -1,5 +1,7 @@
 #include "engine/model_config.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <limits>
 
@@ -164,8 +166,13 @@ absl::Status ParseQuant(const json& root, QuantConfig* quant) {
   if (!q.is_object()) return FieldError("quantization_config", "must be an object");
   FieldReader r(q, "quantization_config");
   SPAR_ASSIGN_OR_RETURN(std::string method, r.String("quant_method"));
+  if (IsFourBitQuantMethod(method)) {
+    SPAR_ASSIGN_OR_RETURN(quant->weight_format, ParseWeightFormat(q.dump()));
+    return absl::OkStatus();
+  }
   if (method != "fp8") {
-    return FieldError("quantization_config.quant_method", absl::StrCat("\"", method, "\" is not supported (fp8)"));
+    return FieldError("quantization_config.quant_method",
+                      absl::StrCat("\"", method, "\" is not supported (fp8, awq, gptq, compressed-tensors, modelopt)"));
   }
   SPAR_ASSIGN_OR_RETURN(std::string fmt, r.StringOr("fmt", "e4m3"));
   if (fmt != "e4m3") return FieldError("quantization_config.fmt", absl::StrCat("\"", fmt, "\" is not supported (e4m3)"));
@@ -462,12 +469,46 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
   return c;
 }
 
+namespace {
+
+// ModelOpt's hf_quant_config.json next to config.json: the NVFP4 weight
+// format when config.json has none, else a second statement of it that
+// must agree (same layout and unconverted modules).
+absl::Status MergeHfQuantConfig(const std::string& dir, ModelConfig* config) {
+  const std::string path = dir + "/hf_quant_config.json";
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::OkStatus();
+  SPAR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  auto hf = ParseHfQuantConfig(text);
+  if (!hf.ok()) return absl::Status(hf.status().code(), absl::StrCat(path, ": ", hf.status().message()));
+  QuantConfig& q = config->quant;
+  if (q.fp8) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " describes NVFP4 weights but config.json's "
+                                                         "quantization_config says block-FP8"));
+  }
+  if (!q.weight_format) {
+    q.weight_format = std::move(*hf);
+    return absl::OkStatus();
+  }
+  if (q.weight_format->layout != hf->layout ||
+      q.weight_format->not_converted.patterns != hf->not_converted.patterns) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " and config.json's quantization_config disagree (",
+                                                   hf->Describe(), " vs ", q.weight_format->Describe(), ")"));
+  }
+  q.weight_format->hf_quant_config_json = hf->hf_quant_config_json;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   SPAR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   auto config = ParseModelConfig(text);
   if (!config.ok()) {
     return absl::Status(config.status().code(), absl::StrCat(path, ": ", config.status().message()));
   }
+  const size_t slash = path.find_last_of('/');
+  SPAR_RETURN_IF_ERROR(MergeHfQuantConfig(slash == std::string::npos ? "." : path.substr(0, slash), &*config));
   return config;
 }
 
@@ -492,16 +533,26 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["index_n_heads"] = c.index_n_heads;
   j["index_head_dim"] = c.index_head_dim;
   j["index_topk"] = c.index_topk;
+  std::vector<std::string> indexer_types;
+  bool any_shared = false;
+  for (IndexerType t : c.indexer_types) {
+    indexer_types.push_back(t == IndexerType::kFull ? "full" : "shared");
+    any_shared = any_shared || t == IndexerType::kShared;
+  }
   if (c.arch == ModelArch::kGlmMoeDsa) {
     j["rope_interleave"] = true;
     j["indexer_rope_interleave"] = c.indexer_rope_layout == RopeLayout::kInterleaved;
-    std::vector<std::string> types;
-    for (IndexerType t : c.indexer_types) types.push_back(t == IndexerType::kFull ? "full" : "shared");
-    j["indexer_types"] = types;
-  } else if (c.indexer_rope_layout == RopeLayout::kInterleaved) {
-    // Not DeepSeek-V3.2's default (half-split): without the key the
-    // config would read back half-split.
-    j["indexer_rope_interleave"] = true;
+    j["indexer_types"] = indexer_types;
+  } else {
+    if (c.indexer_rope_layout == RopeLayout::kInterleaved) {
+      // Not DeepSeek-V3.2's default (half-split): without the key the
+      // config would read back half-split.
+      j["indexer_rope_interleave"] = true;
+    }
+    // Without the key a DeepSeek-V3.2 config reads back with an indexer on
+    // every layer (its default schedule), so shared layers (read from
+    // indexer_types, index_topk_pattern or index_topk_freq) must be written.
+    if (any_shared) j["indexer_types"] = indexer_types;
   }
   json rope;
   rope["rope_theta"] = c.rope.theta;
@@ -543,7 +594,9 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["torch_dtype"] = "bfloat16";
   j["dtype"] = "bfloat16";
   j["use_cache"] = true;
-  if (c.quant.fp8) {
+  if (c.quant.weight_format) {
+    j["quantization_config"] = json::parse(c.quant.weight_format->config_json);
+  } else if (c.quant.fp8) {
     json q;
     q["quant_method"] = "fp8";
     q["fmt"] = "e4m3";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/weight_format.h"
 
 namespace spar {
 
@@ -50,6 +51,9 @@ struct QuantConfig {
   int block_k = 128;
   bool ue8m0_scales = false;  // informational: scales are powers of two
   std::vector<std::string> modules_to_not_convert;
+  // 4-bit weights (AWQ, GPTQ, compressed-tensors int4, NVFP4): the format
+  // descriptor (engine/weight_format.h). Exclusive with fp8.
+  std::optional<WeightFormat> weight_format;
 };
 
 struct ModelConfig {
@@ -120,6 +124,9 @@ struct ModelConfig {
 
 // Parses and validates. Errors name the offending field.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
+// Reads config.json and, when the directory holds one, ModelOpt's
+// hf_quant_config.json (NVFP4 checkpoints describe their weights there; when
+// config.json describes them too, the two must agree).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
 
 // Serialises to a Hugging Face style config.json (used by make-tiny).

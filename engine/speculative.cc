@@ -8,7 +8,7 @@
 namespace spar {
 namespace {
 
-bool HasPenalties(const ref::SamplingParams& p) {
+bool HasPenalties(const SamplingParams& p) {
   return p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
 }
 
@@ -65,7 +65,7 @@ absl::StatusOr<std::vector<SpecSequenceResult>> Speculator::Step(const StepPlan&
   // is output index first.step + j, after the drafts d1 .. dj.
   std::vector<size_t> first_row(seqs.size());
   std::vector<SampleRequest> requests;
-  std::vector<ref::TokenHistory> histories;
+  std::vector<TokenHistory> histories;
   histories.reserve(plan.logit_rows.size());  // requests point into it
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SequenceStep& q = plan.seqs[s];
@@ -75,7 +75,7 @@ absl::StatusOr<std::vector<SpecSequenceResult>> Speculator::Step(const StepPlan&
       SampleRequest r = seqs[s].first;
       r.step += static_cast<uint64_t>(j);
       if (j > 0 && HasPenalties(r.params)) {
-        histories.push_back(r.history != nullptr ? *r.history : ref::TokenHistory());
+        histories.push_back(r.history != nullptr ? *r.history : TokenHistory());
         for (int i = 0; i < j; ++i) histories.back().output_counts[drafts[i]]++;
         r.history = &histories.back();
       }

@@ -1,5 +1,7 @@
 #include "engine/step_plan.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace spar {
@@ -11,6 +13,12 @@ absl::Status StepPlan::Finalize(int64_t vocab_size, int64_t max_positions, int64
   token_seq.clear();
   logit_rows.clear();
   if (seqs.empty()) return absl::InvalidArgumentError("step plan has no sequences");
+  // Positions and slots (block * 64 + offset) are int32 all the way down to
+  // the kernels: refuse what would not fit rather than wrap.
+  constexpr int64_t kMaxBlock = std::numeric_limits<int32_t>::max() / kCacheBlockTokens;
+  if (num_blocks > kMaxBlock + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a cache of ", num_blocks, " blocks has more than 2^31 slots"));
+  }
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SequenceStep& q = seqs[s];
     auto bad = [&](auto... parts) {
@@ -22,13 +30,16 @@ absl::Status StepPlan::Finalize(int64_t vocab_size, int64_t max_positions, int64
     if (max_positions > 0 && end > max_positions) {
       return bad("context of ", end, " tokens exceeds max_position_embeddings (", max_positions, ")");
     }
+    if (end > std::numeric_limits<int32_t>::max()) return bad("context of ", end, " tokens exceeds int32 positions");
     const int64_t blocks_needed = (end + kCacheBlockTokens - 1) / kCacheBlockTokens;
     if (static_cast<int64_t>(q.block_table.size()) < blocks_needed) {
       return bad("block table has ", q.block_table.size(), " blocks for ", end, " tokens");
     }
     for (int64_t b = 0; b < blocks_needed; ++b) {
       const int32_t block = q.block_table[b];
-      if (block < 0 || (num_blocks > 0 && block >= num_blocks)) return bad("block id ", block, " out of range");
+      if (block < 0 || (num_blocks > 0 && block >= num_blocks) || block > kMaxBlock) {
+        return bad("block id ", block, " out of range");
+      }
     }
     for (size_t i = 0; i < q.tokens.size(); ++i) {
       const int32_t id = q.tokens[i];

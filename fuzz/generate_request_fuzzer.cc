@@ -3,6 +3,9 @@
 // (services/scheduler/generation_convert.h), the validation every client
 // request passes before the scheduler sees it.
 //
+// Chat inputs are rendered with GLM-5's real chat template
+// (tests/text/data/templates/glm5.jinja), as the scheduler renders them.
+//
 // Properties: an invalid request is an INVALID_ARGUMENT whose message names
 // a field; an accepted one holds only values the scheduler and sampler are
 // documented to take (the ranges in generation.proto).
@@ -13,7 +16,22 @@
 #include "fuzz/fuzz_check.h"
 #include "services/scheduler/generation_convert.h"
 #include "spar/v1/generation.pb.h"
+#include "text/chat_template.h"
 #include "text/utf8.h"
+
+namespace {
+
+const spar::ChatTemplate* Glm5Template() {
+  static const spar::ChatTemplate* t = [] {
+    auto loaded =
+        spar::ChatTemplate::FromFile(std::string(SPAR_SOURCE_DIR) + "/tests/text/data/templates/glm5.jinja");
+    SPAR_FUZZ_CHECK(loaded.ok());
+    return loaded->release();
+  }();
+  return t;
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   spar::v1::GenerateRequest request;
@@ -22,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.vocab_size = 320;
   limits.max_model_len = 4096;
   limits.served_model_name = "tiny";
-  auto params = spar::ParseGenerateRequest(request, limits);
+  auto params = spar::ParseGenerateRequest(request, limits, Glm5Template());
   if (!params.ok()) {
     SPAR_FUZZ_CHECK(params.status().code() == absl::StatusCode::kInvalidArgument);
     SPAR_FUZZ_CHECK(!params.status().message().empty());

@@ -56,6 +56,13 @@ std::string FirstDifference(const spar::ModelConfig& a, const spar::ModelConfig&
   SPAR_SAME(rope.mscale);
   SPAR_SAME(rope.mscale_all_dim);
   SPAR_SAME(quant.fp8);
+  SPAR_SAME(quant.weight_format.has_value());
+  if (a.quant.weight_format) {
+    SPAR_SAME(quant.weight_format->layout);
+    SPAR_SAME(quant.weight_format->config_json);
+    SPAR_SAME(quant.weight_format->not_converted.patterns);
+    SPAR_SAME(quant.weight_format->groups.size());
+  }
 #undef SPAR_SAME
   return "";
 }

@@ -8,7 +8,10 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache git python3
   libabsl-dev libgtest-dev libgmock-dev nlohmann-json3-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  prometheus-cpp-dev libcpp-httplib-dev libpcre2-dev libicu-dev curl
+  prometheus-cpp-dev libpcre2-dev libicu-dev curl
+  # The HTTP server (services/http): Boost.Beast over Boost.Asio (header-only)
+  # and zlib for gzip/deflate request bodies; cpp-httplib is the tests' client.
+  libboost-dev zlib1g-dev libcpp-httplib-dev
   # Observability and deployment checks (tests/deploy): promtool and a
   # Prometheus server scrape a local cluster; kubectl renders the Kustomize
   # overlays (Debian's kubernetes-client, see below).

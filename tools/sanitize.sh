@@ -2,10 +2,13 @@
 # The sanitizer and fuzzing pass of CI (tools/test.sh runs it after the main
 # suite; docs/reliability.md): a second, CPU-only build with clang-14 under
 # AddressSanitizer (with LeakSanitizer) + UndefinedBehaviorSanitizer, the
-# whole `cpu` test suite on it, then every libFuzzer target for
-# SPAR_FUZZ_SECONDS (default 30) each. Any sanitizer report fails the pass,
-# from a test binary or from a daemon a test started. Extra arguments go to
-# the cpu ctest.
+# whole `cpu` test suite on it, then every libFuzzer target fuzzed
+# deterministically: its seed corpus and regressions, then SPAR_FUZZ_RUNS
+# (default 20000) runs with -seed=1 (fuzz/run_fuzzer.sh), so two runs of the
+# gate run the same inputs. Random, timed fuzzing and long soaks are
+# tools/fuzz_explore.sh, outside the gate. Any sanitizer report fails the
+# pass, from a test binary or from a daemon a test started. Extra arguments
+# go to the cpu ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${SPAR_SANITIZE_DIR:-build-san}
@@ -13,7 +16,7 @@ dir=${SPAR_SANITIZE_DIR:-build-san}
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -gline-tables-only" \
   -DSPAR_CUDA=OFF -DSPAR_BUILD_BENCH=OFF -DSPAR_SANITIZE=ON -DSPAR_FUZZ=ON \
-  -DSPAR_FUZZ_SECONDS="${SPAR_FUZZ_SECONDS:-30}" >/dev/null
+  -DSPAR_FUZZ_RUNS="${SPAR_FUZZ_RUNS:-20000}" >/dev/null
 cmake --build "$dir" -j "$(nproc)"
 
 # Every process writes its reports to its own file under $reports (ASan's
@@ -54,7 +57,8 @@ if compgen -G "$reports/*" >/dev/null; then
   status=1
 fi
 
-# The fuzzers: libFuzzer reads the reports from stderr itself.
+# The fuzzers, with a fixed seed and run count: libFuzzer reads the reports
+# from stderr itself.
 ASAN_OPTIONS="$common_asan" UBSAN_OPTIONS="$common_ubsan" \
   ctest --test-dir "$dir" --output-on-failure -L fuzz -j "$(nproc)" || status=1
 exit $status

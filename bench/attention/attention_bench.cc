@@ -321,10 +321,10 @@ int main(int argc, char** argv) {
         float* dl = DeviceUpload(logits);
         std::vector<SamplingRowParams> sp(rows);
         for (int r = 0; r < rows; ++r) {
-          sp[r].temperature = mode == 0 ? 0.0f : 0.8f;
-          sp[r].top_p = mode == 0 ? 1.0f : 0.9f;
-          sp[r].top_k = mode == 0 ? 0 : 50;
-          sp[r].seed = r;
+          sp[r].sampling.temperature = mode == 0 ? 0.0f : 0.8f;
+          sp[r].sampling.top_p = mode == 0 ? 1.0f : 0.9f;
+          sp[r].sampling.top_k = mode == 0 ? 0 : 50;
+          sp[r].sampling.seed = r;
         }
         SamplingRowParams* dsp = DeviceUpload(sp);
         void* ws = nullptr;

@@ -53,6 +53,7 @@ struct Flags {
   std::string make_geometry;  // "glm5-full": write the checkpoint first
   int make_layers = 5;
   bool fp8 = true;
+  TinyQuant make_quant = TinyQuant::kNone;  // --make-quant: 4-bit weights in a published layout
   int first_layer = 3, last_layer = 5;
   std::vector<int> batches = {1, 8, 32, 128};
   std::vector<int> contexts = {1024, 8192, 32768};
@@ -88,6 +89,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else if (a == "--op-profile") {
       f.op_profile = true;
     } else if (a == "--bf16-weights") {
+      f.fp8 = false;
+    } else if (a == "--make-quant") {
+      SPAR_ASSIGN_OR_RETURN(std::string v, value());
+      SPAR_ASSIGN_OR_RETURN(f.make_quant, ParseTinyQuant(v));
       f.fp8 = false;
     } else if (a == "--layers") {
       SPAR_ASSIGN_OR_RETURN(std::string v, value());
@@ -337,6 +342,7 @@ absl::Status Run(const Flags& f) {
     o.geometry = TinyGeometry::kGlm5Full;
     o.layers = f.make_layers;
     o.fp8 = f.fp8;
+    o.quant = f.make_quant;
     o.seed = 1;
     o.max_shard_bytes = uint64_t{4} << 30;
     o.out_dir = f.model;

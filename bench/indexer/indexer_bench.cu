@@ -331,9 +331,10 @@ void BenchTopK() {
     int rows, len;
     bool real_like;
   };
-  const Shape shapes[] = {{64, 131072, true}, {1, 32768, true}, {64, 131072, false}, {1, 32768, false},
-                          {1, 131072, true},  {64, 32768, true}, {1, 200000, true},  {128, 131072, true},
-                          {8, 131072, true},  {32, 32768, true}, {256, 32768, true}};
+  const Shape shapes[] = {{64, 131072, true}, {1, 32768, true}, {1, 8192, true},    {64, 131072, false},
+                          {1, 32768, false},  {1, 8192, false}, {1, 131072, true},  {64, 32768, true},
+                          {64, 8192, true},   {1, 200000, true}, {128, 131072, true}, {8, 131072, true},
+                          {32, 32768, true},  {256, 32768, true}, {4096, 8192, true}};
   for (const Shape& s : shapes) {
     Buf<float> logits(int64_t{s.rows} * s.len);
     Buf<int32_t> out(int64_t{s.rows} * 2048);
@@ -348,8 +349,8 @@ void BenchTopK() {
     const std::vector<float> h = logits.Down();
     char name[64];
     std::snprintf(name, sizeof(name), "%d x %d %s", s.rows, s.len, s.real_like ? "real-like" : "uniform");
-    const bool target =
-        s.real_like && ((s.rows == 64 && s.len == 131072) || (s.rows == 1 && s.len == 32768));
+    const bool target = s.real_like && ((s.rows == 64 && s.len == 131072) || (s.rows == 1 && s.len == 32768) ||
+                                        (s.rows == 1 && s.len == 8192));
     // The planner's choice, the one-CTA path, and (real-like rows) a sweep of chunk counts.
     std::vector<int> variants = {0, 1};
     if (s.real_like && s.rows <= 128) {
@@ -372,11 +373,15 @@ void BenchTopK() {
       }
       const double gbs = double(s.rows) * s.len * 4 / (us * 1e-6) / 1e9;
       char tag[16];
-      std::snprintf(tag, sizeof(tag), "%s%d", chunks == 0 ? "P" : "", planned);
+      if (chunks == 0 && s.len <= kTopKShortMaxLen) {
+        std::snprintf(tag, sizeof(tag), "short");  // the short-row path
+      } else {
+        std::snprintf(tag, sizeof(tag), "%s%d", chunks == 0 ? "P" : "", planned);
+      }
       std::printf("%-34s %6s %10.1f %10.1f %10.0f %8s\n", name, tag, us, gus, gbs, exact ? "yes" : "NO");
       if (target && chunks <= 1)
-        Summary("topk %-24s %-5s %7.1f us, graph %7.1f us  exact=%s (targets: 64x128K <= 60, 1x32K <= 20)", name,
-                chunks == 0 ? "plan" : "1-CTA", us, gus, exact ? "yes" : "NO");
+        Summary("topk %-24s %-5s %7.1f us, graph %7.1f us  exact=%s (targets: 64x128K <= 60, 1x32K <= 15, 1x8K <= 8)",
+                name, chunks == 0 ? tag : "1-CTA", us, gus, exact ? "yes" : "NO");
     }
   }
 

@@ -19,6 +19,7 @@
 #include "kernels/ref/moe_ref.h"
 #include "kernels/ref/norm_ref.h"
 #include "kernels/ref/rope_ref.h"
+#include "kernels/ref/sampling_ref.h"
 #include "kernels/ref/sparse_mla_ref.h"
 #include "kernels/ref/topk_ref.h"
 
@@ -236,6 +237,18 @@ class CpuBackend final : public Backend {
     latent_.assign(spec.num_layers, std::vector<uint8_t>(latent_bytes, 0));
     indexer_.assign(spec.num_layers, std::vector<uint8_t>(indexer_bytes, 0));
     return spec.num_blocks;
+  }
+
+  absl::StatusOr<std::vector<uint8_t>> ReadCacheBlock(CacheKind kind, int layer, int64_t block) override {
+    SPAR_RETURN_IF_ERROR(CheckLayer(layer));
+    if (block < 0 || block >= spec_.num_blocks) {
+      return absl::InvalidArgumentError(absl::StrCat("block ", block, " is outside the cache (", spec_.num_blocks,
+                                                     " blocks)"));
+    }
+    const size_t bytes = kind == CacheKind::kLatent ? kCacheBlockTokens * LatentRowBytes(spec_.latent_format)
+                                                    : IndexerPageBytes(spec_.indexer_format);
+    const uint8_t* begin = (kind == CacheKind::kLatent ? latent_ : indexer_)[layer].data() + block * bytes;
+    return std::vector<uint8_t>(begin, begin + bytes);
   }
 
   absl::Status BeginStep(const StepPlan& plan) override {
@@ -493,7 +506,7 @@ class CpuBackend final : public Backend {
       return absl::InvalidArgumentError("sample: one request per logits row");
     }
     std::vector<SampleResult> out(requests.size());
-    static const ref::TokenHistory kEmpty;
+    static const TokenHistory kEmpty;
     for (size_t i = 0; i < requests.size(); ++i) {
       const float* row = logits.as<float>() + i * logits.ld();
       const int vocab = static_cast<int>(logits.cols());
@@ -524,6 +537,18 @@ class CpuBackend final : public Backend {
     Tensor x = NewTensor(rows, cols);
     std::memcpy(x.as<float>(), data.data(), sizeof(float) * data.size());
     return x;
+  }
+
+  // fp32 activations: a hop carries them as they are.
+  absl::StatusOr<HostActivations> ToHostActivations(const Tensor& x) override {
+    if (x.dtype() != DType::kF32) return absl::InvalidArgumentError("activations: the cpu backend computes fp32");
+    SPAR_ASSIGN_OR_RETURN(std::vector<float> values, ToHost(x));
+    return HostActivations::FromFloats(values, x.rows(), x.cols());
+  }
+
+  absl::StatusOr<Tensor> FromHostActivations(const HostActivations& x) override {
+    SPAR_RETURN_IF_ERROR(x.Check());
+    return FromHost(x.ToFloats(), x.rows, x.cols);
   }
 
  private:

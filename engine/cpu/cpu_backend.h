@@ -1,7 +1,8 @@
 // The cpu backend: kernels/ref on fp32 activations and fp32 (dequantized)
 // weights. It is the reference every other backend is compared with, and
-// what CI runs. Caches default to fp32; bf16/FP8 layouts can be chosen to
-// reproduce what the cuda backend stores.
+// what CI runs. Caches default to fp32 (--kv-cache-dtype auto); the bf16
+// and FP8 formats the cuda backend uses are stored and read back through
+// kernels/ref's codecs, in the same byte layout (engine/cache_formats.h).
 #ifndef SPAR_ENGINE_CPU_CPU_BACKEND_H_
 #define SPAR_ENGINE_CPU_CPU_BACKEND_H_
 

@@ -76,6 +76,8 @@ class CudaBackend final : public Backend {
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
     SPAR_RETURN_IF_ERROR(gemm_workspace_.Allocate(kGemmWorkspaceBytes));
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemm_workspace_.as<void>(), 0, kGemmWorkspaceBytes, stream_));
+    SPAR_RETURN_IF_ERROR(counters_.Allocate(256));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters_.as<void>(), 0, 256, stream_));
     SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     events_ = std::make_unique<EventPool>();
     profiler_ = std::make_unique<OpProfiler>(stream_, events_.get());
@@ -87,6 +89,7 @@ class CudaBackend final : public Backend {
     ctx_.gemm_workspace = gemm_workspace_.as<void>();
     ctx_.gemm_workspace_bytes = gemm_workspace_.bytes();
     ctx_.tp_size = options_.tp.size;
+    ctx_.moe_done_counter = counters_.as<int32_t>();
     ctx_.profiler = profiler_.get();
     SPAR_RETURN_IF_ERROR(ValidateTpRank(options_.tp));
     if (options_.tp.size > 1) {
@@ -348,6 +351,33 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  // bf16 activations cross a hop as bf16 bytes: one copy each way.
+  absl::StatusOr<HostActivations> ToHostActivations(const Tensor& x) override {
+    if (x.dtype() != DType::kBF16 && x.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError("activations must be bf16 or fp32");
+    }
+    HostActivations out;
+    out.dtype = x.dtype();
+    out.rows = x.rows();
+    out.cols = x.cols();
+    const size_t elem = DTypeSize(x.dtype());
+    out.bytes.resize(static_cast<size_t>(x.rows() * x.cols()) * elem);
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out.bytes.data(), x.cols() * elem, x.data(), x.ld() * elem,
+                                                x.cols() * elem, x.rows(), cudaMemcpyDeviceToHost, stream_));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    SPAR_RETURN_IF_ERROR(CheckNotAborted());  // hidden states of an aborted step are garbage
+    return out;
+  }
+
+  absl::StatusOr<Tensor> FromHostActivations(const HostActivations& x) override {
+    SPAR_RETURN_IF_ERROR(x.Check());
+    if (x.dtype != DType::kBF16) return FromHost(x.ToFloats(), x.rows, x.cols);  // fp32 from a cpu stage
+    SPAR_ASSIGN_OR_RETURN(Tensor t, ctx_.NewTensor(x.rows, x.cols));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t.data(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice, stream_));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the host bytes may die on return
+    return t;
+  }
+
   absl::StatusOr<Tensor> FromHost(const std::vector<float>& data, int64_t rows, int64_t cols) override {
     if (static_cast<int64_t>(data.size()) != rows * cols) return absl::InvalidArgumentError("from host: size mismatch");
     SPAR_ASSIGN_OR_RETURN(Tensor x, ctx_.NewTensor(rows, cols));
@@ -387,6 +417,7 @@ class CudaBackend final : public Backend {
   int64_t used_at_init_ = 0;
   DeviceMemoryUsage memory_;
   DeviceBuffer gemm_workspace_;
+  DeviceBuffer counters_;  // zeroed device counters the kernels leave at zero (the fused MoE routing's)
   RopeTables rope_;
   DeviceCaches caches_;
   std::unique_ptr<EventPool> events_;

@@ -1,15 +1,85 @@
 #include "engine/cuda/device_weights.h"
 
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/numeric.h"
 #include "base/status_macros.h"
+#include "base/thread_pool.h"
 #include "engine/weight_convert.h"
+#include "kernels/cuda/gemm/w4_layout.h"
 
 namespace spar {
 namespace {
+
+// ---- 4-bit: the canonical codes of a slice, repacked for the W4A16 kernel ----
+
+// A 4-bit slice's codes when the kernel takes its shape (w4_layout.h:
+// 64-column multiples, groups of a multiple of 64 kept whole); nullopt
+// otherwise, and the caller stores the slice in bf16.
+struct FourBitHost {
+  bool fp4 = false;
+  ref::Int4Weights i4;
+  ref::Nvfp4Weights f4;
+
+  gemm::W4Source Source() const { return fp4 ? gemm::W4SourceOf(f4) : gemm::W4SourceOf(i4); }
+};
+
+absl::StatusOr<std::optional<FourBitHost>> KernelReady4Bit(const MatrixSource& m) {
+  if (!m.quant) return std::optional<FourBitHost>();
+  FourBitHost h;
+  h.fp4 = m.quant->layout == QuantLayout::kNvfp4;
+  absl::Status st;
+  if (h.fp4) {
+    auto w = MatrixToNvfp4(m);
+    st = w.status();
+    if (w.ok()) h.f4 = std::move(*w);
+  } else {
+    auto w = MatrixToInt4(m);
+    st = w.status();
+    if (w.ok()) h.i4 = std::move(*w);
+  }
+  if (absl::IsFailedPrecondition(st)) return std::optional<FourBitHost>();  // a slice splitting groups
+  SPAR_RETURN_IF_ERROR(st);
+  const gemm::W4Source src = h.Source();
+  if (!gemm::W4LayoutSupports(src.cols, src.group, h.fp4)) return std::optional<FourBitHost>();
+  return std::optional<FourBitHost>(std::move(h));
+}
+
+absl::Status UploadW4(const gemm::W4Packed& p, W4Buffers* out) {
+  SPAR_RETURN_IF_ERROR(out->values.Upload(p.values.data(), p.values.size()));
+  W4GemmWeight& w = out->w;
+  w = W4GemmWeight();
+  w.values = out->values.as<uint8_t>();
+  if (p.fp4) {
+    SPAR_RETURN_IF_ERROR(out->fp4_scales.Upload(p.fp4_scales.data(), p.fp4_scales.size()));
+    const float global[2] = {p.global_scale, p.global_scale_up};
+    SPAR_RETURN_IF_ERROR(out->global.Upload(global, sizeof(global)));
+    w.type = W4WeightType::kNvfp4;
+    w.fp4_scales = out->fp4_scales.as<uint8_t>();
+    w.global_scale = out->global.as<float>();
+  } else {
+    SPAR_RETURN_IF_ERROR(out->scales.Upload(p.scales.data(), p.scales.size() * 4));
+    SPAR_RETURN_IF_ERROR(out->zeros.Upload(p.zeros.data(), p.zeros.size()));
+    w.type = W4WeightType::kInt4;
+    w.scales = out->scales.as<float>();
+    w.zeros = out->zeros.as<uint8_t>();
+    w.group = p.group;
+  }
+  w.rows_padded = p.rows_padded;
+  return absl::OkStatus();
+}
+
+absl::Status UploadW4Matrix(const gemm::W4Packed& p, bool silu_pair, int64_t cols, CudaMatrix* out) {
+  SPAR_RETURN_IF_ERROR(UploadW4(p, &out->w4));
+  out->w4.w.silu_pair = silu_pair;
+  out->w4.w.n = silu_pair ? p.rows / 2 : p.rows;
+  out->four_bit = true;
+  out->cols = cols;
+  return absl::OkStatus();
+}
 
 std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
@@ -27,8 +97,14 @@ bool KeepsScaleBlocks(const MatrixSource& m) {
          (c1 % 128 == 0 || c1 == cols);
 }
 
+// Rows of `cols` values are stored `ld` apart (PaddedGemmRowElements: the
+// GEMM streams whole 64-byte stages), the padding zero.
 absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
   const int64_t rows = m.rows(), cols = m.cols();
+  SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> four, KernelReady4Bit(m));
+  if (four) return UploadW4Matrix(gemm::PackW4(four->Source()), /*silu_pair=*/false, cols, out);
+  // Anything else (a 4-bit slice the kernel cannot take included) as stored
+  // FP8 or, dequantized by MatrixToFloat, bf16.
   out->cols = cols;
   out->gemm.n = rows;
   if (m.weight.dtype == DType::kF8E4M3 && KeepsScaleBlocks(m)) {
@@ -37,10 +113,12 @@ absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
     if (rows < 0 || cols < 0 || m.row_begin + rows > m.weight.shape[0] || m.col_begin + cols > full_cols) {
       return absl::InvalidArgumentError(absl::StrCat("tensor \"", m.weight.name, "\": slice out of bounds"));
     }
-    std::vector<uint8_t> values(static_cast<size_t>(rows * cols));
+    const int64_t ld = PaddedGemmRowElements(cols, GemmWeightType::kFp8Block128);
+    std::vector<uint8_t> values(static_cast<size_t>(rows * ld), 0);
     for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(values.data() + r * cols, m.weight.data + (m.row_begin + r) * full_cols + m.col_begin, cols);
+      std::memcpy(values.data() + r * ld, m.weight.data + (m.row_begin + r) * full_cols + m.col_begin, cols);
     }
+    out->gemm.ld = ld;
     std::vector<float> scales(static_cast<size_t>(srows * scols));
     const float* s = reinterpret_cast<const float*>(m.scale_inv->data);
     for (int64_t r = 0; r < srows; ++r) {
@@ -54,11 +132,16 @@ absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
     return absl::OkStatus();
   }
   SPAR_ASSIGN_OR_RETURN(std::vector<float> f, MatrixToFloat(m));
-  const auto b = ToBf16(f);
+  const int64_t ld = PaddedGemmRowElements(cols, GemmWeightType::kBf16);
+  std::vector<uint16_t> b(static_cast<size_t>(rows * ld), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) b[r * ld + c] = FloatToBf16(f[r * cols + c]);
+  }
   SPAR_RETURN_IF_ERROR(out->values.Upload(b.data(), b.size() * 2));
   out->gemm.type = GemmWeightType::kBf16;
   out->gemm.data = out->values.as<void>();
   out->gemm.scale = nullptr;
+  out->gemm.ld = ld;
   return absl::OkStatus();
 }
 
@@ -86,6 +169,23 @@ absl::Status UploadPaddedBf16(const MatrixSource& m, int64_t rows_out, int64_t c
 absl::Status UploadMlpInto(const MlpSource& src, CudaMlp* m) {
   const int64_t inter = src.gate.rows();
   const int64_t padded = (inter + 63) / 64 * 64;
+  if (padded == inter && (src.gate.quant || src.up.quant)) {
+    // 4-bit gate and up become one SiLU pair; when either cannot, both are
+    // bf16 (the GEMM's SiLU·mul needs the two of one type).
+    SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> g, KernelReady4Bit(src.gate));
+    SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> u, KernelReady4Bit(src.up));
+    const bool pair = g && u && g->fp4 == u->fp4 && g->Source().rows == u->Source().rows &&
+                      g->Source().cols == u->Source().cols && g->Source().group == u->Source().group;
+    if (pair) {
+      SPAR_RETURN_IF_ERROR(UploadW4Matrix(gemm::PackW4SiluPair(g->Source(), u->Source()), true, src.gate.cols(), &m->gate));
+    } else {
+      SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.gate, src.gate.rows(), src.gate.cols(), &m->gate));
+      SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.up, src.up.rows(), src.up.cols(), &m->up));
+    }
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.down, &m->down));
+    m->inter = inter;
+    return absl::OkStatus();
+  }
   if (padded == inter) {
     SPAR_RETURN_IF_ERROR(UploadMatrix(src.gate, &m->gate));
     SPAR_RETURN_IF_ERROR(UploadMatrix(src.up, &m->up));
@@ -136,6 +236,67 @@ absl::Status PackExperts(const std::vector<const MatrixSource*>& mats, PackedExp
   return absl::OkStatus();
 }
 
+// Every expert's 4-bit matrix (or, with `up`, its gate/up SiLU pair) in the
+// kernel layout, back to back. False when some expert's slice cannot be
+// taken by the kernel (then the caller packs them in bf16).
+absl::StatusOr<bool> PackExpertsW4(const std::vector<const MatrixSource*>& mats,
+                                   const std::vector<const MatrixSource*>* up, PackedExperts* out) {
+  // Unpacking the checkpoint's layout is per expert: all experts at once.
+  const int64_t count = static_cast<int64_t>(mats.size());
+  std::vector<absl::StatusOr<std::optional<FourBitHost>>> unpacked(count), unpacked_up(up != nullptr ? count : 0);
+  ParallelFor(count, 1, [&](int64_t e0, int64_t e1) {
+    for (int64_t e = e0; e < e1; ++e) {
+      unpacked[e] = KernelReady4Bit(*mats[e]);
+      if (up != nullptr) unpacked_up[e] = KernelReady4Bit(*(*up)[e]);
+    }
+  });
+  std::vector<FourBitHost> hosts, ups;
+  for (int64_t e = 0; e < count; ++e) {
+    SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> h, std::move(unpacked[e]));
+    if (!h) return false;
+    hosts.push_back(std::move(*h));
+    if (up != nullptr) {
+      SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> u, std::move(unpacked_up[e]));
+      if (!u || u->fp4 != hosts.back().fp4) return false;
+      ups.push_back(std::move(*u));
+    }
+  }
+  gemm::W4Packed all;
+  std::vector<float> globals;
+  int64_t rows = 0;
+  for (size_t e = 0; e < hosts.size(); ++e) {
+    const gemm::W4Packed p =
+        up != nullptr ? gemm::PackW4SiluPair(hosts[e].Source(), ups[e].Source()) : gemm::PackW4(hosts[e].Source());
+    if (e == 0) {
+      all = p;
+      rows = p.rows;
+      out->w4_values_stride = static_cast<int64_t>(p.values.size());
+      out->w4_scales_stride = static_cast<int64_t>(p.scales.size());
+      out->w4_zeros_stride = static_cast<int64_t>(p.zeros.size());
+      out->w4_fp4_stride = static_cast<int64_t>(p.fp4_scales.size());
+    } else {
+      if (p.rows != rows || p.cols != all.cols || p.group != all.group) {
+        return absl::InvalidArgumentError(absl::StrCat("expert tensor \"", mats[e]->weight.name, "\" differs from expert 0"));
+      }
+      all.values.insert(all.values.end(), p.values.begin(), p.values.end());
+      all.scales.insert(all.scales.end(), p.scales.begin(), p.scales.end());
+      all.zeros.insert(all.zeros.end(), p.zeros.begin(), p.zeros.end());
+      all.fp4_scales.insert(all.fp4_scales.end(), p.fp4_scales.begin(), p.fp4_scales.end());
+    }
+    globals.push_back(p.global_scale);
+    if (up != nullptr) globals.push_back(p.global_scale_up);
+  }
+  SPAR_RETURN_IF_ERROR(UploadW4(all, &out->w4));
+  if (all.fp4) {  // one global scale per expert (two for a pair)
+    SPAR_RETURN_IF_ERROR(out->w4.global.Upload(globals.data(), globals.size() * 4));
+    out->w4.w.global_scale = out->w4.global.as<float>();
+  }
+  out->w4.w.silu_pair = up != nullptr;
+  out->w4.w.n = up != nullptr ? rows / 2 : rows;
+  out->four_bit = true;
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src) {
@@ -149,7 +310,7 @@ absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src) {
     SPAR_RETURN_IF_ERROR(UploadMatrix(p, m.get()));
     if (lin->k != 0 && m->cols != lin->k) return absl::InvalidArgumentError("linear: parts differ in columns");
     lin->k = m->cols;
-    lin->n_total += m->gemm.n;
+    lin->n_total += m->n();
     lin->parts.push_back(std::move(m));
   }
   lin->fp32_out = src.fp32_output;
@@ -215,9 +376,21 @@ absl::StatusOr<std::unique_ptr<Weight>> UploadMoe(const MoeSource& src) {
     up.push_back(&e.up);
     down.push_back(&e.down);
   }
-  SPAR_RETURN_IF_ERROR(PackExperts(gate, &moe->gate));
-  SPAR_RETURN_IF_ERROR(PackExperts(up, &moe->up));
-  SPAR_RETURN_IF_ERROR(PackExperts(down, &moe->down));
+  // 4-bit experts: gate and up as SiLU pairs in moe->gate, down alone; a
+  // projection the kernel cannot take goes bf16 (each on its own).
+  bool pair = false, down_4bit = false;
+  if (src.experts[0].gate.quant && src.experts[0].up.quant) {
+    SPAR_ASSIGN_OR_RETURN(pair, PackExpertsW4(gate, &up, &moe->gate));
+  }
+  if (src.experts[0].down.quant) {
+    SPAR_ASSIGN_OR_RETURN(down_4bit, PackExpertsW4(down, nullptr, &moe->down));
+  }
+  if (!pair) {
+    moe->gate = PackedExperts();
+    SPAR_RETURN_IF_ERROR(PackExperts(gate, &moe->gate));
+    SPAR_RETURN_IF_ERROR(PackExperts(up, &moe->up));
+  }
+  if (!down_4bit) SPAR_RETURN_IF_ERROR(PackExperts(down, &moe->down));
   moe->num_local = static_cast<int>(src.experts.size());
   moe->expert_begin = src.expert_begin;
   moe->inter = src.experts[0].gate.rows();

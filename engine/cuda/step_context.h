@@ -50,6 +50,9 @@ class StepContext {
   void* gemm_workspace = nullptr;
   size_t gemm_workspace_bytes = 0;
   int tp_size = 1;
+  // A device int32 the fused MoE routing launch counts its blocks with (0
+  // between launches: the last block resets it).
+  int32_t* moe_done_counter = nullptr;
   OpProfiler* profiler = nullptr;
   bool capturing = false;  // a graph capture is recording the ops
   StepMeta meta;

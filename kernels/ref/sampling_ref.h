@@ -1,32 +1,17 @@
-// Token sampling with per-request seeds. The random draw is counter-based
+// Token sampling with per-request seeds (the parameters and the token
+// history: base/sampling_params.h). The random draw is counter-based
 // (seed, step) so that any backend, on any batch composition, picks the same
 // token from the same distribution.
 #ifndef SPAR_KERNELS_REF_SAMPLING_REF_H_
 #define SPAR_KERNELS_REF_SAMPLING_REF_H_
 
 #include <cstdint>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "base/sampling_params.h"
+
 namespace spar::ref {
-
-struct SamplingParams {
-  float temperature = 1.0f;  // 0: greedy
-  int top_k = 0;             // <= 0: off
-  float top_p = 1.0f;        // 1: off
-  float min_p = 0.0f;        // 0: off
-  float repetition_penalty = 1.0f;  // over prompt and output tokens
-  float frequency_penalty = 0.0f;   // over output tokens, per occurrence
-  float presence_penalty = 0.0f;    // over output tokens, once
-  uint64_t seed = 0;
-};
-
-// Token counts the penalties look at.
-struct TokenHistory {
-  std::unordered_map<int32_t, int> prompt_counts;
-  std::unordered_map<int32_t, int> output_counts;
-};
 
 // Applies penalties in place (vLLM/OpenAI semantics).
 void ApplyPenalties(float* logits, int vocab, const SamplingParams& p, const TokenHistory& history);

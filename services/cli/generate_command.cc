@@ -11,15 +11,18 @@
 #include <grpcpp/client_context.h>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "base/mapped_file.h"
 #include "base/status_macros.h"
 #include "engine/engine.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/commands.h"
 #include "services/common/args.h"
+#include "services/common/cache_flags.h"
 #include "services/common/daemon.h"
+#include "services/scheduler/generation_convert.h"
+#include "services/scheduler/startup_checks.h"
 #include "spar/v1/generation.grpc.pb.h"
 #include "text/chat_template.h"
 #include "text/detokenizer.h"
@@ -36,6 +39,21 @@ struct GenerateFlags {
   double temperature = 0.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, frequency_penalty = 0.0,
          presence_penalty = 0.0, timeout_s = 300;
   bool ignore_eos = false, show_ids = false, logprobs = false, chat = false, enforce_eager = false;
+  CacheDtypeFlags cache;
+  CacheDtypes cache_dtypes;  // parsed from `cache`
+
+  // The sampling flags as every layer holds them (the seed is the request's).
+  SamplingParams Sampling() const {
+    SamplingParams s;
+    s.temperature = static_cast<float>(temperature);
+    s.top_p = static_cast<float>(top_p);
+    s.top_k = static_cast<int32_t>(top_k);
+    s.min_p = static_cast<float>(min_p);
+    s.repetition_penalty = static_cast<float>(repetition_penalty);
+    s.frequency_penalty = static_cast<float>(frequency_penalty);
+    s.presence_penalty = static_cast<float>(presence_penalty);
+    return s;
+  }
 };
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
@@ -74,17 +92,16 @@ int RunRemote(const GenerateFlags& f) {
       return 2;
     }
     req.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  } else if (f.chat) {
+    // The server renders it with its chat template (spar.v1.ChatInput).
+    v1::ChatCompletionMessage* m = req.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content(f.prompt);
   } else {
     req.set_text(f.prompt);
   }
   v1::SamplingParams* s = req.mutable_sampling();
-  s->set_temperature(static_cast<float>(f.temperature));
-  s->set_top_p(static_cast<float>(f.top_p));
-  s->set_top_k(static_cast<int32_t>(f.top_k));
-  s->set_min_p(static_cast<float>(f.min_p));
-  s->set_repetition_penalty(static_cast<float>(f.repetition_penalty));
-  s->set_frequency_penalty(static_cast<float>(f.frequency_penalty));
-  s->set_presence_penalty(static_cast<float>(f.presence_penalty));
+  SamplingParamsToProto(f.Sampling(), s);
   if (f.seed >= 0) s->set_seed(static_cast<uint64_t>(f.seed));
   s->set_n(static_cast<uint32_t>(f.n));
   v1::StoppingCriteria* st = req.mutable_stopping();
@@ -100,7 +117,7 @@ int RunRemote(const GenerateFlags& f) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1e3)));
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse resp;
-  if (f.n == 1 && !f.prompt.empty()) std::cout << f.prompt << std::flush;
+  if (f.n == 1 && !f.prompt.empty()) std::cout << f.prompt << (f.chat ? "\n" : "") << std::flush;
   std::vector<std::vector<int32_t>> ids(f.n);
   std::vector<std::string> texts(f.n);
   std::vector<std::string> finish(f.n, "unfinished");
@@ -123,7 +140,7 @@ int RunRemote(const GenerateFlags& f) {
   }
   grpc::Status status = reader->Finish();
   if (f.n == 1) std::cout << "\n";
-  for (int i = 0; f.n > 1 && i < f.n; ++i) std::cout << "[" << i << "] " << f.prompt << texts[i] << "\n";
+  for (int i = 0; f.n > 1 && i < f.n; ++i) std::cout << "[" << i << "] " << (f.chat ? "" : f.prompt) << texts[i] << "\n";
   if (!status.ok()) {
     std::cerr << "generate: " << f.server << ": " << status.error_message() << " (code " << status.error_code()
               << ")\n";
@@ -146,12 +163,12 @@ int RunRemote(const GenerateFlags& f) {
   return 0;
 }
 
-// --chat: the prompt as one user message, rendered with the model's chat
-// template (tokenizer_config.json) and its generation prompt, as a chat
-// server would send it.
-absl::StatusOr<std::string> RenderChatPrompt(const std::string& model_dir, const std::string& prompt) {
-  SPAR_ASSIGN_OR_RETURN(std::string config, ReadFileToString(model_dir + "/tokenizer_config.json"));
-  SPAR_ASSIGN_OR_RETURN(auto tmpl, ChatTemplate::FromTokenizerConfig(config));
+// --chat in-process: the prompt as one user message, rendered with the
+// template the scheduler would use (startup_checks.h) and its generation
+// prompt, as a chat server would send it.
+absl::StatusOr<std::string> RenderUserMessage(const std::string& model_dir, const std::string& prompt) {
+  SPAR_ASSIGN_OR_RETURN(auto tmpl, LoadCheckedChatTemplate(model_dir, ""));
+  if (tmpl == nullptr) return absl::NotFoundError(absl::StrCat(model_dir, " has no chat template"));
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   messages.push_back({{"role", "user"}, {"content", prompt}});
   return tmpl->Apply(messages, ChatTemplateOptions());
@@ -172,7 +189,7 @@ int RunLocal(const GenerateFlags& f) {
     }
     request.prompt = *ids;
   } else {
-    auto text = f.chat ? RenderChatPrompt(f.model, f.prompt) : absl::StatusOr<std::string>(f.prompt);
+    auto text = f.chat ? RenderUserMessage(f.model, f.prompt) : absl::StatusOr<std::string>(f.prompt);
     if (!text.ok()) {
       std::cerr << "generate: " << text.status().message() << "\n";
       return 1;
@@ -185,13 +202,7 @@ int RunLocal(const GenerateFlags& f) {
     request.prompt = *ids;
   }
   request.max_tokens = static_cast<int>(f.max_tokens);
-  request.sampling.temperature = static_cast<float>(f.temperature);
-  request.sampling.top_p = static_cast<float>(f.top_p);
-  request.sampling.top_k = static_cast<int>(f.top_k);
-  request.sampling.min_p = static_cast<float>(f.min_p);
-  request.sampling.repetition_penalty = static_cast<float>(f.repetition_penalty);
-  request.sampling.frequency_penalty = static_cast<float>(f.frequency_penalty);
-  request.sampling.presence_penalty = static_cast<float>(f.presence_penalty);
+  request.sampling = f.Sampling();
   if (f.seed >= 0) request.seed = static_cast<uint64_t>(f.seed);
   request.ignore_eos = f.ignore_eos;
   request.top_logprobs = static_cast<int>(f.top_logprobs);
@@ -202,6 +213,7 @@ int RunLocal(const GenerateFlags& f) {
   options.model.max_model_len = f.max_model_len;
   options.backend_options.enforce_eager = f.enforce_eager;
   options.num_speculative_tokens = static_cast<int>(f.num_speculative_tokens);
+  options.cache_dtypes = f.cache_dtypes;
   auto engine = Engine::Create(f.model, options);
   if (!engine.ok()) {
     std::cerr << "generate: " << engine.status().message() << "\n";
@@ -269,7 +281,9 @@ int RunGenerate(int argc, char** argv) {
   args.AddString("api-key", &f.api_key, "--server: the key of a scheduler started with --api-key (or SPAR_API_KEY)");
   if (const char* key = std::getenv("SPAR_API_KEY"); key != nullptr) f.api_key = key;
   args.AddBool("logprobs", &f.logprobs, "print the logprob of every generated token after the text");
-  args.AddBool("chat", &f.chat, "--model: send --prompt as a user message through the model's chat template");
+  args.AddBool("chat", &f.chat,
+               "send --prompt as a user message through the chat template (--model: the model's; --server: the "
+               "scheduler's)");
   args.AddInt("top-logprobs", &f.top_logprobs, "alternatives per token to compute (default 0)");
   args.AddString("backend", &f.backend, "in-process: cpu (default) or cuda");
   args.AddInt("num-blocks", &f.num_blocks, "in-process: KV cache blocks of 64 tokens (default 256)");
@@ -280,6 +294,7 @@ int RunGenerate(int argc, char** argv) {
                "in-process, cuda: run decode steps op by op instead of replaying them as CUDA graphs");
   args.AddInt("num-speculative-tokens", &f.num_speculative_tokens,
               "in-process: MTP speculative decoding, drafts verified per step (1-4; default 0 = off)");
+  f.cache.Register(&args);
   args.AddInt("n", &f.n, "--server: sequences to generate (default 1)");
   args.AddString("stop", &f.stop, "--server: a stop string");
   args.AddString("request-id", &f.request_id, "--server: the request id (default: assigned)");
@@ -290,8 +305,8 @@ int RunGenerate(int argc, char** argv) {
               << args.Usage();
     return 2;
   }
-  if (f.chat && (f.model.empty() || f.prompt.empty())) {
-    std::cerr << "generate: --chat needs --model and --prompt (the template comes from the model directory)\n";
+  if (f.chat && f.prompt.empty()) {
+    std::cerr << "generate: --chat needs --prompt (the user message)\n";
     return 2;
   }
   if (!(f.gpu_memory_utilization >= 0 && f.gpu_memory_utilization <= 1) || f.max_model_len < 0) {
@@ -311,6 +326,11 @@ int RunGenerate(int argc, char** argv) {
     std::cerr << "generate: --n and --max-tokens must be >= 1, --top-logprobs >= 0\n";
     return 2;
   }
+  if (auto formats = f.cache.Resolve(f.backend); !formats.ok()) {
+    std::cerr << "generate: " << formats.status().message() << "\n";
+    return 2;
+  }
+  f.cache_dtypes = *f.cache.Parse();
   return f.server.empty() ? RunLocal(f) : RunRemote(f);
 }
 

@@ -1,6 +1,6 @@
-// spar make-tiny --arch glm5|dsv32 --out DIR [--fp8] [--seed N]
-//                [--geometry tiny|glm5-full] [--layers N] [--index-topk K]
-//                [--mtp] [--predictable]
+// spar make-tiny --arch glm5|dsv32 --out DIR [--fp8 | --quant awq|gptq|int4-ct|nvfp4]
+//                [--seed N] [--geometry tiny|glm5-full] [--layers N] [--index-topk K]
+//                [--max-position-embeddings N] [--mtp] [--predictable]
 #include <iostream>
 
 #include "engine/make_tiny.h"
@@ -10,17 +10,22 @@
 namespace spar {
 
 int RunMakeTiny(int argc, char** argv) {
-  std::string arch = "glm5", geometry = "tiny", out, indexer_pattern;
+  std::string arch = "glm5", geometry = "tiny", out, indexer_pattern, quant;
   bool fp8 = false, mtp = false, predictable = false;
-  int64_t seed = 0, layers = 0, index_topk = 0, shard_mb = 0;
+  int64_t seed = 0, layers = 0, index_topk = 0, shard_mb = 0, max_positions = 0;
   ArgParser args("make-tiny");
   args.AddString("arch", &arch, "glm5 (GlmMoeDsaForCausalLM) or dsv32 (DeepseekV32ForCausalLM)");
   args.AddString("out", &out, "output directory (created if missing)");
   args.AddBool("fp8", &fp8, "block-FP8 e4m3 weights with 128x128 scales, as the real FP8 checkpoints");
+  args.AddString("quant", &quant,
+                 "4-bit weights as published: awq (AutoAWQ GEMM), gptq (GPTQ v1), int4-ct (compressed-tensors "
+                 "pack-quantized) or nvfp4 (ModelOpt)");
   args.AddInt("seed", &seed, "weight seed (same seed, same bytes on every machine)");
   args.AddString("geometry", &geometry, "tiny (default) or glm5-full (real GLM-5 layer sizes)");
   args.AddInt("layers", &layers, "number of decoder layers (default: 3 tiny, 4 glm5-full)");
   args.AddInt("index-topk", &index_topk, "override index_topk (default: 32 tiny, 2048 glm5-full)");
+  args.AddInt("max-position-embeddings", &max_positions,
+              "the context length in config.json (default: 4096 tiny glm5, 163840 tiny dsv32, 202752 glm5-full)");
   args.AddString("indexer-pattern", &indexer_pattern, "per-layer indexer kinds, F = full, S = shared (glm5), e.g. FSF");
   args.AddBool("mtp", &mtp, "also write the multi-token-prediction layer (model.layers.{layers}.*) for speculative decoding");
   args.AddBool("predictable", &predictable,
@@ -48,10 +53,17 @@ int RunMakeTiny(int argc, char** argv) {
     std::cerr << "make-tiny: --seed, --layers, --index-topk and --shard-mb must not be negative\n";
     return 2;
   }
+  auto tiny_quant = ParseTinyQuant(quant);
+  if (!tiny_quant.ok()) {
+    std::cerr << "make-tiny: " << tiny_quant.status().message() << "\n";
+    return 2;
+  }
   options.fp8 = fp8;
+  options.quant = *tiny_quant;
   options.seed = static_cast<uint64_t>(seed);
   options.layers = static_cast<int>(layers);
   options.index_topk = static_cast<int>(index_topk);
+  options.max_position_embeddings = max_positions;
   options.max_shard_bytes = static_cast<uint64_t>(shard_mb) << 20;
   options.out_dir = out;
   options.indexer_pattern = indexer_pattern;
@@ -61,7 +73,8 @@ int RunMakeTiny(int argc, char** argv) {
     std::cerr << "make-tiny: " << s.message() << "\n";
     return 1;
   }
-  std::cout << "wrote " << arch << (fp8 ? " fp8" : " bf16") << " model to " << out << "\n";
+  const std::string kind = !quant.empty() ? quant : fp8 ? "fp8" : "bf16";
+  std::cout << "wrote " << arch << " " << kind << " model to " << out << "\n";
   return 0;
 }
 

@@ -1,6 +1,7 @@
-// spar plan (--model DIR | --geometry glm5-full) [--tp N] [--stages N | --stage-layers A:B,B:C]
+// spar plan (--model DIR | --geometry glm5-full [--quant int4|nvfp4]) [--tp N] [--stages N | --stage-layers A:B,B:C]
 //           [--gpu-memory-gib G] [--gpu-memory-utilization F] [--max-model-len N]
 //           [--runtime-overhead-gib G] [--contexts 8192,32768,131072]
+//           [--kv-cache-dtype auto|bf16|fp8] [--indexer-cache-dtype auto|fp8|bf16]
 // Whether a model fits the GPUs before any is rented, and how many tokens of
 // KV cache each pipeline stage holds: reads only config.json.
 #include <iostream>
@@ -13,18 +14,21 @@
 #include "engine/make_tiny.h"
 #include "services/cli/commands.h"
 #include "services/common/args.h"
+#include "services/common/cache_flags.h"
 #include "services/common/capacity_plan.h"
 
 namespace spar {
-
 int RunPlan(int argc, char** argv) {
-  std::string model, geometry, stage_layers, contexts_flag = "8192,32768,131072";
+  std::string model, geometry, stage_layers, quant, contexts_flag = "8192,32768,131072";
   int64_t tp = 1, stages = 1, max_model_len = 0, layers = 0;
   double gpu_memory_gib = 80, utilization = 0.9, runtime_gib = 1.0;
   ArgParser args("plan");
   args.AddString("model", &model, "model directory (only its config.json is read)");
   args.AddString("geometry", &geometry, "instead of --model: glm5-full (GLM-5-FP8's config)");
   args.AddInt("layers", &layers, "with --geometry: decoder layers (default 78, the real model)");
+  args.AddString("quant", &quant,
+                 "with --geometry: 4-bit routed experts, int4 (AWQ/GPTQ/compressed-tensors, group 128) or nvfp4, "
+                 "instead of GLM-5-FP8's block-FP8 (a checkpoint's own layout: --model DIR)");
   args.AddInt("tp", &tp, "GPUs per pipeline stage (tensor and expert parallel)");
   args.AddInt("stages", &stages, "pipeline stages (nodes), layers split evenly as the scheduler does");
   args.AddString("stage-layers", &stage_layers, "instead of --stages: layer ranges, e.g. 0:40,40:78 (the scheduler's flag)");
@@ -33,7 +37,15 @@ int RunPlan(int argc, char** argv) {
   args.AddInt("max-model-len", &max_model_len, "longest sequence served (default: the model's context)");
   args.AddDouble("runtime-overhead-gib", &runtime_gib, "memory in use before the weights: CUDA context, NCCL");
   args.AddString("contexts", &contexts_flag, "context lengths to count sequences at, comma separated");
+  CacheDtypeFlags cache_flags;
+  cache_flags.Register(&args);
   if (auto code = args.ParseOrExitCode(argc, argv, 2)) return *code;
+  // The GPUs' formats: auto is the cuda backend's.
+  const auto formats = cache_flags.Resolve("cuda");
+  if (!formats.ok()) {
+    std::cerr << "plan: " << formats.status().message() << "\n";
+    return 2;
+  }
   if (model.empty() == geometry.empty()) {
     std::cerr << "plan: give exactly one of --model DIR and --geometry glm5-full\n";
     return 2;
@@ -52,15 +64,27 @@ int RunPlan(int argc, char** argv) {
                  "--max-model-len and --runtime-overhead-gib not negative\n";
     return 2;
   }
+  if (!quant.empty() && !model.empty()) {
+    std::cerr << "plan: --quant goes with --geometry; --model reads the checkpoint's own quantization config\n";
+    return 2;
+  }
   absl::StatusOr<ModelConfig> config;
   if (!model.empty()) {
     config = LoadModelConfig(model + "/config.json");
   } else if (geometry == "glm5-full") {
     MakeTinyOptions o;
     o.geometry = TinyGeometry::kGlm5Full;
-    o.fp8 = true;
+    o.fp8 = quant.empty();
     o.layers = layers > 0 ? static_cast<int>(layers) : 78;
     config = TinyModelConfig(o);
+    if (config.ok() && !quant.empty()) {
+      auto format = Glm5ExpertsOnly4Bit(quant);
+      if (!format.ok()) {
+        std::cerr << "plan: " << format.status().message() << "\n";
+        return 2;
+      }
+      config->quant.weight_format = *format;
+    }
   } else {
     std::cerr << "plan: --geometry must be glm5-full, got \"" << geometry << "\"\n";
     return 2;
@@ -84,7 +108,24 @@ int RunPlan(int argc, char** argv) {
   options.gpu_memory_utilization = utilization;
   options.runtime_bytes = static_cast<int64_t>(runtime_gib * (1 << 30));
   options.max_model_len = max_model_len;
+  options.latent_format = formats->latent;
+  options.indexer_format = formats->indexer;
   auto plan = PlanCapacity(*config, options);
+  if (!plan.ok() && max_model_len == 0 && options.stage_layers.empty() && options.stages == 1) {
+    // The weights may fit while one sequence of the model's whole context
+    // does not: say how long a context the GPUs serve.
+    const int64_t longest = LongestServableContext(*config, options);
+    if (longest > 0) {
+      options.max_model_len = longest;
+      auto shorter = PlanCapacity(*config, options);
+      if (shorter.ok()) {
+        std::cout << "the weights fit; the KV cache cannot hold one sequence of the model's " << config->max_position_embeddings
+                  << " tokens: serve with --max-model-len " << longest << " (or more GPUs, or an FP8 latent cache)\n\n"
+                  << FormatCapacityPlan(*config, options, *shorter, contexts);
+        return 0;
+      }
+    }
+  }
   if (plan.ok()) std::cout << FormatCapacityPlan(*config, options, *plan, contexts);
   // The even split is what the daemons use unless told otherwise; say when
   // moving stage boundaries holds more.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -50,10 +51,14 @@ int RunWorkers(int argc, char** argv) {
     }
     const double window = stats.window_ns() * 1e-9;
     std::cout << absl::StrFormat(
-        "%s: layers [%d, %d) of %d, %s, %d KV blocks, stage %d of %d, epoch %d, next %s\n"
+        "%s: layers [%d, %d) of %d, %s, %d KV blocks (%s), stage %d of %d, epoch %d, next %s\n"
         "  %d micro-batches, %d tokens, busy %.1f%% of %.1f s, queue %d, %d sampling states, %d B in, %d B out\n",
         address, info.shard().first_layer(), info.shard().last_layer(), info.num_model_layers(),
-        info.loaded() ? "loaded" : "not loaded", info.shard().num_blocks(), info.stage_index(), info.num_stages(),
+        info.loaded() ? "loaded" : "not loaded", info.shard().num_blocks(),
+        info.shard().kv_cache_dtype().empty()
+            ? std::string("formats not known yet")
+            : absl::StrCat("latent ", info.shard().kv_cache_dtype(), ", indexer ", info.shard().indexer_cache_dtype()),
+        info.stage_index(), info.num_stages(),
         info.epoch(), info.next_stage_address().empty() ? "-" : info.next_stage_address(), stats.micro_batches(),
         stats.tokens(), window > 0 ? 100.0 * stats.busy_ns() * 1e-9 / window : 0.0, window, stats.queue_depth(),
         stats.sampling_states(), stats.activation_bytes_in(), stats.activation_bytes_out());

@@ -5,10 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/cache_formats.h"
 #include "base/status_macros.h"
 #include "engine/memory_budget.h"
 #include "engine/step_plan.h"
 #include "engine/tensor_parallel.h"
+#include "kernels/cuda/gemm/w4_layout.h"
 
 namespace spar {
 namespace {
@@ -23,41 +25,106 @@ int64_t LinearBytes(int64_t rows, int64_t cols, bool fp8) {
 // Norm weights and biases: a bf16 and an fp32 copy (CreateVector).
 int64_t VectorBytes(int64_t n) { return n * 6; }
 
-// A dense MLP with `inter` intermediate columns on this rank (UploadMlp): as
-// stored, unless a slice is not a multiple of 64, which is padded to one in bf16.
-int64_t MlpBytes(int64_t hidden, int64_t inter, bool fp8) {
-  if (inter % 64 != 0) return 3 * hidden * ((inter + 63) / 64 * 64) * 2;
-  return 2 * LinearBytes(inter, hidden, fp8) + LinearBytes(hidden, inter, fp8);
-}
+// How one rank stores each linear slice, by module name: block-FP8 as
+// stored (every projection but the router, weights_proj, embedding and
+// head), or with a 4-bit config the W4A16 kernel's layout
+// (kernels/cuda/gemm/w4_layout.h) where the config converts the module and
+// the slice keeps whole groups of a kernel-supported size, else bf16 (what
+// UploadMatrix falls back to).
+class LinearStorage {
+ public:
+  explicit LinearStorage(const ModelConfig& c) : c_(c) {}
+
+  // `full_cols`: the module's input width before a column (row-parallel) slice.
+  absl::StatusOr<int64_t> Bytes(const std::string& module, int64_t rows, int64_t cols, int64_t full_cols,
+                                bool fp8_eligible = true) const {
+    if (!c_.quant.weight_format) return LinearBytes(rows, cols, c_.quant.fp8 && fp8_eligible);
+    SPAR_ASSIGN_OR_RETURN(std::optional<FourBit> f, FourBitLayout(module, cols, full_cols));
+    return f ? gemm::W4PackedBytes(rows, cols, f->group, f->fp4) : rows * cols * 2;
+  }
+
+  // A dense MLP with `inter` intermediate columns on this rank (UploadMlp):
+  // as stored, unless a slice is not a multiple of 64, which is padded to
+  // one in bf16. 4-bit gate and up are packed as one SiLU pair; when only
+  // one of them would be 4-bit, both are bf16.
+  absl::StatusOr<int64_t> Mlp(const std::string& prefix, int64_t hidden, int64_t inter, int64_t full_inter) const {
+    if (inter % 64 != 0) return 3 * hidden * ((inter + 63) / 64 * 64) * 2;
+    SPAR_ASSIGN_OR_RETURN(int64_t down, Bytes(prefix + "down_proj", hidden, inter, full_inter));
+    if (!c_.quant.weight_format) {
+      SPAR_ASSIGN_OR_RETURN(int64_t gate, Bytes(prefix + "gate_proj", inter, hidden, hidden));
+      return 2 * gate + down;
+    }
+    SPAR_ASSIGN_OR_RETURN(std::optional<FourBit> gate, FourBitLayout(prefix + "gate_proj", hidden, hidden));
+    SPAR_ASSIGN_OR_RETURN(std::optional<FourBit> up, FourBitLayout(prefix + "up_proj", hidden, hidden));
+    if (gate && up && gate->group == up->group && gate->fp4 == up->fp4) {
+      return gemm::W4PackedBytes(2 * inter, hidden, gate->group, gate->fp4) + down;
+    }
+    return 2 * inter * hidden * 2 + down;
+  }
+
+ private:
+  struct FourBit {
+    int64_t group;
+    bool fp4;
+  };
+  // The kernel layout of a module the config converts, or nullopt (bf16).
+  absl::StatusOr<std::optional<FourBit>> FourBitLayout(const std::string& module, int64_t cols, int64_t full_cols) const {
+    SPAR_ASSIGN_OR_RETURN(std::optional<QuantScheme> scheme, c_.quant.weight_format->SchemeFor(module));
+    if (!scheme) return std::optional<FourBit>();
+    const bool fp4 = scheme->layout == QuantLayout::kNvfp4;
+    const int64_t group = fp4 ? 16 : scheme->GroupFor(full_cols);
+    // A per-channel group follows the slice; other groups must not be split.
+    const int64_t slice_group = group == full_cols ? cols : group;
+    if (cols % slice_group != 0 || !gemm::W4LayoutSupports(cols, slice_group, fp4)) return std::optional<FourBit>();
+    return std::optional<FourBit>(FourBit{slice_group, fp4});
+  }
+
+  const ModelConfig& c_;
+};
 
 absl::Status AddLayer(const ModelConfig& c, int l, TpRank tp, StageWeights* w) {
   const int64_t h = c.hidden_size;
-  const bool fp8 = c.quant.fp8;  // every projection but the router, weights_proj, embedding and head
+  const LinearStorage store(c);
+  auto module = [l](const char* name) { return absl::StrCat("model.layers.", l, ".", name); };
+  auto add = [&](int64_t* field, absl::StatusOr<int64_t> bytes) -> absl::Status {
+    if (!bytes.ok()) return bytes.status();
+    *field += *bytes;
+    return absl::OkStatus();
+  };
   SPAR_ASSIGN_OR_RETURN(Slice heads, EvenSlice(c.num_attention_heads, tp, "attention heads"));
+  const int64_t o_cols = static_cast<int64_t>(c.num_attention_heads) * c.v_head_dim;
   w->attention += VectorBytes(h) * 2 + VectorBytes(c.q_lora_rank) + VectorBytes(c.kv_lora_rank);
-  w->attention += LinearBytes(c.q_lora_rank, h, fp8) + LinearBytes(c.latent_dim(), h, fp8);
-  w->attention += LinearBytes(heads.size() * c.qk_head_dim(), c.q_lora_rank, fp8);
+  SPAR_RETURN_IF_ERROR(add(&w->attention, store.Bytes(module("self_attn.q_a_proj"), c.q_lora_rank, h, h)));
+  SPAR_RETURN_IF_ERROR(add(&w->attention, store.Bytes(module("self_attn.kv_a_proj_with_mqa"), c.latent_dim(), h, h)));
+  SPAR_RETURN_IF_ERROR(add(&w->attention, store.Bytes(module("self_attn.q_b_proj"), heads.size() * c.qk_head_dim(),
+                                                      c.q_lora_rank, c.q_lora_rank)));
   w->attention += heads.size() * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank * 2;  // kv_b, bf16
-  w->attention += LinearBytes(h, heads.size() * c.v_head_dim, fp8);
+  SPAR_RETURN_IF_ERROR(add(&w->attention, store.Bytes(module("self_attn.o_proj"), h, heads.size() * c.v_head_dim, o_cols)));
   if (c.indexer_types[l] == IndexerType::kFull) {
-    w->indexer += LinearBytes(c.index_head_dim, h, fp8) + LinearBytes(c.index_n_heads, h, /*fp8=*/false);
-    w->indexer += LinearBytes(static_cast<int64_t>(c.index_n_heads) * c.index_head_dim, c.q_lora_rank, fp8);
+    SPAR_RETURN_IF_ERROR(add(&w->indexer, store.Bytes(module("self_attn.indexer.wk"), c.index_head_dim, h, h)));
+    SPAR_RETURN_IF_ERROR(add(&w->indexer, store.Bytes(module("self_attn.indexer.weights_proj"), c.index_n_heads, h, h,
+                                                      /*fp8_eligible=*/false)));
+    SPAR_RETURN_IF_ERROR(add(&w->indexer, store.Bytes(module("self_attn.indexer.wq_b"),
+                                                      static_cast<int64_t>(c.index_n_heads) * c.index_head_dim,
+                                                      c.q_lora_rank, c.q_lora_rank)));
     w->indexer += 2 * VectorBytes(c.index_head_dim);
   }
   if (!c.is_moe_layer(l)) {
     SPAR_ASSIGN_OR_RETURN(Slice part, EvenSlice(c.intermediate_size, tp, "MLP intermediate columns"));
-    w->dense_mlp += MlpBytes(h, part.size(), fp8);
-    return absl::OkStatus();
+    return add(&w->dense_mlp, store.Mlp(module("mlp."), h, part.size(), c.intermediate_size));
   }
   w->router += LinearBytes(c.n_routed_experts, h, /*fp8=*/false) + int64_t{4} * c.n_routed_experts;
   SPAR_ASSIGN_OR_RETURN(Slice experts, EvenSlice(c.n_routed_experts, tp, "routed experts"));
-  // Packed [E, n, k] (PackExperts): no padding.
-  w->routed_experts += experts.size() * (2 * LinearBytes(c.moe_intermediate_size, h, fp8) +
-                                         LinearBytes(h, c.moe_intermediate_size, fp8));
+  // Packed [E, n, k] (PackExperts): no padding. Every expert is stored
+  // alike (the backend packs them into one allocation), so expert 0 stands
+  // for all.
+  SPAR_ASSIGN_OR_RETURN(int64_t expert, store.Mlp(absl::StrCat("model.layers.", l, ".mlp.experts.0."), h,
+                                                  c.moe_intermediate_size, c.moe_intermediate_size));
+  w->routed_experts += experts.size() * expert;
   if (c.n_shared_experts > 0) {
     const int64_t inter = static_cast<int64_t>(c.moe_intermediate_size) * c.n_shared_experts;
     SPAR_ASSIGN_OR_RETURN(Slice part, EvenSlice(inter, tp, "shared expert intermediate columns"));
-    w->dense_mlp += MlpBytes(h, part.size(), fp8);
+    SPAR_RETURN_IF_ERROR(add(&w->dense_mlp, store.Mlp(module("mlp.shared_experts."), h, part.size(), inter)));
   }
   return absl::OkStatus();
 }
@@ -162,6 +229,27 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const Capac
   return plan;
 }
 
+int64_t LongestServableContext(const ModelConfig& config, const CapacityOptions& options) {
+  CapacityOptions o = options;
+  auto fits = [&](int64_t len) {
+    o.max_model_len = len;
+    return PlanCapacity(config, o).ok();
+  };
+  int64_t lo = 0, hi = config.max_position_embeddings / kCacheBlockTokens;  // in blocks
+  if (fits(hi * kCacheBlockTokens) || hi * kCacheBlockTokens == config.max_position_embeddings) {
+    if (fits(config.max_position_embeddings)) return config.max_position_embeddings;
+  }
+  while (lo < hi) {  // largest block count that fits; fitting is monotone in the length
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (fits(mid * kCacheBlockTokens)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo * kCacheBlockTokens;
+}
+
 absl::StatusOr<std::vector<LayerRange>> BalancedStageLayers(const ModelConfig& config, const CapacityOptions& o) {
   SPAR_RETURN_IF_ERROR(CheckOptions(config, o));
   SPAR_ASSIGN_OR_RETURN(std::vector<LayerRange> best, SplitLayers(config, o.stages));
@@ -196,16 +284,31 @@ absl::StatusOr<std::vector<LayerRange>> BalancedStageLayers(const ModelConfig& c
   return best;
 }
 
+absl::StatusOr<WeightFormat> Glm5ExpertsOnly4Bit(absl::string_view quant) {
+  if (quant == "int4") {
+    return ParseWeightFormat(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true,
+        "version": "gemm", "modules_to_not_convert": ["self_attn", "shared_experts", "mlp.gate_proj",
+        "mlp.up_proj", "mlp.down_proj"]})");
+  }
+  if (quant == "nvfp4") {
+    return ParseHfQuantConfig(R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4",
+        "group_size": 16, "exclude_modules": ["lm_head", "*self_attn*", "*shared_experts*", "*mlp.gate",
+        "*.mlp.gate_proj", "*.mlp.up_proj", "*.mlp.down_proj"]}})");
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--quant must be int4 or nvfp4, got \"", quant, "\""));
+}
+
 std::string FormatCapacityPlan(const ModelConfig& c, const CapacityOptions& o, const CapacityPlan& plan,
                                const std::vector<int64_t>& contexts) {
   std::string out = absl::StrFormat(
       "%s, %d layers, %s weights; %d stage(s) x TP %d = %d GPUs of %s GiB, utilization %.2f, max model len %d\n"
       "latent cache %s, indexer cache %s: %d bytes per token per layer, replicated on every rank of a stage\n\n",
-      c.model_type, c.num_hidden_layers, c.quant.fp8 ? "block-FP8" : "bf16", plan.stages.size(), o.tp,
+      c.model_type, c.num_hidden_layers,
+      c.quant.weight_format ? c.quant.weight_format->Describe() : c.quant.fp8 ? "block-FP8" : "bf16",
+      plan.stages.size(), o.tp,
       plan.stages.size() * o.tp,
       Gib(o.gpu_memory_bytes), o.gpu_memory_utilization, plan.max_model_len,
-      o.latent_format == LatentFormat::kBF16 ? "bf16" : "other",
-      o.indexer_format == IndexerFormat::kFp8 ? "fp8" : "other",
+      LatentFormatName(o.latent_format), IndexerFormatName(o.indexer_format),
       static_cast<int64_t>(CacheBlockBytesPerLayer(o.latent_format, o.indexer_format)) / kCacheBlockTokens);
   out += "per GPU, GiB        ";
   for (size_t s = 0; s < plan.stages.size(); ++s) absl::StrAppendFormat(&out, "  stage %-4d", s);

@@ -30,6 +30,8 @@ struct CapacityOptions {
   // In use before the first weight: CUDA context, streams, NCCL buffers.
   int64_t runtime_bytes = int64_t{1} << 30;
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  // The cuda backend's formats (--kv-cache-dtype, --indexer-cache-dtype;
+  // default: its auto, engine/cache_formats.h).
   LatentFormat latent_format = LatentFormat::kBF16;
   IndexerFormat indexer_format = IndexerFormat::kFp8;
 };
@@ -80,11 +82,25 @@ struct CapacityPlan {
 // and reserve leave no room for a single cache block.
 absl::StatusOr<CapacityPlan> PlanCapacity(const ModelConfig& config, const CapacityOptions& options);
 
+// The longest max model len (a multiple of 64, at most the model's context)
+// with which PlanCapacity succeeds, or 0 when even 64 tokens do not fit
+// (a shorter context also shrinks the activation reserve).
+int64_t LongestServableContext(const ModelConfig& config, const CapacityOptions& options);
+
 // The stage layer ranges that give the smallest stage the most KV cache
 // (the even split gives the first stage the cheap dense layers and the
 // embedding, the last the head): pass them as --stage-layers to the
 // scheduler and the workers. Starts from the even split.
 absl::StatusOr<std::vector<LayerRange>> BalancedStageLayers(const ModelConfig& config, const CapacityOptions& options);
+
+// GLM-5 with 4-bit routed experts and everything else bf16 ("int4": AWQ's
+// layout, group 128, as the AWQ / GPTQ / compressed-tensors W4A16 GLM-5
+// checkpoints use; "nvfp4": ModelOpt's): the layout of the experts-only
+// checkpoints (the published GLM-5.2 NVFP4 experts-only one), the most bf16
+// of the published 4-bit GLM-5 checkpoints, so a node that fits it fits the
+// others. `spar plan --geometry glm5-full --quant ...` plans it; a real
+// checkpoint's own list is planned with --model DIR.
+absl::StatusOr<WeightFormat> Glm5ExpertsOnly4Bit(absl::string_view quant);
 
 // The plan as a table for people.
 std::string FormatCapacityPlan(const ModelConfig& config, const CapacityOptions& options, const CapacityPlan& plan,

@@ -120,4 +120,10 @@ std::string HostPort(const std::string& host, int port) {
   return absl::StrCat(host, ":", port);
 }
 
+std::string DefaultServedModelName(const std::string& model_dir) {
+  std::string dir = model_dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir.substr(dir.rfind('/') + 1);
+}
+
 }  // namespace spar

@@ -54,6 +54,10 @@ void ConfigurePublicServer(grpc::ServerBuilder* builder);
 // "host:port" for a listening address.
 std::string HostPort(const std::string& host, int port);
 
+// The model name clients send when --served-model-name is not given: the
+// model directory's last component ("models/tiny-glm5-chat/bf16" -> "bf16").
+std::string DefaultServedModelName(const std::string& model_dir);
+
 }  // namespace spar
 
 #endif  // SPAR_SERVICES_COMMON_DAEMON_H_

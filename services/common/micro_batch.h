@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/sampling_params.h"
 #include "engine/step_plan.h"
-#include "kernels/ref/sampling_ref.h"
 
 namespace spar {
 
@@ -19,9 +19,12 @@ namespace spar {
 // starts (or restarts after preemption); the token history for penalties is
 // rebuilt from the plans' tokens (positions < prompt_len are prompt).
 struct SequenceSampling {
-  ref::SamplingParams params;  // seed already resolved
+  SamplingParams params;  // seed already resolved
   int32_t prompt_len = 0;
   int top_logprobs = 0;
+  // A prefix-cache hit: the tokens at positions [0, start_pos) already in
+  // the cache, which the plan does not carry; the history starts with them.
+  std::vector<int32_t> cached_tokens;
 };
 
 // Speculative decoding of one sequence (worker.proto Speculation): the
@@ -35,7 +38,9 @@ struct SequenceSpeculation {
 
 struct PlannedSequence {
   SequenceStep step;                         // seq_id, start_pos, tokens, block_table, num_logits
-  std::optional<SequenceSampling> sampling;  // (re)creates the sampling state; required at start_pos 0
+  // (Re)creates the sampling state: on a sequence's first chunk, which
+  // starts at start_pos = sampling->cached_tokens.size().
+  std::optional<SequenceSampling> sampling;
   std::optional<SequenceSpeculation> speculation;  // present: a speculative sequence
 };
 

@@ -1,7 +1,5 @@
 #include "services/common/worker_convert.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 #include "engine/speculation_limits.h"
 #include "services/common/grpc_status.h"
@@ -19,24 +17,10 @@ void SamplingToProto(const SequenceSampling& s, v1::SamplingState* out) {
   out->set_seed(s.params.seed);
   out->set_prompt_len(s.prompt_len);
   out->set_top_logprobs(s.top_logprobs);
+  out->mutable_cached_tokens()->Add(s.cached_tokens.begin(), s.cached_tokens.end());
 }
 
 absl::StatusOr<SequenceSampling> SamplingFromProto(const v1::SamplingState& in) {
-  auto bad = [](const char* field, auto value, const char* range) {
-    return absl::InvalidArgumentError(absl::StrCat("sampling.", field, " = ", value, " is outside ", range));
-  };
-  if (!(in.temperature() >= 0 && std::isfinite(in.temperature()))) return bad("temperature", in.temperature(), "[0, inf)");
-  if (!(in.top_p() > 0 && in.top_p() <= 1)) return bad("top_p", in.top_p(), "(0, 1]");
-  if (!(in.min_p() >= 0 && in.min_p() <= 1)) return bad("min_p", in.min_p(), "[0, 1]");
-  if (!(in.repetition_penalty() > 0 && std::isfinite(in.repetition_penalty()))) {
-    return bad("repetition_penalty", in.repetition_penalty(), "(0, inf)");
-  }
-  if (!std::isfinite(in.frequency_penalty())) return bad("frequency_penalty", in.frequency_penalty(), "finite values");
-  if (!std::isfinite(in.presence_penalty())) return bad("presence_penalty", in.presence_penalty(), "finite values");
-  if (in.prompt_len() < 1) return bad("prompt_len", in.prompt_len(), "[1, inf)");
-  if (in.top_logprobs() < 0 || in.top_logprobs() > kMaxTopLogprobs) {
-    return bad("top_logprobs", in.top_logprobs(), "[0, 20]");
-  }
   SequenceSampling s;
   s.params.temperature = in.temperature();
   s.params.top_k = in.top_k();
@@ -46,8 +30,25 @@ absl::StatusOr<SequenceSampling> SamplingFromProto(const v1::SamplingState& in) 
   s.params.frequency_penalty = in.frequency_penalty();
   s.params.presence_penalty = in.presence_penalty();
   s.params.seed = in.seed();
+  // The public APIs' rule set (base/sampling_params.h): a worker takes from
+  // the wire only what the scheduler's front door would have taken.
+  static constexpr SamplingFieldNames kNames{"sampling.temperature",        "sampling.top_p",
+                                             "sampling.top_k",              "sampling.min_p",
+                                             "sampling.repetition_penalty", "sampling.frequency_penalty",
+                                             "sampling.presence_penalty"};
+  if (auto bad = CheckSamplingParams(&s.params, kNames)) {
+    return absl::InvalidArgumentError(absl::StrCat(bad->field, " ", bad->rule, ", got ", bad->got));
+  }
+  if (in.prompt_len() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.prompt_len must be >= 1, got ", in.prompt_len()));
+  }
+  if (in.top_logprobs() < 0 || in.top_logprobs() > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_logprobs must be in [0, ", kMaxTopLogprobs, "], got ", in.top_logprobs()));
+  }
   s.prompt_len = in.prompt_len();
   s.top_logprobs = in.top_logprobs();
+  s.cached_tokens.assign(in.cached_tokens().begin(), in.cached_tokens().end());
   return s;
 }
 

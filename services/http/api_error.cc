@@ -82,4 +82,22 @@ std::string ApiErrorJson(const ApiError& error) {
   return body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
+HttpResponse ApiErrorResponse(const ApiError& error) {
+  HttpResponse r;
+  r.status = error.http_status;
+  r.body = ApiErrorJson(error);
+  return r;
+}
+
+HttpResponse StatusResponse(const absl::Status& status) { return ApiErrorResponse(ApiErrorFromStatus(status)); }
+
+HttpResponse ServerErrorResponse(int status, std::string message, std::string code) {
+  ApiError e;
+  e.http_status = status;
+  e.type = status >= 500 ? "server_error" : "invalid_request_error";
+  e.message = std::move(message);
+  if (!code.empty()) e.code = std::move(code);
+  return ApiErrorResponse(e);
+}
+
 }  // namespace spar::http

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "services/http/http_message.h"
 
 namespace spar::http {
 
@@ -42,6 +43,15 @@ ApiError InvalidRequest(std::string message, std::optional<std::string> param = 
 
 // {"error": {...}} as JSON text.
 std::string ApiErrorJson(const ApiError& error);
+
+// The HTTP answer of an error: its status and JSON body.
+HttpResponse ApiErrorResponse(const ApiError& error);
+HttpResponse StatusResponse(const absl::Status& status);
+
+// The errors the HTTP server answers itself (HttpServer::Options::
+// error_response) in the same shape: type server_error from 500 on,
+// invalid_request_error below.
+HttpResponse ServerErrorResponse(int status, std::string message, std::string code);
 
 }  // namespace spar::http
 

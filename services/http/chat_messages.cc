@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "services/common/status_field.h"
 
 namespace spar::http {
@@ -10,6 +11,29 @@ namespace {
 
 absl::Status Bad(const std::string& field, absl::string_view message) {
   return WithField(absl::InvalidArgumentError(absl::StrCat(field, " ", message)), field);
+}
+
+// A message's fields: OpenAI's (user/system/developer/assistant/tool
+// messages, and what the clients echo back of an assistant answer:
+// refusal, annotations, audio, function_call) and vLLM's
+// reasoning_content / reasoning. Anything else is refused, as unknown
+// top-level fields are: a misspelt field must not be dropped silently.
+constexpr absl::string_view kMessageFields[] = {
+    "role",      "content", "name",        "tool_calls", "tool_call_id", "reasoning_content",
+    "reasoning", "refusal", "annotations", "audio",      "function_call"};
+constexpr absl::string_view kTextPartFields[] = {"type", "text"};
+
+template <size_t N>
+absl::Status CheckKnownKeys(const Json& object, const std::string& field, const absl::string_view (&known)[N]) {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    bool ok = false;
+    for (absl::string_view k : known) ok = ok || it.key() == k;
+    if (!ok) {
+      return Bad(absl::StrCat(field, ".", it.key()),
+                 absl::StrCat("is not a known field here (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Json> Content(const Json& content, const std::string& field, bool nullable) {
@@ -24,6 +48,11 @@ absl::StatusOr<Json> Content(const Json& content, const std::string& field, bool
     const Json& part = content[i];
     const std::string pfield = absl::StrCat(field, "[", i, "]");
     if (!part.is_object()) return WrongType(pfield, "an object", part);
+    if (absl::Status known = CheckKnownKeys(part, pfield, kTextPartFields); !known.ok()) {
+      // An unknown "type" is the clearer error (images, audio).
+      const Json* type = Find(part, "type");
+      if (type == nullptr || *type == "text") return known;
+    }
     const Json* type = Find(part, "type");
     if (type == nullptr || !type->is_string()) return Bad(pfield + ".type", "must be a string such as \"text\"");
     if (*type != "text") {
@@ -90,6 +119,7 @@ absl::StatusOr<Json> NormalizeChatMessages(const Json& messages) {
     const Json& m = messages[i];
     const std::string field = absl::StrCat("messages[", i, "]");
     if (!m.is_object()) return WrongType(field, "an object", m);
+    if (absl::Status s = CheckKnownKeys(m, field, kMessageFields); !s.ok()) return s;
     const Json* role = Find(m, "role");
     if (role == nullptr || !role->is_string()) return Bad(field + ".role", "must be a string");
     const std::string r = role->get<std::string>();
@@ -129,6 +159,23 @@ absl::StatusOr<Json> NormalizeChatMessages(const Json& messages) {
     out.push_back(std::move(msg));
   }
   return out;
+}
+
+absl::StatusOr<std::string> RenderChatPrompt(const ChatTemplate* chat_template, const Json& messages,
+                                             const ChatTemplateOptions& options, absl::string_view field,
+                                             absl::string_view no_template_hint) {
+  if (chat_template == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this model has no chat template (tokenizer_config.json chat_template or --chat-template); ",
+        no_template_hint));
+  }
+  auto prompt = chat_template->Apply(messages, options);
+  if (!prompt.ok()) {
+    return WithField(absl::InvalidArgumentError(absl::StrCat(field, ": the chat template failed: ",
+                                                             prompt.status().message())),
+                     field);
+  }
+  return prompt;
 }
 
 }  // namespace spar::http

@@ -355,19 +355,10 @@ absl::StatusOr<std::vector<GenerateParams>> BuildGenerateParams(const OpenAiRequ
     return absl::OkStatus();
   };
   if (r.kind == ApiKind::kChat) {
-    if (chat_template == nullptr) {
-      return absl::FailedPreconditionError(
-          "this model has no chat template (tokenizer_config.json chat_template or --chat-template); "
-          "use /v1/completions");
-    }
-    auto prompt = chat_template->Apply(r.messages, r.template_options);
-    if (!prompt.ok()) {
-      return WithField(absl::InvalidArgumentError(absl::StrCat("messages: the chat template failed: ",
-                                                               prompt.status().message())),
-                       "messages");
-    }
+    SPAR_ASSIGN_OR_RETURN(std::string prompt, RenderChatPrompt(chat_template, r.messages, r.template_options,
+                                                               "messages", "use /v1/completions"));
     GenerateParams p = base;
-    p.text = std::move(*prompt);
+    p.text = std::move(prompt);
     SPAR_RETURN_IF_ERROR(add(std::move(p), r.names));
     return out;
   }

@@ -1,7 +1,5 @@
 #include "services/http/update_streams.h"
 
-#include <chrono>
-
 namespace spar::http {
 
 class UpdateStreams::SourceSink : public GenerationSink {
@@ -25,8 +23,8 @@ class UpdateStreams::SourceSink : public GenerationSink {
   int source_;
 };
 
-std::shared_ptr<UpdateStreams> UpdateStreams::Create(int sources) {
-  return std::shared_ptr<UpdateStreams>(new UpdateStreams(sources));
+std::shared_ptr<UpdateStreams> UpdateStreams::Create(int sources, std::function<void()> on_ready) {
+  return std::shared_ptr<UpdateStreams>(new UpdateStreams(sources, std::move(on_ready)));
 }
 
 std::shared_ptr<GenerationSink> UpdateStreams::Sink(int i) {
@@ -34,20 +32,23 @@ std::shared_ptr<GenerationSink> UpdateStreams::Sink(int i) {
 }
 
 bool UpdateStreams::Push(Event event) {
+  bool notify = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (abandoned_ && event.update) return false;
     queue_.push_back(std::move(event));
+    notify = !notified_;
+    notified_ = true;
   }
-  cv_.notify_all();
+  if (notify && on_ready_) on_ready_();
   return true;
 }
 
-std::vector<UpdateStreams::Event> UpdateStreams::Wait(absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return !queue_.empty(); });
+std::vector<UpdateStreams::Event> UpdateStreams::Take() {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<Event> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
   queue_.clear();
+  notified_ = false;
   for (const Event& e : out) {
     if (e.closed) open_[e.source] = false;
   }

@@ -1,12 +1,11 @@
 #include "services/metrics/metrics_http_server.h"
 
-#include <httplib.h>
+#include <prometheus/text_serializer.h>
 
 #include <sstream>
 
-#include <prometheus/text_serializer.h>
-
 #include "absl/strings/str_cat.h"
+#include "services/http/http_server.h"
 
 namespace spar {
 
@@ -17,66 +16,45 @@ std::string RenderPrometheusText(const prometheus::Registry& registry) {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const prometheus::Registry* registry,
-                                                                             Options options) {
+                                                                            Options options) {
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("metrics port ", options.port, " is outside [0, 65535]"));
   }
-  auto self = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer());
-  self->server_ = std::make_unique<httplib::Server>();
-  httplib::Server& server = *self->server_;
-  // Scrapes and probes are few and small: two threads are plenty, and a
-  // slow client cannot hold them long.
-  server.new_task_queue = [] { return new httplib::ThreadPool(2); };
-  server.set_read_timeout(5, 0);
-  server.set_write_timeout(5, 0);
-  server.set_keep_alive_max_count(100);
-  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which
-  // would let a second daemon bind the same port and silently share it.
-  server.set_socket_options([](int sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  auto refresh = options.refresh;
-  server.Get("/metrics", [registry, refresh](const httplib::Request&, httplib::Response& res) {
+  using http::HttpRequest;
+  using http::MakeResponse;
+  http::HttpRouter router;
+  router.HandleSimple("GET", "/metrics", [registry, refresh = options.refresh](const HttpRequest&) {
     if (refresh) refresh();
-    res.set_content(RenderPrometheusText(*registry), "text/plain; version=0.0.4; charset=utf-8");
+    return MakeResponse(200, RenderPrometheusText(*registry), "text/plain; version=0.0.4; charset=utf-8");
   });
-  server.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
-  auto readiness = options.readiness;
-  server.Get("/readyz", [readiness](const httplib::Request&, httplib::Response& res) {
+  router.HandleSimple("GET", "/health", [](const HttpRequest&) { return MakeResponse(200, "ok\n", "text/plain"); });
+  router.HandleSimple("GET", "/readyz", [readiness = options.readiness](const HttpRequest&) {
     const absl::Status s = readiness ? readiness() : absl::OkStatus();
-    if (s.ok()) {
-      res.set_content("ready\n", "text/plain");
-    } else {
-      res.status = 503;
-      res.set_content(absl::StrCat("not ready: ", s.message(), "\n"), "text/plain");
-    }
+    if (s.ok()) return MakeResponse(200, "ready\n", "text/plain");
+    return MakeResponse(503, absl::StrCat("not ready: ", s.message(), "\n"), "text/plain");
   });
-  // Anything thrown inside a handler becomes a 500, never a crash.
-  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    res.status = 500;
-    res.set_content("internal error\n", "text/plain");
-  });
-  int port = -1;
-  if (options.port == 0) {
-    port = server.bind_to_any_port(options.host);
-  } else if (server.bind_to_port(options.host, options.port)) {
-    port = options.port;
-  }
-  if (port <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen for metrics on ", options.host, ":", options.port, " (in use, or a bad address)"));
-  }
-  self->port_ = port;
-  self->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  http::HttpServer::Options o;
+  o.host = options.host;
+  o.port = options.port;
+  o.name = "metrics";
+  // Scrapes and probes are few and small, and answered on the I/O thread.
+  o.io_threads = 1;
+  o.worker_threads = 0;
+  o.max_connections = 256;
+  o.max_body_bytes = 64 << 10;
+  o.header_timeout = o.body_timeout = o.write_timeout = absl::Seconds(5);
+  auto self = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer());
+  self->server_ = std::make_unique<http::HttpServer>(std::move(o), std::move(router));
+  auto port = self->server_->Start();
+  if (!port.ok()) return port.status();
+  self->port_ = *port;
   return self;
 }
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 void MetricsHttpServer::Stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (server_) server_->Stop();
 }
 
 }  // namespace spar

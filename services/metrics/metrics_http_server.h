@@ -5,29 +5,28 @@
 //   GET /health   liveness: 200 "ok" while the process answers;
 //   GET /readyz   readiness: 200 "ready", or 503 with the reason (loading,
 //                 pipeline not connected, draining).
-// HTTP is cpp-httplib (Debian's libcpp-httplib-dev, also the OpenAI
-// server's), not prometheus-cpp's civetweb Exposer, because the Exposer
+// HTTP is spar's own server (services/http/http_server.h, the OpenAI API
+// port's too), not prometheus-cpp's civetweb Exposer, because the Exposer
 // serves metrics only and the probes belong on the same port.
 //
-// Thread-safe; handlers run on the server's own small thread pool.
+// Thread-safe; one I/O thread answers (scrapes and probes are few and
+// small, and a slow client holds no thread).
 #ifndef SPAR_SERVICES_METRICS_METRICS_HTTP_SERVER_H_
 #define SPAR_SERVICES_METRICS_METRICS_HTTP_SERVER_H_
+
+#include <prometheus/registry.h>
 
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
-
-#include <prometheus/registry.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace spar {
+namespace http {
+class HttpServer;
+}
 
 // Renders `registry` in the Prometheus text format.
 std::string RenderPrometheusText(const prometheus::Registry& registry);
@@ -52,14 +51,13 @@ class MetricsHttpServer {
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
   int port() const { return port_; }
-  // Stops listening and joins the server thread. Idempotent.
+  // Stops listening and joins the server's thread. Idempotent.
   void Stop();
 
  private:
   MetricsHttpServer() = default;
 
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<http::HttpServer> server_;
   int port_ = 0;
 };
 

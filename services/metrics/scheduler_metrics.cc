@@ -47,13 +47,23 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry* registry, std::string m
                    .Add(model);
   cache_info_family_ = &BuildGauge()
                             .Name("vllm:cache_config_info")
-                            .Help("KV cache configuration as labels (block_size in tokens, num_gpu_blocks); value 1")
+                            .Help("KV cache configuration as labels (block_size in tokens, num_gpu_blocks, cache_dtype per stage, enable_prefix_caching); value 1")
                             .Register(*registry);
   preemptions_ = &BuildCounter()
                       .Name("vllm:num_preemptions_total")
                       .Help("Sequences preempted (KV blocks taken back; recomputed later)")
                       .Register(*registry)
                       .Add(model);
+  prefix_cache_queries_ = &BuildCounter()
+                               .Name("vllm:prefix_cache_queries_total")
+                               .Help("Prefix cache queries, in tokens: the tokens of admitted sequences looked up")
+                               .Register(*registry)
+                               .Add(model);
+  prefix_cache_hits_ = &BuildCounter()
+                            .Name("vllm:prefix_cache_hits_total")
+                            .Help("Prefix cache hits, in tokens: of the queried tokens, those shared from the cache")
+                            .Register(*registry)
+                            .Add(model);
   prompt_tokens_ = &BuildCounter()
                         .Name("vllm:prompt_tokens_total")
                         .Help("Prompt tokens of admitted requests")
@@ -150,6 +160,17 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry* registry, std::string m
                         .Help("Micro-batches sent into the pipeline")
                         .Register(*registry)
                         .Add({});
+  prefill_tokens_ = &BuildCounter()
+                        .Name("spar_prefill_tokens_total")
+                        .Help("Prompt tokens sent to the pipeline to compute (prefix-cache hits excluded, "
+                              "recomputation after preemption included)")
+                        .Register(*registry)
+                        .Add({});
+  prefix_cache_blocks_ = &BuildGauge()
+                             .Name("spar_prefix_cache_blocks")
+                             .Help("KV blocks holding reusable prompt content (held or evictable)")
+                             .Register(*registry)
+                             .Add({});
   stages_ = &BuildGauge()
                  .Name("spar_pipeline_stages")
                  .Help("Pipeline stages of the connected pipeline (0 until connected)")
@@ -182,32 +203,36 @@ void SchedulerMetrics::Refresh(const SchedulerGauges& g) {
   running_->Set(static_cast<double>(g.running));
   waiting_->Set(static_cast<double>(g.waiting));
   kv_usage_->Set(g.total_blocks > 0 ? static_cast<double>(g.used_blocks) / static_cast<double>(g.total_blocks) : 0.0);
-  // A reconnected pipeline restarts the core's counters: count only growth.
-  if (g.preemptions > preemptions_seen_) preemptions_->Increment(static_cast<double>(g.preemptions - preemptions_seen_));
-  preemptions_seen_ = std::max(preemptions_seen_, g.preemptions);
-  if (g.micro_batches > micro_batches_seen_) {
-    micro_batches_->Increment(static_cast<double>(g.micro_batches - micro_batches_seen_));
-  }
-  micro_batches_seen_ = std::max(micro_batches_seen_, g.micro_batches);
+  // The totals given are monotonic; count only their growth.
   auto grow = [](prometheus::Counter* c, uint64_t now, uint64_t* seen) {
     if (now > *seen) c->Increment(static_cast<double>(now - *seen));
     *seen = std::max(*seen, now);
   };
+  grow(preemptions_, g.preemptions, &preemptions_seen_);
+  grow(micro_batches_, g.micro_batches, &micro_batches_seen_);
+  grow(prefill_tokens_, g.prefill_tokens, &prefill_tokens_seen_);
+  grow(prefix_cache_queries_, g.prefix_cache_queries, &prefix_queries_seen_);
+  grow(prefix_cache_hits_, g.prefix_cache_hits, &prefix_hits_seen_);
+  prefix_cache_blocks_->Set(static_cast<double>(g.prefix_cache_blocks));
   grow(spec_drafts_, g.spec.drafts, &spec_seen_.drafts);
   grow(spec_draft_tokens_, g.spec.draft_tokens, &spec_seen_.draft_tokens);
   grow(spec_accepted_tokens_, g.spec.accepted_tokens, &spec_seen_.accepted_tokens);
   for (size_t p = 0; p < spec_accepted_per_pos_.size(); ++p) {
     grow(spec_accepted_per_pos_[p], g.spec.accepted_per_position[p], &spec_seen_.accepted_per_position[p]);
   }
-  // The info series carries the block count as a label: replace it when the
-  // count changes (known once the pipeline is connected).
+  // The info series carries the configuration as labels: replace it when it
+  // changes (known once the pipeline is connected).
   const std::string blocks = absl::StrCat(g.total_blocks);
-  if (g.total_blocks > 0 && blocks != cache_info_blocks_) {
+  const std::string labels = absl::StrCat(blocks, " ", g.cache_dtype, " ", g.prefix_caching);
+  if (g.total_blocks > 0 && labels != cache_info_labels_) {
     if (cache_info_ != nullptr) cache_info_family_->Remove(cache_info_);
-    cache_info_ = &cache_info_family_->Add(
-        {{"model_name", model_name_}, {"block_size", absl::StrCat(g.block_size)}, {"num_gpu_blocks", blocks}});
+    cache_info_ = &cache_info_family_->Add({{"model_name", model_name_},
+                                            {"block_size", absl::StrCat(g.block_size)},
+                                            {"num_gpu_blocks", blocks},
+                                            {"cache_dtype", g.cache_dtype},
+                                            {"enable_prefix_caching", g.prefix_caching ? "True" : "False"}});
     cache_info_->Set(1);
-    cache_info_blocks_ = blocks;
+    cache_info_labels_ = labels;
   }
   active_requests_->Set(static_cast<double>(g.active_requests));
   in_flight_->Set(static_cast<double>(g.in_flight));

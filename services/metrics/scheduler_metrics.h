@@ -5,7 +5,8 @@
 //    outcomes by finish reason and by error code;
 //  - Refresh(), called just before each scrape with the scheduler's load:
 //    running/waiting requests, KV cache usage and configuration,
-//    preemptions, micro-batches in flight, readiness.
+//    preemptions, prefix-cache queries and hits, prefill tokens,
+//    micro-batches in flight, readiness.
 // The vLLM-compatible subset carries vLLM's names and its model_name label,
 // so the Kubernetes inference gateway, KEDA and vLLM dashboards read spar
 // unchanged; spar's own figures are prefixed spar_.
@@ -45,6 +46,12 @@ struct SchedulerGauges {
   int64_t block_size = 64;         // tokens per KV block
   uint64_t preemptions = 0;        // since start (monotonic)
   uint64_t micro_batches = 0;      // since start (monotonic)
+  uint64_t prefill_tokens = 0;     // prompt positions computed, since start (monotonic)
+  bool prefix_caching = false;
+  uint64_t prefix_cache_queries = 0;  // tokens, since start (monotonic)
+  uint64_t prefix_cache_hits = 0;     // tokens, since start (monotonic)
+  int64_t prefix_cache_blocks = 0;    // blocks holding reusable content now
+  std::string cache_dtype;         // the stages' cache formats, "bf16/fp8" per stage
   int64_t in_flight = 0;           // micro-batches on the pipeline now
   SpecDecodeCounts spec;           // speculative decoding since start (monotonic)
   int64_t stages = 0;
@@ -93,8 +100,9 @@ class SchedulerMetrics final : public RequestObserver {
   std::unordered_map<std::string, Timeline> requests_;
   uint64_t preemptions_seen_ = 0;
   uint64_t micro_batches_seen_ = 0;
+  uint64_t prefill_tokens_seen_ = 0, prefix_queries_seen_ = 0, prefix_hits_seen_ = 0;
   SpecDecodeCounts spec_seen_;
-  std::string cache_info_blocks_;  // label value of the current cache_config_info series
+  std::string cache_info_labels_;  // label values of the current cache_config_info series
 
   // vLLM-compatible (labels: model_name).
   prometheus::Gauge* running_;
@@ -103,6 +111,8 @@ class SchedulerMetrics final : public RequestObserver {
   prometheus::Family<prometheus::Gauge>* cache_info_family_;
   prometheus::Gauge* cache_info_ = nullptr;
   prometheus::Counter* preemptions_;
+  prometheus::Counter* prefix_cache_queries_;
+  prometheus::Counter* prefix_cache_hits_;
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generation_tokens_;
   prometheus::Family<prometheus::Counter>* success_family_;
@@ -123,6 +133,8 @@ class SchedulerMetrics final : public RequestObserver {
   prometheus::Gauge* active_requests_;
   prometheus::Gauge* in_flight_;
   prometheus::Counter* micro_batches_;
+  prometheus::Counter* prefill_tokens_;
+  prometheus::Gauge* prefix_cache_blocks_;
   prometheus::Gauge* stages_;
   prometheus::Gauge* pipeline_ready_;
   prometheus::Gauge* draining_;

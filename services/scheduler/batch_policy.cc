@@ -22,7 +22,7 @@ BatchDecision BatchPolicy::Plan(const std::vector<SeqView>& running, const std::
     for (size_t j = i + 1; j < running.size(); ++j) {
       const SeqView& v = running[j];
       if (preempted.count(v.id)) continue;
-      out.push_back({v.id, ledger->BlocksOf(v.id), v.in_flight});
+      out.push_back({v.id, ledger->BlocksFreedBy(v.id), v.in_flight});
     }
     return out;
   };
@@ -60,10 +60,19 @@ BatchDecision BatchPolicy::Plan(const std::vector<SeqView>& running, const std::
   for (const SeqView& s : waiting) {
     if (static_cast<int>(d.steps.size()) >= cap || budget <= 0) break;
     if (admitted_running >= limits_.max_running) break;
-    if (s.total <= s.computed) continue;
-    const Span span = SpanOf(s, budget);
+    if (s.deferred) continue;
     // First come, first served: a head that does not fit blocks the rest.
-    if (!ledger->Grow(s.id, span.table_end).ok()) break;
+    // The blocks cover the first chunk after the shared prefix and, when
+    // that chunk reaches the last token, the drafting's positions.
+    const absl::StatusOr<int32_t> start = ledger->Admit(s.id, s.tokens, budget, DraftingPositions(s));
+    if (!start.ok()) break;
+    SeqView after_hit = s;
+    after_hit.computed = *start;
+    const Span span = SpanOf(after_hit, budget);
+    if (!ledger->Grow(s.id, span.table_end).ok()) {  // Admit covered it: cannot fail
+      ledger->Free(s.id).IgnoreError();
+      break;
+    }
     d.steps.push_back(span.step);
     d.admitted.push_back(s.id);
     ++admitted_running;
@@ -88,6 +97,12 @@ BatchPolicy::Span BatchPolicy::SpanOf(const SeqView& s, int64_t budget) const {
   }
   span.table_end = SpeculativeStepEnd(step_end, step.drafts_wanted);
   return span;
+}
+
+int64_t BatchPolicy::DraftingPositions(const SeqView& s) const {
+  if (limits_.num_speculative_tokens == 0) return 0;
+  const int64_t end = s.total;  // a chunk reaching the last token ends there, drafts or not
+  return SpeculativeStepEnd(end, DraftsWanted(limits_.num_speculative_tokens, end, s.max_total)) - end;
 }
 
 }  // namespace spar

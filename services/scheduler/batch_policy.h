@@ -8,7 +8,12 @@
 // unfinished prefills alike), then waiting sequences in queue order.
 // A running sequence may preempt only sequences admitted after it.
 // Waiting sequences are admitted only when their chunk's blocks are free
-// without preempting anyone, and not in a round that preempted (no thrash).
+// without preempting anyone, and not in a round that preempted (no thrash);
+// with prefix caching, admission shares the cached leading blocks of their
+// tokens and starts their first chunk after them (BlockLedger::Admit).
+// A deferred waiting sequence (one of a request's n > 1 sequences waiting
+// for the first to compute the prompt they share) is passed over without
+// blocking the queue.
 // A sequence in flight on the pipeline is never scheduled again before its
 // result is back (so a sequence is in at most one micro-batch in flight).
 // Speculative decoding: a decoding sequence brings its drafts too (1 + d
@@ -24,6 +29,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "services/scheduler/block_ledger.h"
 
 namespace spar {
@@ -41,13 +47,18 @@ struct SeqView {
   int32_t computed = 0;  // tokens already in the KV cache
   int32_t total = 0;     // tokens known: prompt + output so far
   bool in_flight = false;
+  // Waiting sequences (computed 0): all their tokens (`total` of them),
+  // which admission looks up in the prefix cache; and whether admission
+  // waits for now.
+  absl::Span<const int32_t> tokens;
+  bool deferred = false;
   int32_t drafts = 0;     // speculative drafts it may verify after its known tokens
   int32_t max_total = 0;  // speculation: the most tokens it may reach (prompt + max_tokens)
 };
 
 struct ScheduledStep {
   int64_t seq = 0;
-  int32_t start = 0;   // = computed
+  int32_t start = 0;   // = computed, or on admission the tokens shared from the prefix cache
   int32_t count = 0;   // new tokens this micro-batch, drafts included
   bool wants_logit = false;  // reaches the end of the known tokens: sample the next one
   int32_t num_drafts = 0;     // the last num_drafts of the count are drafts to verify
@@ -79,6 +90,9 @@ class BatchPolicy {
     int64_t table_end = 0;
   };
   Span SpanOf(const SeqView& s, int64_t budget) const;
+  // A waiting sequence (no drafts): the positions after its last token that
+  // a first chunk reaching it must also cover (SpanOf's table_end - total).
+  int64_t DraftingPositions(const SeqView& s) const;
 
   BatchLimits limits_;
 };

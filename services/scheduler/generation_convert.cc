@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "services/common/status_field.h"
+#include "services/scheduler/chat_input.h"
 
 namespace spar {
 namespace {
@@ -15,8 +16,10 @@ int SaturatedInt(uint32_t v) { return v > static_cast<uint32_t>(INT32_MAX) ? INT
 
 }  // namespace
 
-absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& r, const ApiLimits& limits) {
+absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& r, const ApiLimits& limits,
+                                                    const ChatTemplate* chat_template) {
   GenerateParams p;
+  GenerateFieldNames names = GrpcFieldNames();
   p.request_id = r.request_id();
   if (!r.model().empty() && r.model() != limits.served_model_name) {
     return WithField(absl::InvalidArgumentError(absl::StrCat("model \"", r.model(),
@@ -31,18 +34,18 @@ absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& r
     case v1::GenerateRequest::kTokenIds:
       p.prompt_ids.assign(r.token_ids().ids().begin(), r.token_ids().ids().end());
       break;
+    case v1::GenerateRequest::kChat: {
+      SPAR_ASSIGN_OR_RETURN(std::string prompt, RenderChatInput(r.chat(), chat_template));
+      p.text = std::move(prompt);
+      names.text = "chat.messages";
+      break;
+    }
     default:
-      return WithField(absl::InvalidArgumentError("prompt is missing: set text or token_ids"), "prompt");
+      return WithField(absl::InvalidArgumentError("prompt is missing: set text, token_ids or chat"), "prompt");
   }
 
   const v1::SamplingParams& s = r.sampling();
-  if (s.has_temperature()) p.sampling.temperature = s.temperature();
-  if (s.has_top_p()) p.sampling.top_p = s.top_p();
-  if (s.has_top_k()) p.sampling.top_k = s.top_k();
-  if (s.has_min_p()) p.sampling.min_p = s.min_p();
-  if (s.has_repetition_penalty()) p.sampling.repetition_penalty = s.repetition_penalty();
-  if (s.has_frequency_penalty()) p.sampling.frequency_penalty = s.frequency_penalty();
-  if (s.has_presence_penalty()) p.sampling.presence_penalty = s.presence_penalty();
+  SamplingParamsFromProto(s, &p.sampling);
   if (s.has_seed()) p.seed = s.seed();
   if (s.has_n()) p.n = SaturatedInt(s.n());
 
@@ -59,7 +62,7 @@ absl::StatusOr<GenerateParams> ParseGenerateRequest(const v1::GenerateRequest& r
   p.top_logprobs = SaturatedInt(o.top_logprobs());
   p.skip_special_tokens = !o.has_skip_special_tokens() || o.skip_special_tokens();
   p.echo_prompt_ids = o.prompt_token_ids();
-  SPAR_RETURN_IF_ERROR(ValidateGenerateParams(&p, limits, GrpcFieldNames()));
+  SPAR_RETURN_IF_ERROR(ValidateGenerateParams(&p, limits, names));
   return p;
 }
 
@@ -110,7 +113,28 @@ void UpdateToProto(const GenerationUpdate& u, v1::GenerateResponse* out) {
     us->set_prompt_tokens(u.usage->prompt_tokens);
     us->set_completion_tokens(u.usage->completion_tokens);
     us->set_total_tokens(u.usage->prompt_tokens + u.usage->completion_tokens);
+    us->set_cached_prompt_tokens(u.usage->cached_prompt_tokens);
   }
+}
+
+void SamplingParamsFromProto(const v1::SamplingParams& in, SamplingParams* out) {
+  if (in.has_temperature()) out->temperature = in.temperature();
+  if (in.has_top_p()) out->top_p = in.top_p();
+  if (in.has_top_k()) out->top_k = in.top_k();
+  if (in.has_min_p()) out->min_p = in.min_p();
+  if (in.has_repetition_penalty()) out->repetition_penalty = in.repetition_penalty();
+  if (in.has_frequency_penalty()) out->frequency_penalty = in.frequency_penalty();
+  if (in.has_presence_penalty()) out->presence_penalty = in.presence_penalty();
+}
+
+void SamplingParamsToProto(const SamplingParams& in, v1::SamplingParams* out) {
+  out->set_temperature(in.temperature);
+  out->set_top_p(in.top_p);
+  out->set_top_k(in.top_k);
+  out->set_min_p(in.min_p);
+  out->set_repetition_penalty(in.repetition_penalty);
+  out->set_frequency_penalty(in.frequency_penalty);
+  out->set_presence_penalty(in.presence_penalty);
 }
 
 }  // namespace spar

@@ -37,7 +37,7 @@ absl::StatusOr<v1::GenerateRequest> ParseWireRequest(const grpc::ByteBuffer& byt
   if (!grpc::SerializationTraits<v1::GenerateRequest>::Deserialize(&copy, &request).ok()) {
     return absl::InvalidArgumentError(
         "the request is not a valid spar.v1.GenerateRequest: malformed protobuf, or a string field (text, "
-        "request_id, model, stop_strings) that is not valid UTF-8");
+        "request_id, model, stop_strings, chat) that is not valid UTF-8");
   }
   return request;
 }
@@ -68,7 +68,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(grpc::Ca
     reactor->handle()->Finish(ToGrpcStatus(request.status()));
     return reactor;
   }
-  auto params = ParseGenerateRequest(*request, scheduler_->limits());
+  auto params = ParseGenerateRequest(*request, scheduler_->limits(), chat_template_);
   if (!params.ok()) {
     reactor->handle()->Finish(ToGrpcStatus(params.status()));
     return reactor;

@@ -1,5 +1,6 @@
 // spar.v1.Generation on the callback API: a thin adapter. Generate parses
-// and validates the request (generation_convert), hands it to the Scheduler
+// and validates the request (generation_convert; a chat input rendered by
+// the server's chat template), hands it to the Scheduler
 // with a sink that feeds a QueuedWriteReactor, and turns a client
 // cancellation into Scheduler::Cancel; the other RPCs read the Scheduler.
 // No reaction blocks. With API keys configured every RPC first checks the
@@ -19,6 +20,7 @@
 #include "services/scheduler/scheduler.h"
 #include "services/security/api_keys.h"
 #include "spar/v1/generation.grpc.pb.h"
+#include "text/chat_template.h"
 
 namespace spar {
 
@@ -28,9 +30,12 @@ using GenerationServiceBase = v1::Generation::WithRawCallbackMethod_Generate<v1:
 
 class GenerationService final : public GenerationServiceBase {
  public:
-  // `api_keys` (may be null: no authentication) must outlive the service.
-  explicit GenerationService(Scheduler* scheduler, const ApiKeys* api_keys = nullptr)
-      : scheduler_(scheduler), api_keys_(api_keys) {}
+  // `api_keys` (may be null: no authentication) and `chat_template` (may
+  // be null: chat inputs are refused with FAILED_PRECONDITION) must outlive
+  // the service.
+  explicit GenerationService(Scheduler* scheduler, const ApiKeys* api_keys = nullptr,
+                             const ChatTemplate* chat_template = nullptr)
+      : scheduler_(scheduler), api_keys_(api_keys), chat_template_(chat_template) {}
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request) override;
@@ -46,6 +51,7 @@ class GenerationService final : public GenerationServiceBase {
 
   Scheduler* scheduler_;
   const ApiKeys* api_keys_;
+  const ChatTemplate* chat_template_;
 };
 
 }  // namespace spar

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "kernels/ref/sampling_ref.h"
+#include "base/sampling_params.h"
 #include "services/scheduler/scheduler_core.h"
 
 namespace spar {
@@ -21,7 +21,7 @@ struct GenerateParams {
   std::string request_id;                // empty: assigned by the scheduler
   std::optional<std::string> text;       // prompt as text ...
   std::vector<int32_t> prompt_ids;       // ... or as token ids
-  ref::SamplingParams sampling;          // seed is set per sequence from `seed`
+  SamplingParams sampling;          // seed is set per sequence from `seed`
   std::optional<uint64_t> seed;          // absent: random
   int n = 1;
   std::optional<int> max_tokens;         // absent: the rest of the context
@@ -66,6 +66,7 @@ struct PromptInfo {
 struct UsageInfo {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int cached_prompt_tokens = 0;  // of prompt_tokens, shared from the prefix cache
 };
 
 struct GenerationUpdate {

@@ -3,20 +3,13 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/sampling_params.h"
 #include "base/status_macros.h"
 #include "services/common/status_field.h"
 #include "text/utf8.h"
 
 namespace spar {
 namespace {
-
-std::string Num(double v) { return std::isnan(v) ? "NaN" : absl::StrCat(v); }
-
-absl::Status CheckRange(const std::string& field, double v, double lo, bool lo_open, double hi,
-                        absl::string_view rule) {
-  const bool ok = (lo_open ? v > lo : v >= lo) && v <= hi;  // false for NaN
-  return ok ? absl::OkStatus() : InvalidField(field, rule, Num(v));
-}
 
 absl::Status CheckPrompt(GenerateParams* p, const ApiLimits& limits, const GenerateFieldNames& names) {
   if (p->text) {
@@ -78,15 +71,11 @@ absl::Status ValidateGenerateParams(GenerateParams* p, const ApiLimits& limits, 
   }
   SPAR_RETURN_IF_ERROR(CheckPrompt(p, limits, names));
 
-  ref::SamplingParams& s = p->sampling;
-  SPAR_RETURN_IF_ERROR(CheckRange(names.temperature, s.temperature, 0, false, 100, "must be in [0, 100]"));
-  SPAR_RETURN_IF_ERROR(CheckRange(names.top_p, s.top_p, 0, true, 1, "must be in (0, 1]"));
-  if (s.top_k < -1) return InvalidField(names.top_k, "must be >= 0 (0 or -1: off)", absl::StrCat(s.top_k));
-  if (s.top_k < 0) s.top_k = 0;
-  SPAR_RETURN_IF_ERROR(CheckRange(names.min_p, s.min_p, 0, false, 1, "must be in [0, 1]"));
-  SPAR_RETURN_IF_ERROR(CheckRange(names.repetition_penalty, s.repetition_penalty, 0, true, 100, "must be in (0, 100]"));
-  SPAR_RETURN_IF_ERROR(CheckRange(names.frequency_penalty, s.frequency_penalty, -2, false, 2, "must be in [-2, 2]"));
-  SPAR_RETURN_IF_ERROR(CheckRange(names.presence_penalty, s.presence_penalty, -2, false, 2, "must be in [-2, 2]"));
+  const SamplingFieldNames sampling_names{names.temperature,        names.top_p,
+                                          names.top_k,              names.min_p,
+                                          names.repetition_penalty, names.frequency_penalty,
+                                          names.presence_penalty};
+  if (auto bad = CheckSamplingParams(&p->sampling, sampling_names)) return InvalidField(bad->field, bad->rule, bad->got);
   if (p->n < 1 || p->n > limits.max_n) {
     return InvalidField(names.n, absl::StrCat("must be in [1, ", limits.max_n, "]"), absl::StrCat(p->n));
   }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,10 @@ struct PipelineInfo {
   // The most drafts per step the last stage verifies with its MTP layer
   // (0: no speculative decoding).
   int num_speculative_tokens = 0;
+  // Per stage, the cache formats its workers allocated, "latent/indexer"
+  // (e.g. "bf16/fp8"; engine/cache_formats.h): part of what a cached block
+  // holds, so of the prefix cache's key.
+  std::vector<std::string> cache_dtypes;
 };
 
 class Pipeline {

@@ -59,6 +59,9 @@ bool RequestTracker::Emit(Request& r, SequenceUpdate update, std::vector<int64_t
   if (last) {
     UsageInfo usage;
     usage.prompt_tokens = r.prompt.num_prompt_tokens;
+    // The prompt is counted once: as the first sequence processed it (the
+    // others of n > 1 share it anyway).
+    usage.cached_prompt_tokens = r.seqs.front().cached_prompt_tokens;
     for (const Sequence& q : r.seqs) usage.completion_tokens += q.num_output;
     u.usage = usage;
   }
@@ -89,6 +92,7 @@ std::vector<int64_t> RequestTracker::Apply(const std::vector<SeqEvent>& events) 
     if (q.finished) continue;
     if (e.token) {
       ++q.num_output;
+      q.cached_prompt_tokens = e.cached_prompt_tokens;
       if (observer_) observer_->OnOutputToken(request_id, q.index);
       SequenceUpdate u;
       u.index = q.index;

@@ -58,6 +58,7 @@ class RequestTracker {
     std::unique_ptr<StopStringMatcher> stops;
     bool finished = false;
     int num_output = 0;
+    int cached_prompt_tokens = 0;  // shared from the prefix cache
   };
   struct Request {
     std::string id;

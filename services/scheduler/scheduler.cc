@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "services/common/status_field.h"
 #include "services/scheduler/block_ledger.h"
@@ -49,17 +50,22 @@ absl::Status Scheduler::ConnectOnce(absl::Duration timeout) {
   co.max_model_len = limits_.max_model_len;
   co.eos_token_ids = config_.eos_token_ids;
   co.balance = options_.balance;
-  if (core_) {
-    const CoreStats old = core_->Stats();
-    preemptions_before_ += old.preemptions;
-    micro_batches_before_ += old.micro_batches;
-    spec_before_ += old.spec;
-  }
+  co.enable_prefix_caching = options_.enable_prefix_caching;
+  // A block's content depends on the model and on the formats the stages
+  // store it in, besides its tokens (the salt roots every key). A new
+  // connection starts a new core, so nothing cached survives a reconnect:
+  // the stages' caches are treated as lost then.
+  co.prefix_cache_salt = absl::StrCat("model_type=", config_.model_type, "\nmodel=", options_.model_path,
+                                      "\nstages=", FormatStageLayers(info->stage_layers),
+                                      "\ncache_dtypes=", absl::StrJoin(info->cache_dtypes, ","));
+  if (core_) AccumulateCounters(core_->Stats(), &before_);
   core_ = std::make_unique<SchedulerCore>(co);
   ready_ = true;
   reconnect_ = false;
   SPAR_LOG(INFO) << "scheduler ready: " << info->num_stages << " stages, " << co.max_in_flight
-                 << " micro-batches in flight, " << co.limits.max_batch_tokens << " tokens per micro-batch";
+                 << " micro-batches in flight, " << co.limits.max_batch_tokens << " tokens per micro-batch, prefix caching "
+                 << (co.enable_prefix_caching ? "on" : "off") << ", caches " << absl::StrJoin(info->cache_dtypes, ",")
+                 << ", speculative tokens " << co.limits.num_speculative_tokens;
   return absl::OkStatus();
 }
 
@@ -135,6 +141,13 @@ absl::StatusOr<std::string> Scheduler::Submit(GenerateParams params, std::shared
   return id;
 }
 
+absl::StatusOr<std::vector<int32_t>> Scheduler::EncodePrompt(const std::string& text, size_t enough) const {
+  // Stops once the text is known to encode to more than `enough` ids (the
+  // context): a 15 MiB prompt against a 32K context costs what its first
+  // ~32K tokens cost, not the whole text (text/tokenizer.h EncodeOptions).
+  return tokenizer_->Encode(text, EncodeOptions{.allow_special = true, .max_tokens = enough});
+}
+
 absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std::shared_ptr<GenerationSink> sink) {
   std::vector<int32_t> prompt = std::move(params.prompt_ids);
   if (params.text) {
@@ -145,7 +158,7 @@ absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std
     }
     // A raw prompt: special tokens written in it are recognized (chat
     // templates are applied by the caller or the OpenAI layer).
-    auto ids = tokenizer_->Encode(*params.text, /*allow_special=*/true);
+    auto ids = EncodePrompt(*params.text, static_cast<size_t>(limits_.max_model_len));
     const std::string& field = params.prompt_field;
     if (!ids.ok()) return WithField(absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.status().message())), field);
     prompt = std::move(*ids);
@@ -162,7 +175,11 @@ absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std
   const int64_t len = static_cast<int64_t>(prompt.size());
   const int64_t context = limits_.max_model_len;
   if (len >= context) {
-    return WithField(absl::InvalidArgumentError(absl::StrCat(params.prompt_field, ": the prompt has ", len,
+    // A text prompt's encoding stops past the context: its count is a bound.
+    const bool stopped_early = params.text.has_value() && len > context;
+    return WithField(absl::InvalidArgumentError(absl::StrCat(params.prompt_field, ": the prompt has ",
+                                                             stopped_early ? "more than " : "",
+                                                             stopped_early ? context : len,
                                                              " tokens, leaving no room in the context of ", context)),
                      params.prompt_field);
   }
@@ -282,14 +299,14 @@ LoadInfo Scheduler::Load() const {
   l.draining = draining_;
   l.active_requests = tracker_.size();
   l.max_waiting = options_.max_waiting;
+  l.prefix_caching = options_.enable_prefix_caching;
+  l.cache_dtype = absl::StrJoin(pipeline_info_.cache_dtypes, ",");
   if (core_) {
     l.core = core_->Stats();
     l.running_requests = static_cast<int>(l.core.running);
     l.waiting_requests = static_cast<int>(l.core.waiting);
   }
-  l.core.preemptions += preemptions_before_;
-  l.core.micro_batches += micro_batches_before_;
-  l.core.spec += spec_before_;
+  AccumulateCounters(before_, &l.core);
   return l;
 }
 

@@ -39,6 +39,8 @@ struct SchedulerOptions {
   size_t max_waiting = 256;    // admission queue bound (sequences)
   int64_t max_model_len = 0;   // 0: the model's max_position_embeddings
   bool balance = true;
+  // Automatic prefix caching (--enable-prefix-caching, on by default).
+  bool enable_prefix_caching = true;
   int max_n = 16;
   absl::Duration connect_timeout = absl::Minutes(10);
   // A micro-batch not back after this long fails the pipeline (a stage is
@@ -60,6 +62,8 @@ struct LoadInfo {
   bool ready = false;     // the pipeline is connected
   bool draining = false;  // BeginDrain() was called
   size_t active_requests = 0;
+  bool prefix_caching = false;
+  std::string cache_dtype;  // the stages' cache formats, "latent/indexer" each, comma separated
 };
 
 struct ModelInfo {
@@ -117,6 +121,10 @@ class Scheduler {
 
  private:
   absl::StatusOr<std::string> SubmitAdmitted(GenerateParams params, std::shared_ptr<GenerationSink> sink);
+  // A text prompt's ids; `enough` ids already prove it cannot fit the
+  // context, so an encoder may stop there (the result is then longer than
+  // the context, never shorter than the truth below it).
+  absl::StatusOr<std::vector<int32_t>> EncodePrompt(const std::string& text, size_t enough) const;
   void OnResult(MicroBatchResult result);
   void OnFailure(absl::Status status);
   // Sends every micro-batch the core will form now. Requires mu_.
@@ -142,8 +150,8 @@ class Scheduler {
   bool stopping_ = false;
   bool reconnect_ = false;
   uint64_t next_request_ = 1;
-  uint64_t preemptions_before_ = 0, micro_batches_before_ = 0;  // of earlier cores
-  SpecDecodeCounts spec_before_;
+  // The counters of earlier cores (each pipeline connection starts one).
+  CoreStats before_;
   std::thread loop_;
 };
 

@@ -7,9 +7,31 @@
 
 namespace spar {
 
+namespace {
+
+// The prompt tokens a sibling can share from the first sequence of its
+// request: the prompt's full blocks, short of its last token.
+int32_t SharedPromptTokens(int32_t prompt_len) {
+  return prompt_len < 1 ? 0 : (prompt_len - 1) / kCacheBlockTokens * kCacheBlockTokens;
+}
+
+}  // namespace
+
+void AccumulateCounters(const CoreStats& from, CoreStats* into) {
+  into->preemptions += from.preemptions;
+  into->micro_batches += from.micro_batches;
+  into->prefill_tokens += from.prefill_tokens;
+  into->prefix_cache.queries += from.prefix_cache.queries;
+  into->prefix_cache.hits += from.prefix_cache.hits;
+  into->prefix_cache.evictions += from.prefix_cache.evictions;
+  into->spec += from.spec;
+}
+
 SchedulerCore::SchedulerCore(CoreOptions options)
     : options_(std::move(options)),
-      ledger_(options_.num_blocks),
+      // With the MTP layer a block's rows also read the token after it.
+      ledger_(options_.num_blocks, PrefixCacheOptions{options_.enable_prefix_caching, options_.prefix_cache_salt,
+                                                      options_.limits.num_speculative_tokens > 0 ? 1 : 0}),
       waiting_(options_.max_waiting),
       policy_(options_.limits) {}
 
@@ -47,6 +69,10 @@ absl::StatusOr<std::vector<int64_t>> SchedulerCore::Submit(std::vector<SequenceR
     s.stop_token_ids = std::move(r.stop_token_ids);
     s.ignore_eos = r.ignore_eos;
     s.deadline = r.deadline;
+    if (options_.enable_prefix_caching && i > 0 && SharedPromptTokens(s.prompt_len) > 0 &&
+        s.tokens == seqs_.at(ids[0]).tokens) {
+      s.prefix_leader = ids[0];
+    }
     seqs_.emplace(s.id, std::move(s));
   }
   return ids;
@@ -67,7 +93,13 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
     const Seq& s = seqs_.at(id);
     running.push_back(view(s, s.computed, s.in_flight));
   }
-  for (int64_t id : waiting_.items()) waiting.push_back(view(seqs_.at(id), 0, false));
+  for (int64_t id : waiting_.items()) {
+    const Seq& s = seqs_.at(id);
+    SeqView v = view(s, 0, false);
+    v.tokens = s.tokens;
+    v.deferred = Deferred(s);
+    waiting.push_back(v);
+  }
   int cap = 0;
   if (options_.balance && options_.max_in_flight > 1) {
     const int64_t active = static_cast<int64_t>(running.size() + waiting.size());
@@ -91,6 +123,16 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
     waiting_.Remove(id);
     seqs_.at(id).running = true;
     running_.push_back(id);
+  }
+  for (const ScheduledStep& step : d.steps) {
+    Seq& s = seqs_.at(step.seq);
+    if (!s.ever_admitted) {
+      s.ever_admitted = true;
+      s.cached_prompt_tokens = step.start;
+    }
+    // Prompt positions only: drafts follow the last known token.
+    const int32_t known_end = step.start + step.count - step.num_drafts;
+    prefill_tokens_ += static_cast<uint64_t>(std::max(0, std::min(known_end, s.prompt_len) - step.start));
   }
   if (d.steps.empty() && (pending_release_.empty() || !in_flight_.empty())) return std::nullopt;
 
@@ -117,6 +159,9 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
     }
     if (s.needs_sampling) {
       p.sampling = s.sampling;
+      // A prefix-cache hit: the last stage's history starts with the
+      // tokens the plan skips.
+      p.sampling->cached_tokens.assign(s.tokens.begin(), s.tokens.begin() + step.start);
       s.needs_sampling = false;
       s.ever_sent = true;
     }
@@ -158,8 +203,13 @@ std::vector<SeqEvent> SchedulerCore::OnResult(const MicroBatchResult& result) {
     if (sit == seqs_.end()) continue;  // ended while in flight
     Seq& s = sit->second;
     s.in_flight = false;
-    s.computed = step.start + step.count;
-    if (!step.wants_logit) continue;
+    if (!step.wants_logit) {
+      // A prefill chunk (never drafts): every stage has written these rows,
+      // so their full blocks can be shared.
+      s.computed = step.start + step.count;
+      ledger_.Commit(s.id, s.tokens, s.computed);
+      continue;
+    }
     auto tok = sampled.find(s.id);
     auto sp = spec.find(s.id);
     ApplyTokens(s, step, tok == sampled.end() ? kNone : tok->second, sp == spec.end() ? nullptr : sp->second,
@@ -176,6 +226,12 @@ void SchedulerCore::ApplyTokens(Seq& s, const ScheduledStep& step, const std::ve
     f.status = absl::InternalError(absl::StrCat("micro-batch ", batch, ", sequence ", s.id, ": ", why));
     events->push_back(End(s, f));
   };
+  // An ending sequence first publishes its computed full blocks (its
+  // prompt stays reusable after it is gone).
+  auto finish = [&](SeqFinish f) {
+    ledger_.Commit(s.id, s.tokens, s.computed);
+    events->push_back(End(s, std::move(f)));
+  };
   const int accepted = static_cast<int>(tokens.size()) - 1;
   if (tokens.empty()) return abort("no token returned");
   if (accepted > step.num_drafts) {
@@ -186,7 +242,9 @@ void SchedulerCore::ApplyTokens(Seq& s, const ScheduledStep& step, const std::ve
       return abort("the speculation result does not match the plan");
     }
   }
-  // The cache keeps the step's known tokens and the accepted drafts.
+  // The cache keeps the step's known tokens and the accepted drafts: only
+  // they count as computed (and so ever get keyed); the rejected drafts'
+  // rows are rewritten by a later step.
   s.computed = step.start + step.count - step.num_drafts + accepted;
   s.drafts.clear();
   if (step.num_drafts > 0) {
@@ -205,22 +263,30 @@ void SchedulerCore::ApplyTokens(Seq& s, const ScheduledStep& step, const std::ve
       f.reason = SeqFinishReason::kStop;
       f.stop_token = t;
       f.stop_token_is_eos = is_eos && !is_stop;
-      events->push_back(End(s, f));
-      return;
+      return finish(f);
     }
     s.tokens.push_back(t);
-    events->push_back({s.id, *tok, std::nullopt});
+    events->push_back({s.id, *tok, std::nullopt, s.cached_prompt_tokens});
     if (s.num_output() >= s.max_tokens ||
         (options_.max_model_len > 0 && static_cast<int64_t>(s.tokens.size()) >= options_.max_model_len)) {
       SeqFinish f;
       f.reason = SeqFinishReason::kLength;
-      events->push_back(End(s, f));
-      return;
+      return finish(f);
     }
   }
   if (spec != nullptr) s.drafts = spec->drafts;
-  // Rejected drafts and the drafting's positions leave the block table.
-  if (options_.limits.num_speculative_tokens > 0) ledger_.TruncateTo(s.id, s.computed).IgnoreError();
+  if (options_.limits.num_speculative_tokens > 0) {
+    // Rejected drafts and the drafting's positions leave the block table.
+    // The end never falls inside a shared block (those lie below the
+    // computed length); if it did, the sequence recomputes from that
+    // block's start into a block of its own.
+    const int64_t valid = ledger_.TrimTail(s.id, s.computed);
+    if (valid < s.computed) {
+      s.computed = static_cast<int32_t>(valid);
+      s.drafts.clear();
+    }
+  }
+  ledger_.Commit(s.id, s.tokens, s.computed);
 }
 
 SpecDecodeCounts& SpecDecodeCounts::operator+=(const SpecDecodeCounts& o) {
@@ -234,7 +300,7 @@ SpecDecodeCounts& SpecDecodeCounts::operator+=(const SpecDecodeCounts& o) {
 void SchedulerCore::Remove(int64_t id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
-  ledger_.Free(id).IgnoreError();
+  ledger_.Forget(id).IgnoreError();
   waiting_.Remove(id);
   auto r = std::find(running_.begin(), running_.end(), id);
   if (r != running_.end()) running_.erase(r);
@@ -247,6 +313,14 @@ SeqEvent SchedulerCore::End(Seq& s, SeqFinish finish) {
   const int64_t id = s.id;
   Remove(id);  // invalidates `s`
   return SeqEvent{id, std::nullopt, std::move(finish)};
+}
+
+bool SchedulerCore::Deferred(const Seq& s) const {
+  if (s.prefix_leader == 0) return false;
+  auto it = seqs_.find(s.prefix_leader);
+  if (it == seqs_.end()) return false;  // the first sequence is gone: compute alone
+  const Seq& leader = it->second;
+  return leader.computed < SharedPromptTokens(leader.prompt_len);
 }
 
 bool SchedulerCore::Finish(int64_t seq) {
@@ -286,6 +360,8 @@ std::vector<SeqEvent> SchedulerCore::FailAll(const absl::Status& status) {
     events.push_back(End(seqs_.at(id), f));
   }
   pending_release_.clear();
+  // The pipeline broke: what the stages cached is lost with it.
+  ledger_.DropCachedContent();
   return events;
 }
 
@@ -306,6 +382,8 @@ CoreStats SchedulerCore::Stats() const {
   s.preemptions = preemptions_;
   s.micro_batches = micro_batches_;
   s.spec = spec_;
+  s.prefill_tokens = prefill_tokens_;
+  s.prefix_cache = ledger_.prefix_stats();
   return s;
 }
 

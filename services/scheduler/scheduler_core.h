@@ -15,6 +15,18 @@
 // step also carries the drafts the last stage proposed, a result brings
 // the accepted ones plus the next token, and the block table is trimmed
 // back to the positions that stay in the cache.
+// Both together: drafts and the drafting's positions are only ever written
+// past the computed length, into blocks of the sequence's own (never a
+// shared or keyed one); only accepted tokens count towards the computed
+// length that gets keyed; blocks are keyed with the token after them,
+// which the MTP layer's rows read (PrefixCacheOptions::lookahead_tokens).
+//
+// Prefix caching (block_ledger.h): admission shares the cached leading
+// blocks of a sequence's tokens, so its first chunk starts after them (its
+// sampling state then carries the tokens it skips, for the penalties); each
+// result publishes the full blocks it completed. The n > 1 sequences of one
+// request share the prompt: the others wait until the first has computed
+// the prompt's full blocks, then start from them.
 //
 // Thread-compatible.
 #ifndef SPAR_SERVICES_SCHEDULER_SCHEDULER_CORE_H_
@@ -24,6 +36,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -47,12 +60,16 @@ struct CoreOptions {
   // Spread sequences evenly over the micro-batches in flight (each takes at
   // most ceil(active / max_in_flight)), so every stage has work.
   bool balance = true;
+  // Automatic prefix caching; the salt names the model and the stages'
+  // cache formats (PrefixCacheOptions).
+  bool enable_prefix_caching = true;
+  std::string prefix_cache_salt;
 };
 
 // One sequence to generate.
 struct SequenceRequest {
   std::vector<int32_t> prompt;
-  ref::SamplingParams sampling;  // seed resolved
+  SamplingParams sampling;  // seed resolved
   int top_logprobs = 0;
   int max_tokens = 16;
   std::vector<int32_t> stop_token_ids;
@@ -75,6 +92,9 @@ struct SeqEvent {
   int64_t seq = 0;
   std::optional<SampledToken> token;
   std::optional<SeqFinish> finish;
+  // With a token: the prompt tokens the sequence shared from the prefix
+  // cache when it was first admitted (usage's cached_prompt_tokens).
+  int32_t cached_prompt_tokens = 0;
 };
 
 // Speculative decoding since the core started (vLLM's spec-decode
@@ -96,8 +116,18 @@ struct CoreStats {
   int64_t total_blocks = 0;
   uint64_t preemptions = 0;
   uint64_t micro_batches = 0;
+  // Prompt positions sent to the pipeline to compute (prefix-cache hits
+  // excluded; recomputation after a preemption included).
+  uint64_t prefill_tokens = 0;
+  PrefixCacheStats prefix_cache;
   SpecDecodeCounts spec;
 };
+
+// Adds the monotonic counters of `from` (preemptions, micro-batches,
+// prefill tokens, prefix-cache queries, hits and evictions, speculative
+// decoding's counts) to `into`: the
+// scheduler's totals over the cores of successive pipeline connections.
+void AccumulateCounters(const CoreStats& from, CoreStats* into);
 
 class SchedulerCore {
  public:
@@ -148,6 +178,11 @@ class SchedulerCore {
     bool in_flight = false;
     bool needs_sampling = true;   // the last stage has no (current) state
     bool ever_sent = false;       // the last stage may hold state to release
+    bool ever_admitted = false;
+    int32_t cached_prompt_tokens = 0;  // shared from the prefix cache at the first admission
+    // n > 1: the request's first sequence, whose prompt this one shares
+    // (0: none); admission waits until that prompt's full blocks are in.
+    int64_t prefix_leader = 0;
     SequenceSampling sampling;
     int max_tokens = 0;
     std::vector<int32_t> stop_token_ids;
@@ -170,6 +205,8 @@ class SchedulerCore {
                    const SpeculationOutcome* spec, uint64_t batch, std::vector<SeqEvent>* events);
   // Removes `seq` everywhere; frees its blocks.
   void Remove(int64_t seq);
+  // A waiting sibling whose leader has not yet computed the shared prompt.
+  bool Deferred(const Seq& s) const;
   SeqEvent End(Seq& s, SeqFinish finish);
 
   CoreOptions options_;
@@ -184,6 +221,7 @@ class SchedulerCore {
   uint64_t next_batch_ = 1;
   uint64_t preemptions_ = 0;
   uint64_t micro_batches_ = 0;
+  uint64_t prefill_tokens_ = 0;
   SpecDecodeCounts spec_;
 };
 

@@ -1,6 +1,5 @@
 #include "services/scheduler/scheduler_main.h"
 
-#include <unistd.h>
 
 #include <iostream>
 #include <memory>
@@ -14,8 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/log.h"
-#include "base/mapped_file.h"
+#include "engine/model.h"
 #include "services/common/args.h"
+#include "services/common/cache_flags.h"
 #include "services/common/daemon.h"
 #include "services/common/layer_split.h"
 #include "services/common/security_flags.h"
@@ -25,7 +25,7 @@
 #include "services/scheduler/generation_service.h"
 #include "services/scheduler/grpc_pipeline.h"
 #include "services/scheduler/scheduler.h"
-#include "text/chat_template.h"
+#include "services/scheduler/startup_checks.h"
 
 namespace spar {
 namespace {
@@ -41,22 +41,17 @@ SchedulerGauges GaugesOf(const LoadInfo& l, int stages) {
   g.preemptions = l.core.preemptions;
   g.spec = l.core.spec;
   g.micro_batches = l.core.micro_batches;
+  g.prefill_tokens = l.core.prefill_tokens;
+  g.prefix_caching = l.prefix_caching;
+  g.prefix_cache_queries = l.core.prefix_cache.queries;
+  g.prefix_cache_hits = l.core.prefix_cache.hits;
+  g.prefix_cache_blocks = l.core.prefix_cache.cached_blocks;
+  g.cache_dtype = l.cache_dtype;
   g.in_flight = static_cast<int64_t>(l.core.in_flight);
   g.stages = stages;
   g.pipeline_ready = l.ready;
   g.draining = l.draining;
   return g;
-}
-
-// --chat-template, else the model's chat_template.jinja (newer checkpoints,
-// GLM-5 among them), else tokenizer_config.json's chat_template.
-absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const std::string& model, const std::string& path) {
-  if (!path.empty()) return ChatTemplate::FromFile(path);
-  const std::string jinja = model + "/chat_template.jinja";
-  if (::access(jinja.c_str(), R_OK) == 0) return ChatTemplate::FromFile(jinja);
-  auto config = ReadFileToString(model + "/tokenizer_config.json");
-  if (!config.ok()) return config.status();
-  return ChatTemplate::FromTokenizerConfig(*config);
 }
 
 }  // namespace
@@ -68,7 +63,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
           max_in_flight = 0, max_queue = 256, max_model_len = 0, connect_timeout_s = 600, step_timeout_s = 120;
   bool no_balance = false;
   std::string http_host, http_port_file, chat_template_path;
-  int64_t http_port = 8000, max_body_bytes = 16 << 20, http_threads = 256;
+  int64_t http_port = 8000, max_body_bytes = 16 << 20, http_threads = 4, http_max_connections = 8192,
+          http_header_timeout_s = 10, http_body_timeout_s = 60, http_idle_timeout_s = 30;
   ArgParser args("scheduler", "SPAR_");
   args.AddString("host", &host, "address to listen on (default 0.0.0.0)");
   args.AddInt("port", &port, "public gRPC port (default 50051; 0 picks a free port)");
@@ -92,6 +88,8 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   args.AddInt("num-speculative-tokens", &num_speculative_tokens,
               "MTP speculative decoding: drafts verified per sequence and step (1-4; default 0 = off); the last "
               "stage's worker must be started with at least as many");
+  PrefixCachingFlags prefix_flags;
+  prefix_flags.Register(&args);
   args.AddInt("shutdown-timeout", &shutdown_timeout_s,
               "on SIGTERM, let running requests finish for up to this many seconds, then abort them (default 30)");
   MetricsPortFlags metrics_flags;
@@ -103,8 +101,19 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   args.AddInt("http-port", &http_port, "OpenAI-compatible HTTP port (default 8000; 0 picks a free port; -1: no HTTP)");
   args.AddString("http-host", &http_host, "address the HTTP API listens on (default: --host)");
   args.AddString("http-port-file", &http_port_file, "write the HTTP port here once listening");
-  args.AddInt("max-body-bytes", &max_body_bytes, "largest HTTP request body (default 16 MiB; larger: 413)");
-  args.AddInt("http-threads", &http_threads, "HTTP requests handled at once (default 256)");
+  args.AddInt("max-body-bytes", &max_body_bytes,
+              "largest HTTP request body, on the wire and once decompressed (default 16 MiB; larger: 413)");
+  args.AddInt("http-threads", &http_threads,
+              "HTTP I/O threads, serving any number of connections, and as many threads preparing requests "
+              "(JSON, chat template, tokenizing) (default 4)");
+  args.AddInt("http-max-connections", &http_max_connections,
+              "open HTTP connections at most; more are answered 503 (default 8192; the open-file limit caps it)");
+  args.AddInt("http-header-timeout-s", &http_header_timeout_s,
+              "a request's header (and TLS handshake) must arrive within this many seconds (default 10)");
+  args.AddInt("http-body-timeout-s", &http_body_timeout_s,
+              "a request's body must arrive within this many seconds (default 60)");
+  args.AddInt("http-idle-timeout-s", &http_idle_timeout_s,
+              "close a kept-alive HTTP connection idle this many seconds (default 30)");
   std::string reasoning_parser = "auto", tool_call_parser = "auto";
   args.AddString("reasoning-parser", &reasoning_parser,
                  "chat: split <think> reasoning into reasoning_content: auto (by model), glm45, deepseek_v3, none");
@@ -122,7 +131,12 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   if (workers.empty()) return fail("--workers is required (the stage leaders, stage 0 first)");
   if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
   if (http_port < -1 || http_port > 65535) return fail("--http-port must be in [0, 65535], or -1 for no HTTP API");
-  if (max_body_bytes < 1024 || http_threads < 1) return fail("--max-body-bytes must be >= 1024 and --http-threads >= 1");
+  if (max_body_bytes < 1024 || http_threads < 1 || http_threads > 256) {
+    return fail("--max-body-bytes must be >= 1024 and --http-threads in [1, 256]");
+  }
+  if (http_max_connections < 1 || http_header_timeout_s < 1 || http_body_timeout_s < 1 || http_idle_timeout_s < 1) {
+    return fail("--http-max-connections and the --http-*-timeout-s flags must be >= 1");
+  }
   if (max_batch_tokens < 1 || max_seqs < 1 || max_running < 1 || max_queue < 0 || max_in_flight < 0 ||
       num_blocks < 0 || max_model_len < 0 || connect_timeout_s < 1 || step_timeout_s < 1) {
     return fail("limits must be positive (--max-batch-tokens, --max-seqs-per-batch, --max-running, --max-queue, ...)");
@@ -140,26 +154,20 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   SetProcessWorkerPlane(std::move(*worker_plane));
   auto config = LoadModelConfig(model + "/config.json");
   if (!config.ok()) return fail(std::string(config.status().message()));
+  if (auto s = CheckEngineCanServe(*config); !s.ok()) return fail(absl::StrCat(model, "/config.json: ", s.message()));
   auto chat_parsers = http::ChatParsersFor(reasoning_parser, tool_call_parser, config->model_type);
   if (!chat_parsers.ok()) return fail(std::string(chat_parsers.status().message()));
   std::unique_ptr<Tokenizer> tokenizer;
   if (auto t = Tokenizer::FromFile(model + "/tokenizer.json"); t.ok()) {
     tokenizer = std::move(*t);
+    if (auto s = CheckTokenizerFitsModel(*tokenizer, *config); !s.ok()) return fail(absl::StrCat(model, "/", s.message()));
   } else {
     SPAR_LOG(WARNING) << "no tokenizer (" << t.status().message() << "): token ids only";
   }
-
-  std::unique_ptr<ChatTemplate> chat_template;
-  if (http_port >= 0) {
-    auto t = LoadChatTemplate(model, chat_template_path);
-    if (t.ok()) {
-      chat_template = std::move(*t);
-    } else if (!chat_template_path.empty()) {
-      return fail(absl::StrCat("--chat-template: ", t.status().message()));
-    } else {
-      SPAR_LOG(WARNING) << "no chat template (" << t.status().message() << "): /v1/chat/completions is refused";
-    }
-  }
+  // Both APIs render chat requests with it (gRPC chat inputs, /v1/chat/completions).
+  auto chat_template = LoadCheckedChatTemplate(model, chat_template_path);
+  if (!chat_template.ok()) return fail(std::string(chat_template.status().message()));
+  if (*chat_template == nullptr) SPAR_LOG(WARNING) << "no chat template in " << model << ": chat requests are refused";
 
   GrpcPipelineOptions po;
   po.workers = absl::StrSplit(workers, ',', absl::SkipEmpty());
@@ -173,11 +181,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   }
   SchedulerOptions so;
   so.model_path = model;
-  if (served_name.empty()) {
-    std::string dir = model;
-    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    served_name = dir.substr(dir.rfind('/') + 1);
-  }
+  if (served_name.empty()) served_name = DefaultServedModelName(model);
   so.served_model_name = served_name;
   so.limits.max_batch_tokens = max_batch_tokens;
   so.limits.max_seqs = static_cast<int>(max_seqs);
@@ -187,6 +191,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   so.max_waiting = static_cast<size_t>(max_queue);
   so.max_model_len = max_model_len;
   so.balance = !no_balance;
+  so.enable_prefix_caching = prefix_flags.enabled();
   so.connect_timeout = absl::Seconds(connect_timeout_s);
   so.step_timeout = absl::Seconds(step_timeout_s);
   // Declared before the scheduler: it observes requests until the
@@ -197,7 +202,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   const int num_stages = static_cast<int>(po.workers.size());
   Scheduler scheduler(so, *config, std::move(tokenizer), std::make_unique<GrpcPipeline>(po, *config));
 
-  GenerationService service(&scheduler, &public_plane->api_keys());
+  GenerationService service(&scheduler, &public_plane->api_keys(), chat_template->get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigurePublicServer(&builder);
@@ -235,22 +240,26 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   if (*metrics_server) SPAR_LOG(INFO) << "metrics on http://" << HostPort(metrics_flags.host, (*metrics_server)->port()) << "/metrics";
   std::unique_ptr<http::OpenAiHttpServer> http_server;
   if (http_port >= 0) {
-    http::HttpServerOptions ho;
-    ho.host = http_host.empty() ? host : http_host;
-    ho.port = static_cast<int>(http_port);
+    http::OpenAiServerOptions ho;
+    ho.http.host = http_host.empty() ? host : http_host;
+    ho.http.port = static_cast<int>(http_port);
+    ho.http.tls = public_options.tls;  // --tls-cert/--tls-key/--tls-ca, as on gRPC
+    ho.http.io_threads = ho.http.worker_threads = static_cast<int>(http_threads);
+    ho.http.max_connections = static_cast<int>(http_max_connections);
+    ho.http.max_body_bytes = static_cast<size_t>(max_body_bytes);
+    ho.http.header_timeout = absl::Seconds(http_header_timeout_s);
+    ho.http.body_timeout = absl::Seconds(http_body_timeout_s);
+    ho.http.idle_timeout = absl::Seconds(http_idle_timeout_s);
     ho.api_keys = &public_plane->api_keys();  // --api-key / --api-key-file, as on gRPC
-    ho.tls = public_options.tls;               // --tls-cert/--tls-key/--tls-ca, as on gRPC
-    ho.max_body_bytes = static_cast<size_t>(max_body_bytes);
-    ho.threads = static_cast<int>(http_threads);
     ho.chat_parsers = *chat_parsers;
-    http_server = std::make_unique<http::OpenAiHttpServer>(&scheduler, chat_template.get(), ho);
+    http_server = std::make_unique<http::OpenAiHttpServer>(&scheduler, chat_template->get(), ho);
     auto bound = http_server->Start();
     if (!bound.ok()) {
       std::cerr << "scheduler: " << bound.status().message() << "\n";
       return 1;
     }
     SPAR_LOG(INFO) << "OpenAI-compatible HTTP API on " << (public_plane->tls() ? "https://" : "http://")
-                   << HostPort(ho.host, *bound)
+                   << HostPort(ho.http.host, *bound)
                    << (public_plane->api_keys().enabled() ? " (API key required)" : "");
     if (!http_port_file.empty()) {
       if (auto s = WritePortFile(http_port_file, *bound); !s.ok()) {

@@ -6,33 +6,37 @@
 #include "base/numeric.h"
 
 namespace spar {
+namespace {
+
+// fp32 values that are all exactly bf16 (the low 16 bits zero; a NaN with
+// payload bits there is not) as their bf16 halves; false at the first one
+// that is not.
+bool NarrowToBf16(const std::vector<uint8_t>& f32, std::string* out) {
+  const size_t n = f32.size() / 4;
+  out->resize(n * 2);
+  char* p = out->data();
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, f32.data() + 4 * i, 4);
+    if (bits & 0xffffu) return false;
+    const uint16_t h = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(p + 2 * i, &h, 2);
+  }
+  return true;
+}
+
+}  // namespace
 
 size_t EncodeActivation(const Activations& in, v1::Activation* out) {
   out->set_rows(in.rows);
   out->set_cols(in.cols);
   std::string* data = out->mutable_data();
-  // One pass: bf16 halves as long as every value is a bf16 widened to fp32
-  // (its low 16 bits zero; a NaN with payload bits there is not); the first
-  // value that is not turns the whole message into F32.
-  data->resize(in.data.size() * 2);
-  char* p = data->data();
-  bool bf16 = true;
-  for (float f : in.data) {
-    const uint32_t bits = FloatBits(f);
-    if (bits & 0xffffu) {
-      bf16 = false;
-      break;
-    }
-    const uint16_t h = static_cast<uint16_t>(bits >> 16);
-    std::memcpy(p, &h, 2);
-    p += 2;
-  }
-  if (bf16) {
+  if (in.dtype == DType::kBF16 || NarrowToBf16(in.bytes, data)) {
     out->set_dtype(v1::ACTIVATION_DTYPE_BF16);
+    if (in.dtype == DType::kBF16) data->assign(reinterpret_cast<const char*>(in.bytes.data()), in.bytes.size());
   } else {
     out->set_dtype(v1::ACTIVATION_DTYPE_F32);
-    data->resize(in.data.size() * 4);
-    std::memcpy(data->data(), in.data.data(), data->size());
+    data->assign(reinterpret_cast<const char*>(in.bytes.data()), in.bytes.size());
   }
   return data->size();
 }
@@ -42,9 +46,11 @@ absl::Status DecodeActivation(const v1::Activation& in, Activations* out) {
   switch (in.dtype()) {
     case v1::ACTIVATION_DTYPE_F32:
       elem = 4;
+      out->dtype = DType::kF32;
       break;
     case v1::ACTIVATION_DTYPE_BF16:
       elem = 2;
+      out->dtype = DType::kBF16;
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("hidden.dtype ", v1::ActivationDType_Name(in.dtype()),
@@ -59,18 +65,7 @@ absl::Status DecodeActivation(const v1::Activation& in, Activations* out) {
   }
   out->rows = in.rows();
   out->cols = in.cols();
-  out->data.resize(static_cast<size_t>(in.rows() * in.cols()));
-  const char* p = in.data().data();
-  if (elem == 4) {
-    if (!out->data.empty()) std::memcpy(out->data.data(), p, in.data().size());
-  } else {
-    for (float& f : out->data) {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      f = Bf16ToFloat(h);
-      p += 2;
-    }
-  }
+  out->bytes.assign(in.data().begin(), in.data().end());
   return absl::OkStatus();
 }
 

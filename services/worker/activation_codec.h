@@ -1,12 +1,14 @@
 // Hidden states on the wire (v1::Activation) between pipeline stages and
 // from a stage leader to its tensor-parallel peers.
 //
-// The encoder picks the narrowest lossless dtype: BF16 when every value is
-// exactly a bf16 (what the cuda backend's bf16 activations always are: half
-// the bytes of a 4096-token prefill chunk, ~50 MB at GLM-5 size, per hop),
-// F32 otherwise (the cpu backend's fp32 activations, bit-identical to one
-// process). The decoder accepts both and checks every size against the
-// message, so a hostile or corrupt message is an error, never a crash.
+// The encoder sends BF16 activations (the cuda backend's) as their bytes,
+// with no conversion on the host (half the bytes of fp32: ~50 MB less per
+// hop for a 4096-token prefill chunk at GLM-5 size), and F32 activations (the
+// cpu backend's) as BF16 only when every value is exactly a bf16, else as
+// F32, bit-identical to one process. The decoder keeps the wire's dtype (the
+// receiving backend converts only if it computes in the other one) and
+// checks every size against the message, so a hostile or corrupt message is
+// an error, never a crash.
 #ifndef SPAR_SERVICES_WORKER_ACTIVATION_CODEC_H_
 #define SPAR_SERVICES_WORKER_ACTIVATION_CODEC_H_
 
@@ -19,7 +21,7 @@ namespace spar {
 // Writes `in` into `out` (dtype, shape, bytes); returns the payload size.
 size_t EncodeActivation(const Activations& in, v1::Activation* out);
 
-// Reads `in` into `out` as fp32 values.
+// Reads `in` into `out` in the wire's dtype.
 absl::Status DecodeActivation(const v1::Activation& in, Activations* out);
 
 }  // namespace spar

@@ -38,7 +38,7 @@ class SamplingStates {
  private:
   struct State {
     SequenceSampling sampling;
-    ref::TokenHistory history;
+    TokenHistory history;
     int32_t next_pos = 0;  // positions [0, next_pos) are in the history
   };
   std::unordered_map<int64_t, State> states_;

@@ -15,6 +15,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
   }
   auto exec = std::unique_ptr<StageExecutor>(new StageExecutor());
   exec->options_ = options;
+  SPAR_ASSIGN_OR_RETURN(exec->cache_formats_, ResolveCacheFormats(options.backend, options.cache_dtypes));
   BackendOptions bo;
   bo.name = options.backend;
   bo.device = options.device;
@@ -34,6 +35,8 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
                                                    kMaxSpeculativeTokens, ", got ", options.num_speculative_tokens));
   }
   mo.load_mtp = options.num_speculative_tokens > 0;  // on the last stage
+  mo.latent_format = exec->cache_formats_.latent;
+  mo.indexer_format = exec->cache_formats_.indexer;
   SPAR_ASSIGN_OR_RETURN(exec->model_, Model::Load(options.model_dir, exec->backend_.get(), mo));
   if (exec->model_->has_mtp()) exec->speculator_ = std::make_unique<Speculator>(exec->model_.get());
   exec->options_.num_blocks = exec->model_->num_blocks();  // what the memory budget gave
@@ -64,12 +67,14 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
     // Sampling states first, so a bad plan fails before any compute.
     for (const PlannedSequence& p : plan.seqs) {
       if (p.sampling) {
-        if (p.step.start_pos != 0) {
-          return absl::InvalidArgumentError(absl::StrCat("sequence ", p.step.seq_id,
-                                                         ": sampling state sent at start_pos ", p.step.start_pos,
-                                                         " (only a sequence's first chunk may carry it)"));
+        const size_t cached = p.sampling->cached_tokens.size();
+        if (static_cast<size_t>(p.step.start_pos) != cached) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "sequence ", p.step.seq_id, ": sampling state sent at start_pos ", p.step.start_pos, " with ", cached,
+              " cached tokens (only a sequence's first chunk may carry it, after its cached prefix)"));
         }
         sampling_.Create(p.step.seq_id, *p.sampling);
+        if (cached > 0) SPAR_RETURN_IF_ERROR(sampling_.Observe(p.step.seq_id, 0, p.sampling->cached_tokens));
       }
       // Drafts join the history once they are accepted (ExecuteSpeculative).
       const size_t drafts = p.speculation ? static_cast<size_t>(p.speculation->num_draft_tokens) : 0;
@@ -81,13 +86,12 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
 
   Tensor in;
   if (!is_first_stage()) {
-    if (input.rows != step.num_tokens() || input.cols != c.hidden_size ||
-        static_cast<int64_t>(input.data.size()) != input.rows * input.cols) {
+    if (input.rows != step.num_tokens() || input.cols != c.hidden_size || !input.Check().ok()) {
       return absl::InvalidArgumentError(absl::StrCat("hidden states are [", input.rows, ", ", input.cols, "] with ",
-                                                     input.data.size(), " values; the plan needs [",
+                                                     input.bytes.size(), " bytes; the plan needs [",
                                                      step.num_tokens(), ", ", c.hidden_size, "]"));
     }
-    SPAR_ASSIGN_OR_RETURN(in, backend_->FromHost(input.data, input.rows, input.cols));
+    SPAR_ASSIGN_OR_RETURN(in, backend_->FromHostActivations(input));
   }
   const absl::Time forward_start = absl::Now();
   const bool speculative = last && std::any_of(plan.seqs.begin(), plan.seqs.end(),
@@ -105,9 +109,7 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
   }
 
   if (!last) {
-    SPAR_ASSIGN_OR_RETURN(out.hidden.data, backend_->ToHost(y));
-    out.hidden.rows = y.rows();
-    out.hidden.cols = y.cols();
+    SPAR_ASSIGN_OR_RETURN(out.hidden, backend_->ToHostActivations(y));
     out.timings.forward = absl::Now() - forward_start;
     TakeAllReduceTimes(&out.timings);
     return out;

@@ -15,6 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/backend.h"
+#include "engine/cache_formats.h"
+#include "engine/host_activations.h"
 #include "engine/model.h"
 #include "engine/speculative.h"
 #include "engine/tensor_parallel.h"
@@ -37,6 +39,9 @@ struct StageOptions {
   // cuda: the GPU of this process.
   int device = 0;
   bool enforce_eager = false;  // cuda: no decode CUDA graphs
+  // The cache formats (--kv-cache-dtype, --indexer-cache-dtype), resolved
+  // for `backend` at load.
+  CacheDtypes cache_dtypes;
   // This process's rank of the stage's tensor-parallel group and how the
   // group's all-reduce runs: cuda ranks join the NCCL communicator of
   // `nccl_unique_id`, cpu ranks share `cpu_group` (a SocketGroup between
@@ -55,12 +60,9 @@ struct StageOptions {
   int num_speculative_tokens = 0;
 };
 
-// Hidden states between stages: [rows = tokens, cols = hidden] fp32.
-struct Activations {
-  int64_t rows = 0;
-  int64_t cols = 0;
-  std::vector<float> data;
-};
+// Hidden states between stages: [rows = tokens, cols = hidden] in the
+// backend's activation dtype (engine/host_activations.h).
+using Activations = HostActivations;
 
 // What one Execute() measured, for the worker's metrics (docs/metrics.md).
 // `forward` and `sampling` are timed here for every backend; `allreduce`
@@ -102,6 +104,8 @@ class StageExecutor {
   bool is_last_stage() const { return model_->is_last_stage(); }
   size_t num_sampling_states() const { return sampling_.size(); }
   const std::string& backend_name() const { return options_.backend; }
+  // The formats the caches were allocated in.
+  const CacheFormats& cache_formats() const { return cache_formats_; }
   // The backend, for AbortCollectives from another thread (a lost TP rank).
   Backend* backend() const { return backend_.get(); }
   // Device memory held: zeros on the cpu backend (host memory only).
@@ -132,6 +136,7 @@ class StageExecutor {
 
   StageOptions options_;
   int last_layer_ = 0;
+  CacheFormats cache_formats_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Speculator> speculator_;  // with the MTP layer

@@ -265,6 +265,10 @@ absl::Status TpGroup::Form(const StageOptions& requested, const v1::ConfigureReq
   shard->set_last_layer(so.last_layer);
   shard->set_num_blocks(so.num_blocks);
   shard->set_backend(so.backend);
+  // Every rank holds the same caches: the peers allocate the leader's formats.
+  SPAR_ASSIGN_OR_RETURN(const CacheFormats formats, ResolveCacheFormats(so.backend, so.cache_dtypes));
+  shard->set_kv_cache_dtype(LatentFormatName(formats.latent));
+  shard->set_indexer_cache_dtype(IndexerFormatName(formats.indexer));
   v1::TensorParallel* tp = shard->mutable_tp();
   tp->Clear();
   tp->set_size(options_.size);

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <grpcpp/health_check_service_interface.h>
@@ -11,9 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "engine/model.h"
 #include "engine/model_config.h"
 #include "engine/speculation_limits.h"
 #include "services/common/args.h"
+#include "services/common/cache_flags.h"
 #include "services/common/daemon.h"
 #include "services/common/layer_split.h"
 #include "services/common/security_flags.h"
@@ -47,6 +50,8 @@ int RunWorkerMain(int argc, char** argv, int begin) {
                  "cuda: size the KV cache to this fraction of the GPU memory (0..1; 0 = use --num-blocks)");
   args.AddInt("max-model-len", &max_model_len, "longest sequence served, prompt + output (default: the model's)");
   args.AddString("backend", &backend, "cpu (default) or cuda");
+  CacheDtypeFlags cache_flags;
+  cache_flags.Register(&args);
   bool enforce_eager = false;
   args.AddBool("enforce-eager", &enforce_eager,
                "cuda: run decode steps op by op instead of replaying them as CUDA graphs");
@@ -98,6 +103,16 @@ int RunWorkerMain(int argc, char** argv, int begin) {
     return fail(absl::StrCat("--num-speculative-tokens must be 0 (off) to ", kMaxSpeculativeTokens));
   }
   if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
+  // A model this engine cannot serve is refused now, in one line, instead
+  // of failing the shard's load after the worker started listening.
+  std::optional<ModelConfig> config;
+  if (!model.empty()) {
+    auto loaded = LoadModelConfig(model + "/config.json");
+    if (!loaded.ok()) return fail(std::string(loaded.status().message()));
+    if (auto s = CheckEngineCanServe(*loaded); !s.ok()) return fail(absl::StrCat(model, "/config.json: ", s.message()));
+    config = std::move(*loaded);
+  }
+  if (auto formats = cache_flags.Resolve(backend); !formats.ok()) return fail(std::string(formats.status().message()));
   // Before any channel or server exists: the next-stage link and the
   // listener read it.
   auto plane = WorkerPlane::Create(plane_options);
@@ -112,6 +127,7 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   options.stage.backend = backend;
   options.stage.enforce_eager = enforce_eager;
   options.stage.num_speculative_tokens = static_cast<int>(num_speculative_tokens);
+  options.stage.cache_dtypes = *cache_flags.Parse();
   options.stage.delay_per_layer = absl::Microseconds(static_cast<int64_t>(delay_ms * 1000));
   options.stage.delay_per_token = absl::Nanoseconds(static_cast<int64_t>(delay_token_us * 1000));
   options.stage.device = static_cast<int>(device >= 0 ? device : tp_rank);
@@ -131,8 +147,6 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   } else if (stages > 0) {
     if (model.empty()) return fail("--stage/--stages need --model (the split depends on the model's layers)");
     if (stage < 0 || stage >= stages) return fail("--stage must be in [0, --stages)");
-    auto config = LoadModelConfig(model + "/config.json");
-    if (!config.ok()) return fail(std::string(config.status().message()));
     auto split = stage_layers.empty() ? SplitLayers(*config, static_cast<int>(stages))
                                       : ParseStageLayers(stage_layers, config->num_hidden_layers);
     if (!split.ok()) return fail(absl::StrCat(stage_layers.empty() ? "" : "--stage-layers: ", split.status().message()));

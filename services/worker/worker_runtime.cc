@@ -144,6 +144,8 @@ absl::Status WorkerRuntime::Load(const StageOptions& options, bool announce) {
     shard_.set_last_layer(exec_->last_layer());
     shard_.set_num_blocks(exec_->options().num_blocks);
     shard_.set_backend(options.backend);
+    shard_.set_kv_cache_dtype(LatentFormatName(exec_->cache_formats().latent));
+    shard_.set_indexer_cache_dtype(IndexerFormatName(exec_->cache_formats().indexer));
     shard_.mutable_tp()->set_rank(options_.tp.rank);
     shard_.mutable_tp()->set_size(options_.tp.size);
     shard_.mutable_tp()->set_group_id(group_.group_id_locked());
@@ -371,6 +373,13 @@ absl::StatusOr<StageOptions> WorkerRuntime::ResolveShard(const v1::ShardSpec& wa
   so.last_layer = want.last_layer();
   if (want.num_blocks() > 0) so.num_blocks = want.num_blocks();
   if (!want.backend().empty()) so.backend = want.backend();
+  // A peer allocates its leader's cache formats.
+  if (!want.kv_cache_dtype().empty()) {
+    SPAR_ASSIGN_OR_RETURN(so.cache_dtypes.latent, ParseKvCacheDtype(want.kv_cache_dtype()));
+  }
+  if (!want.indexer_cache_dtype().empty()) {
+    SPAR_ASSIGN_OR_RETURN(so.cache_dtypes.indexer, ParseIndexerCacheDtype(want.indexer_cache_dtype()));
+  }
   return so;
 }
 

@@ -1,7 +1,7 @@
 // Observability on a live local cluster (one `spar cluster`: a scheduler
 // and 2 stage workers on 127.0.0.1, shared by every check below):
 //  - after traffic, Debian's `promtool check metrics` passes on each
-//    daemon's /metrics (the vllm: names only draw the colon lint, as vLLM's
+//    daemon's /metrics and the cluster's own (the vllm: names only draw the colon lint, as vLLM's
 //    do; everything else is clean), /health and /readyz answer;
 //  - docs/metrics.md, the live /metrics and the Grafana dashboard agree:
 //    every documented name is exported, every panel names exported metrics;
@@ -117,7 +117,7 @@ test('a live local cluster is observable end to end', async (t) => {
     });
     const address = `127.0.0.1:${fs.readFileSync(portFile, 'utf8').trim()}`;
     const groups = JSON.parse(fs.readFileSync(targetsFile, 'utf8'));
-    assert.equal(groups.length, 3, 'scheduler + 2 workers');
+    assert.equal(groups.length, 4, 'scheduler + 2 workers + the cluster itself (its restart counters)');
     const byDaemon = Object.fromEntries(groups.map((g) => [g.labels.daemon, g.targets[0]]));
 
     // Traffic: streamed requests.
@@ -153,7 +153,9 @@ test('a live local cluster is observable end to end', async (t) => {
       assert.match(live['stage-0'], /^spar_activation_bytes_total\{direction="sent",stage="0"\} [1-9]/m);
     });
 
-    const exported = new Set([...families(live.scheduler), ...families(live['stage-0']), ...families(live['stage-1'])]);
+    assert.match(live.cluster, /^spar_cluster_worker_restarts_total\{rank="0",stage="1"\} 0$/m);
+    const exported = new Set([...families(live.scheduler), ...families(live['stage-0']), ...families(live['stage-1']),
+                              ...families(live.cluster)]);
     const dashboard = JSON.parse(fs.readFileSync(path.join(sourceDir, 'deploy', 'grafana', 'spar-dashboard.json'), 'utf8'));
     const panels = dashboard.panels.filter((p) => p.type !== 'row');
 

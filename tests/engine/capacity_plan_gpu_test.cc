@@ -17,7 +17,11 @@
 namespace spar {
 namespace {
 
-TEST(CapacityPlanGpuTest, PredictsWhatTheCudaBackendAllocates) {
+// Block-FP8 as GLM-5-FP8, and 4-bit layouts (the W4A16 kernel's: codes,
+// fp32 scales and uint8 zeros, gate/up pairs, rows padded to 64).
+class CapacityPlanGpuTest : public ::testing::TestWithParam<TinyQuant> {};
+
+TEST_P(CapacityPlanGpuTest, PredictsWhatTheCudaBackendAllocates) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     cudaGetLastError();
@@ -25,11 +29,12 @@ TEST(CapacityPlanGpuTest, PredictsWhatTheCudaBackendAllocates) {
   }
   // ~16 GB of weights: in memory where the host has /dev/shm.
   const std::string base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : testing::TempDir();
-  const std::string dir = base + "/spar_capacity_plan_gpu_test";
+  const std::string dir = base + "/spar_capacity_plan_gpu_test" + std::string(TinyQuantName(GetParam()));
   std::filesystem::remove_all(dir);
   MakeTinyOptions mo;
   mo.geometry = TinyGeometry::kGlm5Full;
-  mo.fp8 = true;
+  mo.fp8 = GetParam() == TinyQuant::kNone;
+  mo.quant = GetParam();
   mo.layers = 4;
   mo.out_dir = dir;
   ASSERT_TRUE(MakeTinyModel(mo).ok());
@@ -69,6 +74,13 @@ TEST(CapacityPlanGpuTest, PredictsWhatTheCudaBackendAllocates) {
   EXPECT_EQ(used.cache_bytes, blocks * 64 * s.cache_bytes_per_token);
   std::filesystem::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(WeightForms, CapacityPlanGpuTest,
+                         ::testing::Values(TinyQuant::kNone, TinyQuant::kAwq, TinyQuant::kNvfp4),
+                         [](const auto& info) {
+                           return info.param == TinyQuant::kNone ? std::string("fp8")
+                                                                 : std::string(info.param == TinyQuant::kAwq ? "awq" : "nvfp4");
+                         });
 
 }  // namespace
 }  // namespace spar

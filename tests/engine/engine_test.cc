@@ -4,7 +4,6 @@
 
 #include <cmath>
 
-#include "base/rng.h"
 #include "engine/make_tiny.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_util.h"
@@ -31,19 +30,12 @@ std::unique_ptr<Engine> MakeEngine(const std::string& dir, int topk_override = 0
   return e.ok() ? std::move(*e) : nullptr;
 }
 
-std::vector<int32_t> RandomPrompt(int n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> p(n);
-  for (auto& t : p) t = static_cast<int32_t>(rng.Below(288));
-  return p;
-}
-
 class EngineTest : public ::testing::TestWithParam<ModelArch> {};
 
 TEST_P(EngineTest, DecodeStepByStepEqualsPrefill) {
   auto engine = MakeEngine(TinyModel("decode_prefill", GetParam()));
   GenerationRequest r;
-  r.prompt = RandomPrompt(70, 1);  // beyond index_topk (32): sparse decode
+  r.prompt = testing::RandomTokens(70, 1);  // beyond index_topk (32): sparse decode
   r.sampling.temperature = 0;
   r.max_tokens = 12;
   r.ignore_eos = true;
@@ -74,8 +66,8 @@ TEST_P(EngineTest, DecodeStepByStepEqualsPrefill) {
 
 TEST_P(EngineTest, MixedBatchEqualsEachSequenceAlone) {
   auto engine = MakeEngine(TinyModel("batch_alone", GetParam()));
-  std::vector<std::vector<int32_t>> prompts = {RandomPrompt(5, 2), RandomPrompt(90, 3), RandomPrompt(33, 4),
-                                               RandomPrompt(150, 5)};
+  std::vector<std::vector<int32_t>> prompts = {testing::RandomTokens(5, 2), testing::RandomTokens(90, 3),
+                                               testing::RandomTokens(33, 4), testing::RandomTokens(150, 5)};
   auto together = engine->PromptLogits(prompts, 3);
   ASSERT_TRUE(together.ok()) << together.status();
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -91,13 +83,13 @@ TEST_P(EngineTest, SparseEqualsDenseUpToTopkAndDiffersBeyond) {
   auto dense = MakeEngine(dir, /*topk_override=*/1000);
   const int topk = sparse->config().index_topk;
   // Context <= index_topk: identical bits.
-  auto short_prompt = RandomPrompt(topk, 6);
+  auto short_prompt = testing::RandomTokens(topk, 6);
   auto a = sparse->PromptLogits({short_prompt}, topk);
   auto b = dense->PromptLogits({short_prompt}, topk);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
   // Well beyond: the late logits move.
-  auto long_prompt = RandomPrompt(8 * topk, 7);
+  auto long_prompt = testing::RandomTokens(8 * topk, 7);
   auto c = sparse->PromptLogits({long_prompt}, 1);
   auto d = dense->PromptLogits({long_prompt}, 1);
   ASSERT_TRUE(c.ok() && d.ok());
@@ -109,7 +101,7 @@ TEST_P(EngineTest, SparseEqualsDenseUpToTopkAndDiffersBeyond) {
 TEST_P(EngineTest, SeededSamplingIsReproducibleAndStopsOnStopTokens) {
   auto engine = MakeEngine(TinyModel("seeded", GetParam()));
   GenerationRequest r;
-  r.prompt = RandomPrompt(20, 8);
+  r.prompt = testing::RandomTokens(20, 8);
   r.sampling.temperature = 1.0f;
   r.sampling.top_p = 0.9f;
   r.seed = 42;
@@ -156,7 +148,7 @@ TEST_P(EngineTest, BadInputIsAClearError) {
   r.prompt = {};
   expect_error(r, "empty");
   r = ok;
-  r.prompt = RandomPrompt(static_cast<int>(c.max_position_embeddings), 9);
+  r.prompt = testing::RandomTokens(static_cast<int>(c.max_position_embeddings), 9);
   expect_error(r, "context");
   r = ok;
   r.max_tokens = 0;
@@ -205,7 +197,7 @@ TEST(SharedIndexerTest, SharedLayersReuseThePreviousFullLayersTopK) {
   auto engine = Engine::Create(o.out_dir, eo);
   ASSERT_TRUE(engine.ok()) << engine.status();
   ForwardTrace trace;
-  ASSERT_TRUE((*engine)->PromptLogits({RandomPrompt(120, 11)}, 1, &trace).ok());
+  ASSERT_TRUE((*engine)->PromptLogits({testing::RandomTokens(120, 11)}, 1, &trace).ok());
   EXPECT_EQ(trace.topk_slots.at(1), trace.topk_slots.at(0));
   EXPECT_EQ(trace.topk_slots.at(3), trace.topk_slots.at(2));
   EXPECT_NE(trace.topk_slots.at(2), trace.topk_slots.at(0));
@@ -237,7 +229,7 @@ TEST(EngineMemoryOptions, MaxModelLenBoundsRequestsAndNeedsRoomForOneSequence) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   EXPECT_EQ((*engine)->config().max_position_embeddings, 200);
   GenerationRequest r;
-  r.prompt = RandomPrompt(150, 4);
+  r.prompt = testing::RandomTokens(150, 4);
   r.max_tokens = 60;  // 210 > 200
   r.sampling.temperature = 0;
   EXPECT_FALSE(ValidateRequest(r, (*engine)->config()).ok());

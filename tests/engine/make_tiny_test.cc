@@ -15,10 +15,12 @@
 namespace spar {
 namespace {
 
-std::string HashDir(const std::string& dir) {
+std::string HashDir(const std::string& dir, bool hf_quant_config = false) {
   Fnv1a64 h;
-  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                        "generation_config.json"}) {
+  std::vector<const char*> files = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                                    "generation_config.json"};
+  if (hf_quant_config) files.push_back("hf_quant_config.json");
+  for (const char* f : files) {
     auto text = ReadFileToString(dir + "/" + f);
     EXPECT_TRUE(text.ok()) << f;
     h.Update(f);
@@ -44,6 +46,35 @@ TEST(MakeTinyTest, OutputIsPinned) {
   EXPECT_EQ(HashDir(Make("glm5_fp8", ModelArch::kGlmMoeDsa, true, 0)), "bd0737413564ee31");
   EXPECT_EQ(HashDir(Make("dsv32_bf16", ModelArch::kDeepseekV32, false, 0)), "6ee42a9ac510e24a");
   EXPECT_EQ(HashDir(Make("dsv32_fp8", ModelArch::kDeepseekV32, true, 0)), "ffbc43477a9da505");
+}
+
+std::string MakeQuant(const std::string& name, TinyQuant quant, uint64_t seed) {
+  MakeTinyOptions o;
+  o.quant = quant;
+  o.seed = seed;
+  o.out_dir = testing::TempDir(name);
+  EXPECT_TRUE(MakeTinyModel(o).ok());
+  return o.out_dir;
+}
+
+// The 4-bit checkpoints behind the quantized goldens.
+TEST(MakeTinyTest, QuantOutputIsPinned) {
+  EXPECT_EQ(HashDir(MakeQuant("pin_awq", TinyQuant::kAwq, 0)), "70de5ebe561d8ee6");
+  EXPECT_EQ(HashDir(MakeQuant("pin_gptq", TinyQuant::kGptq, 0)), "dbc8bdebe8a4220e");
+  EXPECT_EQ(HashDir(MakeQuant("pin_ct", TinyQuant::kInt4Ct, 0)), "d34f8ede896710e6");
+  EXPECT_EQ(HashDir(MakeQuant("pin_nvfp4", TinyQuant::kNvfp4, 0), /*hf_quant_config=*/true), "57a592c2400da1de");
+}
+
+TEST(MakeTinyTest, QuantNeedsNoFp8AndKnownNames) {
+  MakeTinyOptions o;
+  o.quant = TinyQuant::kAwq;
+  o.fp8 = true;
+  o.out_dir = testing::TempDir("quant_fp8");
+  EXPECT_FALSE(MakeTinyModel(o).ok());
+  EXPECT_FALSE(ParseTinyQuant("int8").ok());
+  for (TinyQuant q : {TinyQuant::kAwq, TinyQuant::kGptq, TinyQuant::kInt4Ct, TinyQuant::kNvfp4}) {
+    EXPECT_EQ(*ParseTinyQuant(TinyQuantName(q)), q);
+  }
 }
 
 TEST(MakeTinyTest, SameSeedSameBytesOtherSeedOtherBytes) {

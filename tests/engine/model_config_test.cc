@@ -1,6 +1,10 @@
 #include "engine/model_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/engine/test_util.h"
 #include "gtest/gtest.h"
@@ -134,7 +138,8 @@ TEST(ModelConfigTest, BadInputsNameTheField) {
       {"yarn without factor", [](json& j) { j["rope_parameters"] = {{"rope_type", "yarn"}, {"original_max_position_embeddings", 4096}}; }, "factor"},
       {"block 64", [](json& j) { j["quantization_config"]["weight_block_size"] = {64, 64}; }, "weight_block_size"},
       {"e5m2", [](json& j) { j["quantization_config"]["fmt"] = "e5m2"; }, "fmt"},
-      {"awq", [](json& j) { j["quantization_config"]["quant_method"] = "awq"; }, "quant_method"},
+      {"bitsandbytes", [](json& j) { j["quantization_config"]["quant_method"] = "bitsandbytes"; }, "quant_method"},
+      {"awq without its fields", [](json& j) { j["quantization_config"]["quant_method"] = "awq"; }, "quantization_config.bits"},
       {"mlp types length", [](json& j) { j["mlp_layer_types"] = {"dense"}; }, "mlp_layer_types"},
       {"unknown mlp type", [](json& j) { j["mlp_layer_types"] = json::array(); for (int i = 0; i < 78; ++i) j["mlp_layer_types"].push_back("weird"); }, "mlp_layer_types"},
       {"shared first", [](json& j) { j["num_hidden_layers"] = 2; j["indexer_types"] = {"shared", "full"}; }, "indexer_types"},
@@ -172,6 +177,27 @@ TEST(ModelConfigTest, SerialisedConfigParsesBack) {
   EXPECT_DOUBLE_EQ(again->softmax_scale(), c->softmax_scale());
   EXPECT_EQ(again->quant.ue8m0_scales, true);
   EXPECT_EQ(again->n_group, 8);
+}
+
+// DeepSeek-V3.2 reads an indexer on every layer when no schedule is given,
+// so shared layers, however the config spelled them, must survive
+// ModelConfigToJson (make-tiny's writer) -> parse.
+TEST(ModelConfigTest, SharedIndexerLayersOfDeepSeekSurviveTheRoundTrip) {
+  const std::vector<std::pair<std::string, json>> schedules = {
+      {"indexer_types", json::array({"full", "shared", "full"})},
+      {"index_topk_pattern", "FSS"},
+      {"index_topk_freq", 2},
+  };
+  for (const auto& [key, value] : schedules) {
+    json j = json::parse(testing::ReadSource("fuzz/corpus/model_config_fuzzer/tiny_dsv32.json"));
+    j[key] = value;
+    auto c = ParseModelConfig(j.dump());
+    ASSERT_TRUE(c.ok()) << key << ": " << c.status();
+    ASSERT_NE(std::count(c->indexer_types.begin(), c->indexer_types.end(), IndexerType::kShared), 0) << key;
+    auto again = ParseModelConfig(ModelConfigToJson(*c));
+    ASSERT_TRUE(again.ok()) << key << ": " << again.status();
+    EXPECT_EQ(again->indexer_types, c->indexer_types) << key;
+  }
 }
 
 }  // namespace

@@ -35,6 +35,29 @@ TEST(StepPlanTest, RejectsBadPlans) {
   EXPECT_NE(std::string(st.message()).find("vocabulary"), std::string::npos);
 }
 
+// Positions and slots are int32 down to the kernels: what would wrap is
+// refused (unchecked bounds too), what is merely large passes.
+TEST(StepPlanTest, RefusesWhatWouldOverflowInt32) {
+  constexpr int32_t kMaxBlock = INT32_MAX / 64;
+  StepPlan far;
+  far.seqs.push_back({.start_pos = 131071, .tokens = {1}, .block_table = std::vector<int32_t>(2048, 7)});
+  ASSERT_TRUE(far.Finalize(0, 131072, 8).ok());
+  EXPECT_EQ(far.slots[0], 7 * 64 + 63);
+  StepPlan big_block;
+  big_block.seqs.push_back({.tokens = {1}, .block_table = {kMaxBlock}});
+  ASSERT_TRUE(big_block.Finalize(0, 0, 0).ok());
+  EXPECT_EQ(big_block.slots[0], kMaxBlock * 64);
+  StepPlan wraps;
+  wraps.seqs.push_back({.tokens = {1}, .block_table = {kMaxBlock + 1}});
+  EXPECT_FALSE(wraps.Finalize(0, 0, 0).ok());
+  StepPlan past;
+  past.seqs.push_back({.start_pos = INT32_MAX, .tokens = {1}, .block_table = {0}});
+  EXPECT_FALSE(past.Finalize(0, 0, 0).ok());
+  StepPlan huge_cache;
+  huge_cache.seqs.push_back({.tokens = {1}, .block_table = {0}});
+  EXPECT_FALSE(huge_cache.Finalize(0, 0, int64_t{kMaxBlock} + 2).ok());
+}
+
 TEST(BlockAllocatorTest, GrowReleaseAndExhaustion) {
   BlockAllocator a(4);
   std::vector<int32_t> t1, t2;

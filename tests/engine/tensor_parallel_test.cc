@@ -69,6 +69,7 @@ struct TpCase {
   const char* name;
   ModelArch arch;
   bool fp8;
+  TinyQuant quant = TinyQuant::kNone;  // 4-bit: ranks slice packed matrices
 };
 
 class TensorParallelTest : public ::testing::TestWithParam<TpCase> {
@@ -77,19 +78,13 @@ class TensorParallelTest : public ::testing::TestWithParam<TpCase> {
     MakeTinyOptions o;
     o.arch = c.arch;
     o.fp8 = c.fp8;
+    o.quant = c.quant;
     o.seed = 11;
     o.out_dir = testing::TempDir(std::string("tp_") + c.name);
     EXPECT_TRUE(MakeTinyModel(o).ok());
     return o.out_dir;
   }
 };
-
-std::vector<int32_t> RandomPrompt(int n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> p(n);
-  for (auto& t : p) t = static_cast<int32_t>(rng.Below(288));
-  return p;
-}
 
 struct RankResult {
   absl::Status status;
@@ -141,7 +136,7 @@ std::vector<RankResult> RunGroup(const std::string& dir, int size, const std::ve
 TEST_P(TensorParallelTest, TpGroupsMatchTp1) {
   const std::string dir = MakeModel(GetParam());
   // 70 tokens: beyond index_topk (32), so the sparse path runs.
-  const std::vector<std::vector<int32_t>> prompts = {RandomPrompt(70, 1), RandomPrompt(9, 2)};
+  const std::vector<std::vector<int32_t>> prompts = {testing::RandomTokens(70, 1), testing::RandomTokens(9, 2)};
   std::vector<GenerationRequest> requests(2);
   for (int i = 0; i < 2; ++i) {
     requests[i].prompt = prompts[i];
@@ -184,7 +179,10 @@ TEST_P(TensorParallelTest, TpGroupsMatchTp1) {
 INSTANTIATE_TEST_SUITE_P(Tiny, TensorParallelTest,
                          ::testing::Values(TpCase{"glm5_bf16", ModelArch::kGlmMoeDsa, false},
                                            TpCase{"glm5_fp8", ModelArch::kGlmMoeDsa, true},
-                                           TpCase{"dsv32_fp8", ModelArch::kDeepseekV32, true}),
+                                           TpCase{"dsv32_fp8", ModelArch::kDeepseekV32, true},
+                                           TpCase{"glm5_awq", ModelArch::kGlmMoeDsa, false, TinyQuant::kAwq},
+                                           TpCase{"glm5_int4_ct", ModelArch::kGlmMoeDsa, false, TinyQuant::kInt4Ct},
+                                           TpCase{"glm5_nvfp4", ModelArch::kGlmMoeDsa, false, TinyQuant::kNvfp4}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(TensorParallelErrors, SizeThatDoesNotDivideHeadsIsRejected) {

@@ -4,11 +4,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "base/mapped_file.h"
+#include "base/rng.h"
 #include "gtest/gtest.h"
 
 namespace spar::testing {
@@ -51,6 +54,25 @@ inline std::string TempDir(const std::string& name) {
   EXPECT_EQ(std::system(cmd.c_str()), 0);
   TempDirs().dirs.push_back(dir);
   return dir;
+}
+
+// `n` token ids of the tiny models' byte vocabulary (ids below 288), seeded.
+inline std::vector<int32_t> RandomTokens(int n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& t : ids) t = static_cast<int32_t>(rng.Below(288));
+  return ids;
+}
+
+// max |got - ref| / max |ref| over a row; infinite when `got` is not finite.
+inline double RelErr(const std::vector<float>& ref, const std::vector<float>& got) {
+  double err = 0, scale = 0;
+  for (size_t v = 0; v < ref.size(); ++v) {
+    if (!std::isfinite(got[v])) return INFINITY;
+    err = std::max(err, std::fabs(double(got[v]) - ref[v]));
+    scale = std::max(scale, std::fabs(double(ref[v])));
+  }
+  return err / scale;
 }
 
 }  // namespace spar::testing

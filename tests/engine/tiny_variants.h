@@ -2,7 +2,10 @@
 #ifndef SPAR_TESTS_ENGINE_TINY_VARIANTS_H_
 #define SPAR_TESTS_ENGINE_TINY_VARIANTS_H_
 
+#include <sys/stat.h>
+
 #include <string>
+#include <vector>
 
 #include "engine/make_tiny.h"
 #include "gtest/gtest.h"
@@ -16,6 +19,7 @@ struct TinyVariant {
   bool fp8;
   int layers = 0;
   const char* indexer_pattern = "";
+  TinyQuant quant = TinyQuant::kNone;
 };
 
 inline auto AllTinyVariants() {
@@ -25,6 +29,31 @@ inline auto AllTinyVariants() {
                            TinyVariant{"dsv32-fp8", ModelArch::kDeepseekV32, true},
                            // GLM-5.2-style cross-layer top-k sharing.
                            TinyVariant{"glm5-shared", ModelArch::kGlmMoeDsa, false, 4, "FSFS"});
+}
+
+// The 4-bit make-tiny variants (tools/device/goldens.sh writes their
+// goldens; until they are committed, golden_test skips them).
+inline std::vector<TinyVariant> QuantTinyVariants() {
+  return {TinyVariant{"glm5-awq", ModelArch::kGlmMoeDsa, false, 0, "", TinyQuant::kAwq},
+          TinyVariant{"glm5-gptq", ModelArch::kGlmMoeDsa, false, 0, "", TinyQuant::kGptq},
+          TinyVariant{"glm5-int4-ct", ModelArch::kGlmMoeDsa, false, 0, "", TinyQuant::kInt4Ct},
+          TinyVariant{"glm5-nvfp4", ModelArch::kGlmMoeDsa, false, 0, "", TinyQuant::kNvfp4}};
+}
+
+inline std::string GoldenPath(const TinyVariant& v) { return std::string("tests/data/goldens/") + v.name + ".json"; }
+
+inline bool HasGolden(const TinyVariant& v) {
+  struct stat st;
+  return ::stat(SourcePath(GoldenPath(v)).c_str(), &st) == 0;
+}
+
+// The quantized variants whose golden fixture is in the tree.
+inline std::vector<TinyVariant> QuantTinyVariantsWithGoldens() {
+  std::vector<TinyVariant> out;
+  for (const TinyVariant& v : QuantTinyVariants()) {
+    if (HasGolden(v)) out.push_back(v);
+  }
+  return out;
 }
 
 inline std::string TinyVariantTestName(const ::testing::TestParamInfo<TinyVariant>& info) {
@@ -40,6 +69,7 @@ inline std::string MakeTinyVariant(const TinyVariant& v, const std::string& pref
   MakeTinyOptions o;
   o.arch = v.arch;
   o.fp8 = v.fp8;
+  o.quant = v.quant;
   o.layers = v.layers;
   o.indexer_pattern = v.indexer_pattern;
   o.out_dir = TempDir(prefix + v.name);

@@ -97,6 +97,47 @@ std::vector<Case> Cases() {
       "stopping.stop_token_ids[0]");
   add("top_logprobs_too_many", [](R* r) { r->mutable_response()->set_top_logprobs(21); }, "response.top_logprobs");
   add("request_id_too_long", [](R* r) { r->set_request_id(std::string(257, 'r')); }, "request_id");
+  // Chat inputs (rendered by the model's chat template): each bad message
+  // names its proto field.
+  auto user = [](R* r) -> v1::ChatCompletionMessage* {
+    v1::ChatCompletionMessage* m = r->mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content("hi");
+    return m;
+  };
+  add("chat_no_messages", [](R* r) { r->mutable_chat(); }, "chat.messages must hold at least one message");
+  add("chat_unknown_role", [=](R* r) { user(r)->set_role("robot"); }, "chat.messages[0].role");
+  add("chat_user_without_content", [=](R* r) { user(r)->clear_content(); }, "chat.messages[0].content is required");
+  add("chat_content_and_content_parts", [=](R* r) { user(r)->add_content_parts()->set_type("text"); },
+      "chat.messages[0] sets both content and content_parts");
+  add("chat_image_content_part", [=](R* r) {
+        v1::ChatCompletionMessage* m = user(r);
+        m->clear_content();
+        m->add_content_parts()->set_type("image_url");
+      }, "chat.messages[0].content_parts[0].type");
+  add("chat_tool_calls_on_a_user_message", [=](R* r) { user(r)->add_tool_calls()->mutable_function()->set_name("f"); },
+      "chat.messages[0].tool_calls");
+  add("chat_tool_call_arguments_not_json", [=](R* r) {
+        user(r);
+        v1::ChatCompletionMessage* a = r->mutable_chat()->add_messages();
+        a->set_role("assistant");
+        a->add_tool_calls()->mutable_function()->set_arguments("{not json");
+      }, "chat.messages[1].tool_calls[0].function.arguments");
+  add("chat_tool_without_name", [=](R* r) { user(r); r->mutable_chat()->add_tools()->mutable_function(); },
+      "chat.tools[0].function.name");
+  add("chat_tool_parameters_not_an_object", [=](R* r) {
+        user(r);
+        v1::FunctionDefinition* f = r->mutable_chat()->add_tools()->mutable_function();
+        f->set_name("f");
+        f->set_parameters_json("[1, 2]");
+      }, "chat.tools[0].function.parameters_json");
+  add("chat_template_kwargs_not_an_object", [=](R* r) { user(r); r->mutable_chat()->set_chat_template_kwargs_json("1"); },
+      "chat.chat_template_kwargs_json");
+  add("chat_longer_than_max_model_len", [=](R* r) {
+        std::string t;
+        for (int i = 0; i < kMaxModelLen; ++i) t += " x";
+        user(r)->set_content(t);
+      }, "chat.messages: the prompt has");
   return c;
 }
 

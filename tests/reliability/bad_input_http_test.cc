@@ -103,6 +103,10 @@ std::vector<Case> Cases() {
   chat("chat_message_not_an_object", [](Json* j) { (*j)["messages"] = Json::array({"hi"}); }, "messages[0]");
   chat("chat_role_unknown", [](Json* j) { (*j)["messages"][0]["role"] = "wizard"; }, "messages[0].role");
   chat("chat_content_wrong_type", [](Json* j) { (*j)["messages"][0]["content"] = 5; }, "messages[0].content");
+  chat("chat_message_unknown_field", [](Json* j) { (*j)["messages"][0]["frobnicate"] = 1; }, "messages[0].frobnicate");
+  chat("chat_content_part_unknown_field", [](Json* j) {
+        (*j)["messages"][0]["content"] = Json::array({{{"type", "text"}, {"text", "hi"}, {"colour", "red"}}});
+      }, "messages[0].content[0].colour");
   chat("chat_top_logprobs_too_many", [](Json* j) {
         (*j)["logprobs"] = true;
         (*j)["top_logprobs"] = 21;

@@ -19,6 +19,7 @@
 #include "services/common/health_client.h"
 #include "tests/reliability/grpc_client_util.h"
 #include "tests/services/mixed_requests.h"
+#include "tests/services/metrics_scrape.h"
 #include "tests/services/test_cluster.h"
 
 namespace spar {
@@ -85,18 +86,7 @@ bool WaitNotServing(const std::string& address, absl::Duration timeout) {
 // The value of the first sample of `name` on the scheduler's /metrics
 // (NaN when absent).
 double SchedulerMetric(testing::TestCluster* cluster, const std::string& name) {
-  httplib::Client client("127.0.0.1", cluster->scheduler_metrics_port());
-  client.set_read_timeout(5, 0);
-  auto res = client.Get("/metrics");
-  if (!res || res->status != 200) return std::nan("");
-  std::istringstream lines(res->body);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0) {
-      return std::stod(line.substr(line.rfind(' ') + 1));
-    }
-  }
-  return std::nan("");
+  return testing::ScrapeMetric(cluster->scheduler_metrics_port(), name);
 }
 
 // Runs `requests` and checks every output equals the engine's.

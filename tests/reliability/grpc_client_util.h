@@ -82,6 +82,7 @@ struct StreamRecord {
   int usages = 0;            // messages carrying Usage (one per request)
   bool id_mismatch = false;  // a message for another request id
   v1::FinishInfo finish;
+  v1::Usage usage;  // of the last message carrying one
   absl::Time start, first_message = absl::InfiniteFuture(), end;
 };
 
@@ -107,7 +108,10 @@ StreamRecord StreamCall(v1::Generation::Stub* stub, const v1::GenerateRequest& r
       ++out.finishes;
       out.finish = resp.output().finish();
     }
-    if (resp.has_usage()) ++out.usages;
+    if (resp.has_usage()) {
+      ++out.usages;
+      out.usage = resp.usage();
+    }
   }
   out.status = reader->Finish();
   out.end = absl::Now();

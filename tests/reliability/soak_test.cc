@@ -4,6 +4,8 @@
 //     own id, exactly max_tokens tokens, one finish and one usage message:
 //     no stream lost, duplicated or crossed with another;
 //   * a sample of them equals the single-process engine exactly;
+//   * every tenth shares a prefix of full blocks with others (prefix
+//     caching is on, the default): hits happen, outputs stay exact;
 //   * afterwards no KV block is held, and the scheduler's and workers'
 //     resident memory after warm-up stays within 10%;
 //   * all of it with MTP speculative decoding on (3 drafts, a model whose
@@ -26,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "services/common/daemon.h"
 #include "tests/reliability/grpc_client_util.h"
+#include "tests/services/metrics_scrape.h"
 #include "tests/services/mixed_requests.h"
 #include "tests/services/test_cluster.h"
 
@@ -55,9 +58,15 @@ int EnvInt(const char* name, int fallback) {
 }
 
 // Request i of the soak: short prompts and outputs (the soak is about the
-// serving machinery, not the model), greedy or seeded, deterministic.
+// serving machinery, not the model), greedy or seeded, deterministic. Every
+// tenth first resends one of three conversation prefixes (one full block or
+// more), so concurrent streams share cached blocks.
 GenerationRequest SoakRequest(int i) {
   GenerationRequest r;
+  if (i % 10 == 4) {
+    const int k = (i / 10) % 3;
+    for (int t = 0; t < 64 + 30 * k; ++t) r.prompt.push_back(static_cast<int32_t>((k * 41 + t * 23) % 288));
+  }
   const int len = 1 + (i * 7) % 12;
   for (int t = 0; t < len; ++t) r.prompt.push_back(static_cast<int32_t>((i * 13 + t * 29) % 288));
   r.sampling.temperature = i % 3 == 0 ? 0.0f : 0.8f;
@@ -84,12 +93,15 @@ TEST(SoakTest, TwoThousandStreamsNoneLostOrDuplicatedNoLeaks) {
   const int total = EnvInt("SPAR_SOAK_REQUESTS", 2000);
   const int concurrency = EnvInt("SPAR_SOAK_CONCURRENCY", 64);
   const int warmup = std::min(total / 10, 200);
-  // A reference sample: every 50th request.
+  // A reference sample: every 50th request, and every 50th with a shared prefix.
   std::vector<int> sample;
   std::vector<GenerationRequest> sample_requests;
   for (int i = 0; i < total; i += 50) {
-    sample.push_back(i);
-    sample_requests.push_back(SoakRequest(i));
+    for (int j : {i, i + 4}) {
+      if (j >= total) continue;
+      sample.push_back(j);
+      sample_requests.push_back(SoakRequest(j));
+    }
   }
   const auto want = testing::EngineReference(SpeculativeModel(), sample_requests);  // without speculation
   ASSERT_EQ(want.size(), sample.size());
@@ -158,24 +170,18 @@ TEST(SoakTest, TwoThousandStreamsNoneLostOrDuplicatedNoLeaks) {
   EXPECT_EQ(load.used_kv_blocks(), 0);
   EXPECT_EQ(load.total_kv_blocks(), 128);
   // Drafts were verified and accepted (vLLM's spec-decode counters).
-  httplib::Client metrics("127.0.0.1", cluster->scheduler_metrics_port());
-  auto scraped = metrics.Get("/metrics");
-  ASSERT_TRUE(scraped && scraped->status == 200);
-  auto counter = [&](const std::string& name) {
-    const size_t at = scraped->body.find("\n" + name + "{");
-    if (at == std::string::npos) return -1.0;
-    const size_t value = scraped->body.find("} ", at) + 2;
-    return std::atof(scraped->body.c_str() + value);
-  };
-  EXPECT_GT(counter("vllm:spec_decode_num_draft_tokens_total"), 0) << scraped->body;
-  EXPECT_GT(counter("vllm:spec_decode_num_accepted_tokens_total"), 0) << scraped->body;
+  const int port = cluster->scheduler_metrics_port();
+  EXPECT_GT(testing::ScrapeMetric(port, "vllm:spec_decode_num_draft_tokens_total"), 0);
+  EXPECT_GT(testing::ScrapeMetric(port, "vllm:spec_decode_num_accepted_tokens_total"), 0);
+  const double hits = testing::ScrapeMetric(port, "vllm:prefix_cache_hits_total");
+  EXPECT_GT(hits, 0) << "the shared prefixes were never shared";
 
   // Memory flat after warm-up (within 10%).
   ASSERT_TRUE(measured);
   const Memory end = Measure(cluster.get());
   std::cout << "[soak] " << total << " requests at " << concurrency << " concurrent in " << took << " ("
             << total / absl::ToDoubleSeconds(took) << " req/s), " << load.num_micro_batches()
-            << " micro-batches; RSS KiB scheduler " << after_warmup.scheduler << " -> " << end.scheduler;
+            << " micro-batches, " << hits << " prompt tokens shared from the prefix cache; RSS KiB scheduler " << after_warmup.scheduler << " -> " << end.scheduler;
   for (int w = 0; w < 3; ++w) std::cout << ", worker" << w << " " << after_warmup.workers[w] << " -> " << end.workers[w];
   std::cout << "\n";
   // Under ASan freed memory waits in its quarantine (up to 256 MiB), so

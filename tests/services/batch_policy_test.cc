@@ -10,6 +10,12 @@
 namespace spar {
 namespace {
 
+// A waiting sequence with `n` tokens (kept alive by `store`).
+SeqView Waiting(int64_t id, int n, std::vector<std::vector<int32_t>>* store) {
+  store->emplace_back(n, 7);
+  return {id, 0, n, false, store->back()};
+}
+
 TEST(BlockLedgerTest, GrowFreeAndConsistency) {
   BlockLedger ledger(4);
   EXPECT_EQ(BlockLedger::BlocksFor(0), 0);
@@ -65,7 +71,9 @@ TEST(BatchPolicyTest, DecodesAndPrefillChunksUnderTheBudget) {
   ASSERT_TRUE(ledger.Grow(2, 5).ok());
   // 1: decoding (30 computed of 31); 2: prefill continuing (5 of 20);
   // 3: waiting with a 7-token prompt.
-  BatchDecision d = policy.Plan({{1, 30, 31, false}, {2, 5, 20, false}}, {{3, 0, 7, false}}, &ledger);
+  std::vector<std::vector<int32_t>> tokens;
+  tokens.reserve(1);
+  BatchDecision d = policy.Plan({{1, 30, 31, false}, {2, 5, 20, false}}, {Waiting(3, 7, &tokens)}, &ledger);
   ASSERT_EQ(d.steps.size(), 2u);
   EXPECT_EQ(d.steps[0].seq, 1);
   EXPECT_EQ(d.steps[0].count, 1);
@@ -114,8 +122,10 @@ TEST(BatchPolicyTest, NoAdmissionInARoundThatPreempted) {
   ASSERT_TRUE(ledger.Grow(2, 64).ok());
   ASSERT_TRUE(ledger.Grow(3, 151).ok());  // 3 blocks; the cache is full
   // 1 needs a block: 3, the youngest, is preempted and frees 3 blocks.
+  std::vector<std::vector<int32_t>> tokens;
+  tokens.reserve(1);
   BatchDecision d = policy.Plan({{1, 64, 65, false}, {2, 63, 64, false}, {3, 150, 151, false}},
-                                {{4, 0, 3, false}}, &ledger);
+                                {Waiting(4, 3, &tokens)}, &ledger);
   EXPECT_EQ(d.preempted, std::vector<int64_t>{3});
   ASSERT_EQ(d.steps.size(), 2u);
   EXPECT_EQ(d.steps[0].seq, 1);
@@ -128,7 +138,9 @@ TEST(BatchPolicyTest, NoAdmissionInARoundThatPreempted) {
 TEST(BatchPolicyTest, WaitingHeadThatDoesNotFitBlocksTheQueue) {
   BlockLedger ledger(2);
   BatchPolicy policy({.max_batch_tokens = 512, .max_seqs = 8, .max_running = 8});
-  BatchDecision d = policy.Plan({}, {{1, 0, 200, false}, {2, 0, 3, false}}, &ledger);
+  std::vector<std::vector<int32_t>> tokens;
+  tokens.reserve(2);
+  BatchDecision d = policy.Plan({}, {Waiting(1, 200, &tokens), Waiting(2, 3, &tokens)}, &ledger);
   EXPECT_TRUE(d.steps.empty());  // 1 needs 4 blocks; 2 waits behind it (FCFS)
   EXPECT_EQ(ledger.num_used(), 0);
 }
@@ -137,7 +149,9 @@ TEST(BatchPolicyTest, SequenceCapAndMaxRunning) {
   BlockLedger ledger(16);
   BatchPolicy policy({.max_batch_tokens = 512, .max_seqs = 8, .max_running = 3});
   std::vector<SeqView> waiting;
-  for (int i = 1; i <= 5; ++i) waiting.push_back({i, 0, 4, false});
+  std::vector<std::vector<int32_t>> tokens;
+  tokens.reserve(5);
+  for (int i = 1; i <= 5; ++i) waiting.push_back(Waiting(i, 4, &tokens));
   BatchDecision d = policy.Plan({}, waiting, &ledger, /*seq_cap=*/2);
   EXPECT_EQ(d.admitted, (std::vector<int64_t>{1, 2}));
   d = policy.Plan({{1, 4, 5, true}, {2, 4, 5, true}}, {waiting.begin() + 2, waiting.end()}, &ledger);

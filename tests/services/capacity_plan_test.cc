@@ -133,6 +133,65 @@ TEST(CapacityPlanTest, Glm5OnTwoNodesOfEightA100s) {
   EXPECT_TRUE(Contains(table, "1048576 tokens is beyond max model len")) << table;
 }
 
+// Issue 24: GLM-5 with 4-bit routed experts on one 8 x A100-80GB node.
+TEST(CapacityPlanTest, Glm5FitsOneNodeOfEightA100sWith4BitExperts) {
+  MakeTinyOptions mo = Glm5FullOptions();
+  mo.fp8 = false;
+  for (const char* quant : {"int4", "nvfp4"}) {
+    auto config = TinyModelConfig(mo);
+    ASSERT_TRUE(config.ok());
+    auto format = Glm5ExpertsOnly4Bit(quant);
+    ASSERT_TRUE(format.ok()) << format.status();
+    config->quant.weight_format = *format;
+    CapacityOptions o = Big(8);
+    // The whole 202752-token context does not fit next to the weights ...
+    EXPECT_FALSE(PlanCapacity(*config, o).ok()) << quant;
+    // ... a context of ~100K tokens does.
+    const int64_t longest = LongestServableContext(*config, o);
+    EXPECT_GT(longest, 90000) << quant;
+    EXPECT_EQ(longest % 64, 0);
+    o.max_model_len = longest;
+    auto plan = PlanCapacity(*config, o);
+    ASSERT_TRUE(plan.ok()) << quant << ": " << plan.status();
+    EXPECT_GE(plan->cache_tokens(), longest);
+    o.max_model_len = longest + 64;
+    EXPECT_FALSE(PlanCapacity(*config, o).ok()) << quant;
+    // 75 MoE layers x 32 experts per GPU x (gate+up as one SiLU pair, down)
+    // in the W4A16 kernel's layout: codes + fp32 scale and uint8 zero per
+    // 128 (int4), or codes + an e4m3 scale per 16 + the global scale (nvfp4).
+    const bool fp4 = std::string(quant) == "nvfp4";
+    const int64_t expert = fp4 ? (4096 * 3072 + 4096 * 384 + 4) + (6144 * 1024 + 6144 * 128 + 4)
+                               : (4096 * 3072 + 4096 * 48 * 5) + (6144 * 1024 + 6144 * 16 * 5);
+    EXPECT_EQ(plan->stages[0].weights.routed_experts, 75 * 32 * expert) << quant;
+    const std::string table = FormatCapacityPlan(*config, o, *plan, {8192, 32768});
+    EXPECT_TRUE(Contains(table, "1 stage(s) x TP 8 = 8 GPUs")) << table;
+    EXPECT_TRUE(Contains(table, fp4 ? "NVFP4" : "AWQ (int4, group 128")) << table;
+    std::cout << quant << ": GLM-5 on 8 x A100-80GB, max model len " << longest << ", " << plan->cache_tokens()
+              << " KV tokens, " << plan->stages[0].weights.total() / double(1 << 30) << " GiB of weights per GPU\n";
+  }
+  EXPECT_FALSE(Glm5ExpertsOnly4Bit("int8").ok());
+}
+
+// A 4-bit checkpoint's own config: the routed experts of the tiny AWQ model
+// in the kernel layout (gate+up as a SiLU pair, group 64).
+TEST(CapacityPlanTest, FourBitCheckpointCountsTheKernelLayout) {
+  MakeTinyOptions mo;
+  mo.quant = TinyQuant::kAwq;
+  auto config = TinyModelConfig(mo);
+  ASSERT_TRUE(config.ok());
+  auto plan = PlanCapacity(*config, Big(1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 2 MoE layers x 16 experts x (pair 384 x 256, down 256 x 192), rows padded to 64.
+  const int64_t expert = (384 * 128 + 384 * 4 * 5) + (256 * 96 + 256 * 3 * 5);
+  EXPECT_EQ(plan->stages[0].weights.routed_experts, 2 * 16 * expert);
+  // AWQ keeps the indexer unconverted: bf16, like the bf16 model's.
+  MakeTinyOptions bo;
+  auto bf16 = PlanCapacity(*TinyModelConfig(bo), Big(1));
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_EQ(plan->stages[0].weights.indexer, bf16->stages[0].weights.indexer);
+  EXPECT_LT(plan->stages[0].weights.attention, bf16->stages[0].weights.attention);
+}
+
 TEST(CapacityPlanTest, BalancedSplitGivesTheSmallestStageMoreCache) {
   auto config = TinyModelConfig(Glm5FullOptions());
   ASSERT_TRUE(config.ok());

@@ -10,6 +10,14 @@
 // accepted, and the proposals for the next step are the true continuation
 // with every few tokens deliberately wrong, so steps accept some drafts
 // and reject others. The drafting's positions must be in the block table.
+// The MTP layer's own cache is modelled too: its row at a position holds
+// the token after it that the row read (the next prompt token, an accepted
+// draft or the target's token); rows of rejected drafts and the drafting's
+// positions hold garbage until a later step rewrites them. Every step of a
+// speculative sequence checks the rows before its kept end read back
+// through the block table, so a shared block whose MTP rows another
+// sequence computed with another next token (a prefix-cache key that
+// ignored the token after the block) fails the micro-batch.
 #ifndef SPAR_TESTS_SERVICES_FAKE_STAGES_H_
 #define SPAR_TESTS_SERVICES_FAKE_STAGES_H_
 
@@ -26,7 +34,8 @@ namespace spar::testing {
 
 class FakeStages {
  public:
-  FakeStages(int64_t num_blocks, int32_t vocab) : cache_(num_blocks * kCacheBlockTokens, -1), vocab_(vocab) {}
+  FakeStages(int64_t num_blocks, int32_t vocab)
+      : cache_(num_blocks * kCacheBlockTokens, -1), mtp_(num_blocks * kCacheBlockTokens, -1), vocab_(vocab) {}
 
   MicroBatchResult Execute(const MicroBatchPlan& plan) {
     MicroBatchResult r;
@@ -34,7 +43,17 @@ class FakeStages {
     for (int64_t id : plan.release) states_.Release(id);
     for (const PlannedSequence& p : plan.seqs) {
       const SequenceStep& s = p.step;
-      if (p.sampling) states_.Create(s.seq_id, *p.sampling);
+      if (p.sampling) {
+        // As the last stage does: a sequence starts after its cached prefix.
+        if (static_cast<size_t>(s.start_pos) != p.sampling->cached_tokens.size()) {
+          r.status = absl::InvalidArgumentError(absl::StrCat("seq ", s.seq_id, ": sampling state at start_pos ",
+                                                             s.start_pos, " with ", p.sampling->cached_tokens.size(),
+                                                             " cached tokens"));
+          return r;
+        }
+        states_.Create(s.seq_id, *p.sampling);
+        if (s.start_pos > 0) states_.Observe(s.seq_id, 0, p.sampling->cached_tokens).IgnoreError();
+      }
       const size_t drafts = p.speculation ? static_cast<size_t>(p.speculation->num_draft_tokens) : 0;
       if (p.speculation && s.num_logits == 0 && !p.speculation->next_token) {
         r.status = absl::InvalidArgumentError(absl::StrCat("seq ", s.seq_id, ": speculative chunk without next token"));
@@ -58,7 +77,20 @@ class FakeStages {
     // Sample after every write of the micro-batch, as a real forward does.
     for (const PlannedSequence& p : plan.seqs) {
       const SequenceStep& s = p.step;
-      if (s.num_logits == 0) continue;
+      if (s.num_logits == 0) {
+        if (!p.speculation) continue;
+        // The MTP layer over a prefill chunk: row j reads the token after it.
+        const int32_t end = s.start_pos + static_cast<int32_t>(s.tokens.size());
+        for (int32_t pos = s.start_pos; pos < end; ++pos) {
+          const size_t j = static_cast<size_t>(pos - s.start_pos);
+          Mtp(s, pos) = j + 1 < s.tokens.size() ? s.tokens[j + 1] : *p.speculation->next_token;
+        }
+        if (absl::Status st = CheckMtpRows(s, end, *p.speculation->next_token); !st.ok()) {
+          r.status = st;
+          return r;
+        }
+        continue;
+      }
       auto req = states_.Request(s.seq_id);
       if (!req.ok()) {
         r.status = req.status();
@@ -86,8 +118,26 @@ class FakeStages {
         return r;
       }
       SpeculationOutcome o{s.seq_id, n, accepted, {}};
+      // The MTP layer over the step's rows: the known ones read the token
+      // after them, sampled ones the target's; rows past the kept ones get
+      // garbage here (what they read is never used).
+      const int32_t kept_end = known_end + accepted;
+      const int32_t sampled_from = known_end - 1;
+      for (int32_t pos = s.start_pos; pos < known_end + n; ++pos) {
+        const size_t j = static_cast<size_t>(pos - s.start_pos);
+        if (pos < sampled_from) {
+          Mtp(s, pos) = s.tokens[j + 1];
+        } else {
+          const int row = pos - sampled_from;
+          Mtp(s, pos) = row <= accepted ? target[row] : -2;
+        }
+      }
+      if (absl::Status st = CheckMtpRows(s, kept_end, target.back()); !st.ok()) {
+        r.status = st;
+        return r;
+      }
       // Proposals: the true continuation, every few one deliberately wrong.
-      seq.resize(known_end + accepted);
+      seq.resize(kept_end);
       seq.push_back(target.back());
       // The MTP layer's recurrent steps write the positions after the last
       // kept row (known_end + accepted - 1), one per further draft.
@@ -103,6 +153,8 @@ class FakeStages {
         if ((d + seq.size()) % 3 == 0) d = (d + 1) % vocab_;
         o.drafts.push_back(d);
         seq.push_back(d);
+        // The recurrent step for the next draft writes the next position.
+        if (i + 1 < wanted) Mtp(s, kept_end + i) = -3;
       }
       r.speculation.push_back(std::move(o));
     }
@@ -112,6 +164,25 @@ class FakeStages {
   size_t num_states() const { return states_.size(); }
 
  private:
+  int32_t& Mtp(const SequenceStep& s, int32_t pos) {
+    return mtp_[s.block_table[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens];
+  }
+  int32_t Cached(const SequenceStep& s, int32_t pos) const {
+    return cache_[s.block_table[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens];
+  }
+  // The MTP rows at [0, end) of `s` read the tokens the sequence has after
+  // them (`next` after the last).
+  absl::Status CheckMtpRows(const SequenceStep& s, int32_t end, int32_t next) {
+    for (int32_t pos = 0; pos < end; ++pos) {
+      const int32_t want = pos + 1 < end ? Cached(s, pos + 1) : next;
+      if (Mtp(s, pos) != want) {
+        return absl::InternalError(absl::StrCat("seq ", s.seq_id, ": the MTP row at position ", pos, " read token ",
+                                                Mtp(s, pos), ", the sequence has ", want, " after it"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // The token after seq[0, end), output index `step`.
   int32_t Next(const std::vector<int32_t>& seq, int32_t end, uint64_t seed, uint64_t step) const {
     uint64_t h = 1469598103934665603ull ^ seed;
@@ -121,6 +192,7 @@ class FakeStages {
   }
 
   std::vector<int32_t> cache_;
+  std::vector<int32_t> mtp_;  // the MTP layer's cache rows: the token each read
   int32_t vocab_;
   SamplingStates states_;
 };

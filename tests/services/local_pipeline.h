@@ -41,6 +41,8 @@ class LocalPipeline : public Pipeline {
       o.num_speculative_tokens = num_speculative_tokens;
       auto exec = StageExecutor::Load(o);
       if (!exec.ok()) return exec.status();
+      p->info_.cache_dtypes.push_back(absl::StrCat(LatentFormatName((*exec)->cache_formats().latent), "/",
+                                                   IndexerFormatName((*exec)->cache_formats().indexer)));
       p->stages_.push_back(std::move(*exec));
     }
     p->info_.num_speculative_tokens = p->stages_.back()->num_speculative_tokens();

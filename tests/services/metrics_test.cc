@@ -151,13 +151,25 @@ TEST(SchedulerMetricsTest, RefreshSetsGaugesAndCountsOnlyCounterGrowth) {
   g.in_flight = 2;
   g.stages = 2;
   g.pipeline_ready = true;
+  g.prefix_caching = true;
+  g.cache_dtype = "bf16/fp8,bf16/fp8";
+  g.prefix_cache_queries = 4136;
+  g.prefix_cache_hits = 4096;
+  g.prefix_cache_blocks = 64;
+  g.prefill_tokens = 40;
   m.Refresh(g);
   std::string text = RenderPrometheusText(registry);
   EXPECT_EQ(Sample(text, "vllm:num_requests_running{model_name=\"tiny\"}"), 3);
   EXPECT_EQ(Sample(text, "vllm:num_requests_waiting{model_name=\"tiny\"}"), 5);
   EXPECT_DOUBLE_EQ(Sample(text, "vllm:kv_cache_usage_perc{model_name=\"tiny\"}"), 0.25);
-  EXPECT_EQ(Sample(text, "vllm:cache_config_info{block_size=\"64\",model_name=\"tiny\",num_gpu_blocks=\"64\"}"), 1);
+  const std::string info = "vllm:cache_config_info{block_size=\"64\",cache_dtype=\"bf16/fp8,bf16/fp8\","
+                           "enable_prefix_caching=\"True\",model_name=\"tiny\",num_gpu_blocks=";
+  EXPECT_EQ(Sample(text, info + "\"64\"}"), 1);
   EXPECT_EQ(Sample(text, "vllm:num_preemptions_total{model_name=\"tiny\"}"), 7);
+  EXPECT_EQ(Sample(text, "vllm:prefix_cache_queries_total{model_name=\"tiny\"}"), 4136);
+  EXPECT_EQ(Sample(text, "vllm:prefix_cache_hits_total{model_name=\"tiny\"}"), 4096);
+  EXPECT_EQ(Sample(text, "spar_prefix_cache_blocks"), 64);
+  EXPECT_EQ(Sample(text, "spar_prefill_tokens_total"), 40);
   EXPECT_EQ(Sample(text, "spar_micro_batches_in_flight"), 2);
   EXPECT_EQ(Sample(text, "spar_pipeline_ready"), 1);
   // A reconnected pipeline (new core) restarts its counts from lower
@@ -169,8 +181,8 @@ TEST(SchedulerMetricsTest, RefreshSetsGaugesAndCountsOnlyCounterGrowth) {
   m.Refresh(g);
   text = RenderPrometheusText(registry);
   EXPECT_EQ(Sample(text, "vllm:num_preemptions_total{model_name=\"tiny\"}"), 9);
-  EXPECT_EQ(Sample(text, "vllm:cache_config_info{block_size=\"64\",model_name=\"tiny\",num_gpu_blocks=\"32\"}"), 1);
-  EXPECT_TRUE(std::isnan(Sample(text, "vllm:cache_config_info{block_size=\"64\",model_name=\"tiny\",num_gpu_blocks=\"64\"}")));
+  EXPECT_EQ(Sample(text, info + "\"32\"}"), 1);
+  EXPECT_TRUE(std::isnan(Sample(text, info + "\"64\"}")));
   EXPECT_EQ(Sample(text, "spar_draining"), 1);
   EXPECT_EQ(Sample(text, "spar_pipeline_ready"), 0);
 }

@@ -59,7 +59,7 @@ struct Harness {
   }
 };
 
-std::unique_ptr<Harness> Start(SchedulerOptions so = {}, HttpServerOptions ho = {}, bool start_scheduler = true) {
+std::unique_ptr<Harness> Start(SchedulerOptions so = {}, OpenAiServerOptions ho = {}, bool start_scheduler = true) {
   auto h = std::make_unique<Harness>();
   auto config = LoadModelConfig(TinyModel() + "/config.json");
   EXPECT_TRUE(config.ok());
@@ -75,10 +75,8 @@ std::unique_ptr<Harness> Start(SchedulerOptions so = {}, HttpServerOptions ho = 
   auto tmpl = ChatTemplate::FromTokenizerConfig(TinyTokenizerConfigJson());
   EXPECT_TRUE(tmpl.ok());
   h->chat_template = std::move(*tmpl);
-  ho.host = "127.0.0.1";
-  ho.port = 0;
-  ho.threads = 8;
-  ho.poll_interval = absl::Milliseconds(20);
+  ho.http.host = "127.0.0.1";
+  ho.http.port = 0;
   h->server = std::make_unique<OpenAiHttpServer>(h->scheduler.get(), h->chat_template.get(), ho);
   auto port = h->server->Start();
   EXPECT_TRUE(port.ok()) << port.status();
@@ -261,8 +259,8 @@ TEST(OpenAiHttpTest, StopStringsCutTheText) {
 }
 
 TEST(OpenAiHttpTest, ErrorsAreOpenAiShaped) {
-  HttpServerOptions ho;
-  ho.max_body_bytes = 4096;
+  OpenAiServerOptions ho;
+  ho.http.max_body_bytes = 4096;
   auto h = Start({}, ho);
   auto c = h->Client();
   ExpectError(c.Post("/v1/completions", "{not json", "application/json"), 400, "invalid_request_error");
@@ -298,7 +296,7 @@ TEST(OpenAiHttpTest, ErrorsAreOpenAiShaped) {
 TEST(OpenAiHttpTest, ApiKeyGuardsTheV1Routes) {
   auto keys = ApiKeys::FromList({"sk-test-key", "sk-second"});
   ASSERT_TRUE(keys.ok());
-  HttpServerOptions ho;
+  OpenAiServerOptions ho;
   ho.api_keys = &*keys;
   auto h = Start({}, ho);
   auto c = h->Client();
@@ -317,6 +315,29 @@ TEST(OpenAiHttpTest, ApiKeyGuardsTheV1Routes) {
   auto health = c.Get("/health");  // probes need no key
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+}
+
+TEST(OpenAiHttpTest, AddedGetRoutesNeedNoKeyAndAnswerOnTheApiPort) {
+  auto h = Start();
+  auto keys = ApiKeys::FromList({"sk-test-key"});
+  ASSERT_TRUE(keys.ok());
+  OpenAiServerOptions ho;
+  ho.http.host = "127.0.0.1";
+  ho.api_keys = &*keys;
+  OpenAiHttpServer server(h->scheduler.get(), h->chat_template.get(), ho);
+  server.AddGet("/readyz", [] { return OpenAiHttpServer::Reply{503, "text/plain", "not ready: loading\n"}; });
+  auto port = server.Start();
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client c("127.0.0.1", *port);
+  auto ready = c.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_EQ(ready->body, "not ready: loading\n");
+  EXPECT_EQ(ready->get_header_value("Content-Type"), "text/plain");
+  ExpectError(c.Post("/readyz", "{}", "application/json"), 405, "invalid_request_error", nullptr,
+              "method_not_allowed");
+  ExpectError(c.Get("/v1/models"), 401, "invalid_request_error", nullptr, "invalid_api_key");
+  server.Stop();
 }
 
 TEST(OpenAiHttpTest, NotReadyAndDrainingAre503AndAFullQueueIs429) {

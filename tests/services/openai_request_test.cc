@@ -210,6 +210,9 @@ TEST(OpenAiRequestTest, EveryBadFieldIsNamed) {
       {true, R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]})",
        "messages[0].tool_calls[0].function.name"},
       {true, R"({"messages":[{"role":"user","content":"x","tool_call_id":"a"}]})", "messages[0].tool_call_id"},
+      {true, R"({"messages":[{"role":"user","content":"x","frobnicate":1}]})", "messages[0].frobnicate"},
+      {true, R"({"messages":[{"role":"user","content":[{"type":"text","text":"x","colour":"red"}]}]})",
+       "messages[0].content[0].colour"},
       {true, R"({)" + msg + R"(,"logprobs":3})", "logprobs"},
       {true, R"({)" + msg + R"(,"top_logprobs":2})", "top_logprobs"},
       {true, R"({)" + msg + R"(,"logprobs":true,"top_logprobs":21})", "top_logprobs"},
@@ -236,6 +239,21 @@ TEST(OpenAiRequestTest, EveryBadFieldIsNamed) {
     EXPECT_EQ(e.type, "invalid_request_error");
     EXPECT_EQ(e.param.value_or(""), c.param);
   }
+}
+
+TEST(OpenAiRequestTest, MessageFieldsOfOpenAiAndVllmAreAccepted) {
+  // What clients send, and echo back of an earlier answer (OpenAI's
+  // message object; vLLM's reasoning_content).
+  auto r = ParseChatRequest(R"({"messages":[
+      {"role":"system","content":"s","name":"sys"},
+      {"role":"user","content":[{"type":"text","text":"q"}],"name":"alice"},
+      {"role":"assistant","content":null,"refusal":null,"annotations":[],"audio":null,"function_call":null,
+       "reasoning_content":"thought","tool_calls":[{"id":"c1","type":"function",
+        "function":{"name":"f","arguments":"{}"}}]},
+      {"role":"tool","tool_call_id":"c1","content":"r"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->messages[2]["reasoning_content"], "thought");
+  EXPECT_FALSE(r->messages[2].contains("refusal"));  // accepted, not passed to the template
 }
 
 TEST(OpenAiRequestTest, BodiesThatAreNotJsonObjects) {

@@ -10,70 +10,16 @@
 #include <set>
 
 #include "gtest/gtest.h"
-#include "tests/services/fake_stages.h"
+#include "tests/services/core_driver.h"
 
 namespace spar {
 namespace {
 
-constexpr int32_t kVocab = 1000;
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> p(n);
-  for (int i = 0; i < n; ++i) p[i] = (i * 37 + salt * 101) % kVocab;
-  return p;
-}
-
-SequenceRequest Seq(int prompt_len, int max_tokens, uint64_t seed, int salt = 0) {
-  SequenceRequest r;
-  r.prompt = Prompt(prompt_len, salt);
-  r.max_tokens = max_tokens;
-  r.sampling.seed = seed;
-  r.ignore_eos = true;
-  return r;
-}
-
-CoreOptions Options(int64_t blocks, int64_t budget = 512, int in_flight = 1) {
-  CoreOptions o;
-  o.num_blocks = blocks;
-  o.limits.max_batch_tokens = budget;
-  o.max_in_flight = in_flight;
-  o.max_model_len = 4096;
-  o.balance = false;
-  return o;
-}
-
-struct RunResult {
-  std::map<int64_t, std::vector<int32_t>> outputs;
-  std::map<int64_t, SeqFinish> finishes;
-  int micro_batches = 0;
-};
-
-// Runs the core to completion against the fake pipeline, keeping up to
-// max_in_flight micro-batches "on the wire" and returning results in order.
-// Checks the block ledger after every step.
-RunResult Drive(SchedulerCore& core, testing::FakeStages& fake,
-                const std::function<void(const MicroBatchPlan&)>& inspect = nullptr) {
-  RunResult out;
-  std::deque<MicroBatchPlan> wire;
-  const absl::Time now = absl::UnixEpoch();
-  for (int iter = 0; iter < 100000; ++iter) {
-    while (auto plan = core.NextMicroBatch(now)) {
-      if (inspect) inspect(*plan);
-      wire.push_back(std::move(*plan));
-      ++out.micro_batches;
-    }
-    if (wire.empty()) break;
-    MicroBatchResult r = fake.Execute(wire.front());
-    wire.pop_front();
-    EXPECT_TRUE(r.status.ok()) << r.status;
-    for (const SeqEvent& e : core.OnResult(r)) {
-      if (e.token) out.outputs[e.seq].push_back(e.token->token);
-      if (e.finish) out.finishes[e.seq] = *e.finish;
-    }
-    EXPECT_TRUE(core.ledger().CheckConsistency().ok()) << core.ledger().CheckConsistency();
-  }
-  return out;
-}
+using testing::Drive;
+using testing::kVocab;
+using testing::Options;
+using testing::RunResult;
+using testing::Seq;
 
 int64_t Tokens(const MicroBatchPlan& p) {
   int64_t n = 0;

@@ -1,10 +1,12 @@
 // The Scheduler (admission, batching, preemption, text, stop strings,
 // aborts, deadlines) over an in-process pipeline of real stage executors
 // (3 stages of the make-tiny GLM-5): outputs equal the single-process
-// Engine's for the same requests and seeds, under chunked prefill and
-// preemption; blocks are freed at once on abort and deadline.
+// Engine's for the same requests and seeds, under chunked prefill,
+// preemption and prefix caching; blocks are freed at once on abort and
+// deadline.
 #include "services/scheduler/scheduler.h"
 
+#include "base/rng.h"
 #include "engine/make_tiny.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_util.h"
@@ -93,6 +95,80 @@ TEST(SchedulerLocalTest, MatchesTheEngineUnderChunkingAndPreemption) {
   // Finished sequences' sampling states are released on the last stage.
   for (int i = 0; i < 100 && h.pipeline->sampling_states() > 0; ++i) absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(h.pipeline->sampling_states(), 0u);
+}
+
+// Prefix caching over real stages: requests sharing prefixes (chat turns
+// resending a conversation), in two waves so the second shares what the
+// first computed, greedy and seeded (penalties included: the last stage's
+// history must hold the skipped prompt), chunked prefill, n = 2:
+// bit-identical to the single-process engine with caching on and off, and
+// with it on the second wave computes little more than its suffixes.
+TEST(SchedulerLocalTest, SharedPrefixesMatchTheEngineWithAndWithoutCaching) {
+  Rng rng(5);
+  std::vector<int32_t> prefix(140);
+  for (auto& t : prefix) t = static_cast<int32_t>(rng.Below(288));
+  std::vector<std::vector<GenerationRequest>> waves(2);
+  auto base = testing::MixedRequests(6, 3);
+  for (size_t i = 0; i < base.size(); ++i) {
+    GenerationRequest r = base[i];
+    r.prompt.resize(std::min<size_t>(r.prompt.size(), 12));
+    r.prompt.insert(r.prompt.begin(), prefix.begin(), prefix.begin() + (i % 2 ? 140 : 128));
+    r.max_tokens = 1 + static_cast<int>(i % 5);
+    waves[i / 3].push_back(r);
+  }
+  std::vector<GenerationRequest> all = waves[0];
+  all.insert(all.end(), waves[1].begin(), waves[1].end());
+  auto want = testing::EngineReference(TinyModel(), all);
+  GenerateParams n2 = FromEngineRequest(all[1]);
+  n2.n = 2;
+  std::vector<GenerationRequest> siblings = {all[1], all[1]};
+  siblings[1].seed = *all[1].seed + 1;
+  auto want_n2 = testing::EngineReference(TinyModel(), siblings);
+  for (bool caching : {true, false}) {
+    SchedulerOptions so;
+    so.enable_prefix_caching = caching;
+    so.limits.max_batch_tokens = 100;
+    Harness h = Start(so, 3, /*blocks=*/10);
+    size_t next = 0;
+    uint64_t prompt_tokens = 0;
+    for (const auto& wave : waves) {
+      std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
+      for (const auto& r : wave) {
+        sinks.push_back(std::make_shared<testing::CollectingSink>());
+        ASSERT_TRUE(h.scheduler->Submit(FromEngineRequest(r), sinks.back()).ok());
+        prompt_tokens += r.prompt.size();
+      }
+      const uint64_t before = h.scheduler->Load().core.prefill_tokens;
+      for (size_t i = 0; i < sinks.size(); ++i, ++next) {
+        ASSERT_TRUE(sinks[i]->Wait()) << "request " << next;
+        ASSERT_TRUE(sinks[i]->status().ok()) << sinks[i]->status();
+        ExpectSame(want[next], sinks[i]->seqs().at(0), next);
+        EXPECT_EQ(sinks[i]->usage()->cached_prompt_tokens % kCacheBlockTokens, 0);
+      }
+      if (caching && &wave == &waves[1]) {
+        EXPECT_LT(h.scheduler->Load().core.prefill_tokens - before, prompt_tokens / 2)
+            << "the second wave shares the prefix the first computed";
+      }
+    }
+    auto sink = std::make_shared<testing::CollectingSink>();
+    ASSERT_TRUE(h.scheduler->Submit(n2, sink).ok());
+    ASSERT_TRUE(sink->Wait());
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    for (int i = 0; i < 2; ++i) ExpectSame(want_n2[i], sink->seqs().at(i), 100 + i);
+    const LoadInfo load = h.scheduler->Load();
+    EXPECT_EQ(load.core.used_blocks, 0);
+    EXPECT_EQ(load.prefix_caching, caching);
+    if (caching) {
+      EXPECT_GT(load.core.prefix_cache.hits, 0u);
+      EXPECT_GT(load.core.prefix_cache.queries, load.core.prefix_cache.hits);
+      // This prompt ran before: the first sequence shares all its full blocks.
+      EXPECT_EQ(sink->usage()->cached_prompt_tokens, (all[1].prompt.size() - 1) / kCacheBlockTokens * kCacheBlockTokens);
+    } else {
+      EXPECT_EQ(load.core.prefix_cache.queries, 0u);
+      EXPECT_EQ(sink->usage()->cached_prompt_tokens, 0);
+    }
+    EXPECT_EQ(load.cache_dtype, "fp32/fp32,fp32/fp32,fp32/fp32");
+  }
 }
 
 TEST(SchedulerLocalTest, TextStopStringsAndSeveralSequences) {

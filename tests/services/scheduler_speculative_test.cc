@@ -11,68 +11,39 @@
 
 #include "gtest/gtest.h"
 #include "services/scheduler/scheduler_core.h"
+#include "tests/services/core_driver.h"
 #include "tests/services/fake_stages.h"
 
 namespace spar {
 namespace {
 
-constexpr int32_t kVocab = 1000;
+using testing::kVocab;
+using testing::RunResult;
+using testing::Seq;
 
-SequenceRequest Seq(int prompt_len, int max_tokens, uint64_t seed, int salt = 0) {
-  SequenceRequest r;
-  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back((i * 37 + salt * 101) % kVocab);
-  r.max_tokens = max_tokens;
-  r.sampling.seed = seed;
-  r.ignore_eos = true;
-  return r;
-}
-
-CoreOptions Options(int64_t blocks, int k, int64_t budget = 512, int in_flight = 1) {
-  CoreOptions o;
-  o.num_blocks = blocks;
-  o.limits.max_batch_tokens = budget;
+CoreOptions Options(int64_t blocks, int k, int64_t budget = 512, int in_flight = 1, bool prefix_caching = true) {
+  CoreOptions o = testing::Options(blocks, budget, in_flight);
   o.limits.num_speculative_tokens = k;
-  o.max_in_flight = in_flight;
-  o.max_model_len = 4096;
-  o.balance = false;
+  o.enable_prefix_caching = prefix_caching;
   return o;
 }
 
-struct RunResult {
-  std::map<int64_t, std::vector<int32_t>> outputs;
-  std::map<int64_t, SeqFinish> finishes;
-  int micro_batches = 0;
-};
-
-// Runs the core to completion with up to max_in_flight micro-batches on the
-// "wire"; checks the ledger and the plan invariants after every step.
+// testing::Drive (which checks the ledger and every plan's writes) with the
+// plans' speculation invariants checked and no sequence failing.
 RunResult Drive(SchedulerCore& core, testing::FakeStages& fake, int k) {
-  RunResult out;
-  std::deque<MicroBatchPlan> wire;
-  for (int iter = 0; iter < 100000; ++iter) {
-    while (auto plan = core.NextMicroBatch(absl::UnixEpoch())) {
-      for (const PlannedSequence& p : plan->seqs) {
-        EXPECT_EQ(p.speculation.has_value(), k > 0);
-        if (!p.speculation) continue;
-        const int d = p.speculation->num_draft_tokens;
-        EXPECT_LE(d, k);
-        EXPECT_LE(p.speculation->num_drafts_wanted, k);
-        EXPECT_EQ(p.step.num_logits, p.step.num_logits == 0 ? 0 : d + 1);
-        EXPECT_EQ(p.speculation->next_token.has_value(), p.step.num_logits == 0);
-      }
-      wire.push_back(std::move(*plan));
-      ++out.micro_batches;
+  RunResult out = testing::Drive(core, fake, [&](const MicroBatchPlan& plan) {
+    for (const PlannedSequence& p : plan.seqs) {
+      EXPECT_EQ(p.speculation.has_value(), k > 0);
+      if (!p.speculation) continue;
+      const int d = p.speculation->num_draft_tokens;
+      EXPECT_LE(d, k);
+      EXPECT_LE(p.speculation->num_drafts_wanted, k);
+      EXPECT_EQ(p.step.num_logits, p.step.num_logits == 0 ? 0 : d + 1);
+      EXPECT_EQ(p.speculation->next_token.has_value(), p.step.num_logits == 0);
     }
-    if (wire.empty()) break;
-    MicroBatchResult r = fake.Execute(wire.front());
-    wire.pop_front();
-    EXPECT_TRUE(r.status.ok()) << r.status;
-    for (const SeqEvent& e : core.OnResult(r)) {
-      if (e.token) out.outputs[e.seq].push_back(e.token->token);
-      if (e.finish) out.finishes[e.seq] = *e.finish;
-      if (e.finish && !e.finish->status.ok()) ADD_FAILURE() << "seq " << e.seq << ": " << e.finish->status;
-    }
-    EXPECT_TRUE(core.ledger().CheckConsistency().ok()) << core.ledger().CheckConsistency();
+  });
+  for (const auto& [id, f] : out.finishes) {
+    if (!f.status.ok()) ADD_FAILURE() << "seq " << id << ": " << f.status;
   }
   return out;
 }

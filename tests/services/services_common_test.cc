@@ -69,16 +69,17 @@ TEST(WorkerConvertTest, PlanRoundTripAndValidation) {
   plan.id = 12;
   PlannedSequence p;
   p.step.seq_id = 3;
-  p.step.start_pos = 0;
+  p.step.start_pos = 64;  // after a prefix-cache hit
   p.step.tokens = {1, 2, 3};
-  p.step.block_table = {4};
+  p.step.block_table = {7, 4};
   p.step.num_logits = 1;
   SequenceSampling s;
   s.params.temperature = 0.7f;
   s.params.top_k = 5;
   s.params.seed = 99;
-  s.prompt_len = 3;
+  s.prompt_len = 67;
   s.top_logprobs = 2;
+  s.cached_tokens.assign(64, 5);
   p.sampling = s;
   plan.seqs.push_back(p);
   plan.release = {8, 9};
@@ -91,6 +92,8 @@ TEST(WorkerConvertTest, PlanRoundTripAndValidation) {
   EXPECT_EQ(back->seqs[0].step.tokens, p.step.tokens);
   EXPECT_EQ(back->seqs[0].sampling->params.seed, 99u);
   EXPECT_EQ(back->seqs[0].sampling->params.top_k, 5);
+  EXPECT_EQ(back->seqs[0].sampling->cached_tokens, s.cached_tokens);
+  EXPECT_EQ(back->seqs[0].step.start_pos, 64);
   EXPECT_EQ(back->release, plan.release);
 
   wire.mutable_seqs(0)->set_num_logits(2);

@@ -8,6 +8,8 @@
 #      SPAR_AB_CONTEXTS), then the new one with --op-profile at batch 1 and,
 #      with SPAR_AB_LONG_CONTEXTS, at batch 1 and those contexts.
 # The benchmarks run first (their time is known), then the tests.
+# 4. optional: SPAR_AB_INDEXER=1 indexer_bench's top-k section, SPAR_AB_HOP=1
+#    tools/device/stage_hop_gpu.sh, SPAR_AB_EXTRA: more commands, one a line.
 # Bundles: .bundle-gpu (new; built with ../shared/scripts/bundle.sh from
 # build/ with -DSPAR_CUDA_CODE=sm90) and .bundle-before (old: engine_bench and
 # cuda_parity_gpu_test), each carried as a .tar.xz in .bundle-z/.
@@ -64,9 +66,29 @@ if [[ ${SPAR_AB_SUITE:-1} == 1 ]]; then
     summary+=("parity printed numbers: DIFFER ($(wc -l < "$out/parity_diff.txt") lines, parity_diff.txt)")
   fi
 fi
+# Optional sections: the indexer benchmark's top-k table, two cuda stages on
+# one GPU, and extra commands (each a line of SPAR_AB_EXTRA; their output
+# goes to extra_N.log).
+if [[ ${SPAR_AB_INDEXER:-0} == 1 ]]; then
+  ( source .bundle-gpu/env.sh; timeout 200 .bundle-gpu/bin/indexer_bench topk > "$out/indexer_topk.log" 2>&1 )
+  summary+=("indexer_bench topk: rc=$?")
+fi
+if [[ ${SPAR_AB_HOP:-0} == 1 ]]; then
+  OUT=$out timeout 200 bash tools/device/stage_hop_gpu.sh > "$out/stage_hop.log" 2>&1
+  summary+=("stage_hop_gpu: rc=$? $(tail -1 "$out/stage_hop.log")")
+fi
+n=0
+while IFS= read -r cmd; do
+  [[ -z $cmd ]] && continue
+  n=$((n + 1))
+  ( source .bundle-gpu/env.sh; OUT=$out/extra_$n; mkdir -p "$OUT"; export OUT; timeout ${SPAR_AB_EXTRA_TIMEOUT:-300} bash -c "$cmd" ) \
+    > "$out/extra_$n.log" 2>&1
+  summary+=("extra $n ($cmd): rc=$?")
+done <<< "${SPAR_AB_EXTRA:-}"
 for f in "$out"/bench_before_*.log "$out"/bench_gpu_*.log "$out"/bench_long.log; do
   [[ -f $f ]] && { echo "== $(basename $f)"; grep -E "^\| *[0-9]|rror" "$f" | head -8; }
 done
+[[ -f $out/indexer_topk.log ]] && { echo "== top-k"; grep -E "^(topk|[0-9]+ x)" "$out/indexer_topk.log" | head -40; }
 echo "== summary =="
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 # At most 8 files come back from the device: the logs travel as one archive.

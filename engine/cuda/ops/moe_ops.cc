@@ -3,6 +3,7 @@
 #include "base/status_macros.h"
 #include "engine/cuda/ops/ops.h"
 #include "kernels/cuda/gemm/moe.h"
+#include "kernels/cuda/gemm/w4a16_gemm.h"
 
 namespace spar::cuda_ops {
 namespace {
@@ -20,6 +21,29 @@ struct GroupedGemm {
   absl::StatusOr<Tensor> Run(const Tensor& in, const int32_t* row_index, const PackedExperts& weight,
                              const PackedExperts* up, int64_t n_out) const {
     SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(rows, n_out));
+    if (weight.four_bit) {  // a 4-bit gate/up pair carries its own SiLU·mul
+      W4MoeGroupedGemmParams g;
+      g.num_experts = moe.num_local;
+      g.expert_offsets = offsets.as<int32_t>();
+      g.max_rows = rows;
+      g.expected_rows_per_expert = std::max<int64_t>(1, rows / std::max(1, moe.route.num_experts));
+      g.k = in.cols();
+      g.x = in.as<__nv_bfloat16>();
+      g.ldx = in.ld();
+      g.x_row_index = row_index;
+      g.weight = weight.w4.w;
+      g.values_stride = weight.w4_values_stride;
+      g.scales_stride = weight.w4_scales_stride;
+      g.zeros_stride = weight.w4_zeros_stride;
+      g.fp4_scales_stride = weight.w4_fp4_stride;
+      g.y = out.data();
+      g.ldy = out.ld();
+      g.workspace = workspace.data();
+      g.workspace_bytes = workspace_bytes;
+      g.num_sms = ctx.device.sm_count;
+      SPAR_RETURN_IF_ERROR(LaunchW4MoeGroupedGemm(g, ctx.stream));
+      return out;
+    }
     MoeGroupedGemmParams g;
     g.num_experts = moe.num_local;
     g.expert_offsets = offsets.as<int32_t>();
@@ -63,7 +87,6 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
   route.bias = moe.bias.as<float>();
   route.expert_ids = ids.as<int32_t>();
   route.expert_weights = wts.as<float>();
-  SPAR_RETURN_IF_ERROR(LaunchMoeRoute(route, ctx.stream));
   SPAR_ASSIGN_OR_RETURN(Tensor offsets, ctx.NewTensor(1, moe.num_local + 1, DType::kI32));
   SPAR_ASSIGN_OR_RETURN(Tensor sorted, ctx.NewTensor(1, rows, DType::kI32));
   SPAR_ASSIGN_OR_RETURN(Tensor slot, ctx.NewTensor(t_count, k, DType::kI32));
@@ -76,7 +99,7 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
   perm.expert_offsets = offsets.as<int32_t>();
   perm.sorted_token = sorted.as<int32_t>();
   perm.slot = slot.as<int32_t>();
-  SPAR_RETURN_IF_ERROR(LaunchMoePermute(perm, ctx.stream));
+  SPAR_RETURN_IF_ERROR(LaunchMoeRoutePermute(route, perm, ctx.moe_done_counter, ctx.stream));
   const size_t ws_bytes = MoeGroupedGemmWorkspaceBytes(rows, moe.num_local);
   SPAR_ASSIGN_OR_RETURN(Tensor ws, ctx.NewTensor(1, static_cast<int64_t>(ws_bytes) + 16, DType::kU8));
   const GroupedGemm grouped{ctx, moe, offsets, ws, ws_bytes, rows};
@@ -87,8 +110,8 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
   Tensor shared;
   if (moe.shared) {
     const auto& sh = *moe.shared;
-    SPAR_ASSIGN_OR_RETURN(Tensor hs, Gemm(ctx, x, {&sh.gate.gemm}, sh.inter, false, &sh.up.gemm));
-    SPAR_ASSIGN_OR_RETURN(shared, Gemm(ctx, hs, {&sh.down.gemm}, sh.down.gemm.n, false));
+    SPAR_ASSIGN_OR_RETURN(Tensor hs, SiluMulGemm(ctx, x, sh));
+    SPAR_ASSIGN_OR_RETURN(shared, MatrixGemm(ctx, hs, sh.down, false));
   }
   const bool partial = ctx.tp_size > 1;  // fp32 partial sum for the all-reduce
   SPAR_RETURN_IF_ERROR(ctx.Mark("moe.combine"));

@@ -17,10 +17,15 @@
 
 namespace spar::cuda_ops {
 
-// ---- gemm_ops.cc: the W8A16 GEMM and what is built on it ----
+// ---- gemm_ops.cc: the W8A16 and W4A16 GEMMs and what is built on them ----
 // y = x · [segments]ᵀ (n_out columns), or SiLU(x·gateᵀ) ⊙ x·upᵀ with `up`.
 absl::StatusOr<Tensor> Gemm(StepContext& ctx, const Tensor& x, const std::vector<const GemmWeight*>& segments,
                             int64_t n_out, bool fp32_out, const GemmWeight* up = nullptr);
+// y = x · Wᵀ for one matrix of any stored kind (4-bit: the W4A16 GEMM; a
+// 4-bit SiLU pair gives SiLU(x·gateᵀ) ⊙ x·upᵀ).
+absl::StatusOr<Tensor> MatrixGemm(StepContext& ctx, const Tensor& x, const CudaMatrix& w, bool fp32_out);
+// An MLP's gate/up with the SiLU·mul epilogue (W8A16, or a 4-bit pair).
+absl::StatusOr<Tensor> SiluMulGemm(StepContext& ctx, const Tensor& x, const CudaMlp& m);
 absl::StatusOr<Tensor> Linear(StepContext& ctx, const Tensor& x, const CudaLinear& w);
 // gate_up with the SiLU·mul epilogue, then down; fp32 out under TP (a
 // partial sum for the all-reduce).

@@ -10,24 +10,6 @@
 #include "kernels/cuda/sampling/sampling.h"
 
 namespace spar::cuda_ops {
-namespace {
-
-// The sampling fields of one request as the kernel's per-row parameters.
-SamplingRowParams RowParams(const SampleRequest& q) {
-  SamplingRowParams r;
-  r.temperature = q.params.temperature;
-  r.top_k = q.params.top_k;
-  r.top_p = q.params.top_p;
-  r.min_p = q.params.min_p;
-  r.repetition_penalty = q.params.repetition_penalty;
-  r.frequency_penalty = q.params.frequency_penalty;
-  r.presence_penalty = q.params.presence_penalty;
-  r.seed = q.params.seed;
-  r.step = q.step;
-  return r;
-}
-
-}  // namespace
 
 absl::StatusOr<std::vector<SampleResult>> Sample(StepContext& ctx, const Tensor& logits,
                                                  const std::vector<SampleRequest>& requests) {
@@ -40,7 +22,7 @@ absl::StatusOr<std::vector<SampleResult>> Sample(StepContext& ctx, const Tensor&
   std::vector<int32_t> offsets = {0}, ids, pc, oc;
   for (int r = 0; r < rows; ++r) {
     const auto& q = requests[r];
-    params[r] = RowParams(q);
+    params[r] = SamplingRowParams{q.params, q.step};
     top_n = std::max(top_n, q.top_logprobs);
     if (q.history != nullptr) {
       std::map<int32_t, std::pair<int, int>> merged;

@@ -31,7 +31,8 @@ struct KernelSegment {
 
 struct KernelParams {
   int64_t m = 0;  // dense: tokens
-  int64_t k = 0;
+  int64_t k = 0;        // streamed K: the weights' row length in elements
+  int64_t k_valid = 0;  // X columns that exist (<= k); X reads past them are zero-filled
   const uint16_t* x = nullptr;  // bf16 [*, k], row stride ldx
   int64_t ldx = 0;
   const int32_t* x_row_index = nullptr;  // grouped: permuted row -> X row (nullptr: identity)
@@ -71,6 +72,8 @@ cudaError_t LaunchGroupedWorkList(const int32_t* expert_offsets, int num_experts
 // MoE helper kernels (moe_kernels.cu); params already validated.
 cudaError_t LaunchMoeRouteKernel(const MoeRouteParams& p, cudaStream_t stream);
 cudaError_t LaunchMoePermuteKernel(const MoePermuteParams& p, cudaStream_t stream);
+cudaError_t LaunchMoeRoutePermuteKernel(const MoeRouteParams& r, const MoePermuteParams& q, int32_t* done,
+                                        cudaStream_t stream);
 cudaError_t LaunchMoeCombineKernel(const MoeCombineParams& p, cudaStream_t stream);
 
 }  // namespace spar::gemm::internal

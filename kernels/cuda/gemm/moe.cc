@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_info.h"
 #include "kernels/cuda/common/invalid_arg.h"
@@ -22,9 +23,7 @@ int64_t MaxWorkEntries(int64_t max_rows, int num_experts, int block_tokens) {
   return CeilDiv(max_rows, block_tokens) + std::min<int64_t>(num_experts, max_rows);
 }
 
-}  // namespace
-
-absl::Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
+absl::Status ValidateRoute(const MoeRouteParams& p) {
   constexpr absl::string_view kOp = "MoeRoute";
   if (p.tokens < 0) return InvalidParam(kOp, "tokens", "must be >= 0");
   if (p.num_experts < 1 || p.num_experts > 512 || (p.num_experts > 32 && p.num_experts % 32 != 0)) {
@@ -43,10 +42,10 @@ absl::Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
   if (p.bias == nullptr) return InvalidParam(kOp, "bias", "is null");
   if (p.expert_ids == nullptr) return InvalidParam(kOp, "expert_ids", "is null");
   if (p.expert_weights == nullptr) return InvalidParam(kOp, "expert_weights", "is null");
-  return CudaStatus(gemm::internal::LaunchMoeRouteKernel(p, stream), "MoeRouteKernel launch");
+  return absl::OkStatus();
 }
 
-absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream) {
+absl::Status ValidatePermute(const MoePermuteParams& p) {
   constexpr absl::string_view kOp = "MoePermute";
   if (p.tokens < 0) return InvalidParam(kOp, "tokens", "must be >= 0");
   if (p.top_k < 1) return InvalidParam(kOp, "top_k", "must be >= 1");
@@ -61,8 +60,35 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream) {
     if (p.sorted_token == nullptr) return InvalidParam(kOp, "sorted_token", "is null");
     if (p.slot == nullptr) return InvalidParam(kOp, "slot", "is null");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
+  SPAR_RETURN_IF_ERROR(ValidateRoute(p));
+  if (p.tokens == 0) return absl::OkStatus();
+  return CudaStatus(gemm::internal::LaunchMoeRouteKernel(p, stream), "MoeRouteKernel launch");
+}
+
+absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream) {
+  SPAR_RETURN_IF_ERROR(ValidatePermute(p));
   // Runs with tokens == 0 too, so expert_offsets is always written.
   return CudaStatus(gemm::internal::LaunchMoePermuteKernel(p, stream), "MoePermuteKernel launch");
+}
+
+absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermuteParams& perm, int32_t* done_counter,
+                                   cudaStream_t stream) {
+  constexpr absl::string_view kOp = "MoeRoutePermute";
+  SPAR_RETURN_IF_ERROR(ValidateRoute(route));
+  SPAR_RETURN_IF_ERROR(ValidatePermute(perm));
+  if (perm.tokens != route.tokens || perm.top_k != route.top_k || perm.expert_ids != route.expert_ids) {
+    return InvalidParam(kOp, "perm", "must permute the routing's own expert_ids (same tokens and top_k)");
+  }
+  if (done_counter == nullptr) return InvalidParam(kOp, "done_counter", "is null (a zeroed device int32)");
+  // Runs with tokens == 0 too (one block), so expert_offsets is always written.
+  return CudaStatus(gemm::internal::LaunchMoeRoutePermuteKernel(route, perm, done_counter, stream),
+                    "MoeRoutePermuteKernel launch");
 }
 
 size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts) {
@@ -143,6 +169,7 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
 
   gemm::internal::KernelParams kp;
   kp.k = p.k;
+  kp.k_valid = p.k;
   kp.x = reinterpret_cast<const uint16_t*>(p.x);
   kp.ldx = p.ldx;
   kp.x_row_index = p.x_row_index;

@@ -10,6 +10,7 @@
 //   2. LaunchMoeRoute(logits, e_score_correction_bias)  -> ids, weights [T, K]
 //   3. LaunchMoePermute(ids, [e0, e1))                  -> expert_offsets
 //        [E_local+1], sorted_token [T*K], slot [T, K] (-1: expert not local)
+//      (2 + 3 in one launch: LaunchMoeRoutePermute)
 //   4. LaunchMoeGroupedGemm(kSiluMul, x gathered by sorted_token,
 //        gate_proj/up_proj of the local experts)        -> h [T*K, I] bf16
 //   5. LaunchMoeGroupedGemm(kNone, h, down_proj)        -> yd [T*K, H] bf16
@@ -87,6 +88,14 @@ struct MoePermuteParams {
   int32_t* slot = nullptr;            // [tokens, top_k]: permuted row, or -1
 };
 absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream);
+
+// LaunchMoeRoute then LaunchMoePermute of its ids, in one launch: every block
+// routes 8 tokens, the last block to finish permutes them all. `perm` must
+// name route.expert_ids with the same tokens and top_k. done_counter: a
+// device int32 that is 0 before the launch; the kernel leaves it 0 again, so
+// one zeroed int serves every later launch on the stream (graph replays too).
+absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermuteParams& perm, int32_t* done_counter,
+                                   cudaStream_t stream);
 
 // Y[rows of expert e] = X[rows] · W_eᵀ for every local expert, with the
 // epilogues of the dense GEMM (no split-K, no residual).

@@ -1,9 +1,11 @@
 // MoE helper kernels: routing (one warp per token), permutation by expert
-// (one block), weighted combine (one block per token).
+// (one block), both in one launch (the last block permutes), weighted
+// combine (one block per token).
 #include "kernels/cuda/common/arch.cuh"
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -25,10 +27,9 @@ __device__ __forceinline__ bool Better(bool a_allowed, float a_choice, int a_id,
   return a_id < b_id;
 }
 
-__global__ void __launch_bounds__(kRouteWarpsPerBlock * 32) MoeRouteKernel(const MoeRouteParams p) {
+// Routes token `tok` with one whole warp.
+__device__ __forceinline__ void RouteToken(const MoeRouteParams& p, int64_t tok) {
   const int lane = threadIdx.x & 31;
-  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarpsPerBlock + (threadIdx.x >> 5);
-  if (tok >= p.tokens) return;
   // Lane owns experts [lane*per_lane, (lane+1)*per_lane); below 32 experts
   // lanes >= num_experts own none.
   const int per_lane = p.num_experts >= 32 ? p.num_experts / 32 : 1;
@@ -139,26 +140,33 @@ __global__ void __launch_bounds__(kRouteWarpsPerBlock * 32) MoeRouteKernel(const
   }
 }
 
-// Counting sort by expert in one block: counts (shared atomics), exclusive
-// scan, scatter through per-expert cursors.
-__global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams p) {
-  extern __shared__ int s_mem[];
-  __shared__ int warp_sums[32];
+__global__ void __launch_bounds__(kRouteWarpsPerBlock * 32) MoeRouteKernel(const MoeRouteParams p) {
+  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarpsPerBlock + (threadIdx.x >> 5);
+  if (tok < p.tokens) RouteToken(p, tok);
+}
+
+// Counting sort by expert in one block of kT threads: counts (shared
+// atomics), exclusive scan (thread i owns experts [i*per, (i+1)*per)),
+// scatter through per-expert cursors. cnt and cursor: n_local ints each of
+// shared memory; warp_sums: 32. expert_ids are read through L2 (__ldcg):
+// in the fused kernel other blocks wrote them during this launch.
+template <int kT>
+__device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt, int* cursor, int* warp_sums) {
   const int n_local = p.expert_end - p.expert_begin;
-  int* cnt = s_mem;
-  int* cursor = s_mem + n_local;
   const int tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t n = p.tokens * p.top_k;
-  for (int e = tid; e < n_local; e += blockDim.x) cnt[e] = 0;
+  for (int e = tid; e < n_local; e += kT) cnt[e] = 0;
   __syncthreads();
-  for (int64_t i = tid; i < n; i += blockDim.x) {
-    const int e = p.expert_ids[i] - p.expert_begin;
+  for (int64_t i = tid; i < n; i += kT) {
+    const int e = __ldcg(p.expert_ids + i) - p.expert_begin;
     if (e >= 0 && e < n_local) atomicAdd(&cnt[e], 1);
   }
   __syncthreads();
-  // Exclusive scan of cnt[0..n_local) (n_local <= 1024 = blockDim.x).
-  const int v = tid < n_local ? cnt[tid] : 0;
+  const int per = (n_local + kT - 1) / kT;
+  const int e0 = min(tid * per, n_local), e1 = min(e0 + per, n_local);
+  int v = 0;
+  for (int e = e0; e < e1; ++e) v += cnt[e];
   int incl = v;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -168,7 +176,7 @@ __global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams 
   if (lane == 31) warp_sums[warp] = incl;
   __syncthreads();
   if (warp == 0) {
-    int s = lane < static_cast<int>(blockDim.x >> 5) ? warp_sums[lane] : 0;
+    int s = lane < kT / 32 ? warp_sums[lane] : 0;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int u = __shfl_up_sync(0xffffffffu, s, o);
@@ -177,15 +185,16 @@ __global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams 
     warp_sums[lane] = s;
   }
   __syncthreads();
-  const int excl = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - v;
-  if (tid < n_local) {
-    p.expert_offsets[tid] = excl;
-    cursor[tid] = excl;
-    if (tid == n_local - 1) p.expert_offsets[n_local] = excl + v;
+  int excl = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - v;
+  for (int e = e0; e < e1; ++e) {
+    p.expert_offsets[e] = excl;
+    cursor[e] = excl;
+    excl += cnt[e];
   }
+  if (e1 == n_local && e0 < e1) p.expert_offsets[n_local] = excl;
   __syncthreads();
-  for (int64_t i = tid; i < n; i += blockDim.x) {
-    const int e = p.expert_ids[i] - p.expert_begin;
+  for (int64_t i = tid; i < n; i += kT) {
+    const int e = __ldcg(p.expert_ids + i) - p.expert_begin;
     int pos = -1;
     if (e >= 0 && e < n_local) {
       pos = atomicAdd(&cursor[e], 1);
@@ -193,6 +202,37 @@ __global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams 
     }
     p.slot[i] = pos;
   }
+}
+
+__global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams p) {
+  extern __shared__ int s_mem[];
+  __shared__ int warp_sums[32];
+  const int n_local = p.expert_end - p.expert_begin;
+  PermuteBlock<1024>(p, s_mem, s_mem + n_local, warp_sums);
+}
+
+// Routing and permutation in one launch (decode: two dependent kernels of a
+// few microseconds each become one): every block routes its tokens, and the
+// last block to finish (a device counter, reset by that block for the next
+// launch) permutes all of them.
+constexpr int kFusedThreads = kRouteWarpsPerBlock * 32;
+
+__global__ void __launch_bounds__(kFusedThreads) MoeRoutePermuteKernel(const MoeRouteParams r, const MoePermuteParams q,
+                                                                       int32_t* done) {
+  extern __shared__ int s_mem[];
+  __shared__ int warp_sums[32];
+  __shared__ bool is_last;
+  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarpsPerBlock + (threadIdx.x >> 5);
+  if (tok < r.tokens) RouteToken(r, tok);
+  __threadfence();  // this block's ids and weights before its arrival
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(done, 1) == static_cast<int32_t>(gridDim.x) - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const int n_local = q.expert_end - q.expert_begin;
+  PermuteBlock<kFusedThreads>(q, s_mem, s_mem + n_local, warp_sums);
+  if (threadIdx.x == 0) *done = 0;
 }
 
 __device__ __forceinline__ void AddBf16x8(float (&acc)[8], const __nv_bfloat16* src, float w) {
@@ -257,6 +297,15 @@ cudaError_t LaunchMoeRouteKernel(const MoeRouteParams& p, cudaStream_t stream) {
 cudaError_t LaunchMoePermuteKernel(const MoePermuteParams& p, cudaStream_t stream) {
   const int n_local = p.expert_end - p.expert_begin;
   MoePermuteKernel<<<1, 1024, 2 * n_local * sizeof(int), stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeRoutePermuteKernel(const MoeRouteParams& r, const MoePermuteParams& q, int32_t* done,
+                                        cudaStream_t stream) {
+  const int n_local = q.expert_end - q.expert_begin;
+  const int64_t blocks = std::max<int64_t>(1, (r.tokens + kRouteWarpsPerBlock - 1) / kRouteWarpsPerBlock);
+  MoeRoutePermuteKernel<<<static_cast<unsigned>(blocks), kFusedThreads, 2 * n_local * sizeof(int), stream>>>(r, q,
+                                                                                                             done);
   return cudaGetLastError();
 }
 

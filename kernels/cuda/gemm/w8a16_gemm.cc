@@ -31,9 +31,16 @@ absl::Status ValidateWeight(const GemmWeight& w, const std::string& name) {
   return absl::OkStatus();
 }
 
+int WeightBytes(GemmWeightType type) { return type == GemmWeightType::kBf16 ? 2 : 1; }
+
+int64_t RowElements(const GemmWeight& w, int64_t k) { return w.ld > 0 ? w.ld : k; }
+
+// The K the kernel streams: every weight's row length (they must agree).
+int64_t StreamedK(const W8A16GemmParams& p) { return RowElements(p.segments[0], p.k); }
+
 absl::Status Validate(const W8A16GemmParams& p) {
   if (p.m < 0) return InvalidParam(kOp, "m", "must be >= 0");
-  if (p.k <= 0 || p.k % 64 != 0) return InvalidParam(kOp, "k", absl::StrCat("must be a positive multiple of 64, got ", p.k));
+  if (p.k <= 0 || p.k % 8 != 0) return InvalidParam(kOp, "k", absl::StrCat("must be a positive multiple of 8, got ", p.k));
   if (p.num_segments < 1 || p.num_segments > gemm::kMaxGemmSegments) {
     return InvalidParam(kOp, "num_segments", absl::StrCat("must be in [1, ", gemm::kMaxGemmSegments, "]"));
   }
@@ -41,9 +48,17 @@ absl::Status Validate(const W8A16GemmParams& p) {
   if (p.x == nullptr) return InvalidParam(kOp, "x", "is null");
   if (!Aligned(p.x, 16)) return InvalidParam(kOp, "x", "must be 16-byte aligned");
   if (p.ldx < p.k || p.ldx % 8 != 0) return InvalidParam(kOp, "ldx", "must be >= k and a multiple of 8");
+  const int64_t k_rows = StreamedK(p);
   for (int s = 0; s < p.num_segments; ++s) {
-    absl::Status st = ValidateWeight(p.segments[s], absl::StrCat("segments[", s, "]"));
+    const std::string name = absl::StrCat("segments[", s, "]");
+    absl::Status st = ValidateWeight(p.segments[s], name);
     if (!st.ok()) return st;
+    const int64_t ld = RowElements(p.segments[s], p.k);
+    if (ld < p.k || ld != k_rows || (ld * WeightBytes(p.segments[s].type)) % 64 != 0) {
+      return InvalidParam(kOp, name + ".ld",
+                          absl::StrCat("must be >= k, the same for every weight, and rows of whole 64-byte stages ",
+                                       "(PaddedGemmRowElements); got ", ld, " for k ", p.k));
+    }
   }
   if (p.epilogue == GemmEpilogue::kSiluMul) {
     if (p.num_segments != 1) return InvalidParam(kOp, "num_segments", "must be 1 with the SiLU·mul epilogue");
@@ -51,6 +66,7 @@ absl::Status Validate(const W8A16GemmParams& p) {
     if (!st.ok()) return st;
     if (p.up.type != p.segments[0].type) return InvalidParam(kOp, "up.type", "must equal segments[0].type");
     if (p.up.n != p.segments[0].n) return InvalidParam(kOp, "up.n", "must equal segments[0].n");
+    if (RowElements(p.up, p.k) != k_rows) return InvalidParam(kOp, "up.ld", "must equal segments[0]'s row length");
   } else if (p.epilogue != GemmEpilogue::kNone) {
     return InvalidParam(kOp, "epilogue", "is not a known epilogue");
   }
@@ -68,7 +84,7 @@ absl::Status Validate(const W8A16GemmParams& p) {
 GemmProblem ToProblem(const W8A16GemmParams& p, size_t workspace_bytes) {
   GemmProblem prob;
   prob.m = p.m;
-  prob.k = p.k;
+  prob.k = StreamedK(p);
   prob.num_segments = p.num_segments;
   for (int s = 0; s < p.num_segments; ++s) {
     prob.segments[s].rows = p.segments[s].n;
@@ -81,6 +97,11 @@ GemmProblem ToProblem(const W8A16GemmParams& p, size_t workspace_bytes) {
 }
 
 }  // namespace
+
+int64_t PaddedGemmRowElements(int64_t k, GemmWeightType type) {
+  const int64_t per_stage = 64 / WeightBytes(type);  // elements in a 64-byte stage
+  return (k + per_stage - 1) / per_stage * per_stage;
+}
 
 int64_t W8A16GemmOutputColumns(const W8A16GemmParams& p) {
   if (p.epilogue == GemmEpilogue::kSiluMul) return p.segments[0].n;
@@ -127,7 +148,8 @@ absl::Status LaunchW8A16Gemm(const W8A16GemmParams& p, cudaStream_t stream) {
 
   gemm::internal::KernelParams kp;
   kp.m = p.m;
-  kp.k = p.k;
+  kp.k = StreamedK(p);
+  kp.k_valid = p.k;
   kp.x = reinterpret_cast<const uint16_t*>(p.x);
   kp.ldx = p.ldx;
   kp.num_segments = p.num_segments;

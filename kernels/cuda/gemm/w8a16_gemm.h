@@ -61,18 +61,27 @@ enum class GemmEpilogue : int {
   kSiluMul = 1,
 };
 
-// One weight matrix W[n, k], row-major with row stride k elements, base
-// 16-byte aligned.
+// One weight matrix W[n, k], row-major, base 16-byte aligned. Rows are
+// `ld` elements apart (0: k): a k whose rows are not a whole number of the
+// kernel's 64-byte stages (a q_lora_rank of 96, say) is stored zero-padded
+// to such a row at load time (PaddedGemmRowElements), and the columns past k
+// are never read from X.
 struct GemmWeight {
   GemmWeightType type = GemmWeightType::kFp8Block128;
-  const void* data = nullptr;    // e4m3 bytes [n, k] or bf16 [n, k]
+  const void* data = nullptr;    // e4m3 bytes [n, ld] or bf16 [n, ld]
   const float* scale = nullptr;  // e4m3: [ceil(n/128), ceil(k/128)]; bf16: unused
   int64_t n = 0;                 // rows = output columns of this segment
+  int64_t ld = 0;                // row stride in elements; 0: k
 };
+
+// The row length in elements a weight of k columns is stored with: k when
+// its bytes are a multiple of 64 (every real GLM-5 / DeepSeek-V3.2 shape),
+// else rounded up to that with zero columns.
+int64_t PaddedGemmRowElements(int64_t k, GemmWeightType type);
 
 struct W8A16GemmParams {
   int64_t m = 0;  // tokens; 0 is a no-op
-  int64_t k = 0;  // multiple of 64
+  int64_t k = 0;  // multiple of 8; every weight's row (ld) a whole number of 64-byte stages
   const __nv_bfloat16* x = nullptr;  // [m, k], row stride ldx (multiple of 8), 16-byte aligned
   int64_t ldx = 0;
 

@@ -205,6 +205,7 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
   uint32_t xmask = 0;  // bit c: slot c copies a valid row; bit 8 + c: slot c is in the tile
   const unsigned char* xbase = reinterpret_cast<const unsigned char*>(p.x);
   const int64_t ldx_bytes = p.ldx * 2;
+  const int64_t x_row_bytes = p.k_valid * 2;  // bytes of X past this are zero-filled (K tails)
   const int x_chunk = tid % x_chunks_per_row;
 #pragma unroll
   for (int c = 0; c < Tile::kXSlots; ++c) {
@@ -233,11 +234,13 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     for (int c = 0; c < Tile::kWChunks; ++c) {
       cuda::CpAsync16(sw + wdst[c], wsrc[c] + ks * Tile::kWPitch, wvalid[c] ? 16 : 0);
     }
-    const unsigned char* xk = xbase + x_chunk * 16 + ks * x_pitch;
+    const int64_t x_off = x_chunk * 16 + ks * x_pitch;  // byte offset of this thread's chunk in an X row
+    const int x_bytes = static_cast<int>(MinOf<int64_t>(16, x_row_bytes - MinOf<int64_t>(x_off, x_row_bytes)));
+    const unsigned char* xk = xbase + (x_bytes > 0 ? x_off : 0);
 #pragma unroll
     for (int c = 0; c < Tile::kXSlots; ++c) {
       if (xmask & (1u << (8 + c))) {
-        cuda::CpAsync16(sx + xdst[c], xk + xrow[c] * ldx_bytes, ((xmask >> c) & 1u) ? 16 : 0);
+        cuda::CpAsync16(sx + xdst[c], xk + xrow[c] * ldx_bytes, ((xmask >> c) & 1u) ? x_bytes : 0);
       }
     }
     // One scale per 64-byte slice and fragment half (slice q of the row is

@@ -176,7 +176,9 @@ absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStr
 // num_cols). With block_table set, position p of row r is written as the
 // cache slot block_table[(r / rows_per_seq)][p / 64] * 64 + p % 64.
 //
-// Few long rows (decode) are cut into chunks that several CTAs read at once
+// Rows of at most kTopKShortMaxLen (32768) positions take a path sized by the
+// row (one CTA each, keys in registers, no workspace). Few long rows (decode
+// at long contexts) are cut into chunks that several CTAs read at once
 // (topk_plan.h: PlanTopKSplit); that path needs a device workspace of
 // TopKWorkspaceBytes(params) bytes (0 when the plan keeps one CTA per row).
 // Without a workspace every row takes the one-CTA path (same results,
@@ -197,7 +199,9 @@ struct TopKParams {
   int rows_per_seq = 1;
   void* workspace = nullptr;  // 16-byte aligned, >= TopKWorkspaceBytes(*this) bytes, or nullptr
   size_t workspace_bytes = 0;
-  int split_chunks = 0;  // 0: PlanTopKSplit chooses; 1: one CTA per row; >= 2: that many chunks (tests, tuning)
+  // 0: the launcher chooses (short rows, one CTA per long row, or split);
+  // 1: the long-row one-CTA path; >= 2: that many chunks (tests, tuning).
+  int split_chunks = 0;
   // PlanTopKSplit(rows, num_cols, SM count, split_chunks) computed once by the
   // caller (the cuda backend plans each step once, not every layer); null:
   // planned here from the current device's SM count.

@@ -1,9 +1,10 @@
 // Row-wise exact top-k (ref::TopK semantics): the launcher and the one-CTA
 // path. The key mapping, the radix select and the tie rule are described in
-// topk_device.cuh; the split path (several CTAs per row, chosen by
-// PlanTopKSplit) is in topk_split.cu.
+// topk_device.cuh; rows of at most kTopKShortMaxLen positions take the
+// short-row path (topk_short.cu), and few long rows the split path (several
+// CTAs per row, chosen by PlanTopKSplit: topk_split.cu).
 //
-// One-CTA path: one 1024-thread CTA per row.
+// One-CTA path (long rows): one 1024-thread CTA per row.
 //   pass A (global):  histogram of bits [31:21];
 //   pass B (global):  positions above the chosen bucket are surely selected
 //                     (bit set in a smem position bitmap); the bucket's
@@ -28,7 +29,7 @@
 #include "kernels/cuda/indexer/indexer_common.cuh"
 #include "kernels/cuda/indexer/topk_device.cuh"
 #include "kernels/cuda/indexer/topk_plan.h"
-#include "kernels/cuda/indexer/topk_split.h"
+#include "kernels/cuda/indexer/topk_paths.h"
 
 namespace spar {
 namespace {
@@ -101,6 +102,9 @@ size_t TopKWorkspaceBytes(const TopKParams& p) {
 absl::Status LaunchTopK(const TopKParams& p, cudaStream_t stream) {
   SPAR_RETURN_IF_ERROR(ValidateTopK(p));
   if (p.rows == 0) return absl::OkStatus();
+  if (p.split_chunks == 0 && p.num_cols <= kTopKShortMaxLen && (p.plan == nullptr || !p.plan->split())) {
+    return topk::LaunchTopKShort(p, stream);
+  }
   // No workspace: the one-CTA path, always correct, only slower for few rows.
   if (p.workspace != nullptr) {
     const TopKSplitPlan plan = PlanFor(p);

@@ -1,6 +1,8 @@
 // Work split of the top-k kernels (host only, no CUDA calls): whether a row
 // is handled by one CTA or cut into chunks that several CTAs read at once,
-// and the layout of the split path's workspace.
+// and the layout of the split path's workspace. Rows of at most
+// kTopKShortMaxLen positions take a third path, one CTA each with
+// everything sized by the row (topk_short.cu), whatever their number.
 //
 // Why split: the one-CTA path puts a whole row on one SM, so a few long rows
 // (decode: 1-64 sequences of 32K-200K keys) leave most SMs idle and are bound
@@ -37,6 +39,10 @@ inline constexpr int kTopKChunkCtasPerSm = 2;       // 512-thread chunk CTAs res
 inline constexpr int kTopKMaxChunks = 16;           // per row, when the planner chooses
 inline constexpr int kTopKMinCandidates = 4096;     // candidate-list capacity bounds per row
 inline constexpr int kTopKMaxCandidates = 32768;
+// Rows of at most this many positions take the short-row path (topk_short.cu:
+// keys in registers, histograms and scans sized by the row), unless a chunk
+// count is forced.
+inline constexpr int kTopKShortMaxLen = 32768;
 
 struct TopKSplitPlan {
   int chunks = 1;              // <= 1: the one-CTA path
@@ -52,9 +58,11 @@ struct TopKSplitPlan {
 double TopKOneCtaMicros(int64_t rows, int64_t num_cols, int sm_count);
 double TopKSplitMicros(int64_t rows, int64_t num_cols, int sm_count);
 
-// rows × num_cols on a device with sm_count SMs. forced_chunks: 0 chooses;
-// 1 forces the one-CTA path; >= 2 asks for that many chunks (tests, tuning;
-// clamped so that each chunk keeps at least kTopKChunkAlign positions).
+// rows × num_cols on a device with sm_count SMs. forced_chunks: 0 chooses
+// (never a split for rows of at most kTopKShortMaxLen: the short-row path
+// beats it); 1 forces the one-CTA path; >= 2 asks for that many chunks
+// (tests, tuning; clamped so that each chunk keeps at least kTopKChunkAlign
+// positions).
 TopKSplitPlan PlanTopKSplit(int64_t rows, int64_t num_cols, int sm_count, int forced_chunks = 0);
 
 // Byte offsets of the split path's workspace (16-byte aligned pieces):

@@ -28,7 +28,7 @@
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/indexer/indexer_common.cuh"
 #include "kernels/cuda/indexer/topk_device.cuh"
-#include "kernels/cuda/indexer/topk_split.h"
+#include "kernels/cuda/indexer/topk_paths.h"
 
 namespace spar::topk {
 namespace {

@@ -169,7 +169,8 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(const SampleParams p
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int V = p.vocab;
-  const SamplingRowParams sp = p.params[row];
+  const SamplingParams sp = p.params[row].sampling;
+  const uint64_t step = p.params[row].step;
   const float* raw = p.logits + static_cast<int64_t>(row) * p.logits_stride;
   const size_t keys_bytes = (static_cast<size_t>(p.rows) * V * sizeof(float) + 15) / 16 * 16;
   float* ws = reinterpret_cast<float*>(p.workspace) + static_cast<size_t>(row) * V;
@@ -472,7 +473,7 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(const SampleParams p
       total += sm.wsum[w];
       last = max(last, sm.wlast[w]);
     }
-    const double u = CounterUniform(sp.seed, 0, sp.step) * static_cast<double>(total);
+    const double u = CounterUniform(sp.seed, 0, step) * static_cast<double>(total);
     const uint64_t u_fp = static_cast<uint64_t>(u);
     sm.walk_warp = -1;
     sm.token = last;

@@ -20,21 +20,15 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "base/sampling_params.h"
 
 namespace spar {
 
-// Per-row parameters (device array), the fields of ref::SamplingParams plus
-// the request's output step.
+// Per-row parameters (device array): the sequence's sampling parameters as
+// every layer holds them (base/sampling_params.h; temperature <= 0 greedy,
+// top_k <= 0 / top_p >= 1 / min_p <= 0 off) plus the request's output step.
 struct SamplingRowParams {
-  float temperature = 1.0f;  // <= 0: greedy
-  int32_t top_k = 0;         // <= 0: off
-  float top_p = 1.0f;        // >= 1: off
-  float min_p = 0.0f;        // <= 0: off
-  float repetition_penalty = 1.0f;
-  float frequency_penalty = 0.0f;
-  float presence_penalty = 0.0f;
-  uint32_t reserved = 0;
-  uint64_t seed = 0;
+  SamplingParams sampling;
   uint64_t step = 0;
 };
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "base/numeric.h"
@@ -73,7 +74,8 @@ inline HostWeight MakeWeight(GemmWeightType type, int64_t n, int64_t k, uint64_t
   return w;
 }
 
-// Device copy of a HostWeight.
+// Device copy of a HostWeight, rows stored PaddedGemmRowElements(k) apart
+// as the engine stores them (the padding zero).
 struct DeviceWeight {
   DeviceArray<uint8_t> bytes;
   DeviceArray<float> scale;
@@ -83,10 +85,17 @@ struct DeviceWeight {
     g.data = bytes.get();
     g.scale = h.type == GemmWeightType::kFp8Block128 ? scale.get() : nullptr;
     g.n = h.n;
+    g.ld = PaddedGemmRowElements(h.k, h.type);
     return g;
   }
   void Upload(const HostWeight& h) {
-    bytes.Upload(h.bytes);
+    const int64_t elem = h.type == GemmWeightType::kBf16 ? 2 : 1;
+    const int64_t ld = PaddedGemmRowElements(h.k, h.type);
+    std::vector<uint8_t> padded(static_cast<size_t>(h.n * ld * elem), 0);
+    for (int64_t r = 0; r < h.n; ++r) {
+      std::memcpy(padded.data() + r * ld * elem, h.bytes.data() + r * h.k * elem, h.k * elem);
+    }
+    bytes.Upload(padded);
     if (!h.scale.empty()) scale.Upload(h.scale);
   }
 };

@@ -175,6 +175,127 @@ TEST(Sm80_MoePermute, GroupsPairsByLocalExpert) {
   for (int r = 0; r < off[e1 - e0]; ++r) EXPECT_EQ(used[r], 1) << "permuted row " << r;
 }
 
+// Routing and permutation in one launch: the same ids, weights and grouping
+// as the two launches, for one block of tokens and many, experts all local
+// or a rank's range, and again from a CUDA graph (the arrival counter must
+// be back at zero after every launch).
+TEST(Sm80_MoeRoutePermute, EqualsRouteThenPermute) {
+  SPAR_REQUIRE_GPU();
+  struct Case {
+    int64_t tokens;
+    ref::MoeRoutingParams rp;
+    int e0, e1;
+  };
+  Rng rng(11);
+  std::vector<float> bias256(256);
+  for (auto& b : bias256) b = 0.1f * rng.Symmetric();
+  const Case cases[] = {
+      {1, {256, 8, 1, 1, true, 2.5f}, 0, 256},   // GLM-5 decode, batch 1
+      {8, {256, 8, 1, 1, true, 2.5f}, 0, 256},   // exactly one block of tokens
+      {9, {256, 8, 8, 4, true, 2.5f}, 0, 256},   // DeepSeek-V3.2 groups, a second block
+      {64, {256, 8, 1, 1, true, 2.5f}, 64, 128}, // a rank of EP 4
+      {300, {256, 8, 8, 4, true, 2.5f}, 0, 256},
+      {0, {256, 8, 1, 1, true, 2.5f}, 0, 256},   // empty: offsets still written
+      {70, {16, 4, 4, 2, true, 2.5f}, 0, 16},    // the tiny models
+  };
+  DeviceArray<int32_t> done(1);
+  SPAR_ASSERT_CUDA(cudaMemset(done.get(), 0, 4));
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat("tokens=", c.tokens, " E=", c.rp.num_experts, " groups=", c.rp.n_group, " local=[",
+                              c.e0, ",", c.e1, ")"));
+    const std::vector<float> logits = RandomLogits(c.tokens, c.rp.num_experts, 20 + c.tokens);
+    const std::vector<float> bias(bias256.begin(), bias256.begin() + c.rp.num_experts);
+    const int64_t pairs = c.tokens * c.rp.top_k;
+    const int n_local = c.e1 - c.e0;
+    DeviceArray<float> dl, db;
+    dl.Upload(logits.empty() ? std::vector<float>(1, 0.0f) : logits);
+    db.Upload(bias);
+    DeviceArray<int32_t> ids(std::max<int64_t>(pairs, 1)), offsets(n_local + 1), sorted(std::max<int64_t>(pairs, 1)),
+        slot(std::max<int64_t>(pairs, 1));
+    DeviceArray<float> w(std::max<int64_t>(pairs, 1));
+    MoeRouteParams r;
+    r.tokens = c.tokens;
+    r.num_experts = c.rp.num_experts;
+    r.top_k = c.rp.top_k;
+    r.n_group = c.rp.n_group;
+    r.topk_group = c.rp.topk_group;
+    r.renormalize = c.rp.renormalize;
+    r.routed_scaling = c.rp.routed_scaling;
+    r.logits = dl.get();
+    r.ld_logits = c.rp.num_experts;
+    r.bias = db.get();
+    r.expert_ids = ids.get();
+    r.expert_weights = w.get();
+    MoePermuteParams q;
+    q.tokens = c.tokens;
+    q.top_k = c.rp.top_k;
+    q.expert_ids = ids.get();
+    q.expert_begin = c.e0;
+    q.expert_end = c.e1;
+    q.expert_offsets = offsets.get();
+    q.sorted_token = sorted.get();
+    q.slot = slot.get();
+    // The two launches first: the expected offsets (a function of the ids).
+    ASSERT_TRUE(LaunchMoeRoute(r, nullptr).ok());
+    ASSERT_TRUE(LaunchMoePermute(q, nullptr).ok());
+    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+    const auto want_ids = ids.Download(), want_off = offsets.Download();
+    const auto want_w = w.Download();
+    for (int run = 0; run < 2; ++run) {  // run 1: a CUDA graph replayed twice
+      ids.Poison();
+      w.Poison();
+      offsets.Poison();
+      sorted.Poison();
+      slot.Poison();
+      if (run == 0) {
+        ASSERT_TRUE(LaunchMoeRoutePermute(r, q, done.get(), nullptr).ok());
+      } else {
+        cudaStream_t st;
+        SPAR_ASSERT_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        cudaGraph_t graph;
+        SPAR_ASSERT_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        const absl::Status cap = LaunchMoeRoutePermute(r, q, done.get(), st);
+        SPAR_ASSERT_CUDA(cudaStreamEndCapture(st, &graph));
+        ASSERT_TRUE(cap.ok()) << cap;
+        cudaGraphExec_t exec;
+        SPAR_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+        SPAR_ASSERT_CUDA(cudaGraphLaunch(exec, st));
+        SPAR_ASSERT_CUDA(cudaGraphLaunch(exec, st));
+        SPAR_ASSERT_CUDA(cudaStreamSynchronize(st));
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(st);
+      }
+      SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+      const auto got_ids = ids.Download(), got_off = offsets.Download(), srt = sorted.Download(),
+                 sl = slot.Download();
+      const auto got_w = w.Download();
+      ASSERT_EQ(done.Download()[0], 0) << "the arrival counter was not reset";
+      ASSERT_EQ(got_off, want_off);
+      for (int64_t i = 0; i < pairs; ++i) {
+        ASSERT_EQ(got_ids[i], want_ids[i]) << "pair " << i;
+        ASSERT_EQ(got_w[i], want_w[i]) << "pair " << i;
+        const int e = got_ids[i] - c.e0;
+        if (e < 0 || e >= n_local) {
+          ASSERT_EQ(sl[i], -1);
+          continue;
+        }
+        ASSERT_GE(sl[i], got_off[e]);
+        ASSERT_LT(sl[i], got_off[e + 1]);
+        ASSERT_EQ(srt[sl[i]], i / c.rp.top_k);
+      }
+    }
+  }
+  MoeRouteParams r;
+  MoePermuteParams q;
+  r.tokens = q.tokens = 1;
+  r.num_experts = 16;
+  r.top_k = q.top_k = 4;
+  q.expert_begin = 0;
+  q.expert_end = 16;
+  EXPECT_EQ(LaunchMoeRoutePermute(r, q, done.get(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // ---------------------------------------------------------------------------
 // Whole MoE layer.
 

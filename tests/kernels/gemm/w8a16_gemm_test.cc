@@ -57,15 +57,21 @@ void RunAndCheck(const GemmCase& c, cudaStream_t stream = nullptr) {
   SCOPED_TRACE(Describe(c));
   const int64_t m = c.m, k = c.k;
   const std::vector<float> x = MakeActivations(m, k, c.seed * 7919 + 1, c.exact);
+  // X rows carry 8 NaN columns past k: the kernel must not read them (a K
+  // tail is zero-filled, not loaded).
+  const int64_t ldx = k + 8;
+  std::vector<uint16_t> xh(static_cast<size_t>(m * ldx), 0xffff);
+  const std::vector<uint16_t> xb = testing::ToBf16(x);
+  for (int64_t i = 0; i < m; ++i) std::copy(xb.begin() + i * k, xb.begin() + (i + 1) * k, xh.begin() + i * ldx);
   DeviceArray<uint16_t> dx;
-  dx.Upload(testing::ToBf16(x));
+  dx.Upload(xh);
 
   std::vector<DeviceWeight> dw(c.segments.size());
   W8A16GemmParams p;
   p.m = m;
   p.k = k;
   p.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
-  p.ldx = k;
+  p.ldx = ldx;
   p.num_segments = static_cast<int>(c.segments.size());
   for (size_t s = 0; s < c.segments.size(); ++s) {
     dw[s].Upload(*c.segments[s]);
@@ -268,6 +274,44 @@ TEST(Sm80_W8A16Gemm, SiluMulWithResidualEveryConfig) {
   }
 }
 
+// K that is no multiple of 64 (a q_lora_rank of 96, say): the weights'
+// rows are stored zero-padded to whole 64-byte stages, X past k is never
+// read; every configuration whose stage divides the padded row, split-K
+// included, N tails too.
+TEST(Sm80_W8A16Gemm, KTailsEveryConfig) {
+  SPAR_REQUIRE_GPU();
+  for (const int64_t k : {8, 96, 136, 200, 1000}) {
+    const HostWeight w8 = MakeWeight(kFp8, 200, k, 40 + k);
+    const HostWeight w16 = MakeWeight(kBf16, 72, k, 41 + k);
+    for (const HostWeight* w : {&w8, &w16}) {
+      const int64_t row_bytes = PaddedGemmRowElements(k, w->type) * (w->type == kBf16 ? 2 : 1);
+      for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+        if (row_bytes % gemm::GetTileConfig(static_cast<gemm::TileConfigId>(cfg)).row_bytes_per_stage() != 0) {
+          continue;
+        }
+        for (int64_t m : {1, 7, 70}) {
+          GemmCase c;
+          c.m = m;
+          c.k = k;
+          c.segments = {w};
+          c.force_config = cfg;
+          c.force_splits = row_bytes >= 256 ? 2 : 1;
+          c.seed = 700 + m + k;
+          RunAndCheck(c);
+        }
+      }
+      // The heuristic's own choice, with the SiLU·mul epilogue.
+      GemmCase c;
+      c.m = 3;
+      c.k = k;
+      c.segments = {w};
+      c.up = w;
+      c.seed = 800 + k;
+      RunAndCheck(c);
+    }
+  }
+}
+
 TEST(Sm80_W8A16Gemm, FusedAProjectionMixedDtypes) {
   SPAR_REQUIRE_GPU();
   // GLM-5: q_a_proj 2048, kv_a_proj_with_mqa 576 (last scale block half
@@ -443,6 +487,15 @@ TEST(Sm80_W8A16Gemm, RejectsBadParams) {
   q.k = 100;
   EXPECT_EQ(LaunchW8A16Gemm(q, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(W8A16GemmSupported(q));
+  q = p;  // e4m3 rows of 96 bytes: not whole 64-byte stages unless stored padded
+  q.k = 96;
+  q.ldx = 96;
+  q.segments[0].type = GemmWeightType::kFp8Block128;
+  q.segments[0].scale = reinterpret_cast<const float*>(buf.get());
+  EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("ld"), std::string::npos);
+  q.segments[0].ld = PaddedGemmRowElements(96, GemmWeightType::kFp8Block128);
+  EXPECT_EQ(q.segments[0].ld, 128);
+  EXPECT_TRUE(W8A16GemmSupported(q));
   q = p;
   q.segments[0].type = GemmWeightType::kFp8Block128;  // no scale
   EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("scale"), std::string::npos);

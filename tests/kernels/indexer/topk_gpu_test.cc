@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/indexer/indexer.h"
+#include "kernels/cuda/indexer/topk_plan.h"
 #include "kernels/ref/topk_ref.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -170,6 +171,19 @@ const TopKCase kCases[] = {
     {Dist::kRealLike, 32768, 2048, 1},
     {Dist::kTies, 9999, 1, 3},
     {Dist::kUniform, 262144, 2048, 1},
+    // Short rows (<= kTopKShortMaxLen: the short-row path unless forced):
+    // every keys-per-thread variant and its boundaries, ties deciding at the
+    // threshold, decode batches.
+    {Dist::kAllEqual, 3000, 2048, 2},
+    {Dist::kNarrow, 8192, 2048, 3},
+    {Dist::kZerosAndTies, 8192, 2048, 2},
+    {Dist::kSpecials, 32768, 2048, 2},
+    {Dist::kUniform, 1, 1, 1},
+    {Dist::kUniform, 1025, 1000, 2},
+    {Dist::kTies, 16384, 2048, 2},
+    {Dist::kTies, 16385, 2048, 1},
+    {Dist::kRealLike, 8192, 2048, 64},
+    {Dist::kAllNegInf, 4096, 2048, 1},
 };
 
 // One CTA per row (both ways), the planner's choice, and odd forced cuts.
@@ -274,6 +288,60 @@ TEST(TopK, SplitPathReplaysFromACudaGraph) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// The cuda backend plans once per step and passes its plan: the launcher
+// must follow it (a split plan needs the workspace it sizes; a one-CTA plan
+// for short rows takes the short-row path) and refuse one that does not fit.
+TEST(TopK, FollowsTheCallersPlan) {
+  SPAR_REQUIRE_GPU();
+  for (const int len : {8192, 100000}) {
+    const int rows = 2, k = 2048;
+    std::vector<float> logits(static_cast<size_t>(rows) * len);
+    for (int r = 0; r < rows; ++r) {
+      const std::vector<float> row = MakeRow(Dist::kRealLike, len, 90 + r);
+      std::copy(row.begin(), row.end(), logits.begin() + static_cast<size_t>(r) * len);
+    }
+    DeviceArray<float> d_logits;
+    d_logits.Upload(logits);
+    DeviceArray<int32_t> d_out(static_cast<size_t>(rows) * k);
+    d_out.Poison();
+    TopKParams p;
+    p.rows = rows;
+    p.k = k;
+    p.logits = d_logits.get();
+    p.logits_stride = len;
+    p.num_cols = len;
+    p.out = d_out.get();
+    p.out_stride = k;
+    int sms = 0;
+    SPAR_ASSERT_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const TopKSplitPlan plan = PlanTopKSplit(rows, len, sms);
+    EXPECT_EQ(plan.split(), len > kTopKShortMaxLen);
+    p.plan = &plan;
+    DeviceArray<uint8_t> ws;
+    const size_t bytes = TopKWorkspaceBytes(p);
+    EXPECT_EQ(bytes, TopKSplitWorkspaceLayout(plan, rows).total);
+    if (bytes > 0) {
+      ws.Resize(bytes);
+      p.workspace = ws.get();
+      p.workspace_bytes = bytes;
+    }
+    ASSERT_TRUE(LaunchTopK(p, nullptr).ok());
+    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<int32_t> got = d_out.Download();
+    std::vector<int32_t> want(k);
+    for (int r = 0; r < rows; ++r) {
+      ref::TopK(logits.data() + static_cast<size_t>(r) * len, len, k, want.data());
+      for (int i = 0; i < k; ++i) ASSERT_EQ(got[static_cast<size_t>(r) * k + i], want[i]) << "len " << len;
+    }
+    if (plan.split()) {
+      TopKSplitPlan short_cover = plan;
+      short_cover.chunks = 2;  // covers 2 chunks only: not this row
+      p.plan = &short_cover;
+      EXPECT_EQ(LaunchTopK(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+    }
+  }
 }
 
 TEST(TopK, RejectsATooSmallWorkspace) {

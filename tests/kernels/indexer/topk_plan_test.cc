@@ -32,10 +32,13 @@ TEST(TopKPlan, FewLongRowsSplitIntoOneWave) {
 }
 
 TEST(TopKPlan, OneRowSpreadsOverManySms) {
-  const TopKSplitPlan p = PlanTopKSplit(1, 32768, kH200Sms);
+  const TopKSplitPlan p = PlanTopKSplit(1, 32768, kH200Sms, kTopKMaxChunks);
   ExpectCovers(p, 32768);
-  EXPECT_EQ(p.chunks, 32768 / kTopKMinChunk);  // limited by the smallest useful chunk
+  EXPECT_EQ(p.chunks, kTopKMaxChunks);
   EXPECT_EQ(p.candidate_cap, 8192);
+  const TopKSplitPlan o = PlanTopKSplit(1, 65536, kH200Sms);  // longer than the short-row path takes
+  ExpectCovers(o, 65536);
+  EXPECT_EQ(o.chunks, kTopKMaxChunks);
   const TopKSplitPlan q = PlanTopKSplit(1, 200000, kA100Sms);
   ExpectCovers(q, 200000);
   EXPECT_EQ(q.chunks, kTopKMaxChunks);
@@ -45,11 +48,11 @@ TEST(TopKPlan, OneRowSpreadsOverManySms) {
 }
 
 // The choices the H200 measurements made (graph replays, real-like rows):
-// split 1 x 32K (28 vs 33 us), 8 x 128K (30 vs 72), 64 x 128K (56 vs 76);
-// one CTA per row for 32 x 32K (35 vs 33), 64 x 32K (37 vs 34), 128 x 128K
-// (105 vs 83), 256 x 32K.
+// split 8 x 128K (30 vs 72), 64 x 128K (56 vs 76) and single rows longer
+// than the short-row path takes; one CTA per row for 128 x 128K (105 vs 83).
+// Rows of at most kTopKShortMaxLen never split (the short-row path).
 TEST(TopKPlan, FollowsTheMeasuredCrossovers) {
-  EXPECT_TRUE(PlanTopKSplit(1, 32768, kH200Sms).split());
+  EXPECT_TRUE(PlanTopKSplit(1, 65536, kH200Sms).split());
   EXPECT_TRUE(PlanTopKSplit(8, 131072, kH200Sms).split());
   EXPECT_TRUE(PlanTopKSplit(64, 131072, kH200Sms).split());
   EXPECT_TRUE(PlanTopKSplit(1, 200000, kH200Sms).split());
@@ -72,8 +75,11 @@ TEST(TopKPlan, ManyRowsKeepOneCtaEach) {
 }
 
 TEST(TopKPlan, ShortOrEmptyRowsKeepOneCta) {
-  // A short row costs the one-CTA path less than the split's four launches.
+  // Rows up to kTopKShortMaxLen take the short-row path, whatever their number.
   EXPECT_FALSE(PlanTopKSplit(1, 8192, kH200Sms).split());
+  EXPECT_FALSE(PlanTopKSplit(1, kTopKShortMaxLen, kH200Sms).split());
+  EXPECT_TRUE(PlanTopKSplit(1, kTopKShortMaxLen + 1024, kH200Sms).split());
+  EXPECT_TRUE(PlanTopKSplit(1, kTopKShortMaxLen, kH200Sms, 4).split());  // unless forced
   EXPECT_FALSE(PlanTopKSplit(1, 0, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(0, 131072, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(70000, 131072, kH200Sms, 4).split());  // grid.y limit

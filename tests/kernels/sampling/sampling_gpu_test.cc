@@ -40,8 +40,8 @@ std::vector<float> MakeLogits(int vocab, Dist d, Rng& rng) {
 
 struct Row {
   std::vector<float> logits;
-  ref::SamplingParams p;
-  ref::TokenHistory h;
+  SamplingParams p;
+  TokenHistory h;
   uint64_t step = 0;
 };
 
@@ -85,9 +85,8 @@ void RunBatch(const std::vector<Row>& rows, int vocab, int* mismatches) {
   std::vector<int32_t> offsets(1, 0), ids, pc, oc;
   for (int i = 0; i < n; ++i) {
     std::copy(rows[i].logits.begin(), rows[i].logits.end(), logits.begin() + static_cast<size_t>(i) * vocab);
-    const ref::SamplingParams& p = rows[i].p;
-    params[i] = SamplingRowParams{p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty,
-                                  p.frequency_penalty, p.presence_penalty, 0, p.seed, rows[i].step};
+    const SamplingParams& p = rows[i].p;
+    params[i] = SamplingRowParams{p, rows[i].step};
     std::vector<int32_t> u;
     for (const auto& [id, c] : rows[i].h.prompt_counts) u.push_back(id);
     for (const auto& [id, c] : rows[i].h.output_counts) u.push_back(id);

@@ -1,0 +1,251 @@
+// Host side of the W4A16 GEMM: the tile configurations, the plan (tile and
+// split-K), validation, and the dense and grouped launches.
+#include "kernels/cuda/gemm/w4a16_gemm.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_info.h"
+#include "kernels/cuda/common/invalid_arg.h"
+#include "kernels/cuda/gemm/gemm_config.h"
+#include "kernels/cuda/gemm/gemm_launch_internal.h"
+#include "kernels/cuda/gemm/moe.h"
+#include "kernels/cuda/gemm/w4a16_gemm_kernel.cuh"
+
+namespace spar {
+namespace {
+
+// Decode tiles stream 256 columns (4 chunks) per stage so each 16-row tile
+// contributes 2 KB contiguous per stage; the prefill tile is 128 x 64 with
+// 8 warps (two accumulator sets per thread for int4: the running sum and
+// the group's).
+struct W4Config {
+  const char* name;
+  int bt, br, wr, wt, stages, sub, min_blocks;
+};
+constexpr W4Config kConfigs[kW4NumConfigs] = {
+    {"W4T8", 8, 64, 4, 1, 4, 4, 2},   {"W4T16", 16, 64, 4, 1, 4, 4, 2}, {"W4T32", 32, 64, 4, 1, 4, 2, 2},
+    {"W4T64", 64, 64, 2, 2, 4, 2, 2}, {"W4P128", 64, 128, 4, 2, 3, 2, 1},
+};
+
+template <int kId, bool kFp4>
+cudaError_t LaunchConfig(const gemm::w4::KernelParams& p, dim3 grid, cudaStream_t stream) {
+  constexpr W4Config c = kConfigs[kId];
+  return gemm::w4::LaunchW4Tile<c.bt, c.br, c.wr, c.wt, c.stages, c.sub, kFp4, c.min_blocks>(p, grid, stream);
+}
+
+template <bool kFp4>
+cudaError_t Dispatch(int id, const gemm::w4::KernelParams& p, dim3 grid, cudaStream_t stream) {
+  switch (id) {
+    case 0:
+      return LaunchConfig<0, kFp4>(p, grid, stream);
+    case 1:
+      return LaunchConfig<1, kFp4>(p, grid, stream);
+    case 2:
+      return LaunchConfig<2, kFp4>(p, grid, stream);
+    case 3:
+      return LaunchConfig<3, kFp4>(p, grid, stream);
+    case 4:
+      return LaunchConfig<4, kFp4>(p, grid, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool Aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+// By tokens per tile; the 128-row prefill tile only where it tiles the
+// packed rows (they are padded to 64).
+int ConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
+  if (rows_per_tile <= 8) return 0;
+  if (rows_per_tile <= 16) return 1;
+  if (rows_per_tile <= 32) return 2;
+  if (rows_per_tile <= 128 || rows_padded % 128 != 0) return 3;
+  return 4;
+}
+
+// A forced configuration must tile the packed rows.
+absl::Status CheckForced(absl::string_view op, int config, int64_t rows_padded) {
+  if (config < 0) return absl::OkStatus();
+  if (config >= kW4NumConfigs) return InvalidParam(op, "force_config", "is not a tile configuration");
+  if (rows_padded % kConfigs[config].br != 0) {
+    return InvalidParam(op, "force_config", absl::StrCat(kConfigs[config].name, " needs rows_padded to be a multiple of ",
+                                                         kConfigs[config].br));
+  }
+  return absl::OkStatus();
+}
+
+struct Plan {
+  int config = 0;
+  int splits = 1;
+  int64_t token_tiles = 0, row_tiles = 0;
+  size_t workspace_bytes = 0;
+};
+
+// Tile by M; split K when the output tiles leave SMs idle (decode), each
+// split keeping at least 4 chunks (256 columns), the partials in the workspace.
+Plan MakePlan(const W4A16GemmParams& p, size_t workspace_limit) {
+  Plan plan;
+  plan.config = p.force_config >= 0 ? p.force_config : ConfigFor(p.m, p.w.rows_padded);
+  const W4Config& c = kConfigs[plan.config];
+  plan.token_tiles = CeilDiv(p.m, c.bt);
+  plan.row_tiles = p.w.rows_padded / c.br;
+  const int64_t tiles = plan.token_tiles * plan.row_tiles;
+  const int sms = p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count;
+  const int64_t chunks = p.k / 64;
+  int splits = p.force_config >= 0 ? p.force_splits : static_cast<int>(std::min<int64_t>(16, CeilDiv(2 * sms, tiles)));
+  splits = static_cast<int>(std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, chunks / 4)));
+  if (p.force_config >= 0) splits = static_cast<int>(std::clamp<int64_t>(p.force_splits, 1, chunks));
+  auto bytes = [&](int s) {
+    return s == 1 ? size_t{0} : gemm::kSplitCounterBytes + static_cast<size_t>(s) * tiles * c.bt * c.br * 4;
+  };
+  while (splits > 1 && (tiles > gemm::kMaxSplitTiles || bytes(splits) > workspace_limit)) --splits;
+  plan.splits = splits;
+  plan.workspace_bytes = bytes(splits);
+  return plan;
+}
+
+constexpr absl::string_view kOp = "W4A16Gemm";
+
+absl::Status ValidateWeight(absl::string_view op, const W4GemmWeight& w, int64_t k) {
+  if (w.values == nullptr || !Aligned(w.values, 16)) return InvalidParam(op, "w.values", "must be non-null and 16-byte aligned");
+  if (w.n <= 0) return InvalidParam(op, "w.n", "must be positive");
+  if (w.rows_padded <= 0 || w.rows_padded % 64 != 0 || w.rows_padded < (w.silu_pair ? 2 * w.n : w.n)) {
+    return InvalidParam(op, "w.rows_padded", "must be a multiple of 64 holding every packed row");
+  }
+  if (w.type == W4WeightType::kInt4) {
+    if (w.group <= 0 || w.group % 64 != 0 || k % w.group != 0) {
+      return InvalidParam(op, "w.group", "must be a multiple of 64 that divides k");
+    }
+    if (w.scales == nullptr || !Aligned(w.scales, 16)) return InvalidParam(op, "w.scales", "must be non-null and 16-byte aligned");
+    if (w.zeros == nullptr || !Aligned(w.zeros, 16)) return InvalidParam(op, "w.zeros", "must be non-null and 16-byte aligned");
+  } else if (w.type == W4WeightType::kNvfp4) {
+    if (w.fp4_scales == nullptr || !Aligned(w.fp4_scales, 4)) return InvalidParam(op, "w.fp4_scales", "must be non-null and 4-byte aligned");
+    if (w.global_scale == nullptr) return InvalidParam(op, "w.global_scale", "is null");
+  } else {
+    return InvalidParam(op, "w.type", "is not a known 4-bit type");
+  }
+  return absl::OkStatus();
+}
+
+gemm::w4::KernelParams KernelParamsFor(const W4GemmWeight& w, int64_t k, const __nv_bfloat16* x, int64_t ldx, void* y,
+                                       int64_t ldy, bool y_fp32) {
+  gemm::w4::KernelParams kp;
+  kp.k = k;
+  kp.x = reinterpret_cast<const uint16_t*>(x);
+  kp.ldx = ldx;
+  kp.values = w.values;
+  kp.scales = w.scales;
+  kp.zeros = w.zeros;
+  kp.fp4_scales = w.fp4_scales;
+  kp.global_scale = w.global_scale;
+  kp.n = w.n;
+  kp.rows_padded = w.rows_padded;
+  kp.group = w.group;
+  kp.silu = w.silu_pair ? 1 : 0;
+  kp.y = y;
+  kp.ldy = ldy;
+  kp.y_fp32 = y_fp32 ? 1 : 0;
+  return kp;
+}
+
+cudaError_t Launch(bool fp4, int config, const gemm::w4::KernelParams& kp, dim3 grid, cudaStream_t stream) {
+  return fp4 ? Dispatch<true>(config, kp, grid, stream) : Dispatch<false>(config, kp, grid, stream);
+}
+
+}  // namespace
+
+const char* W4ConfigName(int config) { return config >= 0 && config < kW4NumConfigs ? kConfigs[config].name : "?"; }
+
+size_t W4A16GemmWorkspaceBytes(const W4A16GemmParams& p) {
+  if (p.m <= 0 || p.k <= 0 || p.w.rows_padded <= 0) return 0;
+  return MakePlan(p, std::numeric_limits<size_t>::max()).workspace_bytes;
+}
+
+absl::Status LaunchW4A16Gemm(const W4A16GemmParams& p, cudaStream_t stream) {
+  if (p.m < 0) return InvalidParam(kOp, "m", "must be >= 0");
+  if (p.k <= 0 || p.k % 64 != 0) return InvalidParam(kOp, "k", absl::StrCat("must be a positive multiple of 64, got ", p.k));
+  if (auto s = ValidateWeight(kOp, p.w, p.k); !s.ok()) return s;
+  if (auto s = CheckForced(kOp, p.force_config, p.w.rows_padded); !s.ok()) return s;
+  if (p.m == 0) return absl::OkStatus();
+  if (p.x == nullptr || !Aligned(p.x, 16)) return InvalidParam(kOp, "x", "must be non-null and 16-byte aligned");
+  if (p.ldx < p.k || p.ldx % 8 != 0) return InvalidParam(kOp, "ldx", "must be >= k and a multiple of 8");
+  if (p.y == nullptr || !Aligned(p.y, p.y_fp32 ? 4 : 2)) return InvalidParam(kOp, "y", "is null or misaligned");
+  if (p.ldy < p.w.n) return InvalidParam(kOp, "ldy", "must be >= n");
+  if (p.workspace_bytes > 0 && (p.workspace == nullptr || !Aligned(p.workspace, 256))) {
+    return InvalidParam(kOp, "workspace", "must be non-null and 256-byte aligned");
+  }
+  const Plan plan = MakePlan(p, p.workspace != nullptr ? p.workspace_bytes : 0);
+  if (plan.row_tiles > 65535 || plan.token_tiles > (int64_t{1} << 31) - 1) {
+    return InvalidParam(kOp, "w.n", "too many output tiles");
+  }
+  gemm::w4::KernelParams kp = KernelParamsFor(p.w, p.k, p.x, p.ldx, p.y, p.ldy, p.y_fp32);
+  kp.m = p.m;
+  kp.splits = plan.splits;
+  kp.row_tiles = static_cast<int32_t>(plan.row_tiles);
+  if (plan.splits > 1) {
+    kp.counters = static_cast<int32_t*>(p.workspace);
+    kp.partials = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + gemm::kSplitCounterBytes);
+  }
+  const dim3 grid(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.row_tiles),
+                  static_cast<unsigned>(plan.splits));
+  return CudaStatus(Launch(p.w.type == W4WeightType::kNvfp4, plan.config, kp, grid, stream), "W4A16GemmKernel launch");
+}
+
+absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_t stream) {
+  constexpr absl::string_view kMoeOp = "W4MoeGroupedGemm";
+  if (p.num_experts < 1 || p.num_experts > 1024) return InvalidParam(kMoeOp, "num_experts", "must be in [1, 1024]");
+  if (p.max_rows < 0 || p.max_rows >= (int64_t{1} << 31)) return InvalidParam(kMoeOp, "max_rows", "must be in [0, 2^31)");
+  if (p.k <= 0 || p.k % 64 != 0) return InvalidParam(kMoeOp, "k", "must be a positive multiple of 64");
+  if (auto s = ValidateWeight(kMoeOp, p.weight, p.k); !s.ok()) return s;
+  if (auto s = CheckForced(kMoeOp, p.force_config, p.weight.rows_padded); !s.ok()) return s;
+  if (p.max_rows == 0) return absl::OkStatus();
+  if (p.expert_offsets == nullptr) return InvalidParam(kMoeOp, "expert_offsets", "is null");
+  if (p.x == nullptr || !Aligned(p.x, 16)) return InvalidParam(kMoeOp, "x", "must be non-null and 16-byte aligned");
+  if (p.ldx < p.k || p.ldx % 8 != 0) return InvalidParam(kMoeOp, "ldx", "must be >= k and a multiple of 8");
+  const int64_t values = p.weight.rows_padded * p.k / 2;
+  if (p.values_stride < values || p.values_stride % 16 != 0) {
+    return InvalidParam(kMoeOp, "values_stride", "must be >= rows_padded * k / 2 and a multiple of 16");
+  }
+  if (p.weight.type == W4WeightType::kInt4) {
+    const int64_t per = p.weight.rows_padded * (p.k / p.weight.group);
+    if (p.scales_stride < per || p.scales_stride % 4 != 0) return InvalidParam(kMoeOp, "scales_stride", "is too small or misaligned");
+    if (p.zeros_stride < per || p.zeros_stride % 16 != 0) return InvalidParam(kMoeOp, "zeros_stride", "is too small or misaligned");
+  } else if (p.fp4_scales_stride < p.weight.rows_padded * (p.k / 16) || p.fp4_scales_stride % 4 != 0) {
+    return InvalidParam(kMoeOp, "fp4_scales_stride", "is too small or misaligned");
+  }
+  if (p.y == nullptr) return InvalidParam(kMoeOp, "y", "is null");
+  if (p.ldy < p.weight.n) return InvalidParam(kMoeOp, "ldy", "must be >= n");
+  if (p.workspace == nullptr || !Aligned(p.workspace, 16) ||
+      p.workspace_bytes < MoeGroupedGemmWorkspaceBytes(p.max_rows, p.num_experts)) {
+    return InvalidParam(kMoeOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
+  }
+  const int config = p.force_config >= 0 ? p.force_config
+                                         : ConfigFor(std::max<int64_t>(1, p.expected_rows_per_expert), p.weight.rows_padded);
+  const W4Config& c = kConfigs[config];
+  const int64_t row_tiles = p.weight.rows_padded / c.br;
+  if (row_tiles > 65535) return InvalidParam(kMoeOp, "weight.n", "too many output tiles");
+  // The work list as the W8A16 grouped GEMM builds it: {expert, first row, rows}.
+  const int64_t entries = CeilDiv(p.max_rows, c.bt) + std::min<int64_t>(p.num_experts, p.max_rows);
+  int32_t* work = static_cast<int32_t*>(p.workspace);
+  int32_t* work_count = work + entries * 4;
+  SPAR_CUDA_RETURN_IF_ERROR(
+      gemm::internal::LaunchGroupedWorkList(p.expert_offsets, p.num_experts, c.bt, work, work_count, stream));
+  gemm::w4::KernelParams kp = KernelParamsFor(p.weight, p.k, p.x, p.ldx, p.y, p.ldy, p.y_fp32);
+  kp.x_row_index = p.x_row_index;
+  kp.row_tiles = static_cast<int32_t>(row_tiles);
+  kp.work = work;
+  kp.work_count = work_count;
+  kp.values_stride = p.values_stride;
+  kp.scales_stride = p.scales_stride;
+  kp.zeros_stride = p.zeros_stride;
+  kp.fp4_stride = p.fp4_scales_stride;
+  const dim3 grid(static_cast<unsigned>(entries), static_cast<unsigned>(row_tiles), 1);
+  return CudaStatus(Launch(p.weight.type == W4WeightType::kNvfp4, config, kp, grid, stream), "W4MoeGroupedGemm kernel launch");
+}
+
+}  // namespace spar

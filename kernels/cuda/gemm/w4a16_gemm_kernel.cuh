@@ -1,0 +1,462 @@
+// The W4A16 tile kernel (internal to kernels/cuda/gemm; w4a16_gemm.cu
+// instantiates it). Same orientation as the W8A16 kernel: Yᵀ = W·Xᵀ, weight
+// rows are the mma.m16n8k16 A operand, tokens the B operand.
+//
+// Per 64-column chunk a lane loads its 16 bytes of each 16-row fragment
+// (w4_layout.h: four 32-bit words, one per k-step, already in A-register
+// order) and its 32 contiguous activation bytes per 8-token fragment (two
+// 16-byte LDS, XOR-swizzled by token so 8 tokens x 4 lanes hit distinct
+// banks). Dequantization is register arithmetic only:
+//   int4:  (w >> 4p) & 0x000F000F | 0x43004300 is bf16x2 (128 + code); minus
+//          bf16x2 (128 + zero) gives code - zero exactly; the fp32 sum of a
+//          group is multiplied by its scale when the group's last chunk ends.
+//   nvfp4: the nibble's sign and 3 magnitude bits go to bf16 bits 15 and
+//          6..8 (a bf16 2^-126 too small, subnormal for e = 0), times 2^126,
+//          times the e4m3 block scale as bf16: exact; the global scale
+//          multiplies the finished sum.
+// Pipeline: cp.async multi-stage over kSub chunks per stage (weights,
+// activations, the stage's scales and zeros); split-K over chunks; the
+// epilogue goes through shared memory (fp32, token-major) for split-K,
+// SiLU·mul pairing and coalesced stores.
+#ifndef SPAR_KERNELS_CUDA_GEMM_W4A16_GEMM_KERNEL_CUH_
+#define SPAR_KERNELS_CUDA_GEMM_W4A16_GEMM_KERNEL_CUH_
+
+#include "kernels/cuda/common/arch.cuh"
+
+#include <cuda_bf16.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/cuda/common/fp8_sm80.cuh"
+#include "kernels/cuda/common/mma_sm80.cuh"
+
+namespace spar::gemm::w4 {
+
+struct KernelParams {
+  int64_t m = 0, k = 0;
+  const uint16_t* x = nullptr;
+  int64_t ldx = 0;
+  const int32_t* x_row_index = nullptr;
+  const uint8_t* values = nullptr;
+  const float* scales = nullptr;
+  const uint8_t* zeros = nullptr;
+  const uint8_t* fp4_scales = nullptr;
+  const float* global_scale = nullptr;
+  int64_t n = 0;  // outputs
+  int64_t rows_padded = 0;
+  int64_t group = 0;
+  int32_t silu = 0;
+  void* y = nullptr;
+  int64_t ldy = 0;
+  int32_t y_fp32 = 0;
+  int32_t splits = 1;
+  int32_t row_tiles = 0;
+  float* partials = nullptr;
+  int32_t* counters = nullptr;
+  const int32_t* work = nullptr;  // grouped: {expert, first row, rows, 0}
+  const int32_t* work_count = nullptr;
+  int64_t values_stride = 0, scales_stride = 0, zeros_stride = 0, fp4_stride = 0;
+};
+
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, bool kFp4>
+struct Tile {
+  static constexpr int kThreads = kWR * kWT * 32;
+  static constexpr int kWarpRows = kBR / kWR;
+  static constexpr int kMI = kWarpRows / 16;
+  static constexpr int kWarpTokens = kBT / kWT;
+  static constexpr int kNJ = kWarpTokens / 8;
+  static constexpr int kWBytes = (kBR / 16) * kSub * 512;
+  static constexpr int kXPitch = kSub * 128;
+  static constexpr int kXBytes = kBT * kXPitch;
+  static constexpr int kSBytes = kBR * kSub * 4;  // int4: fp32 scales; nvfp4: 4 block scales per row and chunk
+  static constexpr int kZBytes = kFp4 ? 0 : kBR * kSub;
+  static constexpr int kStageBytes = (kWBytes + kXBytes + kSBytes + kZBytes + 15) / 16 * 16;
+  static constexpr int kPitchC = kBR + 4;
+  static constexpr int kPipelineBytes = kStages * kStageBytes;
+  static constexpr int kEpilogueBytes = kBT * kPitchC * 4;
+  static constexpr int kSmemBytes = (kPipelineBytes > kEpilogueBytes ? kPipelineBytes : kEpilogueBytes) + 16;
+  static constexpr int kWPieces = (kBR / 16) * kSub * 32;  // 16-byte copies per stage
+  static constexpr int kXPieces = kBT * kSub * 8;
+  static constexpr int kXSlots = (kXPieces + kThreads - 1) / kThreads;
+  static_assert(kWarpRows % 16 == 0 && kWarpTokens % 8 == 0, "warp tile");
+  static_assert(kWPieces % kThreads == 0, "weight copies per thread");
+};
+
+__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(cuda::SmemAddress(smem_dst)), "l"(gmem_src));
+}
+
+__device__ __forceinline__ void Lds128(uint32_t (&r)[4], const unsigned char* p) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  r[0] = v.x;
+  r[1] = v.y;
+  r[2] = v.z;
+  r[3] = v.w;
+}
+
+__device__ __forceinline__ uint32_t Bf16x2Sub(uint32_t a, uint32_t b) {
+  __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+
+__device__ __forceinline__ uint32_t Bf16x2Mul(uint32_t a, uint32_t b) {
+  __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+
+__device__ __forceinline__ uint32_t PackBf16x2(float a, float b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// bf16x2 of an e4m3 scale in both halves (exact: e4m3 fits bf16).
+__device__ __forceinline__ uint32_t E4m3PairBf16(uint8_t v) {
+  const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(cuda::E4m3ToFloat(v)));
+  return h | (h << 16);
+}
+
+constexpr uint32_t kBf16x2Pow2_126 = 0x7E807E80u;  // 2^126 in both halves
+
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, bool kFp4, int kMinBlocks>
+__global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(const KernelParams p) {
+  using T = Tile<kBT, kBR, kWR, kWT, kStages, kSub, kFp4>;
+  constexpr int kThreads = T::kThreads, kMI = T::kMI, kNJ = T::kNJ, kPitchC = T::kPitchC;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int s_is_last;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wr0 = (warp % kWR) * T::kWarpRows;
+  const int wt0 = (warp / kWR) * T::kWarpTokens;
+
+  // ---- which tile --------------------------------------------------------
+  const uint8_t* values = p.values;
+  const float* scales = p.scales;
+  const uint8_t* zeros = p.zeros;
+  const uint8_t* fp4s = p.fp4_scales;
+  const float* gscale = p.global_scale;
+  int64_t row0_out;
+  int tok_count, split = 0;
+  int64_t tile_id = 0;
+  if (p.work != nullptr) {
+    if (static_cast<int>(blockIdx.x) >= *p.work_count) return;
+    const int4 wk = reinterpret_cast<const int4*>(p.work)[blockIdx.x];
+    values += wk.x * p.values_stride;
+    if constexpr (kFp4) {
+      fp4s += wk.x * p.fp4_stride;
+      gscale += wk.x * (p.silu ? 2 : 1);
+    } else {
+      scales += wk.x * p.scales_stride;
+      zeros += wk.x * p.zeros_stride;
+    }
+    row0_out = wk.y;
+    tok_count = wk.z;
+  } else {
+    row0_out = static_cast<int64_t>(blockIdx.x) * kBT;
+    tok_count = static_cast<int>(p.m - row0_out < kBT ? p.m - row0_out : kBT);
+    split = blockIdx.z;
+    tile_id = static_cast<int64_t>(blockIdx.x) * p.row_tiles + blockIdx.y;
+  }
+  const int64_t prow0 = static_cast<int64_t>(blockIdx.y) * kBR;  // first packed row
+  const int64_t chunks = p.k / 64;
+  const int64_t c_begin = split * chunks / p.splits, c_end = (split + 1) * chunks / p.splits;
+  const int nst = static_cast<int>((c_end - c_begin + kSub - 1) / kSub);
+
+  // ---- per-thread activation slots (fixed over the K loop) ---------------
+  const unsigned char* xbase = reinterpret_cast<const unsigned char*>(p.x);
+  const int64_t ldx_bytes = p.ldx * 2;
+  int32_t xrow[T::kXSlots];
+  uint32_t xvalid = 0;
+#pragma unroll
+  for (int s = 0; s < T::kXSlots; ++s) {
+    const int j = tid + s * kThreads;
+    const int r = j / (kSub * 8);
+    int64_t row = 0;
+    if (j < T::kXPieces && r < tok_count) {
+      row = row0_out + r;
+      if (p.x_row_index != nullptr) row = p.x_row_index[row];
+      xvalid |= 1u << s;
+    }
+    xrow[s] = static_cast<int32_t>(row);
+  }
+
+  auto load_stage = [&](int st, int buf) {
+    unsigned char* sw = smem + buf * T::kStageBytes;
+    unsigned char* sx = sw + T::kWBytes;
+    unsigned char* ss = sx + T::kXBytes;
+    unsigned char* sz = ss + T::kSBytes;
+    const int64_t cs = c_begin + static_cast<int64_t>(st) * kSub;
+#pragma unroll
+    for (int s = 0; s < T::kWPieces / kThreads; ++s) {
+      const int j = tid + s * kThreads;
+      const int i = j / (kSub * 32), u = (j / 32) % kSub, q = j % 32;
+      const int64_t c = cs + u;
+      if (c < c_end) {
+        cuda::CpAsync16(sw + (i * kSub + u) * 512 + q * 16, values + ((prow0 / 16 + i) * chunks + c) * 512 + q * 16);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < T::kXSlots; ++s) {
+      const int j = tid + s * kThreads;
+      const int r = j / (kSub * 8), u = (j / 8) % kSub, q = j % 8;
+      const int64_t c = cs + u;
+      if (j < T::kXPieces && c < c_end) {
+        cuda::CpAsync16(sx + r * T::kXPitch + u * 128 + ((q ^ (r & 7)) << 4),
+                        xbase + static_cast<int64_t>(xrow[s]) * ldx_bytes + c * 128 + q * 16, ((xvalid >> s) & 1u) ? 16 : 0);
+      }
+    }
+    if constexpr (!kFp4) {
+      constexpr int kPer = kBR / 4 + kBR / 16;  // scale pieces + zero pieces per chunk
+      for (int j = tid; j < kSub * kPer; j += kThreads) {
+        const int u = j / kPer, q = j % kPer;
+        const int64_t c = cs + u;
+        if (c >= c_end) continue;
+        const int64_t gi = c * 64 / p.group;
+        if (q < kBR / 4) {
+          cuda::CpAsync16(ss + (u * kBR + q * 4) * 4, scales + gi * p.rows_padded + prow0 + q * 4);
+        } else {
+          const int qq = q - kBR / 4;
+          cuda::CpAsync16(sz + u * kBR + qq * 16, zeros + gi * p.rows_padded + prow0 + qq * 16);
+        }
+      }
+    } else {
+      for (int j = tid; j < kBR * kSub; j += kThreads) {
+        const int r = j / kSub, u = j % kSub;
+        const int64_t c = cs + u;
+        if (c < c_end) CpAsync4(ss + (r * kSub + u) * 4, fp4s + (prow0 + r) * (p.k / 16) + c * 4);
+      }
+    }
+  };
+
+  // ---- main loop ----------------------------------------------------------
+  float acc[kMI][kNJ][4];
+  float accg[kMI][kNJ][4];  // int4: the current group's sum
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < kNJ; ++nj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][nj][e] = accg[mi][nj][e] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nst) load_stage(s, s);
+    cuda::CpAsyncCommit();
+  }
+  for (int it = 0; it < nst; ++it) {
+    cuda::CpAsyncWait<kStages - 2>();
+    __syncthreads();
+    {
+      const int nxt = it + kStages - 1;
+      if (nxt < nst) load_stage(nxt, nxt % kStages);
+      cuda::CpAsyncCommit();
+    }
+    const unsigned char* sw = smem + (it % kStages) * T::kStageBytes;
+    const unsigned char* sx = sw + T::kWBytes;
+    const unsigned char* ss = sx + T::kXBytes;
+    const unsigned char* sz = ss + T::kSBytes;
+#pragma unroll
+    for (int u = 0; u < kSub; ++u) {
+      const int64_t c = c_begin + static_cast<int64_t>(it) * kSub + u;
+      if (c >= c_end) break;  // the same for the whole block
+      uint32_t wq[kMI][4], lo[kMI], hi[kMI];
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi) {
+        const int rt = (wr0 >> 4) + mi;
+        Lds128(wq[mi], sw + (rt * kSub + u) * 512 + lane * 16);
+        const int r_lo = wr0 + mi * 16 + g;
+        if constexpr (kFp4) {
+          lo[mi] = E4m3PairBf16(ss[(r_lo * kSub + u) * 4 + t]);
+          hi[mi] = E4m3PairBf16(ss[((r_lo + 8) * kSub + u) * 4 + t]);
+        } else {
+          lo[mi] = (0x4300u + sz[u * kBR + r_lo]) * 0x10001u;
+          hi[mi] = (0x4300u + sz[u * kBR + r_lo + 8]) * 0x10001u;
+        }
+      }
+      uint32_t xb[kNJ][8];
+#pragma unroll
+      for (int nj = 0; nj < kNJ; ++nj) {
+        const unsigned char* base = sx + (wt0 + nj * 8 + g) * T::kXPitch + u * 128;
+        uint32_t a4[4], b4[4];
+        Lds128(a4, base + (((2 * t) ^ g) << 4));
+        Lds128(b4, base + (((2 * t + 1) ^ g) << 4));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          xb[nj][e] = a4[e];
+          xb[nj][4 + e] = b4[e];
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        uint32_t a[kMI][4];
+#pragma unroll
+        for (int mi = 0; mi < kMI; ++mi) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const uint32_t v = (wq[mi][s] >> (4 * r)) & 0x000F000Fu;
+            if constexpr (kFp4) {
+              const uint32_t bits = ((v & 0x00080008u) << 12) | ((v & 0x00070007u) << 6);
+              a[mi][r] = Bf16x2Mul(Bf16x2Mul(bits, kBf16x2Pow2_126), (r & 1) ? hi[mi] : lo[mi]);
+            } else {
+              a[mi][r] = Bf16x2Sub(v | 0x43004300u, (r & 1) ? hi[mi] : lo[mi]);
+            }
+          }
+        }
+#pragma unroll
+        for (int nj = 0; nj < kNJ; ++nj) {
+          const uint32_t b[2] = {xb[nj][2 * s], xb[nj][2 * s + 1]};
+#pragma unroll
+          for (int mi = 0; mi < kMI; ++mi) {
+            if constexpr (kFp4) {
+              cuda::MmaBf16M16N8K16(acc[mi][nj], a[mi], b, acc[mi][nj]);
+            } else {
+              cuda::MmaBf16M16N8K16(accg[mi][nj], a[mi], b, accg[mi][nj]);
+            }
+          }
+        }
+      }
+      if constexpr (!kFp4) {
+        // The group ends with this chunk (or the split does): scale its sum.
+        if (((c + 1) * 64) % p.group == 0 || c + 1 == c_end) {
+          const float* sf = reinterpret_cast<const float*>(ss) + u * kBR;
+#pragma unroll
+          for (int mi = 0; mi < kMI; ++mi) {
+            const float s_lo = sf[wr0 + mi * 16 + g], s_hi = sf[wr0 + mi * 16 + g + 8];
+#pragma unroll
+            for (int nj = 0; nj < kNJ; ++nj) {
+              acc[mi][nj][0] += accg[mi][nj][0] * s_lo;
+              acc[mi][nj][1] += accg[mi][nj][1] * s_lo;
+              acc[mi][nj][2] += accg[mi][nj][2] * s_hi;
+              acc[mi][nj][3] += accg[mi][nj][3] * s_hi;
+#pragma unroll
+              for (int e = 0; e < 4; ++e) accg[mi][nj][e] = 0.0f;
+            }
+          }
+        }
+      }
+    }
+  }
+  cuda::CpAsyncWait<0>();
+  __syncthreads();
+
+  // ---- fp32 tile to shared memory, token-major ---------------------------
+  float* sc = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < kNJ; ++nj) {
+      const int r = wr0 + mi * 16 + g;
+      const int c = wt0 + nj * 8 + 2 * t;
+      sc[c * kPitchC + r] = acc[mi][nj][0];
+      sc[(c + 1) * kPitchC + r] = acc[mi][nj][1];
+      sc[c * kPitchC + r + 8] = acc[mi][nj][2];
+      sc[(c + 1) * kPitchC + r + 8] = acc[mi][nj][3];
+    }
+  __syncthreads();
+
+  // ---- split-K: publish partials, the last block sums them in order ------
+  if (p.splits > 1) {
+    const int64_t tiles = static_cast<int64_t>(gridDim.x) * p.row_tiles;
+    constexpr int kTileElems = kBT * kBR;
+    const int n4 = tok_count * kBR / 4;
+    float* mine = p.partials + (split * tiles + tile_id) * kTileElems;
+    for (int i = tid; i < n4; i += kThreads) {
+      const int c = (i * 4) / kBR, r = (i * 4) % kBR;
+      *reinterpret_cast<float4*>(mine + c * kBR + r) = *reinterpret_cast<const float4*>(sc + c * kPitchC + r);
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) s_is_last = atomicAdd(&p.counters[tile_id], 1) == p.splits - 1;
+    __syncthreads();
+    if (!s_is_last) return;
+    __threadfence();
+    for (int i = tid; i < n4; i += kThreads) {
+      const int c = (i * 4) / kBR, r = (i * 4) % kBR;
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int z = 0; z < p.splits; ++z) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (z * tiles + tile_id) * kTileElems + c * kBR + r));
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      *reinterpret_cast<float4*>(sc + c * kPitchC + r) = sum;
+    }
+    if (tid == 0) p.counters[tile_id] = 0;
+    __syncthreads();
+  }
+
+  // ---- epilogue: global scale, SiLU·mul, stores --------------------------
+  const bool silu = p.silu != 0;
+  float gs_a = 1.0f, gs_b = 1.0f;  // nvfp4: (gate or the only matrix, up)
+  if constexpr (kFp4) {
+    gs_a = gscale[0];
+    gs_b = silu ? gscale[1] : gs_a;
+  }
+  const int cols_per_tile = silu ? kBR / 2 : kBR;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * cols_per_tile;
+  const int groups8 = cols_per_tile / 8;
+  for (int i = tid; i < tok_count * groups8; i += kThreads) {
+    const int c = i / groups8;
+    const int j0 = (i % groups8) * 8;
+    const int64_t scol = col0 + j0;
+    const int nvalid = static_cast<int>(p.n - scol < 8 ? p.n - scol : 8);
+    if (nvalid <= 0) continue;
+    float v[8];
+    const float* src = sc + c * kPitchC;
+    if (silu) {
+      const int q = j0 / 8;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float gt = src[q * 16 + e] * gs_a;
+        const float up = src[q * 16 + 8 + e] * gs_b;
+        v[e] = gt / (1.0f + expf(-gt)) * up;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = src[j0 + e] * gs_a;
+    }
+    const int64_t orow = row0_out + c;
+    if (p.y_fp32) {
+      float* yp = static_cast<float*>(p.y) + orow * p.ldy + scol;
+      if (nvalid == 8 && (reinterpret_cast<uintptr_t>(yp) & 15) == 0) {
+        *reinterpret_cast<float4*>(yp) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(yp + 4) = make_float4(v[4], v[5], v[6], v[7]);
+      } else {
+        for (int e = 0; e < nvalid; ++e) yp[e] = v[e];
+      }
+    } else {
+      __nv_bfloat16* yp = static_cast<__nv_bfloat16*>(p.y) + orow * p.ldy + scol;
+      if (nvalid == 8 && (reinterpret_cast<uintptr_t>(yp) & 15) == 0) {
+        *reinterpret_cast<uint4*>(yp) =
+            make_uint4(PackBf16x2(v[0], v[1]), PackBf16x2(v[2], v[3]), PackBf16x2(v[4], v[5]), PackBf16x2(v[6], v[7]));
+      } else {
+        for (int e = 0; e < nvalid; ++e) yp[e] = __float2bfloat16_rn(v[e]);
+      }
+    }
+  }
+}
+
+// Sets the shared-memory limit once per device, then launches.
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, bool kFp4, int kMinBlocks>
+cudaError_t LaunchW4Tile(const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  using T = Tile<kBT, kBR, kWR, kWT, kStages, kSub, kFp4>;
+  auto kernel = W4A16GemmKernel<kBT, kBR, kWR, kWT, kStages, kSub, kFp4, kMinBlocks>;
+  static std::atomic<uint64_t> configured{0};
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit == 0 || (configured.load(std::memory_order_acquire) & bit) == 0) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    configured.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace spar::gemm::w4
+
+#endif  // SPAR_KERNELS_CUDA_GEMM_W4A16_GEMM_KERNEL_CUH_

@@ -1,0 +1,225 @@
+// The short-row top-k path (rows of at most kTopKShortMaxLen positions:
+// decode at contexts up to 32K, prefill chunks): one 1024-thread CTA per
+// row with everything sized by the row instead of by the longest row the
+// other paths handle (their 2048-bin x 8-copy histograms and 256K-position
+// bitmaps cost ~40 us of zeroing and scanning whatever the row's length).
+//
+//   keys:    kKeys per thread in registers, position u * 1024 + tid (loads
+//            coalesced across the warp), mapped by OrderedKey (NaN, -inf -> 0);
+//   select:  radix select over four 8-bit digits, top first, on 256-bin
+//            histograms (8 copies by lane & 7, double-buffered so the next
+//            level's is zeroed while this one counts); threads 0..255 find
+//            the bucket holding the rem-th key with one block scan. A row
+//            with at most k valid keys selects all of them, no levels;
+//   output:  positions key > T, plus the need_eq lowest positions with
+//            key == T, in ascending order: per (u, warp) ballot counts, one
+//            block exclusive scan in position order (u-major, then warp),
+//            then each lane its slot. The tie ranking is the same scan over
+//            the key == T flags, skipped when every tied key is taken.
+// Same semantics and the same bits as ref::TopK and the other paths.
+#include "kernels/cuda/common/arch.cuh"
+
+#include <cstdint>
+
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/indexer/indexer.h"
+#include "kernels/cuda/indexer/topk_device.cuh"
+#include "kernels/cuda/indexer/topk_plan.h"
+#include "kernels/cuda/indexer/topk_paths.h"
+
+namespace spar::topk {
+namespace {
+
+constexpr int kShortThreads = 1024;
+constexpr int kShortWarps = kShortThreads / 32;
+constexpr int kShortBins = 256;
+constexpr int kShortCopies = 8;
+static_assert(kTopKShortMaxLen <= 32 * kShortThreads, "at most 32 keys per thread (one selection bit each)");
+
+struct ShortSelect {
+  uint32_t bucket, above, count, total;
+};
+
+// The digit bucket holding the rem-th largest key of hist (bins x copies),
+// for the whole CTA. Threads 0..255 own one bin each in descending order.
+__device__ __forceinline__ ShortSelect FindShortBucket(const uint32_t (*hist)[kShortBins], uint32_t rem,
+                                                      uint32_t* scratch, ShortSelect* result) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint32_t cnt = 0, incl = 0;
+  if (tid < kShortBins) {
+    const int bin = kShortBins - 1 - tid;
+#pragma unroll
+    for (int c = 0; c < kShortCopies; ++c) cnt += hist[c][bin];
+    incl = cnt;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t n = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += n;
+    }
+    if (lane == 31) scratch[warp] = incl;
+  }
+  __syncthreads();
+  if (tid < kShortBins) {
+    uint32_t before = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < kShortBins / 32; ++w) {
+      const uint32_t s = scratch[w];
+      before += w < warp ? s : 0;
+      total += s;
+    }
+    const uint32_t above = before + incl - cnt;  // keys in higher digits
+    if (tid == 0) result->total = total;
+    if (above < rem && above + cnt >= rem) {
+      result->bucket = static_cast<uint32_t>(kShortBins - 1 - tid);
+      result->above = above;
+      result->count = cnt;
+    }
+  }
+  __syncthreads();
+  const ShortSelect s = *result;
+  __syncthreads();  // scratch and result are reused by the next call
+  return s;
+}
+
+template <int kKeys>
+__global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKParams p) {
+  __shared__ __align__(16) uint32_t hist[2][kShortCopies][kShortBins];
+  __shared__ uint32_t counts[kKeys * kShortWarps];
+  __shared__ uint32_t scratch[33];
+  __shared__ ShortSelect sel;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int copy = lane & (kShortCopies - 1);
+  const int64_t row = blockIdx.x;
+  const int len = RowLen(p, row);
+  const float* x = RowPtr(p, row);
+
+  uint32_t key[kKeys];
+#pragma unroll
+  for (int u = 0; u < kKeys; ++u) {
+    const int pos = u * kShortThreads + tid;
+    key[u] = pos < len ? OrderedKey(__ldg(x + pos)) : 0u;
+  }
+  reinterpret_cast<uint4*>(&hist[0][0][0])[tid] = make_uint4(0, 0, 0, 0);  // 1024 x 16 B = both buffers
+  __syncthreads();
+
+  // ---- radix select: T (a full key) and how many keys == T to take --------
+  const uint32_t k = static_cast<uint32_t>(p.k);
+  uint32_t threshold = 0, need_eq = 0, eq_count = 0;
+  bool take_all_valid = false;
+  uint32_t prefix = 0, rem = k;
+#pragma unroll 1
+  for (int level = 0; level < 4; ++level) {
+    const int shift = 24 - 8 * level;
+    uint32_t(*h)[kShortBins] = hist[level & 1];
+    uint32_t bin = 0, run = 0;  // runs of one digit are added at once
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      const bool in = key[u] != 0 && (level == 0 || (key[u] >> (shift + 8)) == prefix);
+      const uint32_t d = (key[u] >> shift) & 0xffu;
+      if (in && d != bin) {
+        if (run != 0) atomicAdd(&h[copy][bin], run);
+        bin = d;
+        run = 0;
+      }
+      run += in;
+    }
+    if (run != 0) atomicAdd(&h[copy][bin], run);
+    // The other buffer was last read by the previous level's bucket search,
+    // which ended with a barrier: zero it for the next level.
+    if (level < 3 && tid < kShortCopies * kShortBins / 4) {
+      reinterpret_cast<uint4*>(&hist[(level + 1) & 1][0][0])[tid] = make_uint4(0, 0, 0, 0);
+    }
+    __syncthreads();
+    const ShortSelect s = FindShortBucket(h, rem, scratch, &sel);
+    if (level == 0 && s.total <= k) {
+      take_all_valid = true;
+      break;
+    }
+    prefix = (prefix << 8) | s.bucket;
+    rem -= s.above;
+    eq_count = s.count;
+  }
+  if (!take_all_valid) {
+    threshold = prefix;
+    need_eq = rem;
+  }
+
+  // ---- ranks in position order: per (u, warp) ballot counts, one scan ----
+  auto position_ranks = [&](uint32_t flags, uint32_t* total) {
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      const uint32_t b = __ballot_sync(0xffffffffu, (flags >> u) & 1u);
+      if (lane == 0) counts[u * kShortWarps + warp] = __popc(b);
+    }
+    __syncthreads();
+    const uint32_t v = tid < kKeys * kShortWarps ? counts[tid] : 0u;
+    const uint32_t excl = BlockExclusiveScan<kShortThreads>(v, scratch, total);
+    if (tid < kKeys * kShortWarps) counts[tid] = excl;
+    __syncthreads();
+  };
+  uint32_t selected = 0;  // bit u: position u * 1024 + tid is selected
+  if (take_all_valid) {
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) selected |= (key[u] != 0 ? 1u : 0u) << u;
+  } else {
+    uint32_t eq = 0;
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      selected |= (key[u] > threshold ? 1u : 0u) << u;
+      eq |= (key[u] == threshold ? 1u : 0u) << u;
+    }
+    if (need_eq >= eq_count) {
+      selected |= eq;
+    } else {
+      // Keep the need_eq lowest tied positions.
+      uint32_t unused;
+      position_ranks(eq, &unused);
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        const uint32_t b = __ballot_sync(0xffffffffu, (eq >> u) & 1u);
+        const uint32_t rank = counts[u * kShortWarps + warp] + __popc(b & LaneMaskLt());
+        if (((eq >> u) & 1u) && rank < need_eq) selected |= 1u << u;
+      }
+      __syncthreads();  // counts is rewritten below
+    }
+  }
+
+  // ---- write the selected positions in ascending order, then -1 ----------
+  uint32_t total = 0;
+  position_ranks(selected, &total);
+  int32_t* out = p.out + row * p.out_stride;
+  const int32_t* table =
+      p.block_table != nullptr ? p.block_table + (row / p.rows_per_seq) * p.block_table_stride : nullptr;
+#pragma unroll
+  for (int u = 0; u < kKeys; ++u) {
+    const bool mine = (selected >> u) & 1u;
+    const uint32_t b = __ballot_sync(0xffffffffu, mine);
+    if (mine) {
+      const int pos = u * kShortThreads + tid;
+      const uint32_t slot = counts[u * kShortWarps + warp] + __popc(b & LaneMaskLt());
+      out[slot] = table != nullptr ? table[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens
+                                   : pos;
+    }
+  }
+  for (int i = static_cast<int>(total) + tid; i < p.k; i += kShortThreads) out[i] = -1;
+}
+
+template <int kKeys>
+absl::Status Launch(const TopKParams& p, cudaStream_t stream) {
+  TopKShortKernel<kKeys><<<static_cast<unsigned>(p.rows), kShortThreads, 0, stream>>>(p);
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("TopKShortKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchTopKShort(const TopKParams& p, cudaStream_t stream) {
+  const int64_t len = p.num_cols;
+  if (len <= 2 * kShortThreads) return Launch<2>(p, stream);
+  if (len <= 4 * kShortThreads) return Launch<4>(p, stream);
+  if (len <= 8 * kShortThreads) return Launch<8>(p, stream);
+  if (len <= 16 * kShortThreads) return Launch<16>(p, stream);
+  return Launch<32>(p, stream);
+}
+
+}  // namespace spar::topk

@@ -1,0 +1,372 @@
+// The W4A16 GEMM (int4 and NVFP4, dense and grouped) against kernels/ref on
+// fresh random inputs: the weights are random canonical codes (group scales
+// spread over 2^±4, so per-group scaling matters), repacked by
+// w4_layout.h as the cuda backend does at load, dequantized by kernels/ref
+// and multiplied in fp32. Products are exact in the kernel, so fp32 output
+// agrees to fp32 summation order (1e-5 of the row scale) and bf16 output to
+// its rounding. Edge cases: M not a multiple of any tile, K = 128, N not a
+// multiple of 64, every tile configuration, split-K, SiLU pairs, a column
+// range of a wider Y; grouped: one expert, an expert without tokens, every
+// token on one expert, 64 tokens x top-8.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "base/rng.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/gemm/moe.h"
+#include "kernels/cuda/gemm/w4_layout.h"
+#include "kernels/cuda/gemm/w4a16_gemm.h"
+#include "kernels/ref/int4_ref.h"
+#include "kernels/ref/nvfp4_ref.h"
+#include "tests/kernels/gemm/gemm_test_util.h"
+
+namespace spar::testing {
+namespace {
+
+// One random 4-bit matrix, its canonical codes and its fp32 value.
+struct Host4 {
+  bool fp4 = false;
+  ref::Int4Weights i4;
+  ref::Nvfp4Weights f4;
+  std::vector<float> deq;  // [n, k]
+  gemm::W4Source Source() const { return fp4 ? gemm::W4SourceOf(f4) : gemm::W4SourceOf(i4); }
+};
+
+Host4 Make4(bool fp4, int64_t n, int64_t k, int64_t group, uint64_t seed) {
+  Host4 h;
+  h.fp4 = fp4;
+  Rng rng(seed);
+  h.deq.resize(n * k);
+  if (fp4) {
+    h.f4.rows = n;
+    h.f4.cols = k;
+    h.f4.global_scale = 0.01f + rng.Uniform() * 0.05f;
+    for (int64_t i = 0; i < n * k; ++i) h.f4.codes.push_back(static_cast<uint8_t>(rng.Below(16)));
+    // e4m3 block scales from 2^-6 to ~2^4 (subnormal ones included).
+    for (int64_t i = 0; i < n * k / 16; ++i) h.f4.scales.push_back(static_cast<uint8_t>(1 + rng.Below(0x58)));
+    ref::DequantizeNvfp4(h.f4, 0, n, h.deq.data());
+  } else {
+    h.i4.rows = n;
+    h.i4.cols = k;
+    h.i4.group = group;
+    for (int64_t i = 0; i < n * k; ++i) h.i4.codes.push_back(static_cast<uint8_t>(rng.Below(16)));
+    for (int64_t i = 0; i < n * (k / group); ++i) {
+      h.i4.zeros.push_back(static_cast<uint8_t>(rng.Below(17)));  // GPTQ v1 reaches 16
+      h.i4.scales.push_back(std::ldexp(0.5f + rng.Uniform(), static_cast<int>(rng.Below(9)) - 10));
+    }
+    ref::DequantizeInt4(h.i4, 0, n, h.deq.data());
+  }
+  return h;
+}
+
+// The packed matrix on the device.
+struct Device4 {
+  DeviceArray<uint8_t> values, zeros, fp4_scales;
+  DeviceArray<float> scales, global;
+  W4GemmWeight w;
+  void Upload(const gemm::W4Packed& p, bool silu) {
+    values.Upload(p.values);
+    w = W4GemmWeight();
+    w.values = values.get();
+    w.rows_padded = p.rows_padded;
+    w.silu_pair = silu;
+    w.n = silu ? p.rows / 2 : p.rows;
+    if (p.fp4) {
+      fp4_scales.Upload(p.fp4_scales);
+      global.Upload({p.global_scale, p.global_scale_up});
+      w.type = W4WeightType::kNvfp4;
+      w.fp4_scales = fp4_scales.get();
+      w.global_scale = global.get();
+    } else {
+      scales.Upload(p.scales);
+      zeros.Upload(p.zeros);
+      w.type = W4WeightType::kInt4;
+      w.scales = scales.get();
+      w.zeros = zeros.get();
+      w.group = p.group;
+    }
+  }
+};
+
+std::vector<uint16_t> ToBf16Bits(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = FloatToBf16(v[i]);
+  return b;
+}
+
+float Silu(float g) { return g / (1.0f + std::exp(-g)); }
+
+// max |got - want| over a row relative to the row's max |want|, worst row.
+double WorstRowError(const std::vector<float>& got, const std::vector<float>& want, int64_t m, int64_t n, int64_t ld) {
+  double worst = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    double err = 0, scale = 1e-30;
+    for (int64_t j = 0; j < n; ++j) {
+      const double w = want[r * n + j], g = got[r * ld + j];
+      if (!std::isfinite(g)) return INFINITY;
+      err = std::max(err, std::fabs(g - w));
+      scale = std::max(scale, std::fabs(w));
+    }
+    worst = std::max(worst, err / scale);
+  }
+  return worst;
+}
+
+struct DenseCase {
+  bool fp4;
+  int64_t m, n, k, group;
+  bool silu = false;
+  bool fp32_out = true;
+  int force_config = -1;
+  int force_splits = 1;
+  int64_t ld_extra = 0;  // Y is a column range of a wider matrix
+};
+
+void RunDense(const DenseCase& c) {
+  SCOPED_TRACE(absl::StrCat(c.fp4 ? "nvfp4" : "int4", " m=", c.m, " n=", c.n, " k=", c.k, " g=", c.group,
+                            c.silu ? " silu" : "", c.fp32_out ? " fp32" : " bf16", " cfg=", c.force_config, " splits=",
+                            c.force_splits));
+  const Host4 a = Make4(c.fp4, c.n, c.k, c.group, c.m * 131 + c.n + c.k);
+  const Host4 b = c.silu ? Make4(c.fp4, c.n, c.k, c.group, c.m + 7) : Host4();
+  const std::vector<float> x = MakeActivations(c.m, c.k, c.n + 3);
+  std::vector<float> want = RefGemm(x, c.m, c.k, a.deq, c.n);
+  if (c.silu) {
+    const std::vector<float> up = RefGemm(x, c.m, c.k, b.deq, c.n);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = Silu(want[i]) * up[i];
+  }
+  Device4 w;
+  w.Upload(c.silu ? gemm::PackW4SiluPair(a.Source(), b.Source()) : gemm::PackW4(a.Source()), c.silu);
+  DeviceArray<uint16_t> dx;
+  dx.Upload(ToBf16Bits(x));
+  const int64_t ldy = c.n + c.ld_extra;
+  DeviceArray<float> y32(c.m * ldy);
+  DeviceArray<uint16_t> y16(c.m * ldy);
+  DeviceArray<uint8_t> ws(64 << 20);
+  SPAR_ASSERT_CUDA(cudaMemset(ws.get(), 0, ws.bytes()));
+  W4A16GemmParams p;
+  p.m = c.m;
+  p.k = c.k;
+  p.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+  p.ldx = c.k;
+  p.w = w.w;
+  p.y = c.fp32_out ? static_cast<void*>(y32.get()) : static_cast<void*>(y16.get());
+  p.ldy = ldy;
+  p.y_fp32 = c.fp32_out;
+  p.workspace = ws.get();
+  p.workspace_bytes = ws.bytes();
+  p.force_config = c.force_config;
+  p.force_splits = c.force_splits;
+  // Poison Y so unwritten outputs show.
+  SPAR_ASSERT_CUDA(cudaMemset(p.y, 0xff, c.m * ldy * (c.fp32_out ? 4 : 2)));
+  const absl::Status st = LaunchW4A16Gemm(p, nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<float> got(c.m * ldy);
+  if (c.fp32_out) {
+    got = y32.Download();
+  } else {
+    const auto h = y16.Download();
+    for (size_t i = 0; i < h.size(); ++i) got[i] = Bf16ToFloat(h[i]);
+  }
+  const double err = WorstRowError(got, want, c.m, c.n, ldy);
+  EXPECT_LE(err, c.fp32_out ? 2e-5 : 1e-2);
+  // The split-K counters are left at zero: a second launch gives the same bits.
+  if (c.fp32_out) {
+    ASSERT_TRUE(LaunchW4A16Gemm(p, nullptr).ok());
+    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(y32.Download(), got);
+  }
+}
+
+TEST(W4A16GemmTest, DenseShapesAndEdges) {
+  SPAR_REQUIRE_GPU();
+  for (bool fp4 : {false, true}) {
+    RunDense({fp4, 1, 256, 128, 64});                    // K = 128 (two chunks)
+    RunDense({fp4, 5, 200, 384, 128});                   // M, N off every tile; K/64 = 6 (partial stages)
+    RunDense({fp4, 16, 512, 2048, 128});
+    RunDense({fp4, 33, 320, 512, 64});
+    RunDense({fp4, 200, 384, 1024, 128});                // the prefill tile
+    RunDense({fp4, 1, 2048, 6144, 128});                 // decode: split-K
+    RunDense({fp4, 7, 96, 256, 256, false, false});      // bf16 out, one group of 256
+    RunDense({fp4, 9, 64, 192, 64, false, true, -1, 1, 40});  // a column range of a wider Y
+  }
+}
+
+TEST(W4A16GemmTest, EveryConfigurationAndSplit) {
+  SPAR_REQUIRE_GPU();
+  for (bool fp4 : {false, true}) {
+    for (int cfg = 0; cfg < kW4NumConfigs; ++cfg) {
+      for (int splits : {1, 3, 8}) RunDense({fp4, 37, 256, 1024, 128, false, true, cfg, splits});
+    }
+  }
+}
+
+TEST(W4A16GemmTest, SiluPairs) {
+  SPAR_REQUIRE_GPU();
+  for (bool fp4 : {false, true}) {
+    RunDense({fp4, 3, 192, 512, 128, true});
+    RunDense({fp4, 64, 256, 256, 64, true, false});
+    RunDense({fp4, 130, 128, 512, 128, true, true, 4, 1});
+  }
+}
+
+TEST(W4A16GemmTest, RejectsWhatItCannotRun) {
+  SPAR_REQUIRE_GPU();
+  const Host4 a = Make4(false, 64, 256, 64, 1);
+  Device4 w;
+  w.Upload(gemm::PackW4(a.Source()), false);
+  DeviceArray<uint16_t> dx(256);
+  DeviceArray<float> y(64);
+  W4A16GemmParams p;
+  p.m = 1;
+  p.k = 256;
+  p.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+  p.ldx = 256;
+  p.w = w.w;
+  p.y = y.get();
+  p.ldy = 64;
+  p.y_fp32 = true;
+  EXPECT_TRUE(LaunchW4A16Gemm(p, nullptr).ok());
+  W4A16GemmParams bad = p;
+  bad.k = 200;
+  EXPECT_NE(LaunchW4A16Gemm(bad, nullptr).message().find("k"), absl::string_view::npos);
+  bad = p;
+  bad.w.group = 32;
+  EXPECT_NE(LaunchW4A16Gemm(bad, nullptr).message().find("w.group"), absl::string_view::npos);
+  bad = p;
+  bad.w.scales = nullptr;
+  EXPECT_FALSE(LaunchW4A16Gemm(bad, nullptr).ok());
+  bad = p;
+  bad.ldy = 10;
+  EXPECT_FALSE(LaunchW4A16Gemm(bad, nullptr).ok());
+  SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+}
+
+// ---- grouped (MoE) ----
+
+struct GroupedCase {
+  bool fp4;
+  std::vector<int> rows_per_expert;  // permuted rows of each local expert
+  int64_t n, k, group;
+  bool silu;
+  int force_config = -1;
+};
+
+void RunGrouped(const GroupedCase& c) {
+  const int experts = static_cast<int>(c.rows_per_expert.size());
+  const int64_t rows = std::accumulate(c.rows_per_expert.begin(), c.rows_per_expert.end(), int64_t{0});
+  SCOPED_TRACE(absl::StrCat(c.fp4 ? "nvfp4" : "int4", " experts=", experts, " rows=", rows, " n=", c.n, " k=", c.k,
+                            c.silu ? " silu" : "", " cfg=", c.force_config));
+  // X has its own rows; the permuted rows gather them (x_row_index).
+  const int64_t x_rows = std::max<int64_t>(1, rows / 2 + 3);
+  const std::vector<float> x = MakeActivations(x_rows, c.k, rows + 11);
+  Rng rng(rows * 7 + experts);
+  std::vector<int32_t> row_index(std::max<int64_t>(rows, 1));
+  for (auto& r : row_index) r = static_cast<int32_t>(rng.Below(x_rows));
+  std::vector<int32_t> offsets(experts + 1, 0);
+  for (int e = 0; e < experts; ++e) offsets[e + 1] = offsets[e] + c.rows_per_expert[e];
+  std::vector<Host4> gate, up;
+  std::vector<uint8_t> values, zeros, fp4s;
+  std::vector<float> scales, globals;
+  int64_t vs = 0, ss = 0, zs = 0, fs = 0, rows_padded = 0;
+  for (int e = 0; e < experts; ++e) {
+    gate.push_back(Make4(c.fp4, c.n, c.k, c.group, 100 + e));
+    if (c.silu) up.push_back(Make4(c.fp4, c.n, c.k, c.group, 200 + e));
+    const gemm::W4Packed p = c.silu ? gemm::PackW4SiluPair(gate[e].Source(), up[e].Source()) : gemm::PackW4(gate[e].Source());
+    vs = static_cast<int64_t>(p.values.size());
+    ss = static_cast<int64_t>(p.scales.size());
+    zs = static_cast<int64_t>(p.zeros.size());
+    fs = static_cast<int64_t>(p.fp4_scales.size());
+    rows_padded = p.rows_padded;
+    values.insert(values.end(), p.values.begin(), p.values.end());
+    scales.insert(scales.end(), p.scales.begin(), p.scales.end());
+    zeros.insert(zeros.end(), p.zeros.begin(), p.zeros.end());
+    fp4s.insert(fp4s.end(), p.fp4_scales.begin(), p.fp4_scales.end());
+    globals.push_back(p.global_scale);
+    if (c.silu) globals.push_back(p.global_scale_up);
+  }
+  std::vector<float> want(std::max<int64_t>(rows, 1) * c.n, 0.0f);
+  for (int e = 0; e < experts; ++e) {
+    for (int32_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+      const float* xr = x.data() + static_cast<int64_t>(row_index[r]) * c.k;
+      for (int64_t j = 0; j < c.n; ++j) {
+        float a = 0, b = 0;
+        for (int64_t q = 0; q < c.k; ++q) {
+          a += xr[q] * gate[e].deq[j * c.k + q];
+          if (c.silu) b += xr[q] * up[e].deq[j * c.k + q];
+        }
+        want[r * c.n + j] = c.silu ? Silu(a) * b : a;
+      }
+    }
+  }
+  DeviceArray<uint8_t> dv, dz, df, ws(MoeGroupedGemmWorkspaceBytes(std::max<int64_t>(rows, 1), experts) + 64);
+  DeviceArray<float> dsc, dg, y(std::max<int64_t>(rows, 1) * c.n);
+  DeviceArray<uint16_t> dx;
+  DeviceArray<int32_t> doff, dri;
+  dv.Upload(values);
+  if (c.fp4) {
+    df.Upload(fp4s);
+    dg.Upload(globals);
+  } else {
+    dsc.Upload(scales);
+    dz.Upload(zeros);
+  }
+  dx.Upload(ToBf16Bits(x));
+  doff.Upload(offsets);
+  dri.Upload(row_index);
+  W4MoeGroupedGemmParams p;
+  p.num_experts = experts;
+  p.expert_offsets = doff.get();
+  p.max_rows = rows;
+  p.expected_rows_per_expert = std::max<int64_t>(1, rows / experts);
+  p.k = c.k;
+  p.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+  p.ldx = c.k;
+  p.x_row_index = dri.get();
+  p.weight.type = c.fp4 ? W4WeightType::kNvfp4 : W4WeightType::kInt4;
+  p.weight.values = dv.get();
+  p.weight.scales = dsc.get();
+  p.weight.zeros = dz.get();
+  p.weight.fp4_scales = df.get();
+  p.weight.global_scale = dg.get();
+  p.weight.n = c.n;
+  p.weight.rows_padded = rows_padded;
+  p.weight.group = c.fp4 ? 0 : c.group;
+  p.weight.silu_pair = c.silu;
+  p.values_stride = vs;
+  p.scales_stride = ss;
+  p.zeros_stride = zs;
+  p.fp4_scales_stride = fs;
+  p.y = y.get();
+  p.ldy = c.n;
+  p.y_fp32 = true;
+  p.workspace = ws.get();
+  p.workspace_bytes = ws.bytes();
+  p.force_config = c.force_config;
+  SPAR_ASSERT_CUDA(cudaMemset(y.get(), 0xff, y.bytes()));
+  const absl::Status st = LaunchW4MoeGroupedGemm(p, nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+  if (rows == 0) return;
+  EXPECT_LE(WorstRowError(y.Download(), want, rows, c.n, c.n), 2e-5);
+}
+
+TEST(W4MoeGroupedGemmTest, EdgeCasesAndDecodeBatch) {
+  SPAR_REQUIRE_GPU();
+  for (bool fp4 : {false, true}) {
+    RunGrouped({fp4, {13}, 256, 512, 128, true});                    // a single expert
+    RunGrouped({fp4, {5, 0, 9, 0}, 192, 256, 64, false});             // experts without tokens
+    RunGrouped({fp4, {0, 0, 70, 0}, 128, 384, 128, true});            // every token on one expert
+    RunGrouped({fp4, {0, 0, 0}, 128, 256, 64, false});                // no tokens at all
+    // 64 tokens x top-8 over 16 local experts (32 rows each, uneven).
+    std::vector<int> decode(16);
+    for (int e = 0; e < 16; ++e) decode[e] = 16 + (e * 7) % 33;
+    RunGrouped({fp4, decode, 256, 512, 128, true});
+    for (int cfg = 0; cfg < kW4NumConfigs; ++cfg) RunGrouped({fp4, {3, 40, 1}, 128, 256, 128, true, cfg});
+  }
+}
+
+}  // namespace
+}  // namespace spar::testing
