@@ -424,7 +424,7 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
     if (o.fp8) return absl::InvalidArgumentError("--quant and --fp8 are different weight formats: pick one");
     // 64 divides every tiny input width (192, 256, 512, 4096); the real
     // checkpoints use 128.
-    SPAR_ASSIGN_OR_RETURN(c.quant.weight_format, TinyWeightFormat(o.quant, o.geometry == TinyGeometry::kTiny ? 64 : 128));
+    SPAR_ASSIGN_OR_RETURN(c.quant.weight_format, TinyWeightFormat(o.quant, o.geometry == TinyGeometry::kTiny ? 64 : 128, o.mtp));
   }
   if (o.fp8) {
     c.quant.fp8 = true;

@@ -6,7 +6,9 @@
 
 #include "base/hash.h"
 #include "base/numeric.h"
+#include "absl/strings/str_cat.h"
 #include "engine/checkpoint.h"
+#include "engine/matrix_source.h"
 #include "tests/engine/test_util.h"
 #include "engine/weight_names.h"
 #include "gtest/gtest.h"
@@ -194,6 +196,35 @@ TEST(MakeTinyTest, MtpLayerInTheRealNaming) {
   auto ck = Checkpoint::Open(plain);
   ASSERT_TRUE(ck.ok());
   EXPECT_FALSE((*ck)->Has(names::Layer(3, names::kMtpEhProj)));
+}
+
+// 4-bit checkpoints with the MTP layer: its decoder layer is converted like
+// the others, its own projections (eh_proj, DeepSeek's embedding and head
+// copies) stay bf16, and the config says so, so the engine loads it.
+TEST(MakeTinyTest, MtpLayerOf4BitCheckpointsKeepsItsProjectionsBf16) {
+  for (TinyQuant q : {TinyQuant::kAwq, TinyQuant::kGptq, TinyQuant::kNvfp4}) {
+    MakeTinyOptions o;
+    o.arch = ModelArch::kDeepseekV32;
+    o.quant = q;
+    o.mtp = true;
+    o.out_dir = testing::TempDir(absl::StrCat("mtp_4bit_", TinyQuantName(q)));
+    ASSERT_TRUE(MakeTinyModel(o).ok()) << TinyQuantName(q);
+    auto config = LoadModelConfig(o.out_dir + "/config.json");
+    ASSERT_TRUE(config.ok()) << config.status();
+    const int l = config->num_hidden_layers;
+    const int64_t h = config->hidden_size, v = config->vocab_size;
+    auto ck = Checkpoint::Open(o.out_dir);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    EXPECT_TRUE((*ck)->GetChecked(names::Layer(l, names::kMtpEhProj), DType::kBF16, {h, 2 * h}).ok()) << TinyQuantName(q);
+    EXPECT_TRUE((*ck)->GetChecked(names::Layer(l, names::kMtpEmbed), DType::kBF16, {v, h}).ok()) << TinyQuantName(q);
+    EXPECT_TRUE((*ck)->GetChecked(names::Layer(l, names::kMtpHead), DType::kBF16, {v, h}).ok()) << TinyQuantName(q);
+    // The layer's experts are 4-bit: no bf16 weight (AWQ/GPTQ: qweight, NVFP4: a uint8 weight).
+    auto expert = (*ck)->Get(names::Expert(l, 0, "down_proj"));
+    EXPECT_TRUE(!expert.ok() || expert->dtype == DType::kU8) << TinyQuantName(q);
+    const WeightFormat& wf = *config->quant.weight_format;
+    EXPECT_FALSE(wf.not_converted.Matches(names::Layer(l, "mlp.experts.0.down_proj")));
+    EXPECT_TRUE(wf.not_converted.Matches(ModuleOfWeight(names::Layer(l, names::kMtpEhProj)))) << TinyQuantName(q);
+  }
 }
 
 TEST(MakeTinyTest, PredictableMtpPassesTheEmbeddingThrough) {

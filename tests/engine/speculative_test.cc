@@ -28,12 +28,14 @@ struct MtpModel {
   bool fp8;
   bool predictable;  // an MTP layer whose drafts are often right
   bool sampled = true;  // also check seeded sampling
+  TinyQuant quant = TinyQuant::kNone;  // 4-bit weights (the MTP layer's own projections stay bf16)
 };
 
 std::string MakeMtpModel(const MtpModel& m) {
   MakeTinyOptions o;
   o.arch = m.arch;
   o.fp8 = m.fp8;
+  o.quant = m.quant;
   o.mtp = true;
   o.predictable = m.predictable;
   o.seed = 11;
@@ -143,7 +145,11 @@ INSTANTIATE_TEST_SUITE_P(Variants, SpeculativeIdentityTest,
                          ::testing::Values(MtpModel{"glm5_bf16_predictable", ModelArch::kGlmMoeDsa, false, true},
                                            MtpModel{"glm5_fp8_predictable", ModelArch::kGlmMoeDsa, true, true},
                                            MtpModel{"glm5_bf16_random", ModelArch::kGlmMoeDsa, false, false, false},
-                                           MtpModel{"dsv32_fp8_predictable", ModelArch::kDeepseekV32, true, true}),
+                                           MtpModel{"dsv32_fp8_predictable", ModelArch::kDeepseekV32, true, true},
+                                           MtpModel{"glm5_awq_predictable", ModelArch::kGlmMoeDsa, false, true, false,
+                                                    TinyQuant::kAwq},
+                                           MtpModel{"dsv32_nvfp4_predictable", ModelArch::kDeepseekV32, false, true,
+                                                    false, TinyQuant::kNvfp4}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(SpeculativeTest, StopsAndMaxTokensMidDraftEndWhereTheyWouldAndLeakNoBlock) {
