@@ -5,7 +5,9 @@
 // chunked prefill, preemption, bf16 and FP8, --num-speculative-tokens
 // 1..4); stop strings cut mid-draft as without speculation; aborts free
 // every block; a scheduler asking for more drafts than the last stage
-// serves is refused with a message.
+// serves is refused with a message; prefix caching changes neither the
+// outputs nor the drafts.
+#include "base/rng.h"
 #include "engine/make_tiny.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/scheduler.h"
@@ -133,6 +135,59 @@ TEST(SpeculativeLocalTest, StopStringsCutMidDraftAsWithoutSpeculation) {
   }
   EXPECT_EQ(spec.scheduler->Load().core.used_blocks, 0);
   EXPECT_GT(spec.scheduler->Load().core.spec.accepted_tokens, 0u);
+}
+
+// Speculation with prefix caching on real stages: requests sharing a
+// 140-token prefix (some only its first two blocks, followed by another
+// token than the one after them), run one after another so every step's
+// draft budget is the same with and without caching. Outputs equal the
+// engine without speculation; the later requests share cached blocks, but
+// not a block whose next token differs from theirs (it is keyed with the
+// token after it, which the MTP layer's last row there reads); the drafts
+// verified and accepted are exactly those without caching.
+TEST(SpeculativeLocalTest, PrefixCachingChangesNeitherOutputsNorDrafts) {
+  const std::string model = MtpModel(false);
+  Rng rng(5);
+  std::vector<int32_t> prefix(140);
+  for (auto& t : prefix) t = static_cast<int32_t>(rng.Below(288));
+  std::vector<GenerationRequest> requests = testing::MixedRequests(8, 3);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    GenerationRequest& r = requests[i];
+    r.prompt.resize(std::min<size_t>(r.prompt.size(), 12));
+    if (i % 3 == 2) r.prompt.insert(r.prompt.begin(), (prefix[128] + 1 + static_cast<int32_t>(i)) % 288);
+    r.prompt.insert(r.prompt.begin(), prefix.begin(), prefix.begin() + (i % 3 == 2 ? 128 : 140));
+    r.max_tokens = 6 + static_cast<int>(i % 7);
+  }
+  auto want = testing::EngineReference(model, requests);
+  SpecDecodeCounts counts[2];
+  for (bool caching : {false, true}) {
+    SchedulerOptions so;
+    so.enable_prefix_caching = caching;
+    Harness h = Start(model, so, 3, /*blocks=*/32, /*k=*/3);
+    ASSERT_TRUE(h.scheduler->Start().ok());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto sink = std::make_shared<testing::CollectingSink>();
+      ASSERT_TRUE(h.scheduler->Submit(FromEngineRequest(requests[i]), sink).ok());
+      ASSERT_TRUE(sink->Wait()) << "request " << i;
+      ASSERT_TRUE(sink->status().ok()) << sink->status();
+      std::vector<int32_t> ids;
+      for (const auto& tok : want[i].tokens) ids.push_back(tok.id);
+      EXPECT_EQ(sink->seqs().at(0).ids, ids) << "caching " << caching << " request " << i;
+      if (caching && i > 0) {
+        EXPECT_EQ(sink->usage()->cached_prompt_tokens, i % 3 == 2 ? kCacheBlockTokens : 2 * kCacheBlockTokens)
+            << "request " << i;
+      }
+    }
+    const LoadInfo load = h.scheduler->Load();
+    EXPECT_EQ(load.core.used_blocks, 0);
+    EXPECT_EQ(load.core.prefix_cache.hits > 0, caching);
+    counts[caching] = load.core.spec;
+  }
+  EXPECT_GT(counts[0].accepted_tokens, 0u);
+  EXPECT_EQ(counts[1].drafts, counts[0].drafts);
+  EXPECT_EQ(counts[1].draft_tokens, counts[0].draft_tokens);
+  EXPECT_EQ(counts[1].accepted_tokens, counts[0].accepted_tokens);
+  EXPECT_EQ(counts[1].accepted_per_position, counts[0].accepted_per_position);
 }
 
 TEST(SpeculativeLocalTest, AbortInFlightFreesEveryBlock) {
