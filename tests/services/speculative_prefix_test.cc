@@ -6,7 +6,8 @@
 // (core_driver.h checks every plan), only accepted tokens get keyed, and
 // outputs equal those with neither feature under shared prefixes, n > 1,
 // chunking, preemption, cancellation and a randomized (seeded) sequence of
-// operations that leaks no block and frees none twice.
+// operations that leaks no block and frees none twice (the ledger soak,
+// also without speculation).
 #include <algorithm>
 #include <deque>
 #include <iostream>
@@ -227,15 +228,16 @@ TEST(SpeculativePrefixCoreTest, TheNSequencesOfARequestShareThePromptAndSpeculat
   EXPECT_EQ(core.ledger().num_used(), 0);
 }
 
-// The ledger soak with speculation: seeded submissions (shared prefixes,
-// n > 1), cancellations, pipeline failures and results over a small cache
-// (preemption, eviction). After every operation the ledger is consistent
-// and every plan writes only blocks of its own; at the end nothing is held;
-// every sequence that finished produced the tokens it produces with neither
-// feature.
-class SpeculativePrefixSoakTest : public ::testing::TestWithParam<int> {};
+// The ledger soak, without speculation (k = 0) and with it: a seeded
+// sequence of submissions (shared prefixes, n > 1), cancellations (mid-draft
+// too), pipeline failures and results over a small cache (preemption,
+// eviction). After every operation the ledger is consistent (no block
+// leaked, lost or freed twice) and every plan writes only blocks of its
+// own; at the end nothing is held; every sequence that finished produced
+// the tokens it produces alone with neither feature.
+class PrefixCoreSoakTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(SpeculativePrefixSoakTest, RandomizedOperationsLeakNothingAndChangeNoOutput) {
+TEST_P(PrefixCoreSoakTest, RandomizedOperationsLeakNothingAndChangeNoOutput) {
   const int k = GetParam();
   Rng rng(2024 + k);
   const std::vector<std::vector<int32_t>> bases = {Tokens(3 * kB, 61), Tokens(kB + 30, 62), Tokens(6 * kB, 63)};
@@ -259,7 +261,7 @@ TEST_P(SpeculativePrefixSoakTest, RandomizedOperationsLeakNothingAndChangeNoOutp
     wire.pop_front();
   };
   uint64_t seed = 1;
-  for (int op = 0; op < 700; ++op) {
+  for (int op = 0; op < 600; ++op) {
     const uint64_t what = rng.Below(10);
     if (what < 3 && live.size() < 12) {
       const auto& base = bases[rng.Below(bases.size())];
@@ -306,8 +308,10 @@ TEST_P(SpeculativePrefixSoakTest, RandomizedOperationsLeakNothingAndChangeNoOutp
   EXPECT_GT(st.prefix_cache.hits, 0u);
   EXPECT_GT(st.preemptions, 0u);
   EXPECT_GT(st.prefix_cache.evictions, 0u);
-  EXPECT_GT(st.spec.accepted_tokens, 0u);
-  EXPECT_LT(st.spec.accepted_tokens, st.spec.draft_tokens) << "drafts were rejected too";
+  if (k > 0) {
+    EXPECT_GT(st.spec.accepted_tokens, 0u);
+    EXPECT_LT(st.spec.accepted_tokens, st.spec.draft_tokens) << "drafts were rejected too";
+  }
   EXPECT_GT(finished.size(), 30u);
   std::cout << "k " << k << ": " << finished.size() << " of " << requests.size() << " sequences finished; "
             << st.prefix_cache.hits << " of " << st.prefix_cache.queries << " looked-up tokens hit, "
@@ -316,7 +320,7 @@ TEST_P(SpeculativePrefixSoakTest, RandomizedOperationsLeakNothingAndChangeNoOutp
   for (int64_t id : finished) EXPECT_EQ(outputs[id], Alone(requests[id])) << "sequence " << id;
 }
 
-INSTANTIATE_TEST_SUITE_P(Drafts, SpeculativePrefixSoakTest, ::testing::Values(1, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Drafts, PrefixCoreSoakTest, ::testing::Values(0, 1, 3, 4));
 
 }  // namespace
 }  // namespace spar
