@@ -204,6 +204,16 @@ class Backend {
     // The indexer's top-k (0: no indexer): a decode step whose contexts all
     // fit in it selects every key without scoring, a different op sequence.
     int64_t indexer_topk = 0;
+    // Indexer heads: a step with n tokens per sequence scores them with the
+    // paged decode kernel only while n x heads fits its 256 query rows.
+    int indexer_heads = 0;
+    // Which of a model's op sequences `ops` is (its logits step, the step
+    // that ends at the normed hidden states, the MTP layer's step): steps of
+    // the same shape but another variant are replayed from other graphs.
+    int graph_variant = 0;
+    // Steps with up to this many tokens for every sequence (the same count
+    // for all) may be replayed too: speculative decoding's verify steps.
+    int max_tokens_per_seq = 1;
   };
   using StepOps = std::function<absl::StatusOr<Tensor>(const Tensor* input)>;
   virtual absl::StatusOr<Tensor> RunStep(const StepPlan& plan, const Tensor* input, const StepOps& ops,
@@ -222,6 +232,9 @@ class Backend {
   virtual absl::StatusOr<Tensor> Mlp(const Tensor& x, const Weight& mlp) = 0;
   virtual absl::StatusOr<Tensor> Moe(const Tensor& x, const Weight& moe) = 0;
   virtual absl::StatusOr<Tensor> GatherRows(const Tensor& x, const std::vector<int32_t>& rows) = 0;
+  // Sets rows of x to zero in place (the MTP layer's embedding at position
+  // 0). Rows are host numbers: a step that calls it is not replayable.
+  virtual absl::Status ZeroRows(Tensor* x, const std::vector<int32_t>& rows) = 0;
 
   // Attention pieces (layer = index among this backend's layers).
   // kv_a: [T, 576] projection output; writes RMSNorm(c)·w ‖ RoPE(k_pe).

@@ -74,9 +74,15 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& c) {
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_dir, const EngineOptions& options) {
+  if (options.num_speculative_tokens < 0 || options.num_speculative_tokens > kMaxSpeculativeTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("num_speculative_tokens must be 0 (off) to ", kMaxSpeculativeTokens,
+                                                   ", got ", options.num_speculative_tokens));
+  }
+  if (!options.acceptance_rule) return absl::InvalidArgumentError("engine: no acceptance rule");
   BackendOptions backend_options = options.backend_options;
   backend_options.name = options.backend;
   ModelOptions model_options = options.model;
+  model_options.load_mtp = model_options.load_mtp || options.num_speculative_tokens > 0;
   SPAR_ASSIGN_OR_RETURN(CacheFormats formats, ResolveCacheFormats(options.backend, options.cache_dtypes));
   model_options.latent_format = formats.latent;
   model_options.indexer_format = formats.indexer;
@@ -132,18 +138,61 @@ absl::StatusOr<std::vector<std::vector<std::vector<float>>>> Engine::PromptLogit
   return out;
 }
 
+// A request being generated.
+struct Engine::Seq {
+  std::vector<int32_t> tokens;  // prompt then generated
+  int32_t cached = 0;           // tokens in the cache
+  size_t prompt_len = 0;
+  std::vector<int32_t> table;
+  TokenHistory history;
+  SamplingParams sampling;
+  std::vector<int32_t> drafts;  // the MTP layer's proposals for the next step
+  bool done = false;
+  int num_output() const { return static_cast<int>(tokens.size() - prompt_len); }
+};
+
+absl::StatusOr<std::vector<std::vector<SampleResult>>> Engine::PlainStep(const StepPlan& plan,
+                                                                         const std::vector<SampleRequest>& requests) {
+  SPAR_ASSIGN_OR_RETURN(Tensor logits, model_->Forward(plan, nullptr));
+  std::vector<std::vector<SampleResult>> out(plan.seqs.size());
+  std::vector<SampleRequest> rows;
+  std::vector<size_t> seq_of_row;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    if (plan.seqs[i].num_logits == 0) continue;
+    rows.push_back(requests[i]);
+    seq_of_row.push_back(i);
+  }
+  if (rows.empty()) return out;
+  SPAR_ASSIGN_OR_RETURN(std::vector<SampleResult> sampled, backend_->Sample(logits, rows));
+  for (size_t j = 0; j < sampled.size(); ++j) out[seq_of_row[j]].push_back(std::move(sampled[j]));
+  return out;
+}
+
+absl::StatusOr<std::vector<SpecSequenceResult>> Engine::SpeculativeStep(const StepPlan& plan,
+                                                                        const std::vector<SpecSequenceStep>& seqs) {
+  SPAR_ASSIGN_OR_RETURN(std::vector<SpecSequenceResult> out, speculator_.Step(plan, nullptr, seqs));
+  for (const SpecSequenceResult& r : out) {
+    if (r.num_drafts == 0) continue;
+    spec_stats_.num_drafts += 1;
+    spec_stats_.num_draft_tokens += r.num_drafts;
+    spec_stats_.num_accepted_tokens += r.num_accepted;
+    for (int i = 0; i < r.num_accepted; ++i) spec_stats_.accepted_per_position[i] += 1;
+  }
+  return out;
+}
+
+absl::Status Engine::TrimTable(std::vector<int32_t>* table, int64_t tokens) {
+  const size_t keep = static_cast<size_t>((tokens + kCacheBlockTokens - 1) / kCacheBlockTokens);
+  if (table->size() <= keep) return absl::OkStatus();
+  std::vector<int32_t> tail(table->begin() + static_cast<std::ptrdiff_t>(keep), table->end());
+  table->resize(keep);
+  return allocator_.Release(&tail);
+}
+
 absl::StatusOr<std::vector<Generation>> Engine::Generate(
     const std::vector<GenerationRequest>& requests, const std::function<void(size_t, const GeneratedToken&)>& on_token) {
-  struct Seq {
-    std::vector<int32_t> tokens;  // prompt then generated
-    int32_t cached = 0;           // tokens in the cache
-    size_t prompt_len = 0;
-    std::vector<int32_t> table;
-    TokenHistory history;
-    SamplingParams sampling;
-    bool done = false;
-  };
   for (const auto& r : requests) SPAR_RETURN_IF_ERROR(ValidateRequest(r, config()));
+  const int k = options_.num_speculative_tokens;
   std::vector<Seq> seqs(requests.size());
   std::vector<Generation> out(requests.size());
   std::random_device rd;
@@ -157,10 +206,41 @@ absl::StatusOr<std::vector<Generation>> Engine::Generate(
   auto release_all = [&] {
     for (auto& s : seqs) allocator_.Release(&s.table).IgnoreError();
   };
+  auto fail = [&](absl::Status st) {
+    release_all();
+    return st;
+  };
   const auto& eos = config().eos_token_ids;
+  // Appends one sampled token to request i, or ends it; false once it ended.
+  auto emit = [&](size_t i, const SampleResult& res) {
+    Seq& s = seqs[i];
+    const GenerationRequest& r = requests[i];
+    const bool is_eos = !r.ignore_eos && std::find(eos.begin(), eos.end(), res.token) != eos.end();
+    const bool is_stop =
+        std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), res.token) != r.stop_token_ids.end();
+    if (is_eos || is_stop) {
+      out[i].finish = FinishReason::kStop;
+      out[i].stop_token = res.token;
+      s.done = true;
+      return false;
+    }
+    GeneratedToken tok{res.token, res.logprob, res.top};
+    out[i].tokens.push_back(tok);
+    if (on_token) on_token(i, tok);
+    s.tokens.push_back(res.token);
+    s.history.output_counts[res.token]++;
+    if (static_cast<int>(out[i].tokens.size()) >= r.max_tokens) {
+      out[i].finish = FinishReason::kLength;
+      s.done = true;
+      return false;
+    }
+    return true;
+  };
   for (;;) {
     StepPlan plan;
-    std::vector<size_t> sampled;  // request index per logits row
+    std::vector<size_t> index;  // request per plan sequence
+    std::vector<SampleRequest> first;
+    std::vector<SpecSequenceStep> spec;
     int64_t budget = options_.max_batch_tokens;
     for (size_t i = 0; i < seqs.size(); ++i) {
       Seq& s = seqs[i];
@@ -168,68 +248,77 @@ absl::StatusOr<std::vector<Generation>> Engine::Generate(
       const int64_t remaining = static_cast<int64_t>(s.tokens.size()) - s.cached;
       const int64_t take = std::min<int64_t>(remaining, std::max<int64_t>(budget, 1));
       if (take <= 0 || (budget <= 0 && !plan.seqs.empty())) continue;
-      if (auto st = allocator_.Grow(&s.table, s.cached + take); !st.ok()) {
-        release_all();
-        return st;
-      }
+      const bool final = take == remaining;
+      // A decode step verifies the drafts the last step proposed.
+      const int drafts = final && remaining == 1
+                             ? std::min<int>(DraftsToVerify(static_cast<int>(s.drafts.size()), s.num_output(),
+                                                            requests[i].max_tokens),
+                                             static_cast<int>(std::max<int64_t>(budget - 1, 0)))
+                             : 0;
+      const int64_t step_end = s.cached + take + drafts;
+      const int wanted = k > 0 && final
+                             ? DraftsWanted(k, step_end, static_cast<int64_t>(s.prompt_len) + requests[i].max_tokens)
+                             : 0;
+      if (auto st = allocator_.Grow(&s.table, SpeculativeStepEnd(step_end, wanted)); !st.ok()) return fail(st);
       SequenceStep step;
       step.seq_id = static_cast<int64_t>(i);
       step.start_pos = s.cached;
       step.tokens.assign(s.tokens.begin() + s.cached, s.tokens.begin() + s.cached + take);
+      step.tokens.insert(step.tokens.end(), s.drafts.begin(), s.drafts.begin() + drafts);
       step.block_table = s.table;
-      step.num_logits = take == remaining ? 1 : 0;
-      if (step.num_logits) sampled.push_back(i);
+      step.num_logits = final ? 1 + drafts : 0;
+      SampleRequest req;
+      req.params = s.sampling;
+      req.history = &s.history;
+      req.step = static_cast<uint64_t>(s.num_output());
+      req.top_logprobs = requests[i].top_logprobs;
+      if (k > 0) {
+        SpecSequenceStep sp;
+        sp.first = req;
+        sp.num_drafts = drafts;
+        sp.drafts_wanted = wanted;
+        if (!final) sp.next_token = s.tokens[s.cached + take];
+        spec.push_back(sp);
+      }
+      first.push_back(req);
+      index.push_back(i);
       plan.seqs.push_back(std::move(step));
-      budget -= take;
+      budget -= take + drafts;
     }
     if (plan.seqs.empty()) break;
     if (auto st = plan.Finalize(config().vocab_size, config().max_position_embeddings, model_->num_blocks());
         !st.ok()) {
-      release_all();
-      return st;
+      return fail(st);
     }
-    absl::StatusOr<Tensor> logits = model_->Forward(plan, nullptr);
-    if (!logits.ok()) {
-      release_all();
-      return logits.status();
+    // Per plan sequence: the tokens it produced and (speculation) the
+    // drafts it verified and accepted and those it proposes.
+    std::vector<std::vector<SampleResult>> produced(plan.seqs.size());
+    std::vector<SpecSequenceResult> spec_out;
+    if (k > 0) {
+      auto r = SpeculativeStep(plan, spec);
+      if (!r.ok()) return fail(r.status());
+      spec_out = *std::move(r);
+      for (size_t j = 0; j < spec_out.size(); ++j) produced[j] = std::move(spec_out[j].tokens);
+    } else {
+      auto r = PlainStep(plan, first);
+      if (!r.ok()) return fail(r.status());
+      produced = *std::move(r);
     }
-    for (const auto& step : plan.seqs) seqs[step.seq_id].cached += static_cast<int32_t>(step.tokens.size());
-    if (sampled.empty()) continue;
-    std::vector<SampleRequest> sreq(sampled.size());
-    for (size_t j = 0; j < sampled.size(); ++j) {
-      Seq& s = seqs[sampled[j]];
-      sreq[j].params = s.sampling;
-      sreq[j].history = &s.history;
-      sreq[j].step = s.tokens.size() - s.prompt_len;
-      sreq[j].top_logprobs = requests[sampled[j]].top_logprobs;
-    }
-    auto results = backend_->Sample(*logits, sreq);
-    if (!results.ok()) {
-      release_all();
-      return results.status();
-    }
-    for (size_t j = 0; j < sampled.size(); ++j) {
-      const size_t i = sampled[j];
-      Seq& s = seqs[i];
-      const GenerationRequest& r = requests[i];
-      const auto& res = (*results)[j];
-      const bool is_eos = !r.ignore_eos && std::find(eos.begin(), eos.end(), res.token) != eos.end();
-      const bool is_stop = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), res.token) !=
-                           r.stop_token_ids.end();
-      if (is_eos || is_stop) {
-        out[i].finish = FinishReason::kStop;
-        out[i].stop_token = res.token;
-        s.done = true;
-        continue;
+    for (size_t j = 0; j < plan.seqs.size(); ++j) {
+      Seq& s = seqs[index[j]];
+      const SequenceStep& step = plan.seqs[j];
+      const int drafts = k > 0 ? spec[j].num_drafts : 0;
+      const int accepted = k > 0 ? spec_out[j].num_accepted : 0;
+      // The cache holds the step's own tokens and the accepted drafts; the
+      // rejected drafts' rows are rewritten before anything reads them.
+      s.cached = step.start_pos + static_cast<int32_t>(step.tokens.size()) - drafts + accepted;
+      s.drafts.clear();
+      for (const SampleResult& res : produced[j]) {
+        if (!emit(index[j], res)) break;
       }
-      GeneratedToken tok{res.token, res.logprob, res.top};
-      out[i].tokens.push_back(tok);
-      if (on_token) on_token(i, tok);
-      s.tokens.push_back(res.token);
-      s.history.output_counts[res.token]++;
-      if (static_cast<int>(out[i].tokens.size()) >= r.max_tokens) {
-        out[i].finish = FinishReason::kLength;
-        s.done = true;
+      if (k > 0 && !s.done) {
+        s.drafts = std::move(spec_out[j].drafts);
+        if (auto st = TrimTable(&s.table, s.cached); !st.ok()) return fail(st);
       }
     }
     for (auto& s : seqs) {

@@ -17,6 +17,7 @@
 #include "engine/block_allocator.h"
 #include "engine/cache_formats.h"
 #include "engine/model.h"
+#include "engine/speculative.h"
 
 namespace spar {
 
@@ -68,6 +69,26 @@ struct EngineOptions {
   // for `backend` into model.latent_format / model.indexer_format.
   CacheDtypes cache_dtypes;
   int64_t max_batch_tokens = 4096;  // prefill chunk budget per step
+  // Speculative decoding with the model's MTP layer (engine/speculative.h):
+  // drafts verified per step, 0 (off) to kMaxSpeculativeTokens. Outputs are
+  // the ones without it.
+  int num_speculative_tokens = 0;
+  // Tests only: another acceptance rule, to show a wrong one is caught.
+  AcceptanceRule acceptance_rule = AcceptLongestMatch;
+};
+
+// Speculative decoding's counts since the engine was created (vLLM's
+// spec-decode metrics): verify steps with drafts, drafts verified, drafts
+// accepted, and accepted by draft position (0 = the first draft).
+struct SpeculationStats {
+  int64_t num_drafts = 0;
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_position = std::vector<int64_t>(kMaxSpeculativeTokens, 0);
+  // Mean tokens a verify step produced for its sequence (accepted + 1).
+  double mean_acceptance_length() const {
+    return num_drafts == 0 ? 0.0 : 1.0 + static_cast<double>(num_accepted_tokens) / static_cast<double>(num_drafts);
+  }
 };
 
 // Validates a request against the model: non-empty prompt, ids inside the
@@ -81,6 +102,7 @@ class Engine {
   const ModelConfig& config() const { return model_->config(); }
   Model& model() { return *model_; }
   const BlockAllocator& allocator() const { return allocator_; }
+  const SpeculationStats& speculation_stats() const { return spec_stats_; }
 
   // Runs the requests together until each finishes; on_token(i, token) is
   // called as request i produces each token.
@@ -95,14 +117,26 @@ class Engine {
       std::vector<std::vector<int32_t>>* block_tables = nullptr);
 
  private:
+  struct Seq;
   Engine(std::unique_ptr<Backend> backend, std::unique_ptr<Model> model, const EngineOptions& options)
       : backend_(std::move(backend)), model_(std::move(model)), options_(options),
-        allocator_(model_->num_blocks()) {}
+        allocator_(model_->num_blocks()), speculator_(model_.get(), options_.acceptance_rule) {}
+
+  // One step's sampled tokens per plan sequence (empty where it asked for no
+  // logits): plain, or speculative with the drafts it verified and proposed.
+  absl::StatusOr<std::vector<std::vector<SampleResult>>> PlainStep(const StepPlan& plan,
+                                                                   const std::vector<SampleRequest>& requests);
+  absl::StatusOr<std::vector<SpecSequenceResult>> SpeculativeStep(const StepPlan& plan,
+                                                                  const std::vector<SpecSequenceStep>& seqs);
+  // Returns the blocks of `table` beyond the first `tokens` positions.
+  absl::Status TrimTable(std::vector<int32_t>* table, int64_t tokens);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   EngineOptions options_;
   BlockAllocator allocator_;
+  Speculator speculator_;
+  SpeculationStats spec_stats_;
 };
 
 // Creates a backend by name ("cpu", or "cuda" when built with CUDA).

@@ -74,11 +74,13 @@ class TinyWriter {
   TinyWriter(const MakeTinyOptions& options, const ModelConfig& config)
       : options_(options), config_(config), fp8_cache_(std::make_shared<Fp8Cache>()) {}
 
-  // A norm or other vector kept in bf16.
-  absl::Status Vector(const std::string& name, int64_t n, Init init) {
+  // A norm or other vector kept in bf16; `draw_as` names another tensor
+  // whose values it copies (drawn from that name's stream).
+  absl::Status Vector(const std::string& name, int64_t n, Init init, const std::string& draw_as = "") {
     const uint64_t seed = options_.seed;
+    const std::string source = draw_as.empty() ? name : draw_as;
     return writer_.Add(name, DType::kBF16, {n}, [=](uint8_t* dst, size_t) {
-      auto v = DrawValues(seed, name, n, init);
+      auto v = DrawValues(seed, source, n, init);
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t b = FloatToBf16(v[i]);
         std::memcpy(dst + 2 * i, &b, 2);
@@ -100,7 +102,7 @@ class TinyWriter {
   // A [rows, cols] linear weight; block-FP8 when the model is FP8 and
   // `quantizable`, else bf16.
   absl::Status Matrix(const std::string& name, int64_t rows, int64_t cols, bool quantizable = true,
-                      std::optional<Init> init_override = std::nullopt) {
+                      std::optional<Init> init_override = std::nullopt, const std::string& draw_as = "") {
     const Init init = init_override.value_or(LinearInit(cols));
     const uint64_t seed = options_.seed;
     if (config_.quant.weight_format && IsLinearModule(name)) {
@@ -114,9 +116,10 @@ class TinyWriter {
       }
     }
     if (options_.geometry == TinyGeometry::kGlm5Full) return FastMatrix(name, rows, cols, quantizable, init);
+    const std::string source = draw_as.empty() ? name : draw_as;
     if (!(options_.fp8 && quantizable)) {
       return writer_.Add(name, DType::kBF16, {rows, cols}, [=](uint8_t* dst, size_t) {
-        auto v = DrawValues(seed, name, rows * cols, init);
+        auto v = DrawValues(seed, source, rows * cols, init);
         for (int64_t i = 0; i < rows * cols; ++i) {
           const uint16_t b = FloatToBf16(v[i]);
           std::memcpy(dst + 2 * i, &b, 2);
@@ -129,7 +132,7 @@ class TinyWriter {
       // The writer emits "x.weight" then "x.weight_scale_inv"; quantize once.
       std::lock_guard<std::mutex> lock(cache->mu);
       if (cache->name != name) {
-        auto v = DrawValues(seed, name, rows * cols, init);
+        auto v = DrawValues(seed, source, rows * cols, init);
         cache->weight = std::make_shared<Fp8BlockWeight>(QuantizeFp8Blocks(v.data(), rows, cols, ue8m0));
         cache->name = name;
       }
@@ -141,6 +144,16 @@ class TinyWriter {
     }));
     return writer_.Add(names::ScaleOf(name), DType::kF32, {srows, scols}, [=](uint8_t* dst, size_t n) {
       std::memcpy(dst, quantized()->scales.data(), n);
+    });
+  }
+
+  // A bf16 tensor of given values (constructed weights, not drawn ones).
+  absl::Status Bf16Values(const std::string& name, std::vector<int64_t> shape, std::vector<float> values) {
+    return writer_.Add(name, DType::kBF16, std::move(shape), [values = std::move(values)](uint8_t* dst, size_t) {
+      for (size_t i = 0; i < values.size(); ++i) {
+        const uint16_t b = FloatToBf16(values[i]);
+        std::memcpy(dst + 2 * i, &b, 2);
+      }
     });
   }
 
@@ -209,10 +222,25 @@ class TinyWriter {
 
 constexpr Init kNormInit{1.0f, 0.2f};
 
-absl::Status AddLayer(TinyWriter& w, const ModelConfig& c, int i) {
+// What kind of decoder layer to write, and how large its output
+// projections are drawn (MakeTinyOptions::predictable).
+struct TinyLayerKind {
+  bool moe = false;
+  bool full_indexer = true;
+  float output_scale = 1.0f;
+};
+
+Init OutputInit(int64_t fan_in, float scale) {
+  Init init = LinearInit(fan_in);
+  init.spread *= scale;
+  return init;
+}
+
+absl::Status AddLayer(TinyWriter& w, const ModelConfig& c, int i, const TinyLayerKind& kind) {
   using names::Layer;
   const int64_t h = c.hidden_size;
   const int64_t heads = c.num_attention_heads;
+  const float out = kind.output_scale;
   SPAR_RETURN_IF_ERROR(w.Vector(Layer(i, names::kInputNorm), h, kNormInit));
   SPAR_RETURN_IF_ERROR(w.Vector(Layer(i, names::kPostAttnNorm), h, kNormInit));
   SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kQA), c.q_lora_rank, h));
@@ -221,8 +249,8 @@ absl::Status AddLayer(TinyWriter& w, const ModelConfig& c, int i) {
   SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kKvA), c.kv_lora_rank + c.qk_rope_head_dim, h));
   SPAR_RETURN_IF_ERROR(w.Vector(Layer(i, names::kKvANorm), c.kv_lora_rank, kNormInit));
   SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kKvB), heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank));
-  SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kO), h, heads * c.v_head_dim));
-  if (c.indexer_types[i] == IndexerType::kFull) {
+  SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kO), h, heads * c.v_head_dim, true, OutputInit(heads * c.v_head_dim, out)));
+  if (kind.full_indexer) {
     SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kIdxWqB), c.index_n_heads * c.index_head_dim, c.q_lora_rank));
     SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kIdxWk), c.index_head_dim, h));
     SPAR_RETURN_IF_ERROR(w.Vector(Layer(i, names::kIdxKNormW), c.index_head_dim, kNormInit));
@@ -230,10 +258,11 @@ absl::Status AddLayer(TinyWriter& w, const ModelConfig& c, int i) {
     // Stored bf16 even in FP8 checkpoints (the real ones leave it unconverted).
     SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kIdxWeights), c.index_n_heads, h, /*quantizable=*/false));
   }
-  if (!c.is_moe_layer(i)) {
+  if (!kind.moe) {
     SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kMlpGate), c.intermediate_size, h));
     SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kMlpUp), c.intermediate_size, h));
-    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kMlpDown), h, c.intermediate_size));
+    SPAR_RETURN_IF_ERROR(
+        w.Matrix(Layer(i, names::kMlpDown), h, c.intermediate_size, true, OutputInit(c.intermediate_size, out)));
     return absl::OkStatus();
   }
   SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kRouter), c.n_routed_experts, h, /*quantizable=*/false));
@@ -241,13 +270,51 @@ absl::Status AddLayer(TinyWriter& w, const ModelConfig& c, int i) {
   for (int e = 0; e < c.n_routed_experts; ++e) {
     SPAR_RETURN_IF_ERROR(w.Matrix(names::Expert(i, e, "gate_proj"), c.moe_intermediate_size, h));
     SPAR_RETURN_IF_ERROR(w.Matrix(names::Expert(i, e, "up_proj"), c.moe_intermediate_size, h));
-    SPAR_RETURN_IF_ERROR(w.Matrix(names::Expert(i, e, "down_proj"), h, c.moe_intermediate_size));
+    SPAR_RETURN_IF_ERROR(w.Matrix(names::Expert(i, e, "down_proj"), h, c.moe_intermediate_size, true,
+                                  OutputInit(c.moe_intermediate_size, out)));
   }
   if (c.n_shared_experts > 0) {
     const int64_t inter = c.moe_intermediate_size * c.n_shared_experts;
     SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kSharedGate), inter, h));
     SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kSharedUp), inter, h));
-    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kSharedDown), h, inter));
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(i, names::kSharedDown), h, inter, true, OutputInit(inter, out)));
+  }
+  return absl::OkStatus();
+}
+
+// Twice the unit-variance scale so the logits have a peaked distribution.
+Init HeadInit(const ModelConfig& c) { return {0.0f, 2.0f * std::sqrt(3.0f / static_cast<float>(c.hidden_size))}; }
+constexpr Init kEmbedInit{0.0f, 1.0f};
+constexpr float kPredictableOutputScale = 1.0f / 16.0f;
+
+// The MTP layer, model.layers.{num_hidden_layers}.*, as GLM-5 / DeepSeek
+// store it (dsa-spec.md §2.8): a MoE decoder layer with a full indexer, the
+// two input norms, eh_proj over [embedding ‖ hidden], shared_head.norm.
+absl::Status AddMtpLayer(TinyWriter& w, const ModelConfig& c, const MakeTinyOptions& o) {
+  using names::Layer;
+  const int l = c.num_hidden_layers;
+  const int64_t h = c.hidden_size;
+  SPAR_RETURN_IF_ERROR(AddLayer(w, c, l, {true, true, o.predictable ? kPredictableOutputScale : 1.0f}));
+  SPAR_RETURN_IF_ERROR(w.Vector(Layer(l, names::kMtpHnorm), h, kNormInit));
+  if (o.predictable) {
+    // e' = RMSNorm(embed): eh_proj = [I | 0] passes it through, and the head
+    // norm is the final norm, so the draft is the main model's own next-token
+    // map applied to the token the MTP layer reads.
+    SPAR_RETURN_IF_ERROR(w.Bf16Values(Layer(l, names::kMtpEnorm), {h}, std::vector<float>(h, 1.0f)));
+    std::vector<float> eh(static_cast<size_t>(h * 2 * h), 0.0f);
+    for (int64_t r = 0; r < h; ++r) eh[r * 2 * h + r] = 1.0f;
+    SPAR_RETURN_IF_ERROR(w.Bf16Values(Layer(l, names::kMtpEhProj), {h, 2 * h}, std::move(eh)));
+    SPAR_RETURN_IF_ERROR(w.Vector(Layer(l, names::kMtpHeadNorm), h, kNormInit, names::kFinalNorm));
+  } else {
+    SPAR_RETURN_IF_ERROR(w.Vector(Layer(l, names::kMtpEnorm), h, kNormInit));
+    // Stored bf16 in the FP8 checkpoints too (modules_to_not_convert).
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(l, names::kMtpEhProj), h, 2 * h, /*quantizable=*/false));
+    SPAR_RETURN_IF_ERROR(w.Vector(Layer(l, names::kMtpHeadNorm), h, kNormInit));
+  }
+  if (c.arch == ModelArch::kDeepseekV32) {
+    // DeepSeek's checkpoints carry the layer's own copies of both.
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(l, names::kMtpEmbed), c.vocab_size, h, false, kEmbedInit, names::kEmbed));
+    SPAR_RETURN_IF_ERROR(w.Matrix(Layer(l, names::kMtpHead), c.vocab_size, h, false, HeadInit(c), names::kLmHead));
   }
   return absl::OkStatus();
 }
@@ -290,6 +357,7 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
   } else {
     // GLM-5's real layer geometry (dsa-spec.md §1.1).
     if (!glm) return absl::InvalidArgumentError("--geometry glm5-full needs --arch glm5");
+    if (o.predictable) return absl::InvalidArgumentError("--predictable needs --geometry tiny");
     c.vocab_size = 154880;
     c.hidden_size = 6144;
     c.intermediate_size = 12288;
@@ -356,7 +424,7 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
     if (o.fp8) return absl::InvalidArgumentError("--quant and --fp8 are different weight formats: pick one");
     // 64 divides every tiny input width (192, 256, 512, 4096); the real
     // checkpoints use 128.
-    SPAR_ASSIGN_OR_RETURN(c.quant.weight_format, TinyWeightFormat(o.quant, o.geometry == TinyGeometry::kTiny ? 64 : 128));
+    SPAR_ASSIGN_OR_RETURN(c.quant.weight_format, TinyWeightFormat(o.quant, o.geometry == TinyGeometry::kTiny ? 64 : 128, o.mtp));
   }
   if (o.fp8) {
     c.quant.fp8 = true;
@@ -366,7 +434,11 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
                                       "kv_a_layernorm", "model.norm", "mlp.gate", "mlp.gate.e_score_correction_bias",
                                       "self_attn.indexer.k_norm", "self_attn.indexers_proj", "lm_head",
                                       "model.embed_tokens"};
+    if (o.mtp) {
+      for (const char* m : {"eh_proj", "enorm", "hnorm", "shared_head"}) c.quant.modules_to_not_convert.push_back(m);
+    }
   }
+  if (o.mtp) c.num_nextn_predict_layers = 1;
   SPAR_RETURN_IF_ERROR(ValidateModelConfig(c));
   return c;
 }
@@ -376,12 +448,15 @@ absl::Status MakeTinyModel(const MakeTinyOptions& options) {
   SPAR_ASSIGN_OR_RETURN(ModelConfig c, TinyModelConfig(options));
   SPAR_RETURN_IF_ERROR(MakeDirs(options.out_dir));
   TinyWriter w(options, c);
-  SPAR_RETURN_IF_ERROR(w.Matrix(names::kEmbed, c.vocab_size, c.hidden_size, /*quantizable=*/false, Init{0.0f, 1.0f}));
-  for (int i = 0; i < c.num_hidden_layers; ++i) SPAR_RETURN_IF_ERROR(AddLayer(w, c, i));
+  SPAR_RETURN_IF_ERROR(w.Matrix(names::kEmbed, c.vocab_size, c.hidden_size, /*quantizable=*/false, kEmbedInit));
+  const float output_scale = options.predictable ? kPredictableOutputScale : 1.0f;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const TinyLayerKind kind{c.is_moe_layer(i), c.indexer_types[i] == IndexerType::kFull, output_scale};
+    SPAR_RETURN_IF_ERROR(AddLayer(w, c, i, kind));
+  }
+  if (options.mtp) SPAR_RETURN_IF_ERROR(AddMtpLayer(w, c, options));
   SPAR_RETURN_IF_ERROR(w.Vector(names::kFinalNorm, c.hidden_size, kNormInit));
-  // Twice the unit-variance scale so the logits have a peaked distribution.
-  const Init head_init{0.0f, 2.0f * std::sqrt(3.0f / static_cast<float>(c.hidden_size))};
-  SPAR_RETURN_IF_ERROR(w.Matrix(names::kLmHead, c.vocab_size, c.hidden_size, /*quantizable=*/false, head_init));
+  SPAR_RETURN_IF_ERROR(w.Matrix(names::kLmHead, c.vocab_size, c.hidden_size, /*quantizable=*/false, HeadInit(c)));
   SPAR_RETURN_IF_ERROR(w.Write(options.out_dir));
   SPAR_RETURN_IF_ERROR(WriteStringToFile(options.out_dir + "/config.json", ModelConfigToJson(c)));
   if (c.quant.weight_format && !c.quant.weight_format->hf_quant_config_json.empty()) {

@@ -39,6 +39,20 @@ struct MakeTinyOptions {
   // Per-layer indexer kinds as letters, F = full, S = shared (GLM-5.2 style
   // cross-layer top-k sharing; glm5 only). Empty: every layer full.
   std::string indexer_pattern;
+  // The multi-token-prediction layer (num_nextn_predict_layers 1) in the
+  // real checkpoints' naming, as model.layers.{layers}.*: enorm, hnorm,
+  // eh_proj, a full MoE decoder layer with its own indexer and
+  // shared_head.norm; dsv32 also stores its own embed_tokens and
+  // shared_head.head (copies of the main ones, as DeepSeek's checkpoints do).
+  bool mtp = false;
+  // For tests of speculative decoding, which need drafts that are often
+  // right: every layer's output projections (o_proj, the MLPs' and experts'
+  // down_proj) are drawn 16x smaller, so the residual stream is mostly the
+  // current token's embedding and the next token depends mostly on the
+  // current one; with `mtp`, the MTP layer passes its token's embedding
+  // through (eh_proj = [I | 0], its own layer drawn small too), so it
+  // predicts the token after next as the main model would.
+  bool predictable = false;
   std::string out_dir;
 };
 

@@ -1,9 +1,12 @@
 #include "engine/model.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "engine/matrix_source.h"
 #include "engine/memory_budget.h"
+#include "engine/speculation_limits.h"
 #include "engine/weight_names.h"
 #include "kernels/ref/rope_ref.h"
 
@@ -17,6 +20,17 @@ struct Model::Layer {
   std::unique_ptr<Weight> q_b, absorb, o_proj;
   std::unique_ptr<Weight> idx_wq_b, idx_norm_w, idx_norm_b;
   std::unique_ptr<Weight> ffn;  // Mlp or Moe
+};
+
+// The multi-token-prediction layer (dsa-spec.md §2.8): its own norms and
+// eh_proj over [embedding ‖ hidden], a full decoder layer (with its own
+// caches: the last cache layer) and shared_head.norm; the embedding and the
+// head are the main model's unless the checkpoint stores its own (DeepSeek).
+struct Model::Mtp {
+  std::unique_ptr<Weight> enorm, hnorm, head_norm;
+  std::unique_ptr<Weight> eh_embed, eh_hidden;  // eh_proj's columns [0, h) and [h, 2h)
+  std::unique_ptr<Weight> embedding, head;      // own copies, or null: the main ones
+  std::unique_ptr<Layer> block;
 };
 
 Model::~Model() = default;
@@ -61,6 +75,14 @@ absl::StatusOr<MlpSource> MlpFrom(const Checkpoint& ck, const QuantConfig& q, co
   return m;
 }
 
+// `filter` plus the MTP layer and the embedding it shares (last stage).
+TensorFilter WithMtpLayer(TensorFilter filter, const ModelConfig& c) {
+  const int mtp = c.num_hidden_layers;
+  return [filter = std::move(filter), mtp](const std::string& name) {
+    return filter(name) || LayerOfTensor(name) == mtp || name == names::kEmbed;
+  };
+}
+
 ref::RopeParams RopeParamsFor(const ModelConfig& c) {
   ref::RopeParams p;
   p.rotary_dim = c.qk_rope_head_dim;
@@ -81,9 +103,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, Backe
                                                    const ModelOptions& options) {
   SPAR_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "/config.json"));
   const int last = options.last_layer < 0 ? config.num_hidden_layers : options.last_layer;
-  SPAR_ASSIGN_OR_RETURN(auto ck, Checkpoint::Open(dir, LayerRangeFilter(options.first_layer, last,
-                                                                          options.first_layer == 0,
-                                                                          last == config.num_hidden_layers)));
+  TensorFilter filter =
+      LayerRangeFilter(options.first_layer, last, options.first_layer == 0, last == config.num_hidden_layers);
+  if (options.load_mtp && last == config.num_hidden_layers) filter = WithMtpLayer(std::move(filter), config);
+  SPAR_ASSIGN_OR_RETURN(auto ck, Checkpoint::Open(dir, filter));
   return Load(config, *ck, backend, options);
 }
 
@@ -151,8 +174,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelConfig& config, co
     head.fp32_output = true;
     SPAR_ASSIGN_OR_RETURN(m->lm_head_, backend->CreateLinear(head));
   }
+  if (options.load_mtp && m->is_last_stage()) SPAR_RETURN_IF_ERROR(m->LoadMtp(ck));
   CacheSpec cache;
-  cache.num_layers = m->last_layer_ - m->first_layer_;
+  // The MTP layer's caches are one more layer, after this stage's own.
+  cache.num_layers = m->last_layer_ - m->first_layer_ + (m->has_mtp() ? 1 : 0);
   cache.num_blocks = options.num_blocks;
   cache.latent_format = options.latent_format;
   cache.indexer_format = options.indexer_format;
@@ -174,8 +199,9 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
   const int64_t h = c.hidden_size;
   const int heads = c.num_attention_heads;
   auto layer = std::make_unique<Model::Layer>();
-  layer->moe = c.is_moe_layer(l);
-  layer->full_indexer = c.indexer_types[l] == IndexerType::kFull;
+  // Layer num_hidden_layers is the MTP layer: MoE, with its own indexer.
+  layer->moe = l < c.num_hidden_layers ? c.is_moe_layer(l) : l >= c.first_k_dense_replace;
+  layer->full_indexer = l >= c.num_hidden_layers || c.indexer_types[l] == IndexerType::kFull;
   auto vec = [&](const char* name, int64_t n, std::unique_ptr<Weight>* out) -> absl::Status {
     SPAR_ASSIGN_OR_RETURN(TensorView v, Vector(ck, Layer(l, name), n));
     SPAR_ASSIGN_OR_RETURN(*out, backend_->CreateVector(v));
@@ -319,6 +345,11 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
 }
 
 absl::StatusOr<Tensor> Model::Forward(const StepPlan& plan, const Tensor* input, ForwardTrace* trace) {
+  return RunForward(plan, input, trace, StepOutput::kLogits);
+}
+
+absl::StatusOr<Tensor> Model::RunForward(const StepPlan& plan, const Tensor* input, ForwardTrace* trace,
+                                         StepOutput output) {
   if (!is_first_stage() &&
       (input == nullptr || input->rows() != plan.num_tokens() || input->cols() != config_.hidden_size)) {
     return absl::InvalidArgumentError("stage input must be [tokens, hidden]");
@@ -328,12 +359,33 @@ absl::StatusOr<Tensor> Model::Forward(const StepPlan& plan, const Tensor* input,
   // draws its positions on the host: neither can be replayed.
   options.replayable = trace == nullptr && !indexer_.random_selection_seed.has_value();
   options.indexer_topk = indexer_.topk;
+  options.indexer_heads = indexer_.heads;
+  options.graph_variant = static_cast<int>(output);
+  // Speculative decoding's verify steps bring 1 + drafts tokens for every
+  // sequence, through every stage (short prefill chunks of that shape are
+  // replayed too).
+  options.max_tokens_per_seq = 1 + kMaxSpeculativeTokens;
   return backend_->RunStep(
       plan, is_first_stage() ? nullptr : input,
-      [&](const Tensor* in) { return ForwardOps(plan, in, trace); }, options);
+      [&](const Tensor* in) { return ForwardOps(plan, in, trace, output); }, options);
 }
 
-absl::StatusOr<Tensor> Model::ForwardOps(const StepPlan& plan, const Tensor* input, ForwardTrace* trace) {
+absl::Status Model::DecoderLayerOps(int local, const Layer& layer, Tensor* x, Tensor* residual, Tensor* topk,
+                                    ForwardTrace* trace) {
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  SPAR_ASSIGN_OR_RETURN(Tensor h, backend_->AddRmsNorm(residual, *x, *layer.input_norm, eps));
+  SPAR_ASSIGN_OR_RETURN(Tensor attn, Attention(local, layer, h, topk, trace));
+  SPAR_ASSIGN_OR_RETURN(h, backend_->AddRmsNorm(residual, attn, *layer.post_norm, eps));
+  if (layer.moe) {
+    SPAR_ASSIGN_OR_RETURN(*x, backend_->Moe(h, *layer.ffn));
+  } else {
+    SPAR_ASSIGN_OR_RETURN(*x, backend_->Mlp(h, *layer.ffn));
+  }
+  return backend_->AllReduceSum(x);
+}
+
+absl::StatusOr<Tensor> Model::ForwardOps(const StepPlan& plan, const Tensor* input, ForwardTrace* trace,
+                                         StepOutput output) {
   Tensor x;
   if (is_first_stage()) {
     SPAR_ASSIGN_OR_RETURN(x, backend_->Embed(*embedding_));
@@ -342,25 +394,142 @@ absl::StatusOr<Tensor> Model::ForwardOps(const StepPlan& plan, const Tensor* inp
   }
   Tensor residual, topk;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& layer = *layers_[i];
-    SPAR_ASSIGN_OR_RETURN(Tensor h, backend_->AddRmsNorm(&residual, x, *layer.input_norm,
-                                                         static_cast<float>(config_.rms_norm_eps)));
-    SPAR_ASSIGN_OR_RETURN(Tensor attn, Attention(static_cast<int>(i), layer, h, &topk, trace));
-    SPAR_ASSIGN_OR_RETURN(h, backend_->AddRmsNorm(&residual, attn, *layer.post_norm,
-                                                  static_cast<float>(config_.rms_norm_eps)));
-    if (layer.moe) {
-      SPAR_ASSIGN_OR_RETURN(x, backend_->Moe(h, *layer.ffn));
-    } else {
-      SPAR_ASSIGN_OR_RETURN(x, backend_->Mlp(h, *layer.ffn));
-    }
-    SPAR_RETURN_IF_ERROR(backend_->AllReduceSum(&x));
+    SPAR_RETURN_IF_ERROR(DecoderLayerOps(static_cast<int>(i), *layers_[i], &x, &residual, &topk, trace));
   }
   SPAR_RETURN_IF_ERROR(backend_->AddInPlace(&residual, x));
   if (!is_last_stage()) return residual;
+  if (output == StepOutput::kNormedHidden) {
+    return backend_->RmsNorm(residual, *final_norm_, static_cast<float>(config_.rms_norm_eps));
+  }
   if (plan.logit_rows.empty()) return Tensor();
   SPAR_ASSIGN_OR_RETURN(Tensor last, backend_->GatherRows(residual, plan.logit_rows));
   SPAR_ASSIGN_OR_RETURN(Tensor normed, backend_->RmsNorm(last, *final_norm_, static_cast<float>(config_.rms_norm_eps)));
   return backend_->Linear(normed, *lm_head_);
+}
+
+// ---- speculative decoding: the MTP layer and the steps that feed it ----
+
+namespace {
+// Graph variants of the MTP layer's step (Backend::StepOptions): after the
+// main model's StepOutput values.
+constexpr int kMtpGraphVariant = 2;
+}  // namespace
+
+absl::Status Model::LoadMtp(const Checkpoint& ck) {
+  using names::Layer;
+  const ModelConfig& c = config_;
+  if (c.num_nextn_predict_layers < 1) {
+    return absl::InvalidArgumentError(
+        "speculative decoding needs the model's multi-token-prediction layer, but config.json has "
+        "num_nextn_predict_layers 0");
+  }
+  if (!is_last_stage()) return absl::InvalidArgumentError("the MTP layer is loaded on the last stage only");
+  const int l = c.num_hidden_layers;
+  const int64_t h = c.hidden_size;
+  if (!ck.Has(Layer(l, names::kMtpEhProj))) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json has num_nextn_predict_layers ",
+                                                   c.num_nextn_predict_layers, " but the checkpoint has no ",
+                                                   Layer(l, names::kMtpEhProj)));
+  }
+  auto mtp = std::make_unique<Mtp>();
+  SPAR_RETURN_IF_ERROR(LoadLayer(ck, l));  // appends to layers_; moved out below
+  mtp->block = std::move(layers_.back());
+  layers_.pop_back();
+  auto vec = [&](const char* name, std::unique_ptr<Weight>* out) -> absl::Status {
+    SPAR_ASSIGN_OR_RETURN(TensorView v, Vector(ck, Layer(l, name), h));
+    SPAR_ASSIGN_OR_RETURN(*out, backend_->CreateVector(v));
+    return absl::OkStatus();
+  };
+  SPAR_RETURN_IF_ERROR(vec(names::kMtpEnorm, &mtp->enorm));
+  SPAR_RETURN_IF_ERROR(vec(names::kMtpHnorm, &mtp->hnorm));
+  SPAR_RETURN_IF_ERROR(vec(names::kMtpHeadNorm, &mtp->head_norm));
+  // eh_proj · [e ‖ g] = eh_proj[:, :h] · e + eh_proj[:, h:] · g: two GEMMs
+  // instead of a concatenation the op interface does not have.
+  SPAR_ASSIGN_OR_RETURN(MatrixSource eh, Matrix(ck, c.quant, Layer(l, names::kMtpEhProj), h, 2 * h));
+  for (int half = 0; half < 2; ++half) {
+    LinearSource src;
+    src.parts.push_back(eh);
+    src.parts[0].col_begin = half * h;
+    src.parts[0].col_end = (half + 1) * h;
+    std::unique_ptr<Weight>& out = half == 0 ? mtp->eh_embed : mtp->eh_hidden;
+    SPAR_ASSIGN_OR_RETURN(out, backend_->CreateLinear(src));
+  }
+  if (ck.Has(Layer(l, names::kMtpEmbed))) {
+    SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, c.quant, Layer(l, names::kMtpEmbed), c.vocab_size, h, MatrixKind::kPlainOnly));
+    SPAR_ASSIGN_OR_RETURN(mtp->embedding, backend_->CreateEmbedding(emb.weight));
+  } else if (embedding_ == nullptr) {
+    // A last stage that is not the first: the main embedding, for this layer.
+    SPAR_ASSIGN_OR_RETURN(auto emb, Matrix(ck, c.quant, names::kEmbed, c.vocab_size, h, MatrixKind::kPlainOnly));
+    SPAR_ASSIGN_OR_RETURN(embedding_, backend_->CreateEmbedding(emb.weight));
+  }
+  if (ck.Has(Layer(l, names::kMtpHead))) {
+    LinearSource head;
+    SPAR_ASSIGN_OR_RETURN(auto m, Matrix(ck, c.quant, Layer(l, names::kMtpHead), c.vocab_size, h));
+    head.parts.push_back(m);
+    head.fp32_output = true;
+    SPAR_ASSIGN_OR_RETURN(mtp->head, backend_->CreateLinear(head));
+  }
+  mtp_ = std::move(mtp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Model::ForwardNormed(const StepPlan& plan, const Tensor* input) {
+  if (!is_last_stage()) return absl::FailedPreconditionError("normed hidden states come from the last stage");
+  return RunForward(plan, input, nullptr, StepOutput::kNormedHidden);
+}
+
+absl::StatusOr<Tensor> Model::HeadLogits(const Tensor& normed) {
+  if (!is_last_stage()) return absl::FailedPreconditionError("the lm_head is on the last stage");
+  return backend_->Linear(normed, *lm_head_);
+}
+
+absl::StatusOr<Tensor> Model::MtpForward(const StepPlan& plan, const Tensor& hidden) {
+  if (!has_mtp()) return absl::FailedPreconditionError("the MTP layer is not loaded");
+  if (hidden.rows() != plan.num_tokens() || hidden.cols() != config_.hidden_size) {
+    return absl::InvalidArgumentError("MTP input must be [tokens, hidden]");
+  }
+  Backend::StepOptions options;
+  // Position 0's embedding is zeroed by host row numbers (MtpOps).
+  const bool has_position_zero =
+      std::find(plan.positions.begin(), plan.positions.end(), 0) != plan.positions.end();
+  options.replayable = !has_position_zero && !indexer_.random_selection_seed.has_value();
+  options.indexer_topk = indexer_.topk;
+  options.indexer_heads = indexer_.heads;
+  options.graph_variant = kMtpGraphVariant;
+  options.max_tokens_per_seq = 1 + kMaxSpeculativeTokens;
+  return backend_->RunStep(
+      plan, &hidden, [&](const Tensor* in) { return MtpOps(plan, *in); }, options);
+}
+
+absl::StatusOr<Tensor> Model::MtpOps(const StepPlan& plan, const Tensor& hidden) {
+  const Mtp& mtp = *mtp_;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  SPAR_ASSIGN_OR_RETURN(Tensor e, backend_->Embed(mtp.embedding ? *mtp.embedding : *embedding_));
+  // As vLLM's MTP layer: no token embedding at position 0.
+  std::vector<int32_t> first_rows;
+  for (int64_t t = 0; t < plan.num_tokens(); ++t) {
+    if (plan.positions[t] == 0) first_rows.push_back(static_cast<int32_t>(t));
+  }
+  if (!first_rows.empty()) SPAR_RETURN_IF_ERROR(backend_->ZeroRows(&e, first_rows));
+  SPAR_ASSIGN_OR_RETURN(Tensor en, backend_->RmsNorm(e, *mtp.enorm, eps));
+  SPAR_ASSIGN_OR_RETURN(Tensor hn, backend_->RmsNorm(hidden, *mtp.hnorm, eps));
+  SPAR_ASSIGN_OR_RETURN(Tensor x, backend_->Linear(en, *mtp.eh_embed));
+  SPAR_ASSIGN_OR_RETURN(Tensor xh, backend_->Linear(hn, *mtp.eh_hidden));
+  SPAR_RETURN_IF_ERROR(backend_->AddInPlace(&x, xh));
+  Tensor residual, topk;
+  // The MTP layer's caches are the last cache layer.
+  SPAR_RETURN_IF_ERROR(
+      DecoderLayerOps(static_cast<int>(layers_.size()), *mtp.block, &x, &residual, &topk, nullptr));
+  SPAR_RETURN_IF_ERROR(backend_->AddInPlace(&residual, x));
+  if (plan.logit_rows.empty()) return Tensor();
+  return backend_->GatherRows(residual, plan.logit_rows);
+}
+
+absl::StatusOr<Tensor> Model::MtpLogits(const Tensor& mtp_hidden) {
+  if (!has_mtp()) return absl::FailedPreconditionError("the MTP layer is not loaded");
+  SPAR_ASSIGN_OR_RETURN(Tensor normed,
+                        backend_->RmsNorm(mtp_hidden, *mtp_->head_norm, static_cast<float>(config_.rms_norm_eps)));
+  return backend_->Linear(normed, mtp_->head ? *mtp_->head : *lm_head_);
 }
 
 }  // namespace spar

@@ -38,6 +38,12 @@ struct ModelOptions {
   int64_t max_model_len = 0;
   LatentFormat latent_format = LatentFormat::kF32;
   IndexerFormat indexer_format = IndexerFormat::kF32;
+  // Load the multi-token-prediction layer (model.layers.{num_hidden_layers},
+  // num_nextn_predict_layers >= 1) for speculative decoding; ignored on a
+  // stage that is not the last. It gets its own latent and indexer caches (one more cache layer,
+  // the same block tables) and shares the embedding and, where the
+  // checkpoint has no shared_head.head, the lm_head.
+  bool load_mtp = false;
 };
 
 // OK when the engine can serve `config`: the DSA cache layouts fix the MLA
@@ -74,12 +80,41 @@ class Model {
   // Decode steps may run as replayed CUDA graphs on the cuda backend.
   absl::StatusOr<Tensor> Forward(const StepPlan& plan, const Tensor* input, ForwardTrace* trace = nullptr);
 
+  // ---- speculative decoding (engine/model_mtp.cc; engine/speculative.h drives it) ----
+  bool has_mtp() const { return mtp_ != nullptr; }
+  // Last stage: the step's final-normed hidden states of every plan row
+  // [T, hidden] (what the lm_head reads, and what the MTP layer takes as
+  // the main model's state, as vLLM's MTP proposer does).
+  absl::StatusOr<Tensor> ForwardNormed(const StepPlan& plan, const Tensor* input);
+  // The lm_head over rows of normed hidden states: logits [rows, vocab].
+  absl::StatusOr<Tensor> HeadLogits(const Tensor& normed);
+  // The MTP layer over a finalized plan whose tokens are the ones after
+  // each row's position (row t at position p reads token p + 1 and
+  // `hidden` row t, the state that predicted it): writes its caches at the
+  // plan's slots and returns its output before shared_head.norm at the
+  // plan's logit rows [logit rows, hidden] (the state the next draft step
+  // reads).
+  absl::StatusOr<Tensor> MtpForward(const StepPlan& plan, const Tensor& hidden);
+  // shared_head.norm, then the head: draft logits [rows, vocab].
+  absl::StatusOr<Tensor> MtpLogits(const Tensor& mtp_hidden);
+
  private:
   struct Layer;
+  struct Mtp;
+  enum class StepOutput { kLogits, kNormedHidden };
   Model() = default;
   absl::Status LoadLayer(const Checkpoint& ck, int layer);
+  absl::Status LoadMtp(const Checkpoint& ck);
+  absl::StatusOr<Tensor> RunForward(const StepPlan& plan, const Tensor* input, ForwardTrace* trace,
+                                    StepOutput output);
   // The op sequence of one step (Forward hands it to Backend::RunStep).
-  absl::StatusOr<Tensor> ForwardOps(const StepPlan& plan, const Tensor* input, ForwardTrace* trace);
+  absl::StatusOr<Tensor> ForwardOps(const StepPlan& plan, const Tensor* input, ForwardTrace* trace,
+                                    StepOutput output);
+  // One decoder layer: x is its input and becomes its output; `residual`
+  // carries the stream (empty before the first layer).
+  absl::Status DecoderLayerOps(int local, const Layer& layer, Tensor* x, Tensor* residual, Tensor* topk,
+                               ForwardTrace* trace);
+  absl::StatusOr<Tensor> MtpOps(const StepPlan& plan, const Tensor& hidden);
   absl::StatusOr<Tensor> Attention(int local, const Layer& layer, const Tensor& h, Tensor* shared_topk,
                                    ForwardTrace* trace);
 
@@ -90,6 +125,7 @@ class Model {
   IndexerSpec indexer_;
   std::unique_ptr<Weight> embedding_, final_norm_, lm_head_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<Mtp> mtp_;
 };
 
 }  // namespace spar

@@ -83,7 +83,10 @@ absl::string_view TinyQuantName(TinyQuant quant) {
   return "";
 }
 
-absl::StatusOr<WeightFormat> TinyWeightFormat(TinyQuant quant, int group_size) {
+absl::StatusOr<WeightFormat> TinyWeightFormat(TinyQuant quant, int group_size, bool mtp) {
+  // The MTP layer's modules no tool converts (substrings of their names).
+  const std::vector<std::string> mtp_kept =
+      mtp ? std::vector<std::string>{"eh_proj", "shared_head", "embed_tokens"} : std::vector<std::string>{};
   json q;
   switch (quant) {
     case TinyQuant::kNone:
@@ -92,11 +95,13 @@ absl::StatusOr<WeightFormat> TinyWeightFormat(TinyQuant quant, int group_size) {
       q = {{"quant_method", "awq"},        {"bits", 4},
            {"group_size", group_size},    {"zero_point", true},
            {"version", "gemm"},           {"modules_to_not_convert", {"self_attn.indexer"}}};
+      for (const std::string& m : mtp_kept) q["modules_to_not_convert"].push_back(m);
       return ParseWeightFormat(q.dump());
     case TinyQuant::kGptq:
       q = {{"quant_method", "gptq"}, {"bits", 4},          {"group_size", group_size}, {"desc_act", false},
            {"sym", true},            {"static_groups", false}, {"true_sequential", true},  {"damp_percent", 0.01},
            {"lm_head", false},       {"checkpoint_format", "gptq"}};
+      if (mtp) q["modules_to_not_convert"] = mtp_kept;
       return ParseWeightFormat(q.dump());
     case TinyQuant::kInt4Ct: {
       const json experts = {{"num_bits", 4},      {"type", "int"},       {"symmetric", true},
@@ -129,12 +134,13 @@ absl::StatusOr<WeightFormat> TinyWeightFormat(TinyQuant quant, int group_size) {
       return ParseWeightFormat(q.dump());
     }
     case TinyQuant::kNvfp4: {
-      const json hf = {{"producer", {{"name", "modelopt"}, {"version", "0.41.0"}}},
-                       {"quantization",
-                        {{"quant_algo", "NVFP4"},
-                         {"kv_cache_quant_algo", nullptr},
-                         {"group_size", 16},
-                         {"exclude_modules", {"lm_head", "*mlp.gate", "model.layers.0.self_attn*", "*.self_attn.indexer*"}}}}};
+      json hf = {{"producer", {{"name", "modelopt"}, {"version", "0.41.0"}}},
+                 {"quantization",
+                  {{"quant_algo", "NVFP4"},
+                   {"kv_cache_quant_algo", nullptr},
+                   {"group_size", 16},
+                   {"exclude_modules", {"lm_head", "*mlp.gate", "model.layers.0.self_attn*", "*.self_attn.indexer*"}}}}};
+      for (const std::string& m : mtp_kept) hf["quantization"]["exclude_modules"].push_back("*" + m + "*");
       return ParseHfQuantConfig(hf.dump());
     }
   }

@@ -30,8 +30,11 @@ absl::string_view TinyQuantName(TinyQuant quant);
 // compressed-tensors converts the routed experts (group, symmetric) and the
 // attention / dense / shared projections (per channel, with zero points) in
 // two config groups, NVFP4 excludes lm_head, layer 0's attention and the
-// indexers.
-absl::StatusOr<WeightFormat> TinyWeightFormat(TinyQuant quant, int group_size);
+// indexers. With `mtp` (a checkpoint with the MTP layer) the layer's own
+// projections stay bf16 too, as in the FP8 checkpoints: eh_proj,
+// shared_head and its embed_tokens copy (its decoder layer is converted
+// like the others).
+absl::StatusOr<WeightFormat> TinyWeightFormat(TinyQuant quant, int group_size, bool mtp = false);
 
 // Adds the tensors module `module` (weight [rows, cols], fp32 values already
 // rounded to bf16) is stored as under `scheme`.

@@ -46,6 +46,16 @@ inline constexpr char kSharedGate[] = "mlp.shared_experts.gate_proj.weight";
 inline constexpr char kSharedUp[] = "mlp.shared_experts.up_proj.weight";
 inline constexpr char kSharedDown[] = "mlp.shared_experts.down_proj.weight";
 
+// The multi-token-prediction layer, model.layers.{num_hidden_layers}.*: these
+// plus a full decoder layer. DeepSeek's checkpoints also store the layer's
+// own copies of the embedding and the head; GLM-5's share the main ones.
+inline constexpr char kMtpEnorm[] = "enorm.weight";
+inline constexpr char kMtpHnorm[] = "hnorm.weight";
+inline constexpr char kMtpEhProj[] = "eh_proj.weight";
+inline constexpr char kMtpHeadNorm[] = "shared_head.norm.weight";
+inline constexpr char kMtpHead[] = "shared_head.head.weight";
+inline constexpr char kMtpEmbed[] = "embed_tokens.weight";
+
 }  // namespace spar::names
 
 #endif  // SPAR_ENGINE_WEIGHT_NAMES_H_

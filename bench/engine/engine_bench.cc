@@ -16,6 +16,11 @@
 // is the wall time the eager step's Forward call takes to enqueue its work.
 // --op-profile adds, per shape, where an eager step's GPU time goes, op by
 // op (Backend::TakeOpProfile; the host's enqueueing hidden behind a GPU wait).
+// --verify-tokens 2,3,4 also times speculative decoding's verify steps (n
+// query tokens per sequence: the last token and n - 1 drafts) at each
+// context and batch, graph and eager, against the decode step of the same
+// shape: the step-time ratio is the mean acceptance length (tokens per
+// verify step) speculation needs to break even before its drafting cost.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,6 +42,7 @@
 #include "engine/engine.h"
 #include "engine/make_tiny.h"
 #include "engine/model.h"
+#include "engine/speculation_limits.h"
 #include "engine/weight_names.h"
 
 namespace spar {
@@ -58,6 +64,7 @@ struct Flags {
   TpRank tp;
   std::string nccl_id_file;
   bool op_profile = false;  // per-op GPU time of an eager step per shape
+  std::vector<int> verify_tokens;  // speculative verify steps: query tokens per sequence
 };
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -110,6 +117,15 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
           return absl::InvalidArgumentError("--contexts wants multiples of 64: N,N,...");
         }
         f.contexts.push_back(c);
+      }
+    } else if (a == "--verify-tokens") {
+      SPAR_ASSIGN_OR_RETURN(std::string v, value());
+      for (absl::string_view t : absl::StrSplit(v, ',')) {
+        int n;
+        if (!absl::SimpleAtoi(t, &n) || n < 2 || n > 1 + kMaxSpeculativeTokens) {
+          return absl::InvalidArgumentError("--verify-tokens wants N,N,... in [2, 5]");
+        }
+        f.verify_tokens.push_back(n);
       }
     } else if (a == "--prefill-chunk") {
       SPAR_RETURN_IF_ERROR(int_value(&f.prefill_chunk));
@@ -195,17 +211,18 @@ double Median(std::vector<double> v) {
 }
 
 // One decode step: sequence i (ids from 1000) at position `context` over
-// its prefilled blocks, no logits (the stage times its layers only).
+// its prefilled blocks, no logits (the stage times its layers only). With
+// `tokens` > 1 a verify step: positions context .. context + tokens - 1.
 template <typename TableOf>
 absl::StatusOr<StepPlan> DecodePlan(int batch, int context, const ModelConfig& config, int64_t num_blocks,
-                                    const TableOf& table_of) {
+                                    const TableOf& table_of, int tokens = 1) {
   StepPlan plan;
   for (int i = 0; i < batch; ++i) {
     SequenceStep s;
     s.seq_id = 1000 + i;
     s.start_pos = context;
-    s.tokens = {1};
-    s.block_table = table_of(i, context / kCacheBlockTokens + 1);
+    s.tokens.assign(tokens, 1);
+    s.block_table = table_of(i, (context + tokens - 1) / kCacheBlockTokens + 1);
     s.num_logits = 0;
     plan.seqs.push_back(s);
   }
@@ -260,6 +277,60 @@ absl::Status PrintOpProfiles(const Flags& f, Backend* backend, Model* model, con
     }
   }
   backend->set_step_replay(true);
+  return absl::OkStatus();
+}
+
+// Median GPU times of `plan` replayed as a graph and run eagerly.
+struct StepTimes {
+  double graph = 0, eager = 0;
+};
+absl::StatusOr<StepTimes> TimeStep(const Flags& f, Backend* backend, Model* model, const StepPlan& plan,
+                                   const Tensor& in) {
+  std::vector<double> graph_t, eager_t;
+  for (bool replay : {true, false}) {
+    backend->set_step_replay(replay);
+    for (int r = 0; r < f.warmup + f.reps; ++r) {
+      SPAR_ASSIGN_OR_RETURN(double sec, backend->TimeWork([&] { return model->Forward(plan, &in).status(); }));
+      if (r >= f.warmup) (replay ? graph_t : eager_t).push_back(sec);
+    }
+  }
+  backend->set_step_replay(true);
+  return StepTimes{Median(graph_t), Median(eager_t)};
+}
+
+// Speculative decoding's verify steps against the decode step of the same
+// batch and context (--verify-tokens).
+template <typename TableOf, typename RandomHidden>
+absl::Status PrintVerifySteps(const Flags& f, Backend* backend, Model* model, const ModelConfig& config,
+                              const TableOf& table_of, const RandomHidden& random_hidden) {
+  const int layers = f.last_layer - f.first_layer;
+  const int kModelLayers = 78;  // GLM-5
+  if (f.tp.rank == 0) {
+    std::printf("\nverify steps (speculative decoding: n query tokens per sequence) against decode (n = 1):\n"
+                "| context | batch | n | step ms (graph) | per-layer ms (graph) | per-layer ms (eager) | "
+                "/ decode (graph) | %d-layer step ms | graphs replayed |\n|---|---|---|---|---|---|---|---|---|\n",
+                kModelLayers);
+  }
+  for (int context : f.contexts) {
+    for (int b : f.batches) {
+      SPAR_ASSIGN_OR_RETURN(StepPlan decode, DecodePlan(b, context, config, model->num_blocks(), table_of));
+      SPAR_ASSIGN_OR_RETURN(Tensor in1, backend->FromHost(random_hidden(b), b, config.hidden_size));
+      SPAR_ASSIGN_OR_RETURN(StepTimes base, TimeStep(f, backend, model, decode, in1));
+      for (int n : f.verify_tokens) {
+        SPAR_ASSIGN_OR_RETURN(StepPlan plan, DecodePlan(b, context, config, model->num_blocks(), table_of, n));
+        SPAR_ASSIGN_OR_RETURN(Tensor in, backend->FromHost(random_hidden(int64_t{b} * n), int64_t{b} * n,
+                                                           config.hidden_size));
+        const int64_t replays_before = backend->graph_stats().replays;
+        SPAR_ASSIGN_OR_RETURN(StepTimes t, TimeStep(f, backend, model, plan, in));
+        const bool replayed = backend->graph_stats().replays > replays_before;
+        if (f.tp.rank != 0) continue;
+        std::printf("| %d | %d | %d | %.3f | %.3f | %.3f | %.2f | %.2f | %s |\n", context, b, n, t.graph * 1e3,
+                    t.graph * 1e3 / layers, t.eager * 1e3 / layers, t.graph / base.graph,
+                    t.graph / layers * kModelLayers * 1e3, replayed ? "yes" : "no (eager)");
+        std::fflush(stdout);
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -412,6 +483,9 @@ absl::Status Run(const Flags& f) {
         std::fflush(stdout);
       }
     }
+  }
+  if (!f.verify_tokens.empty()) {
+    SPAR_RETURN_IF_ERROR(PrintVerifySteps(f, backend.get(), model.get(), config, table_of, random_hidden));
   }
   if (f.op_profile) SPAR_RETURN_IF_ERROR(PrintOpProfiles(f, backend.get(), model.get(), config, table_of, random_hidden));
   if (f.tp.rank == 0) {

@@ -358,6 +358,14 @@ class CpuBackend final : public Backend {
     return y;
   }
 
+  absl::Status ZeroRows(Tensor* x, const std::vector<int32_t>& rows) override {
+    for (int32_t r : rows) {
+      if (r < 0 || r >= x->rows()) return absl::InvalidArgumentError("zero rows: row out of range");
+      std::memset(x->as<float>() + r * x->ld(), 0, sizeof(float) * x->cols());
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status WriteLatentCache(int layer, const Tensor& kv_a, const Weight& kv_a_norm, float eps) override {
     SPAR_RETURN_IF_ERROR(CheckLayer(layer));
     const auto& w = As<CpuVector>(kv_a_norm);

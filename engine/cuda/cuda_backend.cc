@@ -225,7 +225,9 @@ class CudaBackend final : public Backend {
     SPAR_RETURN_IF_ERROR(CheckNotAborted());
     std::optional<DecodeGraphKey> key;
     if (options_.cuda_graphs && step.replayable && (input == nullptr || input->dtype() == DType::kBF16)) {
-      key = DecodeGraphKeyFor(plan, input != nullptr, step.indexer_topk, kMaxGraphTokens);
+      key = DecodeGraphKeyFor(plan, input != nullptr, step.indexer_topk,
+                              GraphShapeLimits{kMaxGraphTokens, step.max_tokens_per_seq, step.indexer_heads},
+                              step.graph_variant);
     }
     // Under TP, sample the all-reduce times with an eager step now and then.
     const bool sample_collectives = key && group_ && options_.collective_sample_period > 0 &&
@@ -283,6 +285,9 @@ class CudaBackend final : public Backend {
   }
   absl::StatusOr<Tensor> GatherRows(const Tensor& x, const std::vector<int32_t>& rows) override {
     return cuda_ops::GatherRows(ctx_, x, rows);
+  }
+  absl::Status ZeroRows(Tensor* x, const std::vector<int32_t>& rows) override {
+    return cuda_ops::ZeroRows(ctx_, x, rows);
   }
   absl::Status WriteLatentCache(int layer, const Tensor& kv_a, const Weight& kv_a_norm, float eps) override {
     return cuda_ops::WriteLatentCache(ctx_, layer, kv_a, As<CudaVector>(kv_a_norm), eps);

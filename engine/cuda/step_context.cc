@@ -45,7 +45,7 @@ absl::Status StepContext::ScanPlan(const StepPlan& plan) {
   meta.tokens = plan.num_tokens();
   meta.num_seqs = static_cast<int64_t>(plan.seqs.size());
   meta.table_stride = 1;
-  meta.all_single = true;
+  meta.tokens_per_seq = plan.seqs.empty() ? 0 : static_cast<int64_t>(plan.seqs[0].tokens.size());
   meta.max_ctx = 0;
   mla_plan_.reset();
   topk_plan_.reset();
@@ -55,7 +55,7 @@ absl::Status StepContext::ScanPlan(const StepPlan& plan) {
     for (int32_t b : q.block_table) {
       if (b < 0 || b >= num_blocks) return absl::InvalidArgumentError(absl::StrCat("block ", b, " out of range"));
     }
-    meta.all_single = meta.all_single && q.tokens.size() == 1;
+    if (static_cast<int64_t>(q.tokens.size()) != meta.tokens_per_seq) meta.tokens_per_seq = 0;
   }
   for (int32_t p : plan.positions) {
     if (p >= rope->rows()) {

@@ -33,7 +33,10 @@ struct StepMeta {
   int64_t tokens = 0, num_seqs = 0;
   int64_t table_stride = 1;  // blocks per block-table row
   int64_t max_ctx = 0;       // longest context: the indexer's grids cover it
-  bool all_single = true;    // one new token per sequence (paged decode logits)
+  // Every sequence brings this many new tokens (0: they differ); the paged
+  // decode logits take them as next_n query rows per sequence (decode: 1,
+  // speculative verify steps: 1 + drafts).
+  int64_t tokens_per_seq = 1;
   const int32_t *ids = nullptr, *pos = nullptr, *slots = nullptr, *seq = nullptr, *kv_len = nullptr,
                 *logit_rows = nullptr, *tables = nullptr;
 };

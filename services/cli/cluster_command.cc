@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/model_config.h"
+#include "engine/speculation_limits.h"
 #include "services/cli/commands.h"
 #include "services/cli/supervised_daemon.h"
 #include "services/common/args.h"
@@ -113,6 +114,7 @@ int RunCluster(int argc, char** argv) {
   int64_t stages = 1, tp_size = 1, port = 50051, num_blocks = 256, max_in_flight = 0, max_batch_tokens = 512, max_queue = 256,
           ready_timeout_s = 600;
   double delay_ms = 0, delay_token_us = 0;
+  int64_t num_speculative_tokens = 0;
   ArgParser args("cluster", "SPAR_");
   args.AddString("model", &model, "model directory (required)");
   args.AddInt("stages", &stages, "pipeline stages, one worker process each (default 1)");
@@ -138,6 +140,9 @@ int RunCluster(int argc, char** argv) {
   args.AddInt("max-in-flight", &max_in_flight, "micro-batches in flight (default 0: one per stage)");
   args.AddInt("max-batch-tokens", &max_batch_tokens, "tokens per micro-batch (default 512)");
   args.AddInt("max-queue", &max_queue, "waiting sequences before RESOURCE_EXHAUSTED (default 256)");
+  args.AddInt("num-speculative-tokens", &num_speculative_tokens,
+              "MTP speculative decoding, drafts per sequence and step, for the scheduler and the workers (1-4; "
+              "default 0 = off)");
   args.AddDouble("delay-per-layer-ms", &delay_ms, "benchmarks: artificial per-layer delay in every worker");
   args.AddDouble("delay-per-token-us", &delay_token_us, "benchmarks: artificial per-layer, per-token delay");
   args.AddInt("ready-timeout-s", &ready_timeout_s, "give up if not serving after this long (default 600)");
@@ -170,6 +175,11 @@ int RunCluster(int argc, char** argv) {
     std::cerr << "cluster: --tp-size must be in [1, 64]\n";
     return 2;
   }
+  if (num_speculative_tokens < 0 || num_speculative_tokens > kMaxSpeculativeTokens) {
+    std::cerr << "cluster: --num-speculative-tokens must be 0 (off) to " << kMaxSpeculativeTokens << "\n";
+    return 2;
+  }
+  const std::string speculative = absl::StrCat(num_speculative_tokens);
   if (max_model_len < 0) {
     std::cerr << "cluster: --max-model-len must be >= 0 (0: the model's)\n";
     return 2;
@@ -219,7 +229,8 @@ int RunCluster(int argc, char** argv) {
   std::vector<std::string> worker_common = {"--model", model, "--num-blocks", absl::StrCat(num_blocks),
                                             "--backend", backend, "--delay-per-layer-ms", FormatDouble(delay_ms),
                                             "--delay-per-token-us", FormatDouble(delay_token_us),
-                                            "--metrics-host", host, "--shutdown-timeout", shutdown_timeout};
+                                            "--metrics-host", host, "--shutdown-timeout", shutdown_timeout,
+                                            "--num-speculative-tokens", speculative};
   if (enforce_eager) worker_common.push_back("--enforce-eager");
   worker_common.insert(worker_common.end(), cache_argv.begin(), cache_argv.end());
   if (max_model_len > 0) worker_common.insert(worker_common.end(), {"--max-model-len", absl::StrCat(max_model_len)});
@@ -291,7 +302,8 @@ int RunCluster(int argc, char** argv) {
                                      "--metrics-port-file", run_dir + "/scheduler.metrics-port",
                                      "--shutdown-timeout", shutdown_timeout,
                                      "--http-port", absl::StrCat(http_port),
-                                     "--http-port-file", run_dir + "/http.port"};
+                                     "--http-port-file", run_dir + "/http.port",
+                                     "--num-speculative-tokens", speculative};
   for (const std::string& flag : prefix_flags.PassThrough()) argv_s.push_back(flag);
   if (max_model_len > 0) argv_s.insert(argv_s.end(), {"--max-model-len", absl::StrCat(max_model_len)});
   if (!api_key_file.empty()) argv_s.insert(argv_s.end(), {"--api-key-file", api_key_file});

@@ -11,8 +11,9 @@
 #include <grpcpp/client_context.h>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "engine/engine.h"
 #include "nlohmann/json.hpp"
@@ -33,6 +34,7 @@ namespace {
 struct GenerateFlags {
   std::string model, server, prompt, prompt_ids, backend = "cpu", stop, request_id, api_key;
   int64_t max_tokens = 32, top_k = 0, seed = -1, num_blocks = 256, n = 1, top_logprobs = 0, max_model_len = 0;
+  int64_t num_speculative_tokens = 0;
   double gpu_memory_utilization = 0;
   double temperature = 0.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, frequency_penalty = 0.0,
          presence_penalty = 0.0, timeout_s = 300;
@@ -210,6 +212,7 @@ int RunLocal(const GenerateFlags& f) {
   options.model.gpu_memory_utilization = f.gpu_memory_utilization;
   options.model.max_model_len = f.max_model_len;
   options.backend_options.enforce_eager = f.enforce_eager;
+  options.num_speculative_tokens = static_cast<int>(f.num_speculative_tokens);
   options.cache_dtypes = f.cache_dtypes;
   auto engine = Engine::Create(f.model, options);
   if (!engine.ok()) {
@@ -238,6 +241,12 @@ int RunLocal(const GenerateFlags& f) {
   const Generation& g = (*result)[0];
   std::cerr << "[" << request.prompt.size() << " prompt tokens, " << g.tokens.size() << " generated, finish: "
             << (g.finish == FinishReason::kStop ? "stop" : "length") << "]\n";
+  if (f.num_speculative_tokens > 0) {
+    const SpeculationStats& st = (*engine)->speculation_stats();
+    std::cerr << "[speculative decoding: " << st.num_drafts << " verify steps, " << st.num_draft_tokens
+              << " tokens drafted, " << st.num_accepted_tokens << " accepted ("
+              << absl::StrFormat("%.2f", st.mean_acceptance_length()) << " tokens per verify step)]\n";
+  }
   if (f.show_ids) {
     for (const auto& t : g.tokens) std::cout << t.id << " ";
     std::cout << "\n";
@@ -283,6 +292,8 @@ int RunGenerate(int argc, char** argv) {
   args.AddInt("max-model-len", &f.max_model_len, "in-process: longest sequence served (default: the model's)");
   args.AddBool("enforce-eager", &f.enforce_eager,
                "in-process, cuda: run decode steps op by op instead of replaying them as CUDA graphs");
+  args.AddInt("num-speculative-tokens", &f.num_speculative_tokens,
+              "in-process: MTP speculative decoding, drafts verified per step (1-4; default 0 = off)");
   f.cache.Register(&args);
   args.AddInt("n", &f.n, "--server: sequences to generate (default 1)");
   args.AddString("stop", &f.stop, "--server: a stop string");
@@ -300,6 +311,15 @@ int RunGenerate(int argc, char** argv) {
   }
   if (!(f.gpu_memory_utilization >= 0 && f.gpu_memory_utilization <= 1) || f.max_model_len < 0) {
     std::cerr << "generate: --gpu-memory-utilization must be in [0, 1] and --max-model-len >= 0\n";
+    return 2;
+  }
+  if (f.num_speculative_tokens < 0 || f.num_speculative_tokens > kMaxSpeculativeTokens) {
+    std::cerr << "generate: --num-speculative-tokens must be 0 (off) to " << kMaxSpeculativeTokens << ", got "
+              << f.num_speculative_tokens << "\n";
+    return 2;
+  }
+  if (f.num_speculative_tokens > 0 && f.model.empty()) {
+    std::cerr << "generate: --num-speculative-tokens is the in-process engine's (--model); a scheduler sets its own\n";
     return 2;
   }
   if (f.n < 1 || f.max_tokens < 1 || f.top_logprobs < 0) {

@@ -1,6 +1,6 @@
 // spar make-tiny --arch glm5|dsv32 --out DIR [--fp8 | --quant awq|gptq|int4-ct|nvfp4]
 //                [--seed N] [--geometry tiny|glm5-full] [--layers N] [--index-topk K]
-//                [--max-position-embeddings N]
+//                [--max-position-embeddings N] [--mtp] [--predictable]
 #include <iostream>
 
 #include "engine/make_tiny.h"
@@ -11,7 +11,7 @@ namespace spar {
 
 int RunMakeTiny(int argc, char** argv) {
   std::string arch = "glm5", geometry = "tiny", out, indexer_pattern, quant;
-  bool fp8 = false;
+  bool fp8 = false, mtp = false, predictable = false;
   int64_t seed = 0, layers = 0, index_topk = 0, shard_mb = 0, max_positions = 0;
   ArgParser args("make-tiny");
   args.AddString("arch", &arch, "glm5 (GlmMoeDsaForCausalLM) or dsv32 (DeepseekV32ForCausalLM)");
@@ -27,6 +27,9 @@ int RunMakeTiny(int argc, char** argv) {
   args.AddInt("max-position-embeddings", &max_positions,
               "the context length in config.json (default: 4096 tiny glm5, 163840 tiny dsv32, 202752 glm5-full)");
   args.AddString("indexer-pattern", &indexer_pattern, "per-layer indexer kinds, F = full, S = shared (glm5), e.g. FSF");
+  args.AddBool("mtp", &mtp, "also write the multi-token-prediction layer (model.layers.{layers}.*) for speculative decoding");
+  args.AddBool("predictable", &predictable,
+               "tests: small layer outputs, so the next token depends mostly on the current one and --mtp drafts are often right");
   args.AddInt("shard-mb", &shard_mb, "split weights into shards of at most this many MiB (0: one file)");
   if (auto code = args.ParseOrExitCode(argc, argv, 2)) return *code;
   MakeTinyOptions options;
@@ -64,6 +67,8 @@ int RunMakeTiny(int argc, char** argv) {
   options.max_shard_bytes = static_cast<uint64_t>(shard_mb) << 20;
   options.out_dir = out;
   options.indexer_pattern = indexer_pattern;
+  options.mtp = mtp;
+  options.predictable = predictable;
   if (auto s = MakeTinyModel(options); !s.ok()) {
     std::cerr << "make-tiny: " << s.message() << "\n";
     return 1;

@@ -27,11 +27,21 @@ struct SequenceSampling {
   std::vector<int32_t> cached_tokens;
 };
 
+// Speculative decoding of one sequence (worker.proto Speculation): the
+// last stage verifies the trailing num_draft_tokens tokens and proposes
+// num_drafts_wanted drafts for the next step with the MTP layer.
+struct SequenceSpeculation {
+  int num_draft_tokens = 0;
+  int num_drafts_wanted = 0;
+  std::optional<int32_t> next_token;  // a prefill chunk without logits: the token after it
+};
+
 struct PlannedSequence {
   SequenceStep step;                         // seq_id, start_pos, tokens, block_table, num_logits
   // (Re)creates the sampling state: on a sequence's first chunk, which
   // starts at start_pos = sampling->cached_tokens.size().
   std::optional<SequenceSampling> sampling;
+  std::optional<SequenceSpeculation> speculation;  // present: a speculative sequence
 };
 
 struct MicroBatchPlan {
@@ -53,11 +63,22 @@ struct StageTiming {
   int64_t compute_ns = 0;
 };
 
+// What the last stage's speculation did for one sequence with logits.
+struct SpeculationOutcome {
+  int64_t seq_id = 0;
+  int num_draft_tokens = 0;  // verified
+  int num_accepted = 0;      // of them accepted
+  std::vector<int32_t> drafts;  // proposals for the next step
+};
+
 struct MicroBatchResult {
   uint64_t id = 0;
   absl::Status status;                // a stage failed: the whole micro-batch failed
-  std::vector<SampledToken> tokens;   // one per sequence that asked for a logit
+  // Per sequence that asked for logits its output tokens, in order: one, or
+  // under speculation the accepted drafts and the target's next token.
+  std::vector<SampledToken> tokens;
   std::vector<StageTiming> timings;
+  std::vector<SpeculationOutcome> speculation;  // per speculative sequence with logits
 };
 
 }  // namespace spar

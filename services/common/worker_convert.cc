@@ -1,6 +1,7 @@
 #include "services/common/worker_convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "engine/speculation_limits.h"
 #include "services/common/grpc_status.h"
 
 namespace spar {
@@ -62,6 +63,12 @@ void PlanToProto(const MicroBatchPlan& plan, uint64_t epoch, v1::MicroBatch* out
     q->mutable_block_table()->Add(p.step.block_table.begin(), p.step.block_table.end());
     q->set_num_logits(p.step.num_logits);
     if (p.sampling) SamplingToProto(*p.sampling, q->mutable_sampling());
+    if (p.speculation) {
+      v1::Speculation* sp = q->mutable_speculation();
+      sp->set_num_draft_tokens(p.speculation->num_draft_tokens);
+      sp->set_num_drafts_wanted(p.speculation->num_drafts_wanted);
+      if (p.speculation->next_token) sp->set_next_token(*p.speculation->next_token);
+    }
   }
   out->mutable_release_seq_ids()->Add(plan.release.begin(), plan.release.end());
 }
@@ -76,8 +83,24 @@ absl::StatusOr<MicroBatchPlan> PlanFromProto(const v1::MicroBatch& in) {
       return absl::InvalidArgumentError(absl::StrCat("micro-batch ", in.batch_id(), " seqs[", i, "] (seq ",
                                                      q.seq_id(), "): ", parts...));
     };
-    if (q.num_logits() != 0 && q.num_logits() != 1) return bad("num_logits must be 0 or 1, got ", q.num_logits());
     if (q.tokens_size() == 0) return bad("tokens is empty");
+    const int drafts = q.has_speculation() ? q.speculation().num_draft_tokens() : 0;
+    if (drafts < 0 || drafts > kMaxSpeculativeTokens || drafts >= q.tokens_size()) {
+      return bad("speculation.num_draft_tokens ", drafts, " must be in [0, ", kMaxSpeculativeTokens,
+                 "] and below the ", q.tokens_size(), " tokens");
+    }
+    if (drafts > 0 ? q.num_logits() != drafts + 1 : (q.num_logits() != 0 && q.num_logits() != 1)) {
+      return bad("num_logits must be ", drafts > 0 ? absl::StrCat(drafts + 1, " (the drafts + 1)") : "0 or 1", ", got ",
+                 q.num_logits());
+    }
+    if (q.has_speculation()) {
+      const v1::Speculation& sp = q.speculation();
+      if (sp.num_drafts_wanted() < 0 || sp.num_drafts_wanted() > kMaxSpeculativeTokens) {
+        return bad("speculation.num_drafts_wanted ", sp.num_drafts_wanted(), " must be in [0, ", kMaxSpeculativeTokens,
+                   "]");
+      }
+      if (sp.num_drafts_wanted() > 0 && q.num_logits() == 0) return bad("drafts wanted from a chunk without logits");
+    }
     PlannedSequence p;
     p.step.seq_id = q.seq_id();
     p.step.start_pos = q.start_pos();
@@ -88,6 +111,13 @@ absl::StatusOr<MicroBatchPlan> PlanFromProto(const v1::MicroBatch& in) {
       auto s = SamplingFromProto(q.sampling());
       if (!s.ok()) return bad(s.status().message());
       p.sampling = *s;
+    }
+    if (q.has_speculation()) {
+      SequenceSpeculation sp;
+      sp.num_draft_tokens = q.speculation().num_draft_tokens();
+      sp.num_drafts_wanted = q.speculation().num_drafts_wanted();
+      if (q.speculation().has_next_token()) sp.next_token = q.speculation().next_token();
+      p.speculation = sp;
     }
     plan.seqs.push_back(std::move(p));
   }
@@ -125,6 +155,13 @@ void ResultToProto(const MicroBatchResult& result, uint64_t epoch, v1::MicroBatc
     p->set_queue_ns(t.queue_ns);
     p->set_compute_ns(t.compute_ns);
   }
+  for (const SpeculationOutcome& o : result.speculation) {
+    v1::SpeculationResult* p = out->add_speculation();
+    p->set_seq_id(o.seq_id);
+    p->set_num_draft_tokens(o.num_draft_tokens);
+    p->set_num_accepted(o.num_accepted);
+    p->mutable_draft_token_ids()->Add(o.drafts.begin(), o.drafts.end());
+  }
   if (!result.status.ok()) ErrorToProto(result.status, -1, out->mutable_error());
 }
 
@@ -142,6 +179,10 @@ MicroBatchResult ResultFromProto(const v1::MicroBatchResult& in) {
     r.tokens.push_back(std::move(t));
   }
   for (const v1::StageTiming& p : in.timings()) r.timings.push_back({p.stage(), p.queue_ns(), p.compute_ns()});
+  for (const v1::SpeculationResult& p : in.speculation()) {
+    r.speculation.push_back({p.seq_id(), p.num_draft_tokens(), p.num_accepted(),
+                             std::vector<int32_t>(p.draft_token_ids().begin(), p.draft_token_ids().end())});
+  }
   return r;
 }
 

@@ -74,6 +74,28 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry* registry, std::string m
                             .Help("Output tokens generated")
                             .Register(*registry)
                             .Add(model);
+  spec_drafts_ = &BuildCounter()
+                      .Name("vllm:spec_decode_num_drafts_total")
+                      .Help("Speculative decoding: verify steps of a sequence with drafts")
+                      .Register(*registry)
+                      .Add(model);
+  spec_draft_tokens_ = &BuildCounter()
+                            .Name("vllm:spec_decode_num_draft_tokens_total")
+                            .Help("Speculative decoding: draft tokens verified")
+                            .Register(*registry)
+                            .Add(model);
+  spec_accepted_tokens_ = &BuildCounter()
+                               .Name("vllm:spec_decode_num_accepted_tokens_total")
+                               .Help("Speculative decoding: draft tokens accepted")
+                               .Register(*registry)
+                               .Add(model);
+  auto& per_pos = BuildCounter()
+                      .Name("vllm:spec_decode_num_accepted_tokens_per_pos_total")
+                      .Help("Speculative decoding: draft tokens accepted, by draft position (0 = the first)")
+                      .Register(*registry);
+  for (int p = 0; p < kMaxSpeculativeTokens; ++p) {
+    spec_accepted_per_pos_.push_back(&per_pos.Add({{"model_name", model_name_}, {"position", absl::StrCat(p)}}));
+  }
   success_family_ = &BuildCounter()
                          .Name("vllm:request_success_total")
                          .Help("Finished sequences by finish reason (stop, length, abort)")
@@ -192,6 +214,12 @@ void SchedulerMetrics::Refresh(const SchedulerGauges& g) {
   grow(prefix_cache_queries_, g.prefix_cache_queries, &prefix_queries_seen_);
   grow(prefix_cache_hits_, g.prefix_cache_hits, &prefix_hits_seen_);
   prefix_cache_blocks_->Set(static_cast<double>(g.prefix_cache_blocks));
+  grow(spec_drafts_, g.spec.drafts, &spec_seen_.drafts);
+  grow(spec_draft_tokens_, g.spec.draft_tokens, &spec_seen_.draft_tokens);
+  grow(spec_accepted_tokens_, g.spec.accepted_tokens, &spec_seen_.accepted_tokens);
+  for (size_t p = 0; p < spec_accepted_per_pos_.size(); ++p) {
+    grow(spec_accepted_per_pos_[p], g.spec.accepted_per_position[p], &spec_seen_.accepted_per_position[p]);
+  }
   // The info series carries the configuration as labels: replace it when it
   // changes (known once the pipeline is connected).
   const std::string blocks = absl::StrCat(g.total_blocks);

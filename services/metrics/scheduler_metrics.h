@@ -53,6 +53,7 @@ struct SchedulerGauges {
   int64_t prefix_cache_blocks = 0;    // blocks holding reusable content now
   std::string cache_dtype;         // the stages' cache formats, "bf16/fp8" per stage
   int64_t in_flight = 0;           // micro-batches on the pipeline now
+  SpecDecodeCounts spec;           // speculative decoding since start (monotonic)
   int64_t stages = 0;
   bool pipeline_ready = false;
   bool draining = false;
@@ -100,6 +101,7 @@ class SchedulerMetrics final : public RequestObserver {
   uint64_t preemptions_seen_ = 0;
   uint64_t micro_batches_seen_ = 0;
   uint64_t prefill_tokens_seen_ = 0, prefix_queries_seen_ = 0, prefix_hits_seen_ = 0;
+  SpecDecodeCounts spec_seen_;
   std::string cache_info_labels_;  // label values of the current cache_config_info series
 
   // vLLM-compatible (labels: model_name).
@@ -115,6 +117,10 @@ class SchedulerMetrics final : public RequestObserver {
   prometheus::Counter* generation_tokens_;
   prometheus::Family<prometheus::Counter>* success_family_;
   std::map<std::string, prometheus::Counter*> success_;  // by finished_reason
+  prometheus::Counter* spec_drafts_;
+  prometheus::Counter* spec_draft_tokens_;
+  prometheus::Counter* spec_accepted_tokens_;
+  std::vector<prometheus::Counter*> spec_accepted_per_pos_;  // by draft position
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;
   prometheus::Histogram* e2e_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "engine/speculation_limits.h"
 #include "services/scheduler/preemption_policy.h"
 
 namespace spar {
@@ -30,8 +31,8 @@ BatchDecision BatchPolicy::Plan(const std::vector<SeqView>& running, const std::
     const SeqView& s = running[i];
     if (static_cast<int>(d.steps.size()) >= cap || budget <= 0) break;
     if (s.in_flight || preempted.count(s.id) || s.total <= s.computed) continue;
-    const int32_t count = static_cast<int32_t>(std::min<int64_t>(s.total - s.computed, budget));
-    const int64_t end = static_cast<int64_t>(s.computed) + count;
+    const Span span = SpanOf(s, budget);
+    const int64_t end = span.table_end;
     if (!ledger->CanGrow(s.id, end)) {
       // Preempt only when it is enough; otherwise this sequence waits for
       // blocks held by micro-batches in flight or by this batch.
@@ -48,9 +49,9 @@ BatchDecision BatchPolicy::Plan(const std::vector<SeqView>& running, const std::
       }
     }
     if (!ledger->Grow(s.id, end).ok()) continue;
-    d.steps.push_back({s.id, s.computed, count, end == s.total});
+    d.steps.push_back(span.step);
     in_batch.insert(s.id);
-    budget -= count;
+    budget -= span.step.count;
   }
 
   int admitted_running = 0;
@@ -61,17 +62,47 @@ BatchDecision BatchPolicy::Plan(const std::vector<SeqView>& running, const std::
     if (admitted_running >= limits_.max_running) break;
     if (s.deferred) continue;
     // First come, first served: a head that does not fit blocks the rest.
-    const absl::StatusOr<int32_t> start = ledger->Admit(s.id, s.tokens, budget);
+    // The blocks cover the first chunk after the shared prefix and, when
+    // that chunk reaches the last token, the drafting's positions.
+    const absl::StatusOr<int32_t> start = ledger->Admit(s.id, s.tokens, budget, DraftingPositions(s));
     if (!start.ok()) break;
-    const int32_t count = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - *start, budget));
-    if (count <= 0) continue;
-    const int64_t end = static_cast<int64_t>(*start) + count;
-    d.steps.push_back({s.id, *start, count, end == static_cast<int64_t>(s.tokens.size())});
+    SeqView after_hit = s;
+    after_hit.computed = *start;
+    const Span span = SpanOf(after_hit, budget);
+    if (!ledger->Grow(s.id, span.table_end).ok()) {  // Admit covered it: cannot fail
+      ledger->Free(s.id).IgnoreError();
+      break;
+    }
+    d.steps.push_back(span.step);
     d.admitted.push_back(s.id);
     ++admitted_running;
-    budget -= count;
+    budget -= span.step.count;
   }
   return d;
+}
+
+BatchPolicy::Span BatchPolicy::SpanOf(const SeqView& s, int64_t budget) const {
+  Span span;
+  ScheduledStep& step = span.step;
+  step.seq = s.id;
+  step.start = s.computed;
+  const int64_t known = s.total - s.computed;
+  // Drafts follow the last known token: only a decode step verifies them.
+  step.num_drafts = known == 1 ? static_cast<int32_t>(std::clamp<int64_t>(budget - 1, 0, s.drafts)) : 0;
+  step.count = static_cast<int32_t>(std::min<int64_t>(known, budget)) + step.num_drafts;
+  step.wants_logit = step.count - step.num_drafts == known;
+  const int64_t step_end = static_cast<int64_t>(s.computed) + step.count;
+  if (limits_.num_speculative_tokens > 0 && step.wants_logit) {
+    step.drafts_wanted = DraftsWanted(limits_.num_speculative_tokens, step_end, s.max_total);
+  }
+  span.table_end = SpeculativeStepEnd(step_end, step.drafts_wanted);
+  return span;
+}
+
+int64_t BatchPolicy::DraftingPositions(const SeqView& s) const {
+  if (limits_.num_speculative_tokens == 0) return 0;
+  const int64_t end = s.total;  // a chunk reaching the last token ends there, drafts or not
+  return SpeculativeStepEnd(end, DraftsWanted(limits_.num_speculative_tokens, end, s.max_total)) - end;
 }
 
 }  // namespace spar

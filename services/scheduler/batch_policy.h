@@ -16,6 +16,10 @@
 // blocking the queue.
 // A sequence in flight on the pipeline is never scheduled again before its
 // result is back (so a sequence is in at most one micro-batch in flight).
+// Speculative decoding: a decoding sequence brings its drafts too (1 + d
+// tokens of the budget; fewer drafts when the budget is short), and a step
+// that samples asks for drafts for the next one, whose positions its block
+// table must also cover (engine/speculation_limits.h).
 //
 // Pure: decisions depend only on the arguments. Plan() allocates and frees
 // blocks in the ledger it is given; the caller applies the rest.
@@ -34,6 +38,7 @@ struct BatchLimits {
   int64_t max_batch_tokens = 512;  // tokens per micro-batch (all sequences)
   int max_seqs = 256;              // sequences per micro-batch
   int max_running = 256;           // sequences admitted at once
+  int num_speculative_tokens = 0;  // drafts per decoding sequence and step (0: off)
 };
 
 // The scheduling view of one sequence.
@@ -47,13 +52,17 @@ struct SeqView {
   // waits for now.
   absl::Span<const int32_t> tokens;
   bool deferred = false;
+  int32_t drafts = 0;     // speculative drafts it may verify after its known tokens
+  int32_t max_total = 0;  // speculation: the most tokens it may reach (prompt + max_tokens)
 };
 
 struct ScheduledStep {
   int64_t seq = 0;
   int32_t start = 0;   // = computed, or on admission the tokens shared from the prefix cache
-  int32_t count = 0;   // new tokens this micro-batch
+  int32_t count = 0;   // new tokens this micro-batch, drafts included
   bool wants_logit = false;  // reaches the end of the known tokens: sample the next one
+  int32_t num_drafts = 0;     // the last num_drafts of the count are drafts to verify
+  int32_t drafts_wanted = 0;  // drafts the last stage proposes for the next step
 };
 
 struct BatchDecision {
@@ -74,6 +83,17 @@ class BatchPolicy {
                      int seq_cap = 0) const;
 
  private:
+  // How `s` advances under `budget`: its step, and the positions its block
+  // table must cover for it.
+  struct Span {
+    ScheduledStep step;
+    int64_t table_end = 0;
+  };
+  Span SpanOf(const SeqView& s, int64_t budget) const;
+  // A waiting sequence (no drafts): the positions after its last token that
+  // a first chunk reaching it must also cover (SpanOf's table_end - total).
+  int64_t DraftingPositions(const SeqView& s) const;
+
   BatchLimits limits_;
 };
 

@@ -7,8 +7,19 @@
 
 namespace spar {
 
+namespace {
+
+// The root of the key chains: keys made with lookahead tokens never equal
+// keys made without.
+BlockHash RootOf(const PrefixCacheOptions& o) {
+  if (o.lookahead_tokens == 0) return RootBlockHash(o.salt);
+  return RootBlockHash(absl::StrCat(o.salt, "\nlookahead_tokens=", o.lookahead_tokens));
+}
+
+}  // namespace
+
 BlockLedger::BlockLedger(int64_t num_blocks, PrefixCacheOptions prefix)
-    : prefix_(std::move(prefix)), root_(RootBlockHash(prefix_.salt)), pool_(num_blocks) {}
+    : prefix_(std::move(prefix)), root_(RootOf(prefix_)), pool_(num_blocks) {}
 
 int64_t BlockLedger::BlocksFor(int64_t tokens) { return (tokens + kCacheBlockTokens - 1) / kCacheBlockTokens; }
 
@@ -30,14 +41,20 @@ absl::Status BlockLedger::Grow(int64_t seq, int64_t tokens) {
   return absl::OkStatus();
 }
 
+int64_t BlockLedger::KeyableBlocks(int64_t tokens) const {
+  return std::max<int64_t>(tokens - prefix_.lookahead_tokens, 0) / kCacheBlockTokens;
+}
+
 void BlockLedger::EnsureKeys(SeqBlocks& s, absl::Span<const int32_t> tokens, int64_t blocks) const {
-  blocks = std::min<int64_t>(blocks, static_cast<int64_t>(tokens.size()) / kCacheBlockTokens);
+  blocks = std::min<int64_t>(blocks, KeyableBlocks(static_cast<int64_t>(tokens.size())));
+  const size_t span = kCacheBlockTokens + prefix_.lookahead_tokens;
   for (int64_t i = static_cast<int64_t>(s.keys.size()); i < blocks; ++i) {
-    s.keys.push_back(ChainBlockHash(i == 0 ? root_ : s.keys[i - 1], tokens.subspan(i * kCacheBlockTokens, kCacheBlockTokens)));
+    s.keys.push_back(ChainBlockHash(i == 0 ? root_ : s.keys[i - 1], tokens.subspan(i * kCacheBlockTokens, span)));
   }
 }
 
-absl::StatusOr<int32_t> BlockLedger::Admit(int64_t seq, absl::Span<const int32_t> tokens, int64_t max_new) {
+absl::StatusOr<int32_t> BlockLedger::Admit(int64_t seq, absl::Span<const int32_t> tokens, int64_t max_new,
+                                           int64_t drafting) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (!Table(seq).empty()) {
     return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " is admitted while it holds blocks"));
@@ -46,7 +63,9 @@ absl::StatusOr<int32_t> BlockLedger::Admit(int64_t seq, absl::Span<const int32_t
   std::vector<int32_t> hit;
   int64_t evictable_hits = 0;  // hits nobody holds: taking them leaves fewer free blocks
   if (prefix_.enabled && n > 1) {
-    const int64_t most = (n - 1) / kCacheBlockTokens;
+    // The last token is computed; with lookahead tokens every shared block
+    // is keyed with the tokens after it, which are earlier than that.
+    const int64_t most = std::min((n - 1) / kCacheBlockTokens, KeyableBlocks(n));
     EnsureKeys(s, tokens, most);
     for (int64_t i = 0; i < most; ++i) {
       const std::optional<int32_t> b = pool_.Lookup(s.keys[i]);
@@ -56,7 +75,8 @@ absl::StatusOr<int32_t> BlockLedger::Admit(int64_t seq, absl::Span<const int32_t
     }
   }
   const int64_t cached = static_cast<int64_t>(hit.size()) * kCacheBlockTokens;
-  const int64_t end = cached + std::clamp<int64_t>(max_new, 0, n - cached);
+  int64_t end = cached + std::clamp<int64_t>(max_new, 0, n - cached);
+  if (end == n) end += std::max<int64_t>(drafting, 0);
   const int64_t need = BlocksFor(end) - static_cast<int64_t>(hit.size());
   if (need > num_free() - evictable_hits) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache full: need ", need, " more blocks, ",
@@ -80,9 +100,9 @@ void BlockLedger::Commit(int64_t seq, absl::Span<const int32_t> tokens, int64_t 
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
   SeqBlocks& s = it->second;
-  const int64_t full = std::min<int64_t>(std::min<int64_t>(computed, static_cast<int64_t>(tokens.size())) /
-                                             kCacheBlockTokens,
-                                         static_cast<int64_t>(s.table.size()));
+  const int64_t full = std::min({std::min<int64_t>(computed, static_cast<int64_t>(tokens.size())) / kCacheBlockTokens,
+                                 KeyableBlocks(static_cast<int64_t>(tokens.size())),
+                                 static_cast<int64_t>(s.table.size())});
   if (full <= s.committed) return;
   EnsureKeys(s, tokens, full);
   for (int64_t i = s.committed; i < full; ++i) pool_.Publish(s.table[i], s.keys[i]);
@@ -155,8 +175,9 @@ absl::Status BlockLedger::Forget(int64_t seq) {
 }
 
 void BlockLedger::DropCachedContent() {
+  // `committed` stays: those blocks are final (and maybe shared) still; a
+  // later Commit keys only blocks after them.
   pool_.UnpublishAll();
-  for (auto& [id, s] : seqs_) s.committed = 0;
 }
 
 PrefixCacheStats BlockLedger::prefix_stats() const {
@@ -189,7 +210,34 @@ absl::Status BlockLedger::CheckConsistency() const {
   }
   if (holding != holding_) return absl::InternalError("the count of sequences holding blocks is off");
   if (!prefix_.enabled && pool_.num_cached() != 0) return absl::InternalError("blocks cached with prefix caching off");
-  return pool_.CheckConsistency(holders);
+  if (absl::Status s = pool_.CheckConsistency(holders); !s.ok()) return s;
+  // Past its committed blocks a table is the sequence's own to write.
+  for (const auto& [seq, s] : seqs_) {
+    const int64_t n = static_cast<int64_t>(s.table.size());
+    if (absl::Status w = CheckWritable(seq, s.committed * kCacheBlockTokens, n * kCacheBlockTokens); !w.ok()) return w;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlockLedger::CheckWritable(int64_t seq, int64_t from, int64_t to) const {
+  if (to <= from) return absl::OkStatus();
+  const std::vector<int32_t>& table = Table(seq);
+  if (BlocksFor(to) > static_cast<int64_t>(table.size())) {
+    return absl::InternalError(absl::StrCat("sequence ", seq, " writes position ", to - 1, " past its ", table.size(),
+                                            " blocks"));
+  }
+  for (int64_t i = std::max<int64_t>(from, 0) / kCacheBlockTokens; i < BlocksFor(to); ++i) {
+    const int32_t b = table[i];
+    if (pool_.holders(b) != 1) {
+      return absl::InternalError(absl::StrCat("sequence ", seq, " writes block ", b, " (its block ", i,
+                                              ") that other sequences hold too"));
+    }
+    if (pool_.cached(b)) {
+      return absl::InternalError(absl::StrCat("sequence ", seq, " writes block ", b, " (its block ", i,
+                                              ") that the prefix cache has keyed"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace spar

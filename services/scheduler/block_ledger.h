@@ -21,6 +21,13 @@
 // TrimTail (speculative decoding's rejected drafts) keeps the rule: a
 // shared block the new end falls inside is given back, not rewritten
 // (copy-on-write by recompute: the caller recomputes from its start).
+// Speculative decoding writes past the computed length only (the drafts a
+// step verifies, the positions the MTP layer's drafting writes), into
+// blocks the sequence holds alone and that carry no key (CheckWritable);
+// only accepted tokens ever count towards the computed length the caller
+// commits. With the MTP layer a block's rows also depend on the token after
+// it (the layer's row at a position reads the next token), so that token
+// is part of the block's key (PrefixCacheOptions::lookahead_tokens).
 //
 // Pure and thread-compatible: no clock, no I/O.
 #ifndef SPAR_SERVICES_SCHEDULER_BLOCK_LEDGER_H_
@@ -43,6 +50,12 @@ struct PrefixCacheOptions {
   // Everything besides the tokens that decides what a block holds: the
   // model, the stages' cache formats (the root of every key chain).
   std::string salt;
+  // Tokens after a block that its rows depend on too: 1 where the last
+  // stage runs the MTP layer (speculative decoding: the layer's cache row
+  // at position p reads the token at p + 1, so a block's last row depends
+  // on the next block's first token), 0 otherwise. A block is keyed with
+  // them, and only once they are known.
+  int lookahead_tokens = 0;
 };
 
 struct PrefixCacheStats {
@@ -76,15 +89,20 @@ class BlockLedger {
   // caching its longest run of leading full blocks found in the cache is
   // shared (at most tokens.size() - 1 tokens: the last one is computed),
   // then new blocks cover up to `max_new` more tokens (all the rest at
-  // most). Returns the tokens shared, a multiple of 64 (0 without prefix
-  // caching). All or nothing: RESOURCE_EXHAUSTED when the new blocks do not
-  // fit. Counts the query and its hit.
-  absl::StatusOr<int32_t> Admit(int64_t seq, absl::Span<const int32_t> tokens, int64_t max_new);
+  // most), and a chunk that reaches the last token `drafting` positions
+  // after it (speculative decoding: the MTP layer's drafting writes them).
+  // Returns the tokens shared, a multiple of 64 (0 without prefix caching).
+  // All or nothing: RESOURCE_EXHAUSTED when the new blocks do not fit.
+  // Counts the query and its hit.
+  absl::StatusOr<int32_t> Admit(int64_t seq, absl::Span<const int32_t> tokens, int64_t max_new,
+                                int64_t drafting = 0);
   // The positions [0, computed) of `seq`, whose tokens are `tokens`, are in
-  // every stage's cache: its full blocks among them get their content keys.
-  // A block whose content another block already has stays private.
+  // every stage's cache: its full blocks among them get their content keys
+  // (with lookahead tokens: those whose next tokens `tokens` holds). A
+  // block whose content another block already has stays private.
   void Commit(int64_t seq, absl::Span<const int32_t> tokens, int64_t computed);
-  // Drops the positions from `tokens` on of `seq` (rejected draft tokens):
+  // Drops the positions from `tokens` on of `seq` (speculative decoding's
+  // rejected drafts and the drafting's positions, after each verify step):
   // the blocks past the new end go back; the block the end falls inside is
   // kept when `seq` holds it alone (its key, if any, is forgotten: it will
   // be rewritten) and given back when shared. Returns how many leading
@@ -105,13 +123,20 @@ class BlockLedger {
   absl::Status Free(int64_t seq);
   // Free(), and forgets the sequence (it is gone for good).
   absl::Status Forget(int64_t seq);
-  // Forgets every content key: the stages' caches were lost.
+  // Forgets every content key: the stages' caches were lost. Blocks already
+  // shared stay shared (and are never keyed again).
   void DropCachedContent();
 
   PrefixCacheStats prefix_stats() const;
   // Every block is free, evictable, or held by as many tables as its count
-  // says (a table holds a block once), and the structures agree.
+  // says (a table holds a block once), a block past a table's committed
+  // ones is held by that table alone and has no key, and the structures
+  // agree.
   absl::Status CheckConsistency() const;
+  // A step of `seq` may write the positions [from, to): the table covers
+  // them, and every block they fall in is held by `seq` alone and has no
+  // content key (no other sequence reads it, no later hit expects it).
+  absl::Status CheckWritable(int64_t seq, int64_t from, int64_t to) const;
 
  private:
   struct SeqBlocks {
@@ -119,6 +144,9 @@ class BlockLedger {
     std::vector<BlockHash> keys;  // content keys of its leading full blocks, by tokens (a memo)
     int64_t committed = 0;        // leading blocks whose rows are final (shared or keyed)
   };
+  // Leading full blocks of a sequence of `tokens` tokens that can be keyed
+  // (the lookahead tokens after each must be known).
+  int64_t KeyableBlocks(int64_t tokens) const;
   // Extends the memo of `s` to its first `blocks` full blocks.
   void EnsureKeys(SeqBlocks& s, absl::Span<const int32_t> tokens, int64_t blocks) const;
   absl::Status ReleaseTable(SeqBlocks& s);

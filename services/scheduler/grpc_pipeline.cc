@@ -105,6 +105,7 @@ absl::StatusOr<PipelineInfo> GrpcPipeline::Connect(Callbacks callbacks, absl::Du
       return absl::Status(FromGrpcStatus(s).code(),
                           absl::StrCat("configuring stage ", i, " at ", options_.workers[i], ": ", s.error_message()));
     }
+    if (i == stages - 1) info.num_speculative_tokens = resp.info().num_speculative_tokens();
     info.cache_dtypes.insert(info.cache_dtypes.begin(), absl::StrCat(resp.info().shard().kv_cache_dtype(), "/",
                                                                      resp.info().shard().indexer_cache_dtype()));
   }

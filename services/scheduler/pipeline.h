@@ -20,6 +20,9 @@ struct PipelineInfo {
   int num_stages = 0;
   int64_t num_blocks = 0;  // KV blocks every stage holds
   std::vector<LayerRange> stage_layers;
+  // The most drafts per step the last stage verifies with its MTP layer
+  // (0: no speculative decoding).
+  int num_speculative_tokens = 0;
   // Per stage, the cache formats its workers allocated, "latent/indexer"
   // (e.g. "bf16/fp8"; engine/cache_formats.h): part of what a cached block
   // holds, so of the prefix cache's key.

@@ -31,6 +31,13 @@ absl::Status Scheduler::ConnectOnce(absl::Duration timeout) {
   cb.on_result = [this](MicroBatchResult r) { OnResult(std::move(r)); };
   cb.on_failure = [this](absl::Status s) { OnFailure(std::move(s)); };
   auto info = pipeline_->Connect(std::move(cb), timeout);
+  if (info.ok() && options_.limits.num_speculative_tokens > info->num_speculative_tokens) {
+    pipeline_->Close();  // not under mu_: its threads' callbacks take it
+    info = absl::FailedPreconditionError(absl::StrCat(
+        "--num-speculative-tokens ", options_.limits.num_speculative_tokens, ", but the last stage verifies at most ",
+        info->num_speculative_tokens,
+        " drafts per step (start its worker with --num-speculative-tokens on a model with an MTP layer)"));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!info.ok()) return info.status();
   if (stopping_) return absl::UnavailableError("the scheduler is shutting down");
@@ -57,7 +64,8 @@ absl::Status Scheduler::ConnectOnce(absl::Duration timeout) {
   reconnect_ = false;
   SPAR_LOG(INFO) << "scheduler ready: " << info->num_stages << " stages, " << co.max_in_flight
                  << " micro-batches in flight, " << co.limits.max_batch_tokens << " tokens per micro-batch, prefix caching "
-                 << (co.enable_prefix_caching ? "on" : "off") << ", caches " << absl::StrJoin(info->cache_dtypes, ",");
+                 << (co.enable_prefix_caching ? "on" : "off") << ", caches " << absl::StrJoin(info->cache_dtypes, ",")
+                 << ", speculative tokens " << co.limits.num_speculative_tokens;
   return absl::OkStatus();
 }
 

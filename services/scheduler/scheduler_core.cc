@@ -24,11 +24,14 @@ void AccumulateCounters(const CoreStats& from, CoreStats* into) {
   into->prefix_cache.queries += from.prefix_cache.queries;
   into->prefix_cache.hits += from.prefix_cache.hits;
   into->prefix_cache.evictions += from.prefix_cache.evictions;
+  into->spec += from.spec;
 }
 
 SchedulerCore::SchedulerCore(CoreOptions options)
     : options_(std::move(options)),
-      ledger_(options_.num_blocks, PrefixCacheOptions{options_.enable_prefix_caching, options_.prefix_cache_salt}),
+      // With the MTP layer a block's rows also read the token after it.
+      ledger_(options_.num_blocks, PrefixCacheOptions{options_.enable_prefix_caching, options_.prefix_cache_salt,
+                                                      options_.limits.num_speculative_tokens > 0 ? 1 : 0}),
       waiting_(options_.max_waiting),
       policy_(options_.limits) {}
 
@@ -79,13 +82,23 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
   if (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) return std::nullopt;
   std::vector<SeqView> running, waiting;
   running.reserve(running_.size());
+  auto view = [&](const Seq& s, int32_t computed, bool in_flight) {
+    SeqView v{s.id, computed, static_cast<int32_t>(s.tokens.size()), in_flight};
+    v.drafts = DraftsToVerify(static_cast<int>(s.drafts.size()), s.num_output(), s.max_tokens);
+    v.max_total = s.prompt_len + s.max_tokens;
+    if (options_.max_model_len > 0) v.max_total = static_cast<int32_t>(std::min<int64_t>(v.max_total, options_.max_model_len));
+    return v;
+  };
   for (int64_t id : running_) {
     const Seq& s = seqs_.at(id);
-    running.push_back({id, s.computed, static_cast<int32_t>(s.tokens.size()), s.in_flight});
+    running.push_back(view(s, s.computed, s.in_flight));
   }
   for (int64_t id : waiting_.items()) {
     const Seq& s = seqs_.at(id);
-    waiting.push_back({id, 0, static_cast<int32_t>(s.tokens.size()), false, s.tokens, Deferred(s)});
+    SeqView v = view(s, 0, false);
+    v.tokens = s.tokens;
+    v.deferred = Deferred(s);
+    waiting.push_back(v);
   }
   int cap = 0;
   if (options_.balance && options_.max_in_flight > 1) {
@@ -99,6 +112,7 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
     s.running = false;
     s.computed = 0;
     s.needs_sampling = true;
+    s.drafts.clear();  // the recomputation proposes new ones
     ++s.preemptions;
     ++preemptions_;
     running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -116,7 +130,9 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
       s.ever_admitted = true;
       s.cached_prompt_tokens = step.start;
     }
-    prefill_tokens_ += static_cast<uint64_t>(std::max(0, std::min(step.start + step.count, s.prompt_len) - step.start));
+    // Prompt positions only: drafts follow the last known token.
+    const int32_t known_end = step.start + step.count - step.num_drafts;
+    prefill_tokens_ += static_cast<uint64_t>(std::max(0, std::min(known_end, s.prompt_len) - step.start));
   }
   if (d.steps.empty() && (pending_release_.empty() || !in_flight_.empty())) return std::nullopt;
 
@@ -128,9 +144,19 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
     PlannedSequence p;
     p.step.seq_id = s.id;
     p.step.start_pos = step.start;
-    p.step.tokens.assign(s.tokens.begin() + step.start, s.tokens.begin() + step.start + step.count);
+    const int32_t known_end = step.start + step.count - step.num_drafts;
+    p.step.tokens.assign(s.tokens.begin() + step.start, s.tokens.begin() + known_end);
+    p.step.tokens.insert(p.step.tokens.end(), s.drafts.begin(), s.drafts.begin() + step.num_drafts);
     p.step.block_table = ledger_.Table(s.id);
-    p.step.num_logits = step.wants_logit ? 1 : 0;
+    p.step.num_logits = step.wants_logit ? 1 + step.num_drafts : 0;
+    if (options_.limits.num_speculative_tokens > 0) {
+      SequenceSpeculation sp;
+      sp.num_draft_tokens = step.num_drafts;
+      sp.num_drafts_wanted = step.drafts_wanted;
+      // The MTP layer reads, at a chunk's last row, the token after it.
+      if (!step.wants_logit) sp.next_token = s.tokens[known_end];
+      p.speculation = sp;
+    }
     if (s.needs_sampling) {
       p.sampling = s.sampling;
       // A prefix-cache hit: the last stage's history starts with the
@@ -166,27 +192,70 @@ std::vector<SeqEvent> SchedulerCore::OnResult(const MicroBatchResult& result) {
     }
     return events;
   }
-  std::unordered_map<int64_t, const SampledToken*> sampled;
-  for (const SampledToken& t : result.tokens) sampled[t.seq_id] = &t;
-  const auto& eos = options_.eos_token_ids;
+  // A sequence's tokens in result order (several under speculation).
+  std::unordered_map<int64_t, std::vector<const SampledToken*>> sampled;
+  for (const SampledToken& t : result.tokens) sampled[t.seq_id].push_back(&t);
+  std::unordered_map<int64_t, const SpeculationOutcome*> spec;
+  for (const SpeculationOutcome& o : result.speculation) spec[o.seq_id] = &o;
+  static const std::vector<const SampledToken*> kNone;
   for (const ScheduledStep& step : steps) {
     auto sit = seqs_.find(step.seq);
     if (sit == seqs_.end()) continue;  // ended while in flight
     Seq& s = sit->second;
     s.in_flight = false;
-    s.computed = step.start + step.count;
-    // Every stage has written these rows: their full blocks can be shared.
-    ledger_.Commit(s.id, s.tokens, s.computed);
-    if (!step.wants_logit) continue;
-    auto tok = sampled.find(s.id);
-    if (tok == sampled.end()) {
-      SeqFinish f;
-      f.reason = SeqFinishReason::kAborted;
-      f.status = absl::InternalError(absl::StrCat("micro-batch ", result.id, " returned no token for sequence ", s.id));
-      events.push_back(End(s, f));
+    if (!step.wants_logit) {
+      // A prefill chunk (never drafts): every stage has written these rows,
+      // so their full blocks can be shared.
+      s.computed = step.start + step.count;
+      ledger_.Commit(s.id, s.tokens, s.computed);
       continue;
     }
-    const int32_t t = tok->second->token;
+    auto tok = sampled.find(s.id);
+    auto sp = spec.find(s.id);
+    ApplyTokens(s, step, tok == sampled.end() ? kNone : tok->second, sp == spec.end() ? nullptr : sp->second,
+                result.id, &events);
+  }
+  return events;
+}
+
+void SchedulerCore::ApplyTokens(Seq& s, const ScheduledStep& step, const std::vector<const SampledToken*>& tokens,
+                                const SpeculationOutcome* spec, uint64_t batch, std::vector<SeqEvent>* events) {
+  auto abort = [&](std::string why) {
+    SeqFinish f;
+    f.reason = SeqFinishReason::kAborted;
+    f.status = absl::InternalError(absl::StrCat("micro-batch ", batch, ", sequence ", s.id, ": ", why));
+    events->push_back(End(s, f));
+  };
+  // An ending sequence first publishes its computed full blocks (its
+  // prompt stays reusable after it is gone).
+  auto finish = [&](SeqFinish f) {
+    ledger_.Commit(s.id, s.tokens, s.computed);
+    events->push_back(End(s, std::move(f)));
+  };
+  const int accepted = static_cast<int>(tokens.size()) - 1;
+  if (tokens.empty()) return abort("no token returned");
+  if (accepted > step.num_drafts) {
+    return abort(absl::StrCat(tokens.size(), " tokens returned for ", step.num_drafts, " drafts"));
+  }
+  if (step.num_drafts > 0 || step.drafts_wanted > 0) {
+    if (spec == nullptr || spec->num_draft_tokens != step.num_drafts || spec->num_accepted != accepted) {
+      return abort("the speculation result does not match the plan");
+    }
+  }
+  // The cache keeps the step's known tokens and the accepted drafts: only
+  // they count as computed (and so ever get keyed); the rejected drafts'
+  // rows are rewritten by a later step.
+  s.computed = step.start + step.count - step.num_drafts + accepted;
+  s.drafts.clear();
+  if (step.num_drafts > 0) {
+    spec_.drafts += 1;
+    spec_.draft_tokens += static_cast<uint64_t>(step.num_drafts);
+    spec_.accepted_tokens += static_cast<uint64_t>(accepted);
+    for (int i = 0; i < accepted && i < kMaxSpeculativeTokens; ++i) spec_.accepted_per_position[i] += 1;
+  }
+  const auto& eos = options_.eos_token_ids;
+  for (const SampledToken* tok : tokens) {
+    const int32_t t = tok->token;
     const bool is_eos = !s.ignore_eos && std::find(eos.begin(), eos.end(), t) != eos.end();
     const bool is_stop = std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), t) != s.stop_token_ids.end();
     if (is_eos || is_stop) {
@@ -194,19 +263,38 @@ std::vector<SeqEvent> SchedulerCore::OnResult(const MicroBatchResult& result) {
       f.reason = SeqFinishReason::kStop;
       f.stop_token = t;
       f.stop_token_is_eos = is_eos && !is_stop;
-      events.push_back(End(s, f));
-      continue;
+      return finish(f);
     }
     s.tokens.push_back(t);
-    events.push_back({s.id, *tok->second, std::nullopt, s.cached_prompt_tokens});
+    events->push_back({s.id, *tok, std::nullopt, s.cached_prompt_tokens});
     if (s.num_output() >= s.max_tokens ||
         (options_.max_model_len > 0 && static_cast<int64_t>(s.tokens.size()) >= options_.max_model_len)) {
       SeqFinish f;
       f.reason = SeqFinishReason::kLength;
-      events.push_back(End(s, f));
+      return finish(f);
     }
   }
-  return events;
+  if (spec != nullptr) s.drafts = spec->drafts;
+  if (options_.limits.num_speculative_tokens > 0) {
+    // Rejected drafts and the drafting's positions leave the block table.
+    // The end never falls inside a shared block (those lie below the
+    // computed length); if it did, the sequence recomputes from that
+    // block's start into a block of its own.
+    const int64_t valid = ledger_.TrimTail(s.id, s.computed);
+    if (valid < s.computed) {
+      s.computed = static_cast<int32_t>(valid);
+      s.drafts.clear();
+    }
+  }
+  ledger_.Commit(s.id, s.tokens, s.computed);
+}
+
+SpecDecodeCounts& SpecDecodeCounts::operator+=(const SpecDecodeCounts& o) {
+  drafts += o.drafts;
+  draft_tokens += o.draft_tokens;
+  accepted_tokens += o.accepted_tokens;
+  for (size_t i = 0; i < accepted_per_position.size(); ++i) accepted_per_position[i] += o.accepted_per_position[i];
+  return *this;
 }
 
 void SchedulerCore::Remove(int64_t id) {
@@ -293,6 +381,7 @@ CoreStats SchedulerCore::Stats() const {
   s.total_blocks = ledger_.num_blocks();
   s.preemptions = preemptions_;
   s.micro_batches = micro_batches_;
+  s.spec = spec_;
   s.prefill_tokens = prefill_tokens_;
   s.prefix_cache = ledger_.prefix_stats();
   return s;

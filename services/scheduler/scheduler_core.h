@@ -11,6 +11,15 @@
 // A micro-batch plan carries, per sequence, its new tokens, its whole block
 // table and (on a sequence's first chunk) the last stage's sampling state;
 // finished sequences' sampling states are released through a later plan.
+// With speculative decoding (limits.num_speculative_tokens > 0) a decode
+// step also carries the drafts the last stage proposed, a result brings
+// the accepted ones plus the next token, and the block table is trimmed
+// back to the positions that stay in the cache.
+// Both together: drafts and the drafting's positions are only ever written
+// past the computed length, into blocks of the sequence's own (never a
+// shared or keyed one); only accepted tokens count towards the computed
+// length that gets keyed; blocks are keyed with the token after them,
+// which the MTP layer's rows read (PrefixCacheOptions::lookahead_tokens).
 //
 // Prefix caching (block_ledger.h): admission shares the cached leading
 // blocks of a sequence's tokens, so its first chunk starts after them (its
@@ -23,6 +32,7 @@
 #ifndef SPAR_SERVICES_SCHEDULER_SCHEDULER_CORE_H_
 #define SPAR_SERVICES_SCHEDULER_SCHEDULER_CORE_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -32,6 +42,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/speculation_limits.h"
 #include "services/common/micro_batch.h"
 #include "services/scheduler/admission_queue.h"
 #include "services/scheduler/batch_policy.h"
@@ -86,6 +97,17 @@ struct SeqEvent {
   int32_t cached_prompt_tokens = 0;
 };
 
+// Speculative decoding since the core started (vLLM's spec-decode
+// counters): verify steps of a sequence with drafts, drafts verified,
+// drafts accepted, accepted by draft position (0 = the first draft).
+struct SpecDecodeCounts {
+  uint64_t drafts = 0;
+  uint64_t draft_tokens = 0;
+  uint64_t accepted_tokens = 0;
+  std::array<uint64_t, kMaxSpeculativeTokens> accepted_per_position{};
+  SpecDecodeCounts& operator+=(const SpecDecodeCounts& o);
+};
+
 struct CoreStats {
   size_t waiting = 0;
   size_t running = 0;
@@ -98,10 +120,12 @@ struct CoreStats {
   // excluded; recomputation after a preemption included).
   uint64_t prefill_tokens = 0;
   PrefixCacheStats prefix_cache;
+  SpecDecodeCounts spec;
 };
 
 // Adds the monotonic counters of `from` (preemptions, micro-batches,
-// prefill tokens, prefix-cache queries, hits and evictions) to `into`: the
+// prefill tokens, prefix-cache queries, hits and evictions, speculative
+// decoding's counts) to `into`: the
 // scheduler's totals over the cores of successive pipeline connections.
 void AccumulateCounters(const CoreStats& from, CoreStats* into);
 
@@ -165,6 +189,9 @@ class SchedulerCore {
     bool ignore_eos = false;
     std::optional<absl::Time> deadline;
     uint64_t preemptions = 0;
+    // The last stage's proposals, verified by the next decode step (never
+    // part of `tokens` before they are accepted).
+    std::vector<int32_t> drafts;
     int num_output() const { return static_cast<int>(tokens.size()) - prompt_len; }
   };
   struct InFlight {
@@ -172,6 +199,10 @@ class SchedulerCore {
     absl::Time sent;
   };
 
+  // Applies the output tokens of one step of `s` (several under
+  // speculation) and its drafts; returns the events.
+  void ApplyTokens(Seq& s, const ScheduledStep& step, const std::vector<const SampledToken*>& tokens,
+                   const SpeculationOutcome* spec, uint64_t batch, std::vector<SeqEvent>* events);
   // Removes `seq` everywhere; frees its blocks.
   void Remove(int64_t seq);
   // A waiting sibling whose leader has not yet computed the shared prompt.
@@ -191,6 +222,7 @@ class SchedulerCore {
   uint64_t preemptions_ = 0;
   uint64_t micro_batches_ = 0;
   uint64_t prefill_tokens_ = 0;
+  SpecDecodeCounts spec_;
 };
 
 }  // namespace spar

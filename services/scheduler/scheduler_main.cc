@@ -39,6 +39,7 @@ SchedulerGauges GaugesOf(const LoadInfo& l, int stages) {
   g.total_blocks = l.core.total_blocks;
   g.block_size = kCacheBlockTokens;
   g.preemptions = l.core.preemptions;
+  g.spec = l.core.spec;
   g.micro_batches = l.core.micro_batches;
   g.prefill_tokens = l.core.prefill_tokens;
   g.prefix_caching = l.prefix_caching;
@@ -83,6 +84,10 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   args.AddInt("connect-timeout-s", &connect_timeout_s, "wait this long for the workers at start (default 600)");
   args.AddInt("step-timeout-s", &step_timeout_s, "a micro-batch not back after this long fails the pipeline (default 120)");
   args.AddBool("no-balance", &no_balance, "do not spread sequences evenly over the micro-batches in flight");
+  int64_t num_speculative_tokens = 0;
+  args.AddInt("num-speculative-tokens", &num_speculative_tokens,
+              "MTP speculative decoding: drafts verified per sequence and step (1-4; default 0 = off); the last "
+              "stage's worker must be started with at least as many");
   PrefixCachingFlags prefix_flags;
   prefix_flags.Register(&args);
   args.AddInt("shutdown-timeout", &shutdown_timeout_s,
@@ -137,6 +142,9 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
     return fail("limits must be positive (--max-batch-tokens, --max-seqs-per-batch, --max-running, --max-queue, ...)");
   }
   if (shutdown_timeout_s < 0) return fail("--shutdown-timeout must be >= 0 seconds");
+  if (num_speculative_tokens < 0 || num_speculative_tokens > kMaxSpeculativeTokens) {
+    return fail(absl::StrCat("--num-speculative-tokens must be 0 (off) to ", kMaxSpeculativeTokens));
+  }
   if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
   auto public_plane = PublicPlane::Create(public_options);
   if (!public_plane.ok()) return fail(std::string(public_plane.status().message()));
@@ -178,6 +186,7 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   so.limits.max_batch_tokens = max_batch_tokens;
   so.limits.max_seqs = static_cast<int>(max_seqs);
   so.limits.max_running = static_cast<int>(max_running);
+  so.limits.num_speculative_tokens = static_cast<int>(num_speculative_tokens);
   so.max_in_flight = static_cast<int>(max_in_flight);
   so.max_waiting = static_cast<size_t>(max_queue);
   so.max_model_len = max_model_len;

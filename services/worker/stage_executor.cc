@@ -1,5 +1,7 @@
 #include "services/worker/stage_executor.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "engine/engine.h"
@@ -28,9 +30,15 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
   mo.num_blocks = options.num_blocks;
   mo.gpu_memory_utilization = options.gpu_memory_utilization;
   mo.max_model_len = options.max_model_len;
+  if (options.num_speculative_tokens < 0 || options.num_speculative_tokens > kMaxSpeculativeTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("stage: --num-speculative-tokens must be 0 (off) to ",
+                                                   kMaxSpeculativeTokens, ", got ", options.num_speculative_tokens));
+  }
+  mo.load_mtp = options.num_speculative_tokens > 0;  // on the last stage
   mo.latent_format = exec->cache_formats_.latent;
   mo.indexer_format = exec->cache_formats_.indexer;
   SPAR_ASSIGN_OR_RETURN(exec->model_, Model::Load(options.model_dir, exec->backend_.get(), mo));
+  if (exec->model_->has_mtp()) exec->speculator_ = std::make_unique<Speculator>(exec->model_.get());
   exec->options_.num_blocks = exec->model_->num_blocks();  // what the memory budget gave
   exec->last_layer_ = options.last_layer < 0 ? exec->model_->config().num_hidden_layers : options.last_layer;
   exec->options_.last_layer = exec->last_layer_;
@@ -68,7 +76,11 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
         sampling_.Create(p.step.seq_id, *p.sampling);
         if (cached > 0) SPAR_RETURN_IF_ERROR(sampling_.Observe(p.step.seq_id, 0, p.sampling->cached_tokens));
       }
-      SPAR_RETURN_IF_ERROR(sampling_.Observe(p.step.seq_id, p.step.start_pos, p.step.tokens));
+      // Drafts join the history once they are accepted (ExecuteSpeculative).
+      const size_t drafts = p.speculation ? static_cast<size_t>(p.speculation->num_draft_tokens) : 0;
+      SPAR_RETURN_IF_ERROR(sampling_.Observe(
+          p.step.seq_id, p.step.start_pos,
+          std::vector<int32_t>(p.step.tokens.begin(), p.step.tokens.end() - static_cast<std::ptrdiff_t>(drafts))));
     }
   }
 
@@ -82,6 +94,14 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
     SPAR_ASSIGN_OR_RETURN(in, backend_->FromHostActivations(input));
   }
   const absl::Time forward_start = absl::Now();
+  const bool speculative = last && std::any_of(plan.seqs.begin(), plan.seqs.end(),
+                                               [](const PlannedSequence& p) { return p.speculation.has_value(); });
+  if (speculative) {
+    SPAR_RETURN_IF_ERROR(ExecuteSpeculative(plan, step, is_first_stage() ? nullptr : &in, &out));
+    out.timings.forward = absl::Now() - forward_start;
+    TakeAllReduceTimes(&out.timings);
+    return out;
+  }
   SPAR_ASSIGN_OR_RETURN(Tensor y, model_->Forward(step, is_first_stage() ? nullptr : &in));
   if (options_.delay_per_layer > absl::ZeroDuration() || options_.delay_per_token > absl::ZeroDuration()) {
     absl::SleepFor((options_.delay_per_layer + options_.delay_per_token * step.num_tokens()) *
@@ -120,6 +140,49 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
     out.tokens.push_back({ids[i], sampled[i].token, sampled[i].logprob, std::move(sampled[i].top)});
   }
   return out;
+}
+
+absl::Status StageExecutor::ExecuteSpeculative(const MicroBatchPlan& plan, const StepPlan& step, const Tensor* input,
+                                               StageOutput* out) {
+  if (speculator_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "a micro-batch asks for speculative decoding, but this last stage has no MTP layer loaded (start the "
+        "worker with --num-speculative-tokens)");
+  }
+  std::vector<SpecSequenceStep> seqs(plan.seqs.size());
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const PlannedSequence& p = plan.seqs[i];
+    SpecSequenceStep& s = seqs[i];
+    s.speculative = p.speculation.has_value();
+    if (s.speculative) {
+      s.num_drafts = p.speculation->num_draft_tokens;
+      s.drafts_wanted = p.speculation->num_drafts_wanted;
+      s.next_token = p.speculation->next_token;
+      if (std::max(s.num_drafts, s.drafts_wanted) > options_.num_speculative_tokens) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", p.step.seq_id, ": ",
+                                                       std::max(s.num_drafts, s.drafts_wanted),
+                                                       " speculative tokens, this worker serves at most ",
+                                                       options_.num_speculative_tokens));
+      }
+    }
+    if (p.step.num_logits > 0) {
+      SPAR_ASSIGN_OR_RETURN(s.first, sampling_.Request(p.step.seq_id));
+    }
+  }
+  SPAR_ASSIGN_OR_RETURN(std::vector<SpecSequenceResult> results, speculator_->Step(step, input, seqs));
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const PlannedSequence& p = plan.seqs[i];
+    SpecSequenceResult& r = results[i];
+    if (r.tokens.empty()) continue;
+    for (SampleResult& t : r.tokens) out->tokens.push_back({p.step.seq_id, t.token, t.logprob, std::move(t.top)});
+    if (!p.speculation) continue;
+    // The accepted drafts are now part of the sequence (and its penalties).
+    const int32_t drafts_at = p.step.start_pos + static_cast<int32_t>(p.step.tokens.size()) - r.num_drafts;
+    std::vector<int32_t> accepted(p.step.tokens.end() - r.num_drafts, p.step.tokens.end() - r.num_drafts + r.num_accepted);
+    SPAR_RETURN_IF_ERROR(sampling_.Observe(p.step.seq_id, drafts_at, accepted));
+    out->speculation.push_back({p.step.seq_id, r.num_drafts, r.num_accepted, std::move(r.drafts)});
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace spar

@@ -18,6 +18,7 @@
 #include "engine/cache_formats.h"
 #include "engine/host_activations.h"
 #include "engine/model.h"
+#include "engine/speculative.h"
 #include "engine/tensor_parallel.h"
 #include "services/common/micro_batch.h"
 #include "services/worker/sampling_states.h"
@@ -54,6 +55,9 @@ struct StageOptions {
   // memory-bound decode step, a per-token cost a compute-bound one.
   absl::Duration delay_per_layer = absl::ZeroDuration();
   absl::Duration delay_per_token = absl::ZeroDuration();
+  // Speculative decoding (the last stage loads the MTP layer): the most
+  // drafts a sequence may verify or ask for per step; 0: none.
+  int num_speculative_tokens = 0;
 };
 
 // Hidden states between stages: [rows = tokens, cols = hidden] in the
@@ -66,7 +70,9 @@ using Activations = HostActivations;
 // MoE/MLP of each layer; Backend::TakeCollectiveDurations: NCCL on cuda, the
 // CpuGroup on cpu), empty without tensor parallelism.
 struct StepTimings {
-  absl::Duration forward = absl::ZeroDuration();   // the layers (+ final norm and lm_head on the last stage)
+  // The layers (+ final norm and lm_head on the last stage); a speculative
+  // last-stage step: the verify forward, its sampling and the MTP drafting.
+  absl::Duration forward = absl::ZeroDuration();
   absl::Duration sampling = absl::ZeroDuration();  // last stage
   std::vector<absl::Duration> allreduce;
 };
@@ -81,7 +87,8 @@ struct StageMemory {
 
 struct StageOutput {
   Activations hidden;                // non-last stage
-  std::vector<SampledToken> tokens;  // last stage
+  std::vector<SampledToken> tokens;  // last stage: per sequence with logits its output tokens, in order
+  std::vector<SpeculationOutcome> speculation;  // last stage: per speculative sequence with logits
   StepTimings timings;
 };
 
@@ -109,8 +116,11 @@ class StageExecutor {
 
   // Runs one micro-batch: applies its releases and sampling (re)creations,
   // executes the forward on `input` (ignored on the first stage), and on the
-  // last stage samples one token per sequence that asks for a logit.
+  // last stage samples one token per sequence that asks for a logit, or
+  // (speculative sequences) verifies their drafts and proposes new ones.
   absl::StatusOr<StageOutput> Execute(const MicroBatchPlan& plan, Activations input);
+  // The last stage's MTP layer is loaded: speculation up to this many drafts.
+  int num_speculative_tokens() const { return model_->has_mtp() ? options_.num_speculative_tokens : 0; }
 
   // Drops every sampling state (a new pipeline epoch).
   void ResetSequences() { sampling_.Clear(); }
@@ -120,12 +130,16 @@ class StageExecutor {
   // Moves the backend's all-reduce durations of this step into `timings`
   // (after the step's results were read: a GPU backend may wait for them).
   void TakeAllReduceTimes(StepTimings* timings);
+  // The last stage's part of a micro-batch with speculative sequences.
+  absl::Status ExecuteSpeculative(const MicroBatchPlan& plan, const StepPlan& step, const Tensor* input,
+                                  StageOutput* out);
 
   StageOptions options_;
   int last_layer_ = 0;
   CacheFormats cache_formats_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Speculator> speculator_;  // with the MTP layer
   SamplingStates sampling_;
 };
 

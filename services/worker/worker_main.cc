@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "engine/model.h"
 #include "engine/model_config.h"
+#include "engine/speculation_limits.h"
 #include "services/common/args.h"
 #include "services/common/cache_flags.h"
 #include "services/common/daemon.h"
@@ -54,6 +55,10 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   bool enforce_eager = false;
   args.AddBool("enforce-eager", &enforce_eager,
                "cuda: run decode steps op by op instead of replaying them as CUDA graphs");
+  int64_t num_speculative_tokens = 0;
+  args.AddInt("num-speculative-tokens", &num_speculative_tokens,
+              "MTP speculative decoding: the last stage loads the model's MTP layer and verifies and proposes up to "
+              "this many drafts per sequence and step (1-4; default 0 = off)");
   args.AddInt("device", &device, "cuda: the GPU of this process (default: --tp-rank)");
   args.AddInt("tp-rank", &tp_rank, "tensor-parallel rank inside the stage (0 = the stage leader, default)");
   args.AddInt("tp-size", &tp_size, "tensor-parallel size of the stage: worker processes, one per GPU (default 1)");
@@ -94,6 +99,9 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   if (device < -1) return fail("--device must be >= 0");
   if (delay_ms < 0 || delay_token_us < 0) return fail("--delay-per-layer-ms and --delay-per-token-us must be >= 0");
   if (shutdown_timeout_s < 0) return fail("--shutdown-timeout must be >= 0 seconds");
+  if (num_speculative_tokens < 0 || num_speculative_tokens > kMaxSpeculativeTokens) {
+    return fail(absl::StrCat("--num-speculative-tokens must be 0 (off) to ", kMaxSpeculativeTokens));
+  }
   if (auto s = metrics_flags.Validate(); !s.ok()) return fail(std::string(s.message()));
   // A model this engine cannot serve is refused now, in one line, instead
   // of failing the shard's load after the worker started listening.
@@ -118,6 +126,7 @@ int RunWorkerMain(int argc, char** argv, int begin) {
   options.stage.max_model_len = max_model_len;
   options.stage.backend = backend;
   options.stage.enforce_eager = enforce_eager;
+  options.stage.num_speculative_tokens = static_cast<int>(num_speculative_tokens);
   options.stage.cache_dtypes = *cache_flags.Parse();
   options.stage.delay_per_layer = absl::Microseconds(static_cast<int64_t>(delay_ms * 1000));
   options.stage.delay_per_token = absl::Nanoseconds(static_cast<int64_t>(delay_token_us * 1000));

@@ -152,6 +152,7 @@ absl::Status WorkerRuntime::Load(const StageOptions& options, bool announce) {
     num_model_layers_ = exec_->config().num_hidden_layers;
     memory_ = exec_->device_memory();
     hidden_size_ = exec_->config().hidden_size;
+    num_speculative_tokens_ = exec_->is_last_stage() ? exec_->num_speculative_tokens() : 0;
     vocab_size_ = exec_->config().vocab_size;
   }
   SPAR_LOG(INFO) << "loaded layers [" << exec_->first_layer() << ", " << exec_->last_layer() << ") in "
@@ -318,6 +319,7 @@ void WorkerRuntime::DoBatch(std::unique_ptr<v1::MicroBatch> batch, absl::Time ar
       MicroBatchResult domain;
       domain.id = batch->batch_id();
       domain.tokens = std::move(out.tokens);
+      domain.speculation = std::move(out.speculation);
       ResultToProto(domain, batch->epoch(), &result);
     }
     *result.mutable_timings() = batch->timings();
@@ -425,6 +427,7 @@ v1::WorkerInfo WorkerRuntime::InfoLocked() const {
   // backend's are bf16 values, the cpu backend's fp32.
   info.set_activation_dtype(shard_.backend() == "cpu" ? v1::ACTIVATION_DTYPE_F32 : v1::ACTIVATION_DTYPE_BF16);
   info.set_next_stage_address(next_address_);
+  info.set_num_speculative_tokens(loaded_ ? num_speculative_tokens_ : options_.stage.num_speculative_tokens);
   return info;
 }
 

@@ -152,6 +152,7 @@ class WorkerRuntime : private TpGroup::Host {
   v1::ShardSpec shard_;
   int num_model_layers_ = 0;
   int64_t hidden_size_ = 0, vocab_size_ = 0;
+  int num_speculative_tokens_ = 0;  // the loaded last stage's MTP drafting (0: none)
   uint64_t epoch_ = 0;
   int stage_index_ = 0, num_stages_ = 0;
   // Stage label of the metrics: options_.stage_index until configured.

@@ -1,11 +1,14 @@
 #include "engine/make_tiny.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "base/hash.h"
 #include "base/numeric.h"
+#include "absl/strings/str_cat.h"
 #include "engine/checkpoint.h"
+#include "engine/matrix_source.h"
 #include "tests/engine/test_util.h"
 #include "engine/weight_names.h"
 #include "gtest/gtest.h"
@@ -148,6 +151,106 @@ TEST(MakeTinyTest, Fp8IsTheBlockQuantizedBf16Model) {
     int e;
     EXPECT_EQ(std::frexp(reinterpret_cast<const float*>(s->data)[i], &e), 0.5f);
   }
+}
+
+TEST(MakeTinyTest, MtpLayerInTheRealNaming) {
+  for (ModelArch arch : {ModelArch::kGlmMoeDsa, ModelArch::kDeepseekV32}) {
+    MakeTinyOptions o;
+    o.arch = arch;
+    o.fp8 = true;
+    o.mtp = true;
+    o.out_dir = testing::TempDir(arch == ModelArch::kGlmMoeDsa ? "mtp_glm" : "mtp_ds");
+    ASSERT_TRUE(MakeTinyModel(o).ok());
+    auto config = LoadModelConfig(o.out_dir + "/config.json");
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->num_nextn_predict_layers, 1);
+    const int l = config->num_hidden_layers;
+    const int64_t h = config->hidden_size, v = config->vocab_size;
+    auto ck = Checkpoint::Open(o.out_dir);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    for (const char* n : {names::kMtpEnorm, names::kMtpHnorm, names::kMtpHeadNorm}) {
+      EXPECT_TRUE((*ck)->GetChecked(names::Layer(l, n), DType::kBF16, {h}).ok()) << n;
+    }
+    // eh_proj stays bf16 (modules_to_not_convert); the decoder layer is FP8 and MoE with an indexer.
+    EXPECT_TRUE((*ck)->GetChecked(names::Layer(l, names::kMtpEhProj), DType::kBF16, {h, 2 * h}).ok());
+    EXPECT_TRUE((*ck)->GetChecked(names::Layer(l, names::kQA), DType::kF8E4M3, {config->q_lora_rank, h}).ok());
+    EXPECT_TRUE((*ck)->Has(names::Layer(l, names::kIdxWqB)));
+    EXPECT_TRUE((*ck)->Has(names::Expert(l, config->n_routed_experts - 1, "down_proj")));
+    EXPECT_TRUE((*ck)->Has(names::Layer(l, names::kRouterBias)));
+    const auto& skip = config->quant.modules_to_not_convert;
+    EXPECT_NE(std::find(skip.begin(), skip.end(), "eh_proj"), skip.end());
+    // DeepSeek stores the layer's own embedding and head: copies of the main ones.
+    const bool ds = arch == ModelArch::kDeepseekV32;
+    EXPECT_EQ((*ck)->Has(names::Layer(l, names::kMtpEmbed)), ds);
+    EXPECT_EQ((*ck)->Has(names::Layer(l, names::kMtpHead)), ds);
+    if (ds) {
+      auto a = (*ck)->GetChecked(names::Layer(l, names::kMtpHead), DType::kBF16, {v, h});
+      auto b = (*ck)->GetChecked(names::kLmHead, DType::kBF16, {v, h});
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(std::memcmp(a->data, b->data, static_cast<size_t>(v * h * 2)), 0);
+    }
+    EXPECT_FALSE((*ck)->Has(names::Layer(l + 1, names::kQA)));
+  }
+  // Without --mtp nothing changes (OutputIsPinned) and there is no layer l.
+  const std::string plain = Make("no_mtp", ModelArch::kGlmMoeDsa, false, 0);
+  auto ck = Checkpoint::Open(plain);
+  ASSERT_TRUE(ck.ok());
+  EXPECT_FALSE((*ck)->Has(names::Layer(3, names::kMtpEhProj)));
+}
+
+// 4-bit checkpoints with the MTP layer: its decoder layer is converted like
+// the others, its own projections (eh_proj, DeepSeek's embedding and head
+// copies) stay bf16, and the config says so, so the engine loads it.
+TEST(MakeTinyTest, MtpLayerOf4BitCheckpointsKeepsItsProjectionsBf16) {
+  for (TinyQuant q : {TinyQuant::kAwq, TinyQuant::kGptq, TinyQuant::kNvfp4}) {
+    MakeTinyOptions o;
+    o.arch = ModelArch::kDeepseekV32;
+    o.quant = q;
+    o.mtp = true;
+    o.out_dir = testing::TempDir(absl::StrCat("mtp_4bit_", TinyQuantName(q)));
+    ASSERT_TRUE(MakeTinyModel(o).ok()) << TinyQuantName(q);
+    auto config = LoadModelConfig(o.out_dir + "/config.json");
+    ASSERT_TRUE(config.ok()) << config.status();
+    const int l = config->num_hidden_layers;
+    const int64_t h = config->hidden_size, v = config->vocab_size;
+    auto ck = Checkpoint::Open(o.out_dir);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    EXPECT_TRUE((*ck)->GetChecked(names::Layer(l, names::kMtpEhProj), DType::kBF16, {h, 2 * h}).ok()) << TinyQuantName(q);
+    EXPECT_TRUE((*ck)->GetChecked(names::Layer(l, names::kMtpEmbed), DType::kBF16, {v, h}).ok()) << TinyQuantName(q);
+    EXPECT_TRUE((*ck)->GetChecked(names::Layer(l, names::kMtpHead), DType::kBF16, {v, h}).ok()) << TinyQuantName(q);
+    // The layer's experts are 4-bit: no bf16 weight (AWQ/GPTQ: qweight, NVFP4: a uint8 weight).
+    auto expert = (*ck)->Get(names::Expert(l, 0, "down_proj"));
+    EXPECT_TRUE(!expert.ok() || expert->dtype == DType::kU8) << TinyQuantName(q);
+    const WeightFormat& wf = *config->quant.weight_format;
+    EXPECT_FALSE(wf.not_converted.Matches(names::Layer(l, "mlp.experts.0.down_proj")));
+    EXPECT_TRUE(wf.not_converted.Matches(ModuleOfWeight(names::Layer(l, names::kMtpEhProj)))) << TinyQuantName(q);
+  }
+}
+
+TEST(MakeTinyTest, PredictableMtpPassesTheEmbeddingThrough) {
+  MakeTinyOptions o;
+  o.mtp = true;
+  o.predictable = true;
+  o.out_dir = testing::TempDir("mtp_predictable");
+  ASSERT_TRUE(MakeTinyModel(o).ok());
+  auto ck = Checkpoint::Open(o.out_dir);
+  ASSERT_TRUE(ck.ok());
+  auto eh = (*ck)->Get(names::Layer(3, names::kMtpEhProj));
+  ASSERT_TRUE(eh.ok());
+  const int64_t h = eh->shape[0];
+  ASSERT_EQ(eh->shape[1], 2 * h);
+  for (int64_t r = 0; r < h; r += 37) {
+    for (int64_t col = 0; col < 2 * h; col += 5) {
+      uint16_t bits;
+      std::memcpy(&bits, eh->data + 2 * (r * 2 * h + col), 2);
+      EXPECT_EQ(Bf16ToFloat(bits), r == col ? 1.0f : 0.0f) << r << "," << col;
+    }
+  }
+  // The head norm is the final norm.
+  auto a = (*ck)->Get(names::Layer(3, names::kMtpHeadNorm));
+  auto b = (*ck)->Get(names::kFinalNorm);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(std::memcmp(a->data, b->data, static_cast<size_t>(h * 2)), 0);
 }
 
 TEST(MakeTinyTest, RejectsBadOptions) {

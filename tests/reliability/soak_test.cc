@@ -8,6 +8,9 @@
 //     caching is on, the default): hits happen, outputs stay exact;
 //   * afterwards no KV block is held, and the scheduler's and workers'
 //     resident memory after warm-up stays within 10%;
+//   * all of it with MTP speculative decoding on (3 drafts, a model whose
+//     drafts are often right): requests end mid-draft at max_tokens, and
+//     the sample still equals the engine without speculation;
 //   * past the queue bound, requests are shed with RESOURCE_EXHAUSTED at
 //     once instead of queueing without bound, and the rest are served.
 // Sizes come from SPAR_SOAK_REQUESTS / SPAR_SOAK_CONCURRENCY (defaults
@@ -21,6 +24,7 @@
 #include <thread>
 
 #include "base/sanitizers.h"
+#include "engine/make_tiny.h"
 #include "gtest/gtest.h"
 #include "services/common/daemon.h"
 #include "tests/reliability/grpc_client_util.h"
@@ -32,6 +36,21 @@ namespace spar {
 namespace {
 
 using testing::ReliabilityModel;
+
+// The soak's model: with an MTP layer that drafts well (make-tiny --mtp
+// --predictable), so the cluster speculates and accepts drafts.
+const std::string& SpeculativeModel() {
+  static const std::string* dir = [] {
+    MakeTinyOptions o;
+    o.seed = 11;
+    o.mtp = true;
+    o.predictable = true;
+    o.out_dir = testing::TempDir("soak_mtp_model");
+    EXPECT_TRUE(MakeTinyModel(o).ok());
+    return new std::string(o.out_dir);
+  }();
+  return *dir;
+}
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -84,12 +103,18 @@ TEST(SoakTest, TwoThousandStreamsNoneLostOrDuplicatedNoLeaks) {
       sample_requests.push_back(SoakRequest(j));
     }
   }
-  const auto want = testing::EngineReference(ReliabilityModel(), sample_requests);
+  const auto want = testing::EngineReference(SpeculativeModel(), sample_requests);  // without speculation
   ASSERT_EQ(want.size(), sample.size());
 
-  auto cluster = testing::TestCluster::Start(
-      {.model = ReliabilityModel(), .stages = 3, .num_blocks = 128, .scheduler_flags = {"--max-queue", "256"}},
-      "soak");
+  const std::vector<std::string> speculate = {"--num-speculative-tokens", "3"};
+  std::vector<std::string> scheduler_flags = {"--max-queue", "256"};
+  scheduler_flags.insert(scheduler_flags.end(), speculate.begin(), speculate.end());
+  auto cluster = testing::TestCluster::Start({.model = SpeculativeModel(),
+                                              .stages = 3,
+                                              .num_blocks = 128,
+                                              .scheduler_flags = scheduler_flags,
+                                              .worker_flags = speculate},
+                                             "soak");
   ASSERT_NE(cluster, nullptr);
   auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
 
@@ -144,7 +169,11 @@ TEST(SoakTest, TwoThousandStreamsNoneLostOrDuplicatedNoLeaks) {
   const auto load = testing::Load(stub.get());
   EXPECT_EQ(load.used_kv_blocks(), 0);
   EXPECT_EQ(load.total_kv_blocks(), 128);
-  const double hits = testing::ScrapeMetric(cluster->scheduler_metrics_port(), "vllm:prefix_cache_hits_total");
+  // Drafts were verified and accepted (vLLM's spec-decode counters).
+  const int port = cluster->scheduler_metrics_port();
+  EXPECT_GT(testing::ScrapeMetric(port, "vllm:spec_decode_num_draft_tokens_total"), 0);
+  EXPECT_GT(testing::ScrapeMetric(port, "vllm:spec_decode_num_accepted_tokens_total"), 0);
+  const double hits = testing::ScrapeMetric(port, "vllm:prefix_cache_hits_total");
   EXPECT_GT(hits, 0) << "the shared prefixes were never shared";
 
   // Memory flat after warm-up (within 10%).

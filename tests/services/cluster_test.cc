@@ -7,6 +7,7 @@
 #include <grpcpp/client_context.h>
 
 #include <atomic>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -90,6 +91,20 @@ Streamed Stream(v1::Generation::Stub* stub, const v1::GenerateRequest& req, absl
   return out;
 }
 
+// Every request streamed at once, one client thread each.
+std::vector<Streamed> StreamAll(v1::Generation::Stub* stub, const std::vector<GenerationRequest>& requests,
+                                const std::string& id_prefix) {
+  std::vector<Streamed> got(requests.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    clients.emplace_back([&, i] {
+      got[i] = Stream(stub, ToProto(requests[i], absl::StrCat(id_prefix, i)), absl::Seconds(120));
+    });
+  }
+  for (auto& t : clients) t.join();
+  return got;
+}
+
 v1::GetLoadResponse Load(v1::Generation::Stub* stub) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
@@ -121,14 +136,7 @@ TEST(ClusterTest, ThirtyTwoConcurrentStreamsEqualTheSingleProcessEngine) {
       "cluster32");
   ASSERT_NE(cluster, nullptr);
   auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
-  std::vector<Streamed> got(requests.size());
-  std::vector<std::thread> clients;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    clients.emplace_back([&, i] {
-      got[i] = Stream(stub.get(), ToProto(requests[i], absl::StrCat("r", i)), absl::Seconds(120));
-    });
-  }
-  for (auto& t : clients) t.join();
+  const std::vector<Streamed> got = StreamAll(stub.get(), requests, "r");
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(got[i].status.ok()) << "request " << i << ": " << got[i].status.error_message();
     std::vector<int32_t> ids;
@@ -158,6 +166,57 @@ TEST(ClusterTest, ThirtyTwoConcurrentStreamsEqualTheSingleProcessEngine) {
   EXPECT_EQ(load.total_kv_blocks(), 16);
   std::cout << "[cluster] 32 streams in " << absl::Now() - start << ": " << load.num_micro_batches()
             << " micro-batches, " << load.num_preemptions() << " preemptions\n";
+}
+
+// MTP speculative decoding across 3 worker processes (the MTP layer on the
+// last stage): with --num-speculative-tokens 1..4, bf16 and FP8, every
+// stream equals the single-process engine without speculation, under
+// preemption and chunked prefill, and no KV block stays held.
+TEST(ClusterTest, SpeculativeDecodingEqualsTheEngineWithoutIt) {
+  for (auto [fp8, k] : {std::pair{false, 1}, std::pair{false, 2}, std::pair{false, 3}, std::pair{false, 4},
+                        std::pair{true, 3}}) {
+    static std::map<bool, std::string> models;
+    if (!models.count(fp8)) {
+      MakeTinyOptions m;
+      m.seed = 11;
+      m.fp8 = fp8;
+      m.mtp = true;
+      m.predictable = true;
+      m.out_dir = testing::TempDir(fp8 ? "cluster_mtp_fp8" : "cluster_mtp_bf16");
+      ASSERT_TRUE(MakeTinyModel(m).ok());
+      models[fp8] = m.out_dir;
+    }
+    const std::string& model = models[fp8];
+    const auto requests = testing::MixedRequests(10, 20 + k);
+    const auto want = testing::EngineReference(model, requests);
+    ASSERT_EQ(want.size(), requests.size());
+    const std::vector<std::string> speculate = {"--num-speculative-tokens", absl::StrCat(k)};
+    std::vector<std::string> scheduler_flags = {"--max-batch-tokens", "48"};
+    scheduler_flags.insert(scheduler_flags.end(), speculate.begin(), speculate.end());
+    auto cluster = testing::TestCluster::Start({.model = model,
+                                                .stages = 3,
+                                                .num_blocks = 8,
+                                                .scheduler_flags = scheduler_flags,
+                                                .worker_flags = speculate},
+                                               absl::StrCat("cluster_spec", k, fp8 ? "_fp8" : ""));
+    ASSERT_NE(cluster, nullptr);
+    auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
+    const std::vector<Streamed> got = StreamAll(stub.get(), requests, "spec");
+    const std::string what = absl::StrCat(fp8 ? "fp8" : "bf16", " k=", k);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_TRUE(got[i].status.ok()) << what << " request " << i << ": " << got[i].status.error_message();
+      std::vector<int32_t> ids;
+      std::vector<float> lps;
+      for (const auto& t : want[i].tokens) {
+        ids.push_back(t.id);
+        lps.push_back(t.logprob);
+      }
+      EXPECT_EQ(got[i].ids, ids) << what << " request " << i;
+      EXPECT_EQ(got[i].logprobs, lps) << what << " request " << i;
+    }
+    EXPECT_TRUE(WaitIdle(stub.get())) << what;
+    EXPECT_EQ(Load(stub.get()).used_kv_blocks(), 0) << what;
+  }
 }
 
 // `spar plan`'s suggested split reaches both daemons through the same flag

@@ -5,8 +5,8 @@
 # `spar-scheduler --reasoning-parser / --tool-call-parser`, the HTTP server's
 # threads, connection cap and timeouts, the cache formats (--kv-cache-dtype,
 # --indexer-cache-dtype: generate, worker, cluster, plan; also from the
-# worker's SPAR_* environment), and that `spar plan` sizes the cache by the
-# format chosen.
+# worker's SPAR_* environment), that `spar plan` sizes the cache by the
+# format chosen, and --num-speculative-tokens on every command that has it.
 # usage: flag_errors_test.sh SPAR SPAR_WORKER SPAR_SCHEDULER
 set -u
 spar=$1 worker=$2 scheduler=$3
@@ -99,6 +99,16 @@ if [[ -z "$fp8_tokens" || -z "$bf16_tokens" ]] || (( fp8_tokens * 100 < bf16_tok
 else
   echo "ok: the pipeline holds $fp8_tokens tokens with FP8 latent rows, $bf16_tokens with bf16"
 fi
+
+# --num-speculative-tokens: 0 to 4 everywhere; a model without an MTP layer says so.
+expect 2 '^worker: --num-speculative-tokens must be 0 \(off\) to 4' "$worker" --model "$dir/model" --num-speculative-tokens 5
+expect 2 '^scheduler: --num-speculative-tokens must be 0 \(off\) to 4' \
+  "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --num-speculative-tokens -1
+expect 2 '^cluster: --num-speculative-tokens must be 0 \(off\) to 4' "$spar" cluster --model "$dir/model" --num-speculative-tokens 7
+expect 2 '^generate: --num-speculative-tokens must be 0 \(off\) to 4, got 9' \
+  "$spar" generate --model "$dir/model" --prompt hi --num-speculative-tokens 9
+expect 2 'is the in-process engine' "$spar" generate --server 127.0.0.1:1 --prompt hi --num-speculative-tokens 2
+expect 1 'num_nextn_predict_layers 0' "$spar" generate --model "$dir/model" --prompt hi --num-speculative-tokens 2
 
 [[ $failures -eq 0 ]] || { echo "$failures failed"; exit 1; }
 echo "all bad flags refused"

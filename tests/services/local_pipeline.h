@@ -21,8 +21,9 @@ namespace spar::testing {
 class LocalPipeline : public Pipeline {
  public:
   // Loads `stages` stages of `model_dir` with `num_blocks` blocks each.
+  // `num_speculative_tokens` > 0: the last stage loads the MTP layer.
   static absl::StatusOr<std::unique_ptr<LocalPipeline>> Create(const std::string& model_dir, int stages,
-                                                               int64_t num_blocks) {
+                                                               int64_t num_blocks, int num_speculative_tokens = 0) {
     auto config = LoadModelConfig(model_dir + "/config.json");
     if (!config.ok()) return config.status();
     auto split = SplitLayers(*config, stages);
@@ -37,12 +38,14 @@ class LocalPipeline : public Pipeline {
       o.first_layer = r.first;
       o.last_layer = r.last;
       o.num_blocks = num_blocks;
+      o.num_speculative_tokens = num_speculative_tokens;
       auto exec = StageExecutor::Load(o);
       if (!exec.ok()) return exec.status();
       p->info_.cache_dtypes.push_back(absl::StrCat(LatentFormatName((*exec)->cache_formats().latent), "/",
                                                    IndexerFormatName((*exec)->cache_formats().indexer)));
       p->stages_.push_back(std::move(*exec));
     }
+    p->info_.num_speculative_tokens = p->stages_.back()->num_speculative_tokens();
     return p;
   }
   ~LocalPipeline() override { Close(); }
@@ -104,6 +107,7 @@ class LocalPipeline : public Pipeline {
         }
         hidden = std::move(out->hidden);
         result.tokens = std::move(out->tokens);
+        result.speculation = std::move(out->speculation);
       }
       callbacks_.on_result(std::move(result));
     }

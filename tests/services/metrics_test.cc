@@ -187,6 +187,30 @@ TEST(SchedulerMetricsTest, RefreshSetsGaugesAndCountsOnlyCounterGrowth) {
   EXPECT_EQ(Sample(text, "spar_pipeline_ready"), 0);
 }
 
+TEST(SchedulerMetricsTest, SpeculativeDecodingCountersUnderVllmNames) {
+  prometheus::Registry registry;
+  SchedulerMetrics m(&registry, "tiny");
+  std::string text = RenderPrometheusText(registry);
+  // Exported from the start, at 0 (dashboards and docs name them).
+  EXPECT_EQ(Sample(text, "vllm:spec_decode_num_drafts_total{model_name=\"tiny\"}"), 0);
+  EXPECT_EQ(Sample(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"3\"}"), 0);
+  SchedulerGauges g;
+  g.spec.drafts = 10;
+  g.spec.draft_tokens = 30;
+  g.spec.accepted_tokens = 17;
+  g.spec.accepted_per_position = {9, 6, 2, 0};
+  m.Refresh(g);
+  g.spec.drafts = 12;  // grows
+  g.spec.accepted_per_position[0] = 11;
+  m.Refresh(g);
+  text = RenderPrometheusText(registry);
+  EXPECT_EQ(Sample(text, "vllm:spec_decode_num_drafts_total{model_name=\"tiny\"}"), 12);
+  EXPECT_EQ(Sample(text, "vllm:spec_decode_num_draft_tokens_total{model_name=\"tiny\"}"), 30);
+  EXPECT_EQ(Sample(text, "vllm:spec_decode_num_accepted_tokens_total{model_name=\"tiny\"}"), 17);
+  EXPECT_EQ(Sample(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"0\"}"), 11);
+  EXPECT_EQ(Sample(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"1\"}"), 6);
+}
+
 TEST(WorkerMetricsTest, RecordsPerStageTimesBytesAndGauges) {
   prometheus::Registry registry;
   WorkerMetrics m(&registry, absl::Seconds(10));

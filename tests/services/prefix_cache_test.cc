@@ -4,15 +4,14 @@
 // across requests (with the fake pipeline, whose tokens depend on what it
 // reads back through each block table, so a wrong share changes outputs):
 // outputs equal a run without caching, hits are counted, a shared prefix is
-// computed once, under memory pressure, preemption, cancellation, n > 1
-// and a randomized (seeded) sequence of operations.
+// computed once, under memory pressure, preemption, cancellation and n > 1.
+// The randomized (seeded) soak of operations is in speculative_prefix_test.cc
+// (without speculation and with it).
 #include <algorithm>
 #include <deque>
-#include <iostream>
 #include <map>
 #include <set>
 
-#include "base/rng.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/block_hash.h"
 #include "services/scheduler/block_ledger.h"
@@ -23,23 +22,14 @@
 namespace spar {
 namespace {
 
+using testing::Concat;
 using testing::Drive;
 using testing::kVocab;
+using testing::Request;
 using testing::RunResult;
 
 constexpr int kB = kCacheBlockTokens;
-
-std::vector<int32_t> Tokens(int n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& v : t) v = static_cast<int32_t>(rng.Below(kVocab));
-  return t;
-}
-
-std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+constexpr auto Tokens = testing::RandomTokens;
 
 PrefixCacheOptions On() { return {true, "test model"}; }
 
@@ -215,15 +205,6 @@ TEST(PrefixLedgerTest, DroppedContentIsNeverHit) {
 }
 
 // ---- the core ----
-
-SequenceRequest Request(std::vector<int32_t> prompt, int max_tokens, uint64_t seed) {
-  SequenceRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.seed = seed;
-  r.ignore_eos = true;
-  return r;
-}
 
 CoreOptions Opts(int64_t blocks, bool caching, int64_t budget = 512, int in_flight = 1) {
   CoreOptions o = testing::Options(blocks, budget, in_flight);
@@ -435,83 +416,6 @@ TEST(PrefixCoreTest, TheNSequencesOfARequestShareThePrompt) {
     EXPECT_EQ(core.Stats().prefill_tokens, prompt.size() + 3 * 20 + 30) << "the prompt is computed once";
     EXPECT_EQ(core.Stats().prefix_cache.hits, 3u * 5 * kB);
   }
-}
-
-// A deterministic randomized sequence of submissions (shared prefixes,
-// n > 1), cancellations, pipeline failures and results over a small cache:
-// after every operation the ledger is consistent (no block leaked, lost or
-// freed twice); at the end nothing is held; every sequence that finished
-// produced the tokens it produces alone without caching.
-TEST(PrefixCoreTest, RandomizedOperationsLeakNothingAndChangeNoOutput) {
-  Rng rng(2024);
-  const std::vector<std::vector<int32_t>> bases = {Tokens(3 * kB, 61), Tokens(kB + 30, 62), Tokens(6 * kB, 63)};
-  SchedulerCore core(Opts(16, true, 150, 2));
-  testing::FakeStages fake(16, kVocab);
-  std::deque<MicroBatchPlan> wire;
-  std::map<int64_t, SequenceRequest> requests;  // by sequence
-  std::map<int64_t, std::vector<int32_t>> outputs;
-  std::set<int64_t> live, finished;
-  auto deliver = [&] {
-    for (const SeqEvent& e : core.OnResult(fake.Execute(wire.front()))) {
-      if (e.token) outputs[e.seq].push_back(e.token->token);
-      if (e.finish) {
-        live.erase(e.seq);
-        if (e.finish->status.ok()) finished.insert(e.seq);
-      }
-    }
-    wire.pop_front();
-  };
-  uint64_t seed = 1;
-  for (int op = 0; op < 600; ++op) {
-    const uint64_t what = rng.Below(10);
-    if (what < 3 && live.size() < 12) {
-      const auto& base = bases[rng.Below(bases.size())];
-      std::vector<int32_t> prompt(base.begin(), base.begin() + 1 + rng.Below(base.size()));
-      prompt = Concat(prompt, Tokens(static_cast<int>(rng.Below(40)), 1000 + op));
-      const int n = 1 + static_cast<int>(rng.Below(3));
-      std::vector<SequenceRequest> seqs;
-      const int max_tokens = 1 + static_cast<int>(rng.Below(rng.Below(4) == 0 ? 120 : 12));  // some grow blocks
-      for (int i = 0; i < n; ++i) seqs.push_back(Request(prompt, max_tokens, seed++));
-      auto ids = core.Submit(seqs);
-      if (ids.ok()) {
-        for (int i = 0; i < n; ++i) {
-          requests[(*ids)[i]] = seqs[i];
-          live.insert((*ids)[i]);
-        }
-      }
-    } else if (what == 3 && !live.empty()) {
-      auto it = live.begin();
-      std::advance(it, rng.Below(live.size()));
-      core.Finish(*it);
-      live.erase(it);
-    } else if (what == 4 && rng.Below(20) == 0) {
-      for (const SeqEvent& e : core.FailAll(absl::UnavailableError("pipeline down"))) live.erase(e.seq);
-      wire.clear();
-    } else {
-      while (auto p = core.NextMicroBatch(absl::UnixEpoch())) wire.push_back(std::move(*p));
-      if (!wire.empty()) deliver();
-    }
-    ASSERT_TRUE(core.ledger().CheckConsistency().ok()) << "op " << op << ": " << core.ledger().CheckConsistency();
-  }
-  while (!wire.empty()) deliver();
-  RunResult rest = Drive(core, fake);
-  for (auto& [id, toks] : rest.outputs) outputs[id].insert(outputs[id].end(), toks.begin(), toks.end());
-  for (auto& [id, f] : rest.finishes) {
-    if (f.status.ok() && live.count(id)) finished.insert(id);
-  }
-  EXPECT_TRUE(core.idle()) << core.Stats().waiting << " waiting, " << core.Stats().running << " running, "
-                           << core.Stats().in_flight << " in flight";
-  EXPECT_EQ(core.ledger().num_used(), 0);
-  EXPECT_EQ(core.ledger().num_sequences(), 0u);
-  EXPECT_GT(core.Stats().prefix_cache.hits, 0u);
-  EXPECT_GT(core.Stats().preemptions, 0u);
-  EXPECT_GT(core.Stats().prefix_cache.evictions, 0u);
-  EXPECT_GT(finished.size(), 30u);
-  const CoreStats st = core.Stats();
-  std::cout << finished.size() << " of " << requests.size() << " sequences finished; " << st.prefix_cache.hits
-            << " of " << st.prefix_cache.queries << " looked-up tokens hit, " << st.prefix_cache.evictions
-            << " evictions, " << st.preemptions << " preemptions\n";
-  for (int64_t id : finished) EXPECT_EQ(outputs[id], Alone(requests[id])) << "sequence " << id;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/engine/test_util.h"
 #include "tests/services/collecting_sink.h"
+#include "tests/services/engine_request_params.h"
 #include "tests/services/local_pipeline.h"
 #include "tests/services/mixed_requests.h"
 
@@ -48,18 +49,7 @@ Harness Start(SchedulerOptions so, int stages, int64_t blocks) {
   return h;
 }
 
-GenerateParams FromEngineRequest(const GenerationRequest& r) {
-  GenerateParams p;
-  p.prompt_ids = r.prompt;
-  p.sampling = r.sampling;
-  p.seed = r.seed;
-  p.max_tokens = r.max_tokens;
-  p.stop_token_ids = r.stop_token_ids;
-  p.ignore_eos = r.ignore_eos;
-  p.output_logprobs = true;
-  p.top_logprobs = r.top_logprobs;
-  return p;
-}
+using testing::FromEngineRequest;
 
 void ExpectSame(const Generation& want, const testing::CollectingSink::Seq& got, size_t i) {
   std::vector<int32_t> ids;

@@ -22,6 +22,22 @@ MODULES_NOT_CONVERTED = ["input_layernorm", "post_attention_layernorm", "q_a_lay
 E4M3_MAX = 448.0
 
 
+def layer_tensors(out, prefix, rest, t, moe):
+    """One decoder-layer parameter `rest` (model.py naming) into `out` under
+    checkpoint names: per-expert keys, the router as mlp.gate."""
+    if moe and rest.startswith("mlp.") and not rest.startswith("mlp.shared"):
+        field = rest[len("mlp."):]
+        if field == "gate_weight":
+            out[prefix + "mlp.gate.weight"] = t
+        elif field == "e_score_correction_bias":
+            out[prefix + "mlp.gate.e_score_correction_bias"] = t
+        else:
+            for e in range(t.shape[0]):
+                out[f"{prefix}mlp.experts.{e}.{field}.weight"] = t[e].contiguous()
+        return
+    out[prefix + rest] = t
+
+
 def hf_tensors(model):
     """name -> fp32 tensor (CPU), in checkpoint naming."""
     out = {}
@@ -32,18 +48,7 @@ def hf_tensors(model):
         if name.startswith("layers."):
             i = int(name.split(".")[1])
             rest = name.split(".", 2)[2]
-            prefix = f"model.layers.{i}."
-            if isinstance(model.layers[i].mlp, Moe) and rest.startswith("mlp.") and not rest.startswith("mlp.shared"):
-                field = rest[len("mlp."):]
-                if field == "gate_weight":
-                    out[prefix + "mlp.gate.weight"] = t
-                elif field == "e_score_correction_bias":
-                    out[prefix + "mlp.gate.e_score_correction_bias"] = t
-                else:
-                    for e in range(t.shape[0]):
-                        out[f"{prefix}mlp.experts.{e}.{field}.weight"] = t[e].contiguous()
-                continue
-            out[prefix + rest] = t
+            layer_tensors(out, f"model.layers.{i}.", rest, t, isinstance(model.layers[i].mlp, Moe))
         elif name == "lm_head.weight":
             out[name] = t
         else:
@@ -51,10 +56,56 @@ def hf_tensors(model):
     return out
 
 
+# The MTP layer's own modules stay bf16 in GLM-5-FP8 (dsa-spec.md §1.2).
+MTP_NOT_CONVERTED = ["eh_proj", "enorm", "hnorm", "shared_head"]
+MTP_NAMES = {"enorm.weight": "enorm.weight", "hnorm.weight": "hnorm.weight", "eh_proj.weight": "eh_proj.weight",
+             "head_norm.weight": "shared_head.norm.weight"}
+
+
+def mtp_tensors(mtp):
+    """The MTP layer (model.MtpLayer) as model.layers.{num_hidden_layers}.*,
+    GLM-5's naming: no embed_tokens or shared_head.head (the main ones)."""
+    out = {}
+    prefix = f"model.layers.{mtp.c['num_hidden_layers']}."
+    for name, t in mtp.state_dict().items():
+        t = t.detach().float().cpu()
+        if name.endswith(".load"):
+            continue
+        if name.startswith("block."):
+            layer_tensors(out, prefix, name[len("block."):], t, True)
+        else:
+            out[prefix + MTP_NAMES[name]] = t
+    return out
+
+
+def load_mtp_into(mtp, tensors):
+    """Loads an exported MTP layer (fp32 after dequantization) into model.MtpLayer."""
+    prefix = f"model.layers.{mtp.c['num_hidden_layers']}."
+    new = {}
+    for name, t in mtp.state_dict().items():
+        if name.endswith(".load"):
+            new[name] = t
+            continue
+        if name.startswith("block."):
+            rest = name[len("block."):]
+            field = rest[len("mlp."):] if rest.startswith("mlp.") and not rest.startswith("mlp.shared") else None
+            if field == "gate_weight":
+                new[name] = tensors[prefix + "mlp.gate.weight"]
+            elif field == "e_score_correction_bias":
+                new[name] = tensors[prefix + "mlp.gate.e_score_correction_bias"]
+            elif field is not None:
+                new[name] = torch.stack([tensors[f"{prefix}mlp.experts.{e}.{field}.weight"] for e in range(t.shape[0])])
+            else:
+                new[name] = tensors[prefix + rest]
+        else:
+            new[name] = tensors[prefix + MTP_NAMES[name]]
+    mtp.load_state_dict({k: v.float() for k, v in new.items()})
+
+
 def quantizable(name, t):
     if t.dim() != 2:
         return False
-    return not any(s in name for s in ("embed_tokens", "lm_head", "mlp.gate.weight", "indexer.weights_proj"))
+    return not any(s in name for s in ("embed_tokens", "lm_head", "mlp.gate.weight", "indexer.weights_proj", "eh_proj"))
 
 
 def quantize_fp8_blocks(w):
@@ -107,7 +158,7 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
-def config_json(c, eos_ids, pad_id, fp8):
+def config_json(c, eos_ids, pad_id, fp8, mtp=False):
     n = c["num_hidden_layers"]
     j = {
         "architectures": ["GlmMoeDsaForCausalLM"],
@@ -119,7 +170,7 @@ def config_json(c, eos_ids, pad_id, fp8):
         "num_hidden_layers": n,
         "num_attention_heads": c["num_attention_heads"],
         "num_key_value_heads": c["num_attention_heads"],
-        "num_nextn_predict_layers": 0,
+        "num_nextn_predict_layers": 1 if mtp else 0,
         "q_lora_rank": c["q_lora_rank"],
         "kv_lora_rank": c["kv_lora_rank"],
         "qk_nope_head_dim": c["qk_nope_head_dim"],
@@ -159,16 +210,21 @@ def config_json(c, eos_ids, pad_id, fp8):
     }
     if fp8:
         j["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                    "weight_block_size": [128, 128], "modules_to_not_convert": MODULES_NOT_CONVERTED}
+                                    "weight_block_size": [128, 128],
+                                    "modules_to_not_convert": MODULES_NOT_CONVERTED + (MTP_NOT_CONVERTED if mtp else [])}
     return j
 
 
-def export(model, out_dir, fp8, eos_ids, pad_id, tokenizer_dir):
+def export(model, out_dir, fp8, eos_ids, pad_id, tokenizer_dir, mtp=None):
     """Writes config.json, model.safetensors, generation_config.json and
-    copies tokenizer.json / tokenizer_config.json from tokenizer_dir."""
+    copies tokenizer.json / tokenizer_config.json from tokenizer_dir; with
+    `mtp` (model.MtpLayer) also the multi-token-prediction layer."""
     os.makedirs(out_dir, exist_ok=True)
     tensors = {}
-    for name, t in hf_tensors(model).items():
+    named = hf_tensors(model)
+    if mtp is not None:
+        named.update(mtp_tensors(mtp))
+    for name, t in named.items():
         if name.endswith("e_score_correction_bias"):
             tensors[name] = t.float()
         elif fp8 and quantizable(name, t):
@@ -179,7 +235,7 @@ def export(model, out_dir, fp8, eos_ids, pad_id, tokenizer_dir):
             tensors[name] = t.to(torch.bfloat16)
     write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(config_json(model.c, eos_ids, pad_id, fp8), f, indent=2)
+        json.dump(config_json(model.c, eos_ids, pad_id, fp8, mtp is not None), f, indent=2)
         f.write("\n")
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": eos_ids, "pad_token_id": pad_id, "do_sample": False}, f, indent=2)

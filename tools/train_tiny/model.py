@@ -268,6 +268,10 @@ class TinyGlm(nn.Module):
             nn.init.normal_(down, std=std / math.sqrt(2 * len(self.layers)))
 
     def forward(self, ids, mode="dense", topk=None, aux=None):
+        return self.lm_head(self.hidden(ids, mode, topk, aux))
+
+    def hidden(self, ids, mode="dense", topk=None, aux=None):
+        """The final-normed hidden states (what the lm_head and an MTP layer read)."""
         b, s = ids.shape
         topk = topk or self.c["index_topk"]
         cos, sin = rope_cos_sin(torch.arange(s, device=ids.device), self.c["qk_rope_head_dim"],
@@ -275,13 +279,66 @@ class TinyGlm(nn.Module):
         x = self.embed_tokens(ids)
         for layer in self.layers:
             x = layer(x, cos, sin, mode, topk, aux)
-        return self.lm_head(self.norm(x))
+        return self.norm(x)
 
     def moe_layers(self):
         return [l.mlp for l in self.layers if isinstance(l.mlp, Moe)]
 
     def indexer_parameters(self):
         return [p for l in self.layers for p in l.self_attn.indexer.parameters()]
+
+    def main_parameters(self):
+        ids = {id(p) for p in self.indexer_parameters()}
+        return [p for p in self.parameters() if id(p) not in ids]
+
+
+class MtpLayer(nn.Module):
+    """GLM-5's multi-token-prediction layer (model.layers.{num_hidden_layers}),
+    as vLLM's DeepSeekMultiTokenPredictorLayer and spar's Model::MtpOps
+    compute it: row t reads the token at t + 1 (its embedding zeroed at
+    position 0) and the main model's final-normed state at t;
+        x = eh_proj([enorm(embed(token)) ; hnorm(state)])
+        out = decoder layer (MLA + its own indexer + MoE)(x)   # pre-norm
+        logits = lm_head(shared_head.norm(out))                 # predicts token t + 2
+    The embedding and lm_head are the main model's (shared, frozen here).
+    For more drafts the layer runs again on its own `out` and its draft."""
+
+    def __init__(self, c):
+        super().__init__()
+        h = c["hidden_size"]
+        self.c = c
+        self.enorm = RMSNorm(h, c["rms_norm_eps"])
+        self.hnorm = RMSNorm(h, c["rms_norm_eps"])
+        self.eh_proj = nn.Linear(2 * h, h, bias=False)
+        self.block = Layer(c, c["num_hidden_layers"])  # MoE (index >= first_k_dense_replace), full indexer
+        self.head_norm = RMSNorm(h, c["rms_norm_eps"])
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+                    nn.init.ones_(p)
+                elif name.endswith(".bias"):
+                    nn.init.zeros_(p)
+                else:
+                    nn.init.normal_(p, std=0.02)
+            # Start as "the state passes through": eh_proj ~ [small | I].
+            self.eh_proj.weight[:, h:] += torch.eye(h)
+
+    def forward(self, emb, state, positions, mode="dense", topk=None, aux=None):
+        """emb: embeddings of the tokens after each row [B, S, h]; state: the
+        states those rows read [B, S, h]; positions: [S] (rows are causal in
+        this order)."""
+        topk = topk or self.c["index_topk"]
+        emb = emb.masked_fill((positions == 0)[None, :, None], 0.0)
+        x = self.eh_proj(torch.cat([self.enorm(emb), self.hnorm(state)], -1))
+        cos, sin = rope_cos_sin(positions, self.c["qk_rope_head_dim"], self.c["rope_parameters"]["rope_theta"],
+                                emb.device)
+        return self.block(x, cos, sin, mode, topk, aux)
+
+    def logits(self, out, lm_head):
+        return lm_head(self.head_norm(out))
+
+    def indexer_parameters(self):
+        return list(self.block.self_attn.indexer.parameters())
 
     def main_parameters(self):
         ids = {id(p) for p in self.indexer_parameters()}

@@ -3,6 +3,8 @@
 
 #include "base/status_macros.h"
 #include "engine/cuda/ops/ops.h"
+#include "engine/decode_graph_key.h"
+#include "engine/speculation_limits.h"
 #include "kernels/cuda/indexer/indexer.h"
 
 namespace spar::cuda_ops {
@@ -135,17 +137,20 @@ absl::StatusOr<Tensor> IndexerTopK(StepContext& ctx, int layer, const Tensor& q,
   qp.w_out = wf.as<float>();
   SPAR_RETURN_IF_ERROR(LaunchIndexerQueryPrep(qp, ctx.stream));
   // Logits [tokens, stride]; rows are either per-sequence paged (decode
-  // steps) or over each sequence's gathered keys (prefill and mixed steps).
+  // steps, and verify steps: next_n = 1 + drafts query rows per sequence,
+  // each causal up to its own position) or over each sequence's gathered
+  // keys (prefill and mixed steps).
   SPAR_RETURN_IF_ERROR(ctx.Mark("indexer.logits"));
   Tensor logits;
   GatheredLogits gathered;
   const int32_t* row_start = nullptr;  // the paged rows start at 0
   int64_t stride = (m.max_ctx + 3) / 4 * 4;
-  if (m.all_single) {
+  const int64_t next_n = m.tokens_per_seq;
+  if (next_n >= 1 && next_n <= 1 + kMaxSpeculativeTokens && next_n * spec.heads <= kMaxPagedQueryRows) {
     SPAR_ASSIGN_OR_RETURN(logits, ctx.NewTensor(m.tokens, stride, DType::kF32));
     IndexerLogitsPagedParams lp;
-    lp.num_seqs = static_cast<int>(m.tokens);
-    lp.next_n = 1;
+    lp.num_seqs = static_cast<int>(m.num_seqs);
+    lp.next_n = static_cast<int>(next_n);
     lp.heads = spec.heads;
     lp.q = q.as<__nv_bfloat16>();
     lp.q_stride = q.ld();

@@ -34,12 +34,14 @@ absl::StatusOr<Tensor> Mlp(StepContext& ctx, const Tensor& x, const CudaMlp& m);
 // ---- moe_ops.cc: route, permute, grouped GEMMs, combine with the shared expert ----
 absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe);
 
-// ---- small_ops.cc: embedding, norms, residual add, row gather ----
+// ---- small_ops.cc: embedding, norms, residual add, row gather and zeroing ----
 absl::StatusOr<Tensor> Embed(StepContext& ctx, const CudaEmbedding& e);
 // RMSNorm of x, or of residual += x when residual is set.
 absl::StatusOr<Tensor> RmsNorm(StepContext& ctx, const Tensor& x, Tensor* residual, const CudaVector& w, float eps);
 absl::Status AddInPlace(StepContext& ctx, Tensor* acc, const Tensor& x);
 absl::StatusOr<Tensor> GatherRows(StepContext& ctx, const Tensor& x, const std::vector<int32_t>& rows);
+// Zeroes whole rows of x (host row numbers: eager steps only).
+absl::Status ZeroRows(StepContext& ctx, Tensor* x, const std::vector<int32_t>& rows);
 
 // ---- attention_ops.cc: MLA's latent cache, absorption, sparse attention ----
 absl::Status WriteLatentCache(StepContext& ctx, int layer, const Tensor& kv_a, const CudaVector& norm, float eps);

@@ -1,5 +1,6 @@
 #include "base/status_macros.h"
 #include "engine/cuda/ops/ops.h"
+#include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/small_ops/small_ops.h"
 
 namespace spar::cuda_ops {
@@ -58,6 +59,17 @@ absl::StatusOr<Tensor> GatherRows(StepContext& ctx, const Tensor& x, const std::
   SPAR_RETURN_IF_ERROR(LaunchGatherRows(x.data(), x.ld(), d_rows, static_cast<int64_t>(rows.size()), x.cols(),
                                         static_cast<int>(DTypeSize(x.dtype())), y.data(), y.ld(), ctx.stream));
   return y;
+}
+
+absl::Status ZeroRows(StepContext& ctx, Tensor* x, const std::vector<int32_t>& rows) {
+  SPAR_RETURN_IF_ERROR(ctx.Mark("zero_rows"));
+  const size_t elem = DTypeSize(x->dtype());
+  for (int32_t r : rows) {
+    if (r < 0 || r >= x->rows()) return absl::InvalidArgumentError("zero rows: row out of range");
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(static_cast<uint8_t*>(x->data()) + static_cast<size_t>(r) * x->ld() * elem,
+                                              0, static_cast<size_t>(x->cols()) * elem, ctx.stream));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace spar::cuda_ops
