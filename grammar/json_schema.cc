@@ -8,6 +8,7 @@
 #include "absl/strings/str_replace.h"
 #include "base/status_macros.h"
 #include "grammar/json_text.h"
+#include "grammar/member_order.h"
 #include "grammar/number_range.h"
 
 namespace spar::grammar {
@@ -152,13 +153,7 @@ absl::StatusOr<Expr> JsonSchemaCompiler::CompileRoot() {
   return Call(rule);
 }
 
-std::string JsonSchemaCompiler::Literal(const Json& value) const {
-  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
-  // In compact JSON "</" can only be inside a string, where "<\/" reads
-  // the same.
-  if (json_->tag_safe()) text = absl::StrReplaceAll(text, {{"</", "<\\/"}});
-  return text;
-}
+std::string JsonSchemaCompiler::Literal(const Json& value) const { return json_->Literal(value); }
 
 absl::StatusOr<const Json*> JsonSchemaCompiler::Resolve(const std::string& ref, const std::string& path) const {
   if (ref.empty() || ref[0] != '#') {
@@ -378,7 +373,7 @@ absl::StatusOr<Expr> JsonSchemaCompiler::String(const Json& s, const std::string
   SPAR_ASSIGN_OR_RETURN(auto max, Count(s, "maxLength", path));
   if (!min && !max) return json_->String();
   StringShape shape;
-  shape.tag_safe = json_->tag_safe();
+  shape.forbidden = json_->family().forbidden;
   shape.min_chars = min.value_or(0);
   shape.max_chars = max.value_or(-1);
   return Automaton(JsonStringDfa(shape));
@@ -467,10 +462,6 @@ absl::StatusOr<Expr> JsonSchemaCompiler::Object(const Json& s, const std::string
     return Call(rule);
   }
 
-  struct Member {
-    Expr kv;
-    bool required;
-  };
   std::vector<Member> members;
   auto value_call = [&](Expr e, const std::string& where) {
     // Each property's value is a call, so the copies the ordering below
@@ -514,41 +505,7 @@ absl::StatusOr<Expr> JsonSchemaCompiler::Object(const Json& s, const std::string
     return Bad(Child(path, "maxProperties"), "below the number of properties is not supported");
   }
 
-  // Members in order, optional ones may be left out, commas between those
-  // present: the first present member j (no required one before it), then
-  // each later one preceded by a comma. Long lists share the tails as rules.
-  int first_required = n;
-  for (int i = 0; i < n; ++i) {
-    if (members[i].required) {
-      first_required = i;
-      break;
-    }
-  }
-  auto piece = [&](int i) {
-    Expr e = Seq({sep, members[i].kv});
-    return members[i].required ? e : Opt(std::move(e));
-  };
-  const int candidates = std::min(first_required + 1, n);
-  const bool chain = static_cast<int64_t>(candidates) * n > 2048;
-  std::vector<Expr> tails(n + 1);  // tails[j]: the members after j
-  if (chain) {
-    std::vector<int> rules(n + 1);
-    for (int j = n; j >= 0; --j) {
-      rules[j] = g_->Add(absl::StrCat(path, " members after ", j),
-                         j >= n - 1 ? Empty() : Seq({piece(j + 1), Call(rules[j + 1])}));
-      tails[j] = Call(rules[j]);
-    }
-  } else {
-    for (int j = n - 1; j >= 0; --j) {
-      std::vector<Expr> rest;
-      for (int i = j + 1; i < n; ++i) rest.push_back(piece(i));
-      tails[j] = Seq(std::move(rest));
-    }
-  }
-  std::vector<Expr> alts;
-  for (int j = 0; j < candidates; ++j) alts.push_back(Seq({members[j].kv, tails[j]}));
-  if (first_required == n) alts.push_back(Empty());
-  g_->Define(rule, Seq({Lit("{"), ws, Alt(std::move(alts)), ws, Lit("}")}));
+  g_->Define(rule, Seq({Lit("{"), ws, OrderedMembers(g_, members, sep, path), ws, Lit("}")}));
   return Call(rule);
 }
 

@@ -75,7 +75,7 @@ ByteDfa BuildCounted(std::pair<int, int> start, Step step, Final is_final) {
 
 ByteDfa JsonStringDfa(const StringShape& shape) {
   // Sub-states after the opening quote; the UTF-8 ones are offset.
-  enum : int { kOpen = 100, kBody, kBodyAfterLt, kEscape, kHex1, kHex2, kHex2Low, kHex3, kHex4, kDone };
+  enum : int { kOpen = 100, kBody, kEscape, kHex1, kHex2, kHex2Low, kHex3, kHex4, kDone };
   const int min = shape.min_chars, max = shape.max_chars;
   // With no upper bound, counts past the minimum are all alike.
   auto done_char = [&](int count) { return max < 0 ? std::min(count + 1, min) : count + 1; };
@@ -85,15 +85,13 @@ ByteDfa JsonStringDfa(const StringShape& shape) {
     switch (sub) {
       case kOpen:
         return c == '"' ? std::make_pair(static_cast<int>(kBody), 0) : std::make_pair(-1, 0);
-      case kBody:
-      case kBodyAfterLt: {
+      case kBody: {
         if (c == '"') return count >= min ? std::make_pair(static_cast<int>(kDone), count) : std::make_pair(-1, 0);
         if (!room(count)) return {-1, 0};
         if (c == '\\') return {kEscape, count};
         if (c < 0x20) return {-1, 0};
         if (c < 0x80) {
-          if (sub == kBodyAfterLt && c == '/') return {-1, 0};
-          return {shape.tag_safe && c == '<' ? kBodyAfterLt : kBody, done_char(count)};
+          return {kBody, done_char(count)};
         }
         const int u = Utf8Lead(c);
         return u < 0 ? std::make_pair(-1, 0) : std::make_pair(u, count);
@@ -125,7 +123,9 @@ ByteDfa JsonStringDfa(const StringShape& shape) {
       }
     }
   };
-  return BuildCounted({kOpen, 0}, step, [](std::pair<int, int> s) { return s.first == kDone; });
+  ByteDfa d = BuildCounted({kOpen, 0}, step, [](std::pair<int, int> s) { return s.first == kDone; });
+  if (shape.forbidden.empty()) return d;
+  return Intersect(d, WithoutSubstrings(shape.forbidden));
 }
 
 ByteDfa RawTextDfa(int min_chars, int max_chars, const std::vector<std::string>& forbidden) {

@@ -4,8 +4,9 @@
 //     points (JSON Schema minLength / maxLength count code points: an
 //     escape is one, a 4-byte UTF-8 character is one; \u escapes of
 //     surrogates are not generated, so every escape is one code point) and
-//     optionally "tag safe": no "</" inside, so a string can never close
-//     the tag around it (the same text is always writable as "<\/");
+//     optionally without some byte patterns, so a string inside a
+//     tag-delimited format can never close the tag around it ("</" is
+//     always writable as "<\/", "｜" as "\uff5c");
 //   - raw text with a length bound, for a format's unquoted string values.
 #ifndef SPAR_GRAMMAR_JSON_TEXT_H_
 #define SPAR_GRAMMAR_JSON_TEXT_H_
@@ -18,7 +19,7 @@
 namespace spar::grammar {
 
 struct StringShape {
-  bool tag_safe = false;
+  std::vector<std::string> forbidden;
   int min_chars = 0;
   int max_chars = -1;  // < 0: unbounded
 };

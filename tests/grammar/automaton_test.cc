@@ -56,7 +56,7 @@ TEST(JsonTextTest, StringsEscapesAndLengths) {
     EXPECT_FALSE(any.Accepts(bad)) << bad;
   }
   StringShape tag;
-  tag.tag_safe = true;
+  tag.forbidden = {"</"};
   EXPECT_TRUE(JsonStringDfa(tag).Accepts(R"("a<b <\/c>")"));
   EXPECT_FALSE(JsonStringDfa(tag).Accepts(R"("</arg_value>")"));
   StringShape len;

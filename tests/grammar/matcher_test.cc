@@ -17,7 +17,7 @@ using testing::MustCompile;
 
 std::shared_ptr<const CompiledGrammar> JsonValueGrammar() {
   Grammar g;
-  JsonRules json(&g, false);
+  JsonRules json(&g, JsonFamily::Plain());
   g.set_root(g.Add("root", json.Value()));
   return MustCompile(g);
 }
@@ -61,7 +61,7 @@ TEST(MatcherTest, MinCostIsTheShortestCompletion) {
 
 TEST(MatcherTest, AcceptingButNotTerminatedAfterANumber) {
   Grammar g;
-  JsonRules json(&g, false);
+  JsonRules json(&g, JsonFamily::Plain());
   g.set_root(g.Add("root", json.Number()));
   GrammarMatcher m(MustCompile(g));
   ASSERT_TRUE(m.Advance("12"));

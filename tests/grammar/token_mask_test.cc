@@ -23,7 +23,7 @@ using testing::TestVocab;
 
 std::shared_ptr<const CompiledGrammar> SchemaGrammar(const char* schema_text, bool tag_safe = false) {
   Grammar g;
-  JsonRules json(&g, tag_safe);
+  JsonRules json(&g, tag_safe ? JsonFamily::Glm() : JsonFamily::Plain());
   const Json schema = Json::parse(schema_text);
   JsonSchemaCompiler c(&g, &json, schema, "schema");
   auto root = c.CompileRoot();
@@ -36,7 +36,7 @@ std::vector<std::shared_ptr<const CompiledGrammar>> Grammars() {
   std::vector<std::shared_ptr<const CompiledGrammar>> out;
   {
     Grammar g;
-    JsonRules json(&g, false);
+    JsonRules json(&g, JsonFamily::Plain());
     g.set_root(g.Add("root", json.Object()));
     out.push_back(MustCompile(g));
   }
@@ -51,7 +51,7 @@ std::vector<std::shared_ptr<const CompiledGrammar>> Grammars() {
       "additionalProperties": {"type": "number"}}]})", /*tag_safe=*/true));
   {
     Grammar g;
-    JsonRules json(&g, false);
+    JsonRules json(&g, JsonFamily::Plain());
     const int reasoning = g.Add("reasoning", Automaton(TextUntil("</think>", {"<tool_call>"})), "test.reasoning");
     g.set_root(g.Add("root", Seq({Call(reasoning), json.Ws(), json.Array()})));
     out.push_back(MustCompile(g));
