@@ -17,7 +17,99 @@ int32_t AddSat(int32_t a, int32_t b) { return a >= kInf || b >= kInf ? kInf : st
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(const Grammar& grammar) {
+// Fewest steps to finish, to a fixed point (worklist over dependents): a
+// byte edge is one step, a call the callee's shortest, a shortcut its
+// weight.
+std::vector<int32_t> CompiledGrammar::Distances(const CompiledGrammar& g, const std::vector<std::vector<CallEdge>>& calls,
+                                                const std::vector<std::vector<std::pair<int32_t, int32_t>>>& shortcuts) {
+  const int32_t n = g.num_states();
+  std::vector<int32_t> dist(n, kInf);
+  std::vector<std::vector<int32_t>> dependents(n);  // states whose value reads this one
+  for (int32_t s = 0; s < n; ++s) {
+    for (int b = 0; b < 256; ++b) {
+      const int32_t t = g.next_[static_cast<size_t>(s) * 256 + b];
+      if (t >= 0 && (dependents[t].empty() || dependents[t].back() != s)) dependents[t].push_back(s);
+    }
+    for (const CallEdge& c : calls[s]) {
+      dependents[c.ret].push_back(s);
+      dependents[c.callee_start].push_back(s);
+    }
+    if (!shortcuts.empty()) {
+      for (const auto& [t, w] : shortcuts[s]) dependents[t].push_back(s);
+    }
+  }
+  auto evaluate = [&](int32_t s) {
+    if (g.final_[s]) return 0;
+    int32_t best = kInf;
+    int32_t last = kNoState;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t t = g.next_[static_cast<size_t>(s) * 256 + b];
+      if (t >= 0 && t != last) {
+        best = std::min(best, AddSat(1, dist[t]));
+        last = t;
+      }
+    }
+    for (const CallEdge& c : calls[s]) best = std::min(best, AddSat(dist[c.callee_start], dist[c.ret]));
+    if (!shortcuts.empty()) {
+      for (const auto& [t, w] : shortcuts[s]) best = std::min(best, AddSat(w, dist[t]));
+    }
+    return best;
+  };
+  std::deque<int32_t> queue;
+  std::vector<bool> queued(n, true);
+  for (int32_t s = 0; s < n; ++s) queue.push_back(s);
+  while (!queue.empty()) {
+    const int32_t s = queue.front();
+    queue.pop_front();
+    queued[s] = false;
+    const int32_t v = evaluate(s);
+    if (v < dist[s]) {
+      dist[s] = v;
+      for (int32_t d : dependents[s]) {
+        if (!queued[d]) {
+          queued[d] = true;
+          queue.push_back(d);
+        }
+      }
+    }
+  }
+  return dist;
+}
+
+// Literal runs (states with one byte edge, no call, not final: a tag, a
+// key, a name) can be written with fewer tokens than bytes; each state of
+// a run gets a shortcut to the run's end weighted by the fewest tokens that
+// spell the rest of the run.
+std::vector<std::vector<std::pair<int32_t, int32_t>>> CompiledGrammar::LiteralShortcuts(
+    const CompiledGrammar& g, const LiteralTokens& literal_tokens) {
+  const int32_t n = g.num_states();
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> out(n);
+  auto single = [&](int32_t s, unsigned char* byte) {
+    if (g.final_[s] || !g.Calls(s).empty()) return kNoState;
+    int32_t target = kNoState;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t t = g.Next(s, static_cast<unsigned char>(b));
+      if (t == kNoState) continue;
+      if (target != kNoState) return kNoState;  // a choice: not a literal
+      target = t;
+      *byte = static_cast<unsigned char>(b);
+    }
+    return target;
+  };
+  for (int32_t s = 0; s < n; ++s) {
+    std::string run;
+    int32_t cur = s;
+    unsigned char b = 0;
+    for (int32_t next; run.size() < 256 && (next = single(cur, &b)) != kNoState; cur = next) run.push_back(static_cast<char>(b));
+    if (run.size() < 2) continue;
+    const int32_t w = literal_tokens(run);
+    if (w > 0 && w < static_cast<int32_t>(run.size())) out[s].emplace_back(cur, w);
+  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(const Grammar& grammar,
+                                                                               const LiteralTokens& literal_tokens) {
   const auto& rules = grammar.rules();
   if (grammar.root() < 0 || grammar.root() >= static_cast<int>(rules.size())) {
     return absl::InvalidArgumentError("grammar: no root rule");
@@ -73,51 +165,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(
     }
   }
 
-  // Fewest bytes to finish, to a fixed point (worklist over dependents).
-  std::vector<int32_t> dist(n, kInf);
-  std::vector<std::vector<int32_t>> dependents(n);  // states whose value reads this one
-  for (int32_t s = 0; s < n; ++s) {
-    for (int b = 0; b < 256; ++b) {
-      const int32_t t = g->next_[static_cast<size_t>(s) * 256 + b];
-      if (t >= 0 && (dependents[t].empty() || dependents[t].back() != s)) dependents[t].push_back(s);
-    }
-    for (const CallEdge& c : calls[s]) {
-      dependents[c.ret].push_back(s);
-      dependents[c.callee_start].push_back(s);
-    }
-  }
-  auto evaluate = [&](int32_t s) {
-    if (g->final_[s]) return 0;
-    int32_t best = kInf;
-    int32_t last = kNoState;
-    for (int b = 0; b < 256; ++b) {
-      const int32_t t = g->next_[static_cast<size_t>(s) * 256 + b];
-      if (t >= 0 && t != last) {
-        best = std::min(best, AddSat(1, dist[t]));
-        last = t;
-      }
-    }
-    for (const CallEdge& c : calls[s]) best = std::min(best, AddSat(dist[c.callee_start], dist[c.ret]));
-    return best;
-  };
-  std::deque<int32_t> queue;
-  std::vector<bool> queued(n, true);
-  for (int32_t s = 0; s < n; ++s) queue.push_back(s);
-  while (!queue.empty()) {
-    const int32_t s = queue.front();
-    queue.pop_front();
-    queued[s] = false;
-    const int32_t v = evaluate(s);
-    if (v < dist[s]) {
-      dist[s] = v;
-      for (int32_t d : dependents[s]) {
-        if (!queued[d]) {
-          queued[d] = true;
-          queue.push_back(d);
-        }
-      }
-    }
-  }
+  std::vector<int32_t> dist = Distances(*g, calls, {});
   g->root_start_ = 0;
   if (dist[0] >= kInf) {
     return absl::InvalidArgumentError("the grammar accepts no output at all (its constraints cannot be satisfied)");
@@ -141,6 +189,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(
     g->calls_.insert(g->calls_.end(), calls[s].begin(), calls[s].end());
   }
   g->dist_ = std::move(dist);
+  if (literal_tokens) g->dist_ = Distances(*g, calls, LiteralShortcuts(*g, literal_tokens));
 
   // Left recursion: rule R reaches a call of rule C before any byte; a
   // cycle of those would let the matcher push forever.

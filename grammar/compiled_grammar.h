@@ -1,9 +1,12 @@
 // A grammar's rules as one automaton: every rule's minimal DFA
 // (rule_compiler.h) placed in one global state space, so a pushdown stack
 // frame is a single state id (the caller's return state). Also, per state,
-// the fewest bytes that finish its rule from there (Dist) — what the token
-// budget reads (token_mask.h) — with edges into states that can never
-// finish removed, so a matcher never walks into a dead end.
+// the fewest tokens that finish its rule from there (Dist) — what the token
+// budget reads (token_mask.h): a byte is one token (byte-level vocabularies
+// have every byte), and with a vocabulary at hand a literal run (a tag such
+// as <arg_key>, a key, a name) costs the fewest tokens that spell it — with
+// edges into states that can never finish removed, so a matcher never walks
+// into a dead end.
 //
 // Compile refuses, naming the rule: left recursion (a rule that reaches a
 // call of itself without consuming a byte: the matcher could loop), and a
@@ -12,11 +15,13 @@
 #define SPAR_GRAMMAR_COMPILED_GRAMMAR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "grammar/grammar.h"
 
@@ -32,7 +37,10 @@ class CompiledGrammar {
   static constexpr int32_t kNoState = -1;
   static constexpr int32_t kUnreachable = INT32_MAX / 4;
 
-  static absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Compile(const Grammar& grammar);
+  // The fewest tokens that spell a literal run; empty: a byte each.
+  using LiteralTokens = std::function<int32_t(absl::string_view literal)>;
+  static absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Compile(const Grammar& grammar,
+                                                                        const LiteralTokens& literal_tokens = {});
 
   int32_t num_states() const { return static_cast<int32_t>(final_.size()); }
   int32_t root_start() const { return root_start_; }
@@ -42,8 +50,8 @@ class CompiledGrammar {
   absl::Span<const CallEdge> Calls(int32_t state) const {
     return absl::MakeConstSpan(calls_.data() + call_begin_[state], call_begin_[state + 1] - call_begin_[state]);
   }
-  // Fewest bytes from `state` to a final state of its own rule (nested
-  // calls counted at their shortest).
+  // Fewest tokens (see above) from `state` to a final state of its own
+  // rule (nested calls counted at their shortest).
   int32_t Dist(int32_t state) const { return dist_[state]; }
   // Key under which the state's token-mask table may be shared between
   // grammars (its rule's shared_key + the state's index in the rule); empty
@@ -54,6 +62,10 @@ class CompiledGrammar {
 
  private:
   CompiledGrammar() = default;
+  static std::vector<int32_t> Distances(const CompiledGrammar& g, const std::vector<std::vector<CallEdge>>& calls,
+                                        const std::vector<std::vector<std::pair<int32_t, int32_t>>>& shortcuts);
+  static std::vector<std::vector<std::pair<int32_t, int32_t>>> LiteralShortcuts(const CompiledGrammar& g,
+                                                                                const LiteralTokens& literal_tokens);
 
   std::vector<int32_t> next_;  // [state * 256 + byte]
   std::vector<uint8_t> final_, has_bytes_;

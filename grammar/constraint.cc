@@ -1,5 +1,6 @@
 #include "grammar/constraint.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "grammar/byte_dfa.h"
@@ -94,7 +95,21 @@ Json ConstraintSpec::ToJson() const {
   return j;
 }
 
-absl::StatusOr<CompiledConstraint> CompileConstraint(const ConstraintSpec& spec) {
+std::vector<int32_t> SpecialTokensOf(const TokenVocab& vocab, const std::vector<std::string>& tags) {
+  std::vector<int32_t> out;
+  for (int32_t id : vocab.special_ids()) {
+    const absl::string_view text = vocab.bytes(id);
+    for (const std::string& tag : tags) {
+      if (!text.empty() && absl::StrContains(tag, text)) {
+        out.push_back(id);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<CompiledConstraint> CompileConstraint(const ConstraintSpec& spec, const TokenVocab* vocab) {
   Grammar g;
   CompiledConstraint out;
   std::vector<Expr> parts;
@@ -123,7 +138,13 @@ absl::StatusOr<CompiledConstraint> CompileConstraint(const ConstraintSpec& spec)
     }
   }
   g.set_root(g.Add("output", Seq(std::move(parts))));
-  auto compiled = CompiledGrammar::Compile(g);
+  CompiledGrammar::LiteralTokens literal_tokens;
+  std::vector<int32_t> specials;
+  if (vocab != nullptr) {
+    specials = SpecialTokensOf(*vocab, out.special_tags);
+    literal_tokens = [vocab, &specials](absl::string_view text) { return vocab->MinTokens(text, specials); };
+  }
+  auto compiled = CompiledGrammar::Compile(g, literal_tokens);
   if (!compiled.ok()) {
     const std::string where = spec.kind == ConstraintSpec::Kind::kToolCalls ? "tools" : spec.schema_path;
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", compiled.status().message()));

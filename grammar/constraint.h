@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "grammar/compiled_grammar.h"
+#include "grammar/token_vocab.h"
 #include "grammar/tool_call_grammar.h"
 #include "nlohmann/json.hpp"
 
@@ -52,8 +53,13 @@ struct CompiledConstraint {
 
 // INVALID_ARGUMENT naming the field (schema path) when the spec cannot be
 // compiled: an unsupported or unsatisfiable schema, a tool name the syntax
-// cannot write.
-absl::StatusOr<CompiledConstraint> CompileConstraint(const ConstraintSpec& spec);
+// cannot write. With `vocab`, the grammar's completion costs count the
+// tokens that spell its literals (tags, keys) rather than their bytes, so
+// token budgets are tight where it matters (token_mask.h).
+absl::StatusOr<CompiledConstraint> CompileConstraint(const ConstraintSpec& spec, const TokenVocab* vocab = nullptr);
+
+// Special tokens of `vocab` whose text is (a piece of) one of `tags`.
+std::vector<int32_t> SpecialTokensOf(const TokenVocab& vocab, const std::vector<std::string>& tags);
 
 }  // namespace spar::grammar
 

@@ -32,9 +32,10 @@ MaskStats SequenceConstraint::FillMask(uint64_t step, uint32_t* words) {
   return FillTokenMask(*constraint_->tables, matcher_, opt, words);
 }
 
-bool SequenceConstraint::FinishedBy(int32_t token, const TokenVocab& vocab) const {
+bool SequenceConstraint::FinishedBy(int32_t token, uint64_t step, const TokenVocab& vocab) const {
   if (!vocab.matchable(token)) return false;
-  return matcher_.Probe(vocab.bytes(token)).terminated;
+  const GrammarMatcher::Outcome o = matcher_.Probe(vocab.bytes(token));
+  return o.terminated || (o.accepting && step + 1 >= static_cast<uint64_t>(max_tokens_));
 }
 
 absl::StatusOr<std::unique_ptr<ConstraintEngine>> ConstraintEngine::Create(const Tokenizer& tokenizer,
@@ -52,19 +53,11 @@ absl::StatusOr<std::shared_ptr<ActiveConstraint>> ConstraintEngine::Get(const st
     return it->second->second;
   }
   SPAR_ASSIGN_OR_RETURN(ConstraintSpec spec, ConstraintSpec::Parse(spec_json));
-  SPAR_ASSIGN_OR_RETURN(CompiledConstraint compiled, CompileConstraint(spec));
+  SPAR_ASSIGN_OR_RETURN(CompiledConstraint compiled, CompileConstraint(spec, vocab_.get()));
   auto active = std::make_shared<ActiveConstraint>();
   active->tables = std::make_unique<StateMasks>(compiled.grammar, shared_);
   // A special token may spell a whole tag or a piece of one.
-  for (int32_t id : vocab_->special_ids()) {
-    const absl::string_view text = vocab_->bytes(id);
-    for (const std::string& tag : compiled.special_tags) {
-      if (!text.empty() && absl::StrContains(tag, text)) {
-        active->allowed_special.push_back(id);
-        break;
-      }
-    }
-  }
+  active->allowed_special = SpecialTokensOf(*vocab_, compiled.special_tags);
   active->compiled = std::move(compiled);
   lru_.emplace_front(spec_json, active);
   index_[spec_json] = lru_.begin();

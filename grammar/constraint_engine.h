@@ -43,9 +43,10 @@ class SequenceConstraint {
   // The mask of the output token with index `step` (tokens observed so far
   // = step), `vocab.mask_words()` words.
   MaskStats FillMask(uint64_t step, uint32_t* words);
-  // The output is finished once `token` follows what was observed: nothing
-  // more may come (the scheduler ends the sequence there).
-  bool FinishedBy(int32_t token, const TokenVocab& vocab) const;
+  // The output is finished once `token` (output index `step`) follows what
+  // was observed: nothing more may come, or it is complete and the budget
+  // is spent (the scheduler ends the sequence there, as stopped).
+  bool FinishedBy(int32_t token, uint64_t step, const TokenVocab& vocab) const;
   const GrammarMatcher& matcher() const { return matcher_; }
 
  private:

@@ -120,7 +120,26 @@ MaskStats FillTokenMask(StateMasks& tables, const GrammarMatcher& matcher, const
   MaskStats stats = Fill(tables, matcher, options, options.remaining, words);
   if (AnySet(words, n)) return stats;
   if (options.remaining >= 0) {
-    stats = Fill(tables, matcher, options, -1, words);
+    // Nothing can be finished in time (the budget was smaller than the
+    // shortest output to begin with): finish as soon as possible instead,
+    // with the smallest budget that allows a token. One that makes progress
+    // exists at the current cost - 1 (a byte of the shortest completion).
+    int64_t lo = options.remaining + 1, hi = std::max<int64_t>(lo, matcher.min_cost() - 1);
+    stats = Fill(tables, matcher, options, hi, words);
+    if (AnySet(words, n)) {
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        Fill(tables, matcher, options, mid, words);
+        if (AnySet(words, n)) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      stats = Fill(tables, matcher, options, hi, words);
+    } else {
+      stats = Fill(tables, matcher, options, -1, words);
+    }
     stats.budget_dropped = true;
     if (AnySet(words, n)) return stats;
   }

@@ -12,9 +12,10 @@
 //
 // End tokens (EOS, stop token ids) are allowed only where the output is
 // complete and never as text; special added tokens only when listed in
-// `allowed_special`. If nothing would be allowed (a budget smaller than
-// the shortest output), the budget is dropped; if still nothing, the end
-// tokens are allowed, so sampling always has a choice.
+// `allowed_special`. If nothing fits the budget (it was smaller than the
+// shortest output from the start), the output is finished as soon as
+// possible instead (the smallest budget that allows a token); if still
+// nothing, the end tokens are allowed, so sampling always has a choice.
 #ifndef SPAR_GRAMMAR_TOKEN_MASK_H_
 #define SPAR_GRAMMAR_TOKEN_MASK_H_
 
@@ -36,7 +37,7 @@ struct MaskStats {
   int stacks = 0;
   int escape_groups = 0;  // rests matched against the real stack
   bool budget_applied = false;
-  bool budget_dropped = false;  // nothing fit the budget
+  bool budget_dropped = false;  // nothing fit the budget: finishing as soon as possible
 };
 
 // Fills `words` (vocab.mask_words() of them) with the mask.

@@ -52,6 +52,42 @@ std::optional<int32_t> TokenVocab::SpecialId(absl::string_view text) const {
   return std::nullopt;
 }
 
+int32_t TokenVocab::MinTokens(absl::string_view text, const std::vector<int32_t>& allowed_special) const {
+  const size_t n = text.size();
+  constexpr int32_t kNone = INT32_MAX;
+  std::vector<int32_t> best(n + 1, kNone);  // best[i]: tokens for text[i:]
+  best[n] = 0;
+  auto usable = [&](int32_t id) {
+    return !std::binary_search(special_.begin(), special_.end(), id) ||
+           std::find(allowed_special.begin(), allowed_special.end(), id) != allowed_special.end();
+  };
+  for (size_t i = n; i-- > 0;) {
+    // Walk the trie along text[i:]: every node on the way that ends a
+    // usable token is a candidate.
+    int32_t node = 0;
+    for (size_t j = i; j < n; ++j) {
+      int32_t child = node + 1, found = -1;
+      while (child < trie_[node].subtree_end) {
+        if (trie_[child].byte == static_cast<uint8_t>(text[j])) {
+          found = child;
+          break;
+        }
+        child = trie_[child].subtree_end;
+      }
+      if (found < 0) break;
+      node = found;
+      if (best[j + 1] == kNone) continue;
+      for (int32_t t = trie_[node].tok_begin; t < trie_[node + 1].tok_begin; ++t) {
+        if (usable(sorted_ids_[t])) {
+          best[i] = std::min(best[i], best[j + 1] + 1);
+          break;
+        }
+      }
+    }
+  }
+  return best[0] == kNone ? -1 : best[0];
+}
+
 void TokenVocab::Build() {
   for (int32_t id = 0; id < size(); ++id) {
     if (matchable(id) && pieces_[id]->size() == 1) single_byte_[static_cast<unsigned char>((*pieces_[id])[0])] = true;

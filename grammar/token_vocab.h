@@ -52,6 +52,9 @@ class TokenVocab {
   // Some token is exactly this byte (a budget that runs out can always
   // spell the shortest completion one byte at a time).
   bool has_single_byte(unsigned char b) const { return single_byte_[b]; }
+  // The fewest tokens whose bytes concatenate to `text`, special tokens
+  // counted only when listed in `allowed_special` (-1: none spell it).
+  int32_t MinTokens(absl::string_view text, const std::vector<int32_t>& allowed_special) const;
 
   // Preorder trie; node 0 is the root (no byte), node size() a sentinel
   // whose tok_begin is the number of sorted ids.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,10 +19,18 @@ namespace spar {
 // What the last stage needs to sample a sequence. Sent when a sequence
 // starts (or restarts after preemption); the token history for penalties is
 // rebuilt from the plans' tokens (positions < prompt_len are prompt).
+// Constrained decoding of one sequence (worker.proto Constraint).
+struct SamplingConstraint {
+  std::string spec;  // grammar/constraint.h ConstraintSpec JSON
+  std::vector<int32_t> end_token_ids;
+  int max_tokens = 0;
+};
+
 struct SequenceSampling {
   ref::SamplingParams params;  // seed already resolved
   int32_t prompt_len = 0;
   int top_logprobs = 0;
+  std::optional<SamplingConstraint> constraint;
 };
 
 struct PlannedSequence {
@@ -40,6 +49,7 @@ struct SampledToken {
   int32_t token = 0;
   float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top;
+  bool constraint_finished = false;  // a constrained output is complete with this token
 };
 
 struct StageTiming {

@@ -136,6 +136,10 @@ void HandleGenerate(const GenerateContext& ctx, bool chat, HttpRequest req, std:
     // The parsers read the tags (<think>, <tool_call>, …), special tokens
     // that skip_special_tokens would drop from the text (as vLLM's do).
     if (ro.chat_syntax.active()) (*params)[0].skip_special_tokens = false;
+    if (request->constraint) {
+      absl::Status s = ApplyOutputConstraint(*request->constraint, ro.chat_syntax, &(*params)[0]);
+      if (!s.ok()) return out->Send(StatusResponse(s));
+    }
   }
   answer->tokens = std::make_shared<TokenStrings>(scheduler->tokenizer());
   answer->builder = std::make_unique<ResponseBuilder>(ro, answer->tokens.get());

@@ -47,6 +47,7 @@ absl::StatusOr<std::vector<int64_t>> SchedulerCore::Submit(std::vector<SequenceR
     s.stop_token_ids = std::move(r.stop_token_ids);
     s.ignore_eos = r.ignore_eos;
     s.deadline = r.deadline;
+    if (r.constraint) s.sampling.constraint = ConstraintFor(*r.constraint, s);
     seqs_.emplace(s.id, std::move(s));
   }
   return ids;
@@ -163,6 +164,12 @@ std::vector<SeqEvent> SchedulerCore::OnResult(const MicroBatchResult& result) {
     }
     s.tokens.push_back(t);
     events.push_back({s.id, *tok->second, std::nullopt});
+    if (tok->second->constraint_finished) {  // a constrained output is complete
+      SeqFinish f;
+      f.reason = SeqFinishReason::kStop;
+      events.push_back(End(s, f));
+      continue;
+    }
     if (s.num_output() >= s.max_tokens ||
         (options_.max_model_len > 0 && static_cast<int64_t>(s.tokens.size()) >= options_.max_model_len)) {
       SeqFinish f;
@@ -171,6 +178,17 @@ std::vector<SeqEvent> SchedulerCore::OnResult(const MicroBatchResult& result) {
     }
   }
   return events;
+}
+
+SamplingConstraint SchedulerCore::ConstraintFor(const std::string& spec, const Seq& s) const {
+  SamplingConstraint c;
+  c.spec = spec;
+  if (!s.ignore_eos) {
+    for (int64_t id : options_.eos_token_ids) c.end_token_ids.push_back(static_cast<int32_t>(id));
+  }
+  c.end_token_ids.insert(c.end_token_ids.end(), s.stop_token_ids.begin(), s.stop_token_ids.end());
+  c.max_tokens = s.max_tokens;
+  return c;
 }
 
 void SchedulerCore::Remove(int64_t id) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -52,6 +53,7 @@ struct SequenceRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   std::optional<absl::Time> deadline;
+  std::optional<std::string> constraint;  // a ConstraintSpec (GenerateParams::constraint)
 };
 
 enum class SeqFinishReason { kLength, kStop, kAborted };
@@ -145,6 +147,8 @@ class SchedulerCore {
 
   // Removes `seq` everywhere; frees its blocks.
   void Remove(int64_t seq);
+  // The last stage's constraint instructions for `spec` on `s`.
+  SamplingConstraint ConstraintFor(const std::string& spec, const Seq& s) const;
   SeqEvent End(Seq& s, SeqFinish finish);
 
   CoreOptions options_;

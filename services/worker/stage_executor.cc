@@ -31,7 +31,23 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
   exec->options_.num_blocks = exec->model_->num_blocks();  // what the memory budget gave
   exec->last_layer_ = options.last_layer < 0 ? exec->model_->config().num_hidden_layers : options.last_layer;
   exec->options_.last_layer = exec->last_layer_;
+  if (exec->is_last_stage()) {
+    exec->constraints_ = std::make_unique<ConstraintStates>(options.model_dir, exec->model_->config().vocab_size);
+  }
   return exec;
+}
+
+absl::Status StageExecutor::TrackConstraint(const PlannedSequence& p) {
+  if (p.sampling) SPAR_RETURN_IF_ERROR(constraints_->Reset(p.step.seq_id, *p.sampling));
+  return constraints_->Observe(p.step.seq_id, p.step.start_pos, p.step.tokens);
+}
+
+void StageExecutor::MaskRequest(int64_t seq_id, SampleRequest* request) {
+  request->token_mask = constraints_->Mask(seq_id, request->step);
+}
+
+bool StageExecutor::FinishesConstraint(int64_t seq_id, int32_t token, uint64_t step) const {
+  return constraints_->Finishes(seq_id, token, step);
 }
 
 void StageExecutor::TakeAllReduceTimes(StepTimings* timings) {
@@ -41,7 +57,10 @@ void StageExecutor::TakeAllReduceTimes(StepTimings* timings) {
 absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, Activations input) {
   const bool last = is_last_stage();
   if (last) {
-    for (int64_t id : plan.release) sampling_.Release(id);
+    for (int64_t id : plan.release) {
+      sampling_.Release(id);
+      constraints_->Release(id);
+    }
   }
   StageOutput out;
   if (plan.seqs.empty()) return out;  // a release-only micro-batch
@@ -64,6 +83,7 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
         sampling_.Create(p.step.seq_id, *p.sampling);
       }
       SPAR_RETURN_IF_ERROR(sampling_.Observe(p.step.seq_id, p.step.start_pos, p.step.tokens));
+      SPAR_RETURN_IF_ERROR(TrackConstraint(p));
     }
   }
 
@@ -99,6 +119,7 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
       return absl::InvalidArgumentError(absl::StrCat("sequence ", p.step.seq_id, ": num_logits must be 0 or 1"));
     }
     SPAR_ASSIGN_OR_RETURN(SampleRequest r, sampling_.Request(p.step.seq_id));
+    MaskRequest(p.step.seq_id, &r);
     requests.push_back(r);
     ids.push_back(p.step.seq_id);
   }
@@ -112,7 +133,8 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
   if (sampled.size() != ids.size()) return absl::InternalError("sampler returned the wrong number of tokens");
   out.tokens.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
-    out.tokens.push_back({ids[i], sampled[i].token, sampled[i].logprob, std::move(sampled[i].top)});
+    out.tokens.push_back({ids[i], sampled[i].token, sampled[i].logprob, std::move(sampled[i].top),
+                          FinishesConstraint(ids[i], sampled[i].token, requests[i].step)});
   }
   return out;
 }

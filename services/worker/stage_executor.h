@@ -19,6 +19,7 @@
 #include "engine/model.h"
 #include "engine/tensor_parallel.h"
 #include "services/common/micro_batch.h"
+#include "services/worker/constraint_states.h"
 #include "services/worker/sampling_states.h"
 
 namespace spar {
@@ -107,19 +108,30 @@ class StageExecutor {
   absl::StatusOr<StageOutput> Execute(const MicroBatchPlan& plan, Activations input);
 
   // Drops every sampling state (a new pipeline epoch).
-  void ResetSequences() { sampling_.Clear(); }
+  void ResetSequences() {
+    sampling_.Clear();
+    if (constraints_) constraints_->Clear();
+  }
 
  private:
   StageExecutor() = default;
   // Moves the backend's all-reduce durations of this step into `timings`
   // (after the step's results were read: a GPU backend may wait for them).
   void TakeAllReduceTimes(StepTimings* timings);
+  // Constrained decoding (constraint_states.h), the last stage only: keeps
+  // a sequence's constraint with its sampling state and its outputs.
+  absl::Status TrackConstraint(const PlannedSequence& p);
+  // The token mask of a request about to be sampled; whether a sampled
+  // token completes a constrained output.
+  void MaskRequest(int64_t seq_id, SampleRequest* request);
+  bool FinishesConstraint(int64_t seq_id, int32_t token, uint64_t step) const;
 
   StageOptions options_;
   int last_layer_ = 0;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   SamplingStates sampling_;
+  std::unique_ptr<ConstraintStates> constraints_;  // last stage
 };
 
 }  // namespace spar
