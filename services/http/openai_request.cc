@@ -6,7 +6,6 @@
 #include "base/status_macros.h"
 #include "services/common/status_field.h"
 #include "services/http/chat_messages.h"
-#include "text/json_depth.h"
 
 namespace spar::http {
 namespace {
@@ -31,18 +30,7 @@ const std::set<std::string> kChatFields = {
     "response_format", "metadata", "store", "service_tier", "chat_template_kwargs", "add_generation_prompt",
     "reasoning_effort"};
 
-absl::StatusOr<Json> ParseBody(absl::string_view body) {
-  Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("the request body is not valid JSON");
-  // Copying or dumping nlohmann JSON recurses: refuse what could overflow
-  // the stack of whatever walks the body later (text/json_depth.h).
-  if (JsonDepth(j, ChatTemplate::kMaxJsonDepth) > ChatTemplate::kMaxJsonDepth) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request body nests more than ", ChatTemplate::kMaxJsonDepth, " levels deep"));
-  }
-  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat("the request body must be a JSON object, got ", JsonTypeName(j)));
-  return j;
-}
+absl::StatusOr<Json> ParseBody(absl::string_view body) { return ParseJsonObjectBody(body); }
 
 absl::Status CheckKnownFields(const Json& j, const std::set<std::string>& own) {
   for (auto it = j.begin(); it != j.end(); ++it) {
