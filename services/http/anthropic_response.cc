@@ -14,7 +14,21 @@ std::string SseText(const SseEvent& e) { return absl::StrCat("event: ", e.name, 
 
 AnthropicMessageBuilder::AnthropicMessageBuilder(std::string id, std::string model, ChatOutputSyntax syntax,
                                                  const Json* tools)
-    : id_(std::move(id)), model_(std::move(model)), stream_(syntax, tools, absl::StrCat("toolu_", id_.substr(4), "_")) {}
+    : id_(std::move(id)),
+      model_(std::move(model)),
+      stream_(syntax, tools, absl::StrCat("toolu_", id_.substr(4), "_")),
+      thinking_expected_(syntax.reasoning && syntax.starts_in_reasoning) {}
+
+// With thinking on, the message opens with a thinking block even when the
+// model closed its reasoning at once (as Anthropic's always has one).
+void AnthropicMessageBuilder::EnsureThinking(std::vector<SseEvent>* events) {
+  if (!thinking_expected_) return;
+  thinking_expected_ = false;
+  if (content_.empty()) {
+    OpenBlock({{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, Open::kThinking, events);
+    CloseBlock(events);
+  }
+}
 
 std::vector<SseEvent> AnthropicMessageBuilder::Start(int input_tokens) {
   input_tokens_ = input_tokens;
@@ -46,6 +60,7 @@ void AnthropicMessageBuilder::OpenBlock(Json block, Open kind, std::vector<SseEv
 
 void AnthropicMessageBuilder::Feed(const Json& delta, bool final, std::vector<SseEvent>* events) {
   if (const auto it = delta.find("reasoning_content"); it != delta.end()) {
+    thinking_expected_ = false;
     if (open_ != Open::kThinking) OpenBlock({{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, Open::kThinking, events);
     const std::string piece = it->get<std::string>();
     content_.back()["thinking"] = content_.back()["thinking"].get<std::string>() + piece;
@@ -62,6 +77,7 @@ void AnthropicMessageBuilder::Feed(const Json& delta, bool final, std::vector<Ss
     while (body > 0 && absl::ascii_isspace(static_cast<unsigned char>(piece[body - 1]))) --body;
     pending_space_ = piece.substr(body);
     if (body > 0) {
+      EnsureThinking(events);
       if (open_ != Open::kText) OpenBlock({{"type", "text"}, {"text", ""}}, Open::kText, events);
       const std::string text = piece.substr(0, body);
       content_.back()["text"] = content_.back()["text"].get<std::string>() + text;
@@ -73,6 +89,7 @@ void AnthropicMessageBuilder::Feed(const Json& delta, bool final, std::vector<Ss
   }
   if (const auto it = delta.find("tool_calls"); it != delta.end()) {
     pending_space_.clear();
+    EnsureThinking(events);
     for (const Json& call : *it) {
       called_tools_ = true;
       const std::string args = call["function"]["arguments"].get<std::string>();
@@ -110,6 +127,7 @@ std::vector<SseEvent> AnthropicMessageBuilder::Add(const GenerationUpdate& u) {
 
 std::vector<SseEvent> AnthropicMessageBuilder::Finish(const FinishInfo& f) {
   std::vector<SseEvent> events;
+  EnsureThinking(&events);
   CloseBlock(&events);
   finished_ = true;
   if (called_tools_) {

@@ -11,6 +11,8 @@
 //   max_tokens / stop_sequence / tool_use, stop_sequence, usage) and
 //   message_stop.
 //
+// With thinking on (the prompt opened <think>) the message starts with a
+// thinking block, empty when the model closed its reasoning at once.
 // Blocks follow the output: a block closes when the next kind begins, so
 // text after a tool call is a new text block. Trailing whitespace of text
 // (the newline a template writes before a call) is held back and dropped
@@ -55,6 +57,7 @@ class AnthropicMessageBuilder {
   void CloseBlock(std::vector<SseEvent>* events);
   void OpenBlock(Json block, Open kind, std::vector<SseEvent>* events);
   void Feed(const Json& delta, bool final, std::vector<SseEvent>* events);
+  void EnsureThinking(std::vector<SseEvent>* events);
   std::vector<SseEvent> Finish(const FinishInfo& finish);
 
   const std::string id_, model_;
@@ -64,6 +67,7 @@ class AnthropicMessageBuilder {
   Open open_ = Open::kNone;
   Json content_ = Json::array();  // the blocks so far, as the Message carries them
   bool called_tools_ = false;
+  bool thinking_expected_;  // thinking on and no thinking block yet
   int input_tokens_ = 0, output_tokens_ = 0;
   std::string stop_reason_ = "end_turn";
   Json stop_sequence_ = nullptr;

@@ -160,6 +160,22 @@ TEST(AnthropicResponseTest, ThinkingTextAndToolUseInTheDocumentedOrder) {
   }
 }
 
+TEST(AnthropicResponseTest, ThinkingOnAlwaysOpensWithAThinkingBlock) {
+  const Json tools = Json::array();
+  const ChatOutputSyntax syntax{.reasoning = true, .starts_in_reasoning = true};
+  AnthropicMessageBuilder b("msg_t", "tiny", syntax, &tools);
+  b.Start(3);
+  std::vector<SseEvent> all = b.Add(Update("</think>42", 2));
+  FinishInfo f;
+  f.reason = SeqFinishReason::kStop;
+  for (SseEvent& e : b.Add(Update("", 0, f))) all.push_back(std::move(e));
+  EXPECT_EQ(Types(all), (std::vector<std::string>{"content_block_start:thinking", "content_block_stop",
+                                                  "content_block_start:text", "content_block_delta:text_delta",
+                                                  "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(b.Message()["content"][0]["thinking"], "");
+  EXPECT_EQ(b.Message()["content"][1]["text"], "42");
+}
+
 TEST(AnthropicResponseTest, StopReasons) {
   const Json tools = Json::array();
   struct Case {
