@@ -121,10 +121,19 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(
   std::deque<int> work = {grammar.root()};
   index[grammar.root()] = 0;
   order.push_back(grammar.root());
+  // A bound on the whole automaton, which bounds the time compiling takes
+  // (a schema with many huge repetition counts).
+  constexpr int64_t kMaxStates = 200000;
+  int64_t total = 0;
   while (!work.empty()) {
     const int r = work.front();
     work.pop_front();
-    SPAR_ASSIGN_OR_RETURN(RuleDfa d, CompileRule(rules[r].body));
+    SPAR_ASSIGN_OR_RETURN(RuleDfa d, CompileRule(rules[r].body, static_cast<int>(kMaxStates - total)));
+    total += d.size();
+    if (total > kMaxStates) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the grammar needs more than ", kMaxStates, " automaton states (repetition bounds too large)"));
+    }
     for (const auto& calls : d.calls) {
       for (const auto& [callee, ret] : calls) {
         if (callee < 0 || callee >= static_cast<int>(rules.size())) {

@@ -130,7 +130,7 @@ ByteDfa JsonStringDfa(const StringShape& shape) {
 
 ByteDfa RawTextDfa(int min_chars, int max_chars, const std::vector<std::string>& forbidden) {
   auto step = [&](std::pair<int, int> s, int c) -> std::pair<int, int> {
-    const auto [sub, count] = s;
+    const int sub = s.first, count = s.second;  // (clang 14 cannot capture structured bindings)
     auto done = [&] { return max_chars < 0 ? std::min(count + 1, min_chars) : count + 1; };
     if (sub == kAtBoundary) {
       if (max_chars >= 0 && count >= max_chars) return {-1, 0};

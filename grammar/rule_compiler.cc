@@ -4,6 +4,7 @@
 #include <bitset>
 #include <deque>
 #include <map>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 
@@ -151,20 +152,47 @@ StateSet Closure(const Nfa& nfa, StateSet set) {
 }
 
 // Moore refinement: states with equal futures merge; the result is
-// renumbered breadth-first from the start.
+// renumbered breadth-first from the start. Bytes that every state treats
+// alike form one class, so a signature has one entry per class, not 256.
+// Refinement takes as many rounds as the longest chain of distinguishable
+// states (a counted repetition: its count), so automata above
+// kMaxMinimizeStates are kept as built (already deterministic; minimal or
+// not, the matcher is the same language).
+constexpr int32_t kMaxMinimizeStates = 3000;
+
+struct SignatureHash {
+  size_t operator()(const std::vector<int32_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
 RuleDfa Minimize(const RuleDfa& d) {
   const int32_t n = d.size();
+  if (n > kMaxMinimizeStates) return d;
+  // Byte classes: bytes with the same column of targets.
+  std::vector<int> reps;  // one byte per class
+  {
+    std::unordered_map<std::vector<int32_t>, int, SignatureHash> seen;
+    for (int b = 0; b < 256; ++b) {
+      std::vector<int32_t> col(n);
+      for (int32_t s = 0; s < n; ++s) col[s] = d.next[s][b];
+      if (seen.emplace(std::move(col), b).second) reps.push_back(b);
+    }
+  }
   std::vector<int32_t> cls(n);
   for (int32_t s = 0; s < n; ++s) cls[s] = d.final[s] ? 1 : 0;
   int32_t classes = -1;
+  std::vector<int32_t> sig;
   for (;;) {
-    std::map<std::vector<int32_t>, int32_t> ids;
+    std::unordered_map<std::vector<int32_t>, int32_t, SignatureHash> ids;
+    ids.reserve(static_cast<size_t>(n));
     std::vector<int32_t> next_cls(n);
     for (int32_t s = 0; s < n; ++s) {
-      std::vector<int32_t> sig;
-      sig.reserve(258 + 2 * d.calls[s].size());
+      sig.clear();
       sig.push_back(cls[s]);
-      for (int b = 0; b < 256; ++b) sig.push_back(d.next[s][b] < 0 ? -1 : cls[d.next[s][b]]);
+      for (int b : reps) sig.push_back(d.next[s][b] < 0 ? -1 : cls[d.next[s][b]]);
       std::vector<std::pair<int, int32_t>> calls;
       for (const auto& [rule, ret] : d.calls[s]) calls.emplace_back(rule, cls[ret]);
       std::sort(calls.begin(), calls.end());
@@ -173,7 +201,8 @@ RuleDfa Minimize(const RuleDfa& d) {
         sig.push_back(rule);
         sig.push_back(c);
       }
-      auto [it, fresh] = ids.emplace(std::move(sig), static_cast<int32_t>(ids.size()));
+      // Class ids in order of first appearance by state: deterministic.
+      auto [it, fresh] = ids.emplace(sig, static_cast<int32_t>(ids.size()));
       next_cls[s] = it->second;
     }
     const int32_t count = static_cast<int32_t>(ids.size());
