@@ -6,6 +6,7 @@
 #include "base/status_macros.h"
 #include "services/common/status_field.h"
 #include "services/http/chat_messages.h"
+#include "services/http/openai_request.h"
 
 namespace spar::http {
 namespace {
@@ -199,21 +200,9 @@ absl::Status ParseToolChoice(const Json& j, AnthropicRequest* r) {
 }
 
 GenerateFieldNames AnthropicNames() {
-  GenerateFieldNames n;
-  n.request_id = "X-Request-Id";
+  GenerateFieldNames n = OpenAiFieldNames();
   n.text = n.token_ids = "messages";
-  n.temperature = "temperature";
-  n.top_p = "top_p";
-  n.top_k = "top_k";
-  n.min_p = "min_p";
-  n.repetition_penalty = "repetition_penalty";
-  n.frequency_penalty = "frequency_penalty";
-  n.presence_penalty = "presence_penalty";
-  n.n = "n";
-  n.max_tokens = "max_tokens";
-  n.stop_token_ids = "stop_token_ids";
   n.stop_strings = "stop_sequences";
-  n.top_logprobs = "top_logprobs";
   return n;
 }
 

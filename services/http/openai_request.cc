@@ -146,26 +146,6 @@ absl::Status ParseCommon(const Json& j, OpenAiRequest* r) {
   return absl::OkStatus();
 }
 
-GenerateFieldNames OpenAiNames() {
-  GenerateFieldNames n;
-  n.request_id = "X-Request-Id";
-  n.text = "prompt";
-  n.token_ids = "prompt";
-  n.temperature = "temperature";
-  n.top_p = "top_p";
-  n.top_k = "top_k";
-  n.min_p = "min_p";
-  n.repetition_penalty = "repetition_penalty";
-  n.frequency_penalty = "frequency_penalty";
-  n.presence_penalty = "presence_penalty";
-  n.n = "n";
-  n.max_tokens = "max_tokens";
-  n.stop_token_ids = "stop_token_ids";
-  n.stop_strings = "stop";
-  n.top_logprobs = "top_logprobs";
-  return n;
-}
-
 absl::Status ParseTokenList(const Json& list, const std::string& field, std::vector<int32_t>* out) {
   for (size_t i = 0; i < list.size(); ++i) {
     const Json& v = list[i];
@@ -270,7 +250,7 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body, int
   SPAR_RETURN_IF_ERROR(CheckKnownFields(j, kCompletionFields));
   OpenAiRequest r;
   r.kind = ApiKind::kCompletion;
-  r.names = OpenAiNames();
+  r.names = OpenAiFieldNames();
   r.names.top_logprobs = "logprobs";
   SPAR_RETURN_IF_ERROR(ParseCommon(j, &r));
   SPAR_RETURN_IF_ERROR(ParsePrompts(j, max_prompts, &r));
@@ -301,7 +281,7 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body) {
   SPAR_RETURN_IF_ERROR(CheckKnownFields(j, kChatFields));
   OpenAiRequest r;
   r.kind = ApiKind::kChat;
-  r.names = OpenAiNames();
+  r.names = OpenAiFieldNames();
   r.names.text = "messages";
   SPAR_RETURN_IF_ERROR(ParseCommon(j, &r));
   const Json* messages = Find(j, "messages");
@@ -385,6 +365,26 @@ absl::StatusOr<std::vector<GenerateParams>> BuildGenerateParams(const OpenAiRequ
     SPAR_RETURN_IF_ERROR(add(std::move(p), names));
   }
   return out;
+}
+
+GenerateFieldNames OpenAiFieldNames() {
+  GenerateFieldNames n;
+  n.request_id = "X-Request-Id";
+  n.text = "prompt";
+  n.token_ids = "prompt";
+  n.temperature = "temperature";
+  n.top_p = "top_p";
+  n.top_k = "top_k";
+  n.min_p = "min_p";
+  n.repetition_penalty = "repetition_penalty";
+  n.frequency_penalty = "frequency_penalty";
+  n.presence_penalty = "presence_penalty";
+  n.n = "n";
+  n.max_tokens = "max_tokens";
+  n.stop_token_ids = "stop_token_ids";
+  n.stop_strings = "stop";
+  n.top_logprobs = "top_logprobs";
+  return n;
 }
 
 }  // namespace spar::http

@@ -63,6 +63,10 @@ struct OpenAiRequest {
   GenerateFieldNames names;
 };
 
+// How the OpenAI API names the generation fields in errors (other APIs on
+// the port start from it).
+GenerateFieldNames OpenAiFieldNames();
+
 // Both take at most `max_prompts` prompts (completions with a prompt list).
 absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body, int max_prompts = 64);
 absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body);

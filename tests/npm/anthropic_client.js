@@ -19,7 +19,7 @@ const [SPAR, SOURCE, WORK] = process.argv.slice(2, 5);
 const MODULES = path.resolve(process.argv[5] || path.join(__dirname, 'node_modules'));
 const AnthropicModule = require(path.join(MODULES, '@anthropic-ai/sdk'));
 const Anthropic = AnthropicModule.default || AnthropicModule.Anthropic || AnthropicModule;
-const { startCluster, stopCluster, dumpLogs, runTests } = require('./local_cluster');
+const { startCluster, runAgainstCluster } = require('./local_cluster');
 
 const API_KEY = 'sk-spar-anthropic-test';
 const MODEL = 'tiny-glm5';
@@ -246,19 +246,7 @@ async function main() {
   }
   const cluster = await startCluster(SPAR, WORK, { model: path.join(SOURCE, 'models/tiny-glm5-chat/bf16'), stages: 2,
                                                    apiKey: API_KEY, servedName: MODEL });
-  const ctx = { ...cluster, api: client(cluster.httpPort) };
-  let failed = 0;
-  try {
-    failed = await runTests(tests, ctx);
-  } finally {
-    await stopCluster(cluster);
-  }
-  if (failed > 0) {
-    dumpLogs(cluster.logs);
-    console.log(`${failed} of ${tests.length} failed`);
-    process.exit(1);
-  }
-  console.log(`all ${tests.length} passed`);
+  await runAgainstCluster(tests, cluster, { ...cluster, api: client(cluster.httpPort) });
 }
 
 main().catch((e) => {

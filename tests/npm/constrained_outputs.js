@@ -27,7 +27,7 @@ const [SPAR, SOURCE, WORK] = process.argv.slice(2, 5);
 const MODULES = path.resolve(process.argv[5] || path.join(__dirname, 'node_modules'));
 const OpenAI = require(path.join(MODULES, 'openai'));
 const Ajv2020 = require(path.join(MODULES, 'ajv/dist/2020')).default;
-const { startCluster, stopCluster, dumpLogs } = require('./local_cluster');
+const { startCluster, stopCluster, dumpLogs, mapConcurrent } = require('./local_cluster');
 
 const MODEL = 'tiny-glm5';
 const SCHEMA_CASES = 200, OBJECT_CASES = 20, TOOL_CASES = 24;
@@ -171,19 +171,6 @@ const budgetFor = (schema) => JSON.stringify(minimal(schema, schema)).length + 2
 
 const QUESTIONS = ['What is 6 times 7?', 'Describe a city.', 'The password of KEY9 is RED. What is it?',
                    'List some numbers.', 'Hello!', 'Give me a JSON object about a cat.', '给我一个例子。'];
-
-async function mapConcurrent(items, width, fn) {
-  const out = new Array(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i], i);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker));
-  return out;
-}
 
 function sampling(i) {
   const thinking = i % 3 === 0;

@@ -51,6 +51,20 @@ function dumpLogs(logs) {
   }
 }
 
+// Runs fn over items, `width` requests in flight (the scheduler batches them).
+async function mapConcurrent(items, width, fn) {
+  const out = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i], i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker));
+  return out;
+}
+
 // Runs `tests` ([{name, fn}]) in order with `ctx`; returns the failures.
 async function runTests(tests, ctx) {
   let failed = 0;
@@ -67,4 +81,21 @@ async function runTests(tests, ctx) {
   return failed;
 }
 
-module.exports = { sleep, waitForFile, startCluster, stopCluster, dumpLogs, runTests };
+// Runs `tests` against `cluster` with `ctx`, stops the cluster, reports, and
+// exits 1 (with the daemons' logs) when one failed.
+async function runAgainstCluster(tests, cluster, ctx) {
+  let failed = 0;
+  try {
+    failed = await runTests(tests, ctx);
+  } finally {
+    await stopCluster(cluster);
+  }
+  if (failed > 0) {
+    dumpLogs(cluster.logs);
+    console.log(`${failed} of ${tests.length} failed`);
+    process.exit(1);
+  }
+  console.log(`all ${tests.length} passed`);
+}
+
+module.exports = { sleep, waitForFile, startCluster, stopCluster, dumpLogs, runTests, runAgainstCluster, mapConcurrent };
