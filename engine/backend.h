@@ -116,6 +116,11 @@ struct SampleRequest {
   const TokenHistory* history = nullptr;
   uint64_t step = 0;     // index of the token being sampled in the output
   int top_logprobs = 0;  // alternatives to return
+  // Constrained decoding (grammar/): ceil(vocab / 32) words, host memory,
+  // id i allowed when bit i % 32 of word i / 32 is set; null: every id.
+  // Masked ids get -inf before penalties, sampling and logprobs
+  // (ref::ApplyTokenMask; a mask allowing nothing is ignored).
+  const uint32_t* token_mask = nullptr;
 };
 
 struct SampleResult {

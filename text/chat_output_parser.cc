@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "text/dsml_tool_calls.h"
 
 namespace spar {
 namespace {
@@ -34,13 +35,15 @@ size_t PartialTagTail(absl::string_view text, const std::vector<absl::string_vie
   return best;
 }
 
+bool IsSpace(char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); }
+
 size_t SkipSpace(absl::string_view s, size_t pos) {
-  while (pos < s.size() && absl::ascii_isspace(static_cast<unsigned char>(s[pos]))) ++pos;
+  while (pos < s.size() && IsSpace(s[pos])) ++pos;
   return pos;
 }
 
 // The inside of one <tool_call> … </tool_call>; false when it does not parse.
-bool ParseCall(absl::string_view inner, ToolCallText* call) {
+bool ParseGlmCall(absl::string_view inner, ToolCallText* call) {
   const size_t first_key = inner.find(kKeyOpen);
   call->name = std::string(absl::StripAsciiWhitespace(inner.substr(0, first_key)));
   if (call->name.empty()) return false;
@@ -65,14 +68,41 @@ bool ParseCall(absl::string_view inner, ToolCallText* call) {
 
 ChatOutputParser::ChatOutputParser(ChatOutputSyntax syntax)
     : syntax_(syntax),
+      space_before_block_(syntax.tool_calls && syntax.format == ToolCallFormat::kDsml),
       phase_(!syntax.reasoning ? Phase::kBody : syntax.starts_in_reasoning ? Phase::kReasoning : Phase::kStart),
       call_open_(absl::string_view::npos) {
+  static const auto* const kNone = new std::vector<std::string>();
+  static const auto* const kGlmOpen = new std::vector<std::string>{std::string(kCallOpen)};
+  static const auto* const kGlmClose = new std::vector<std::string>{std::string(kCallClose)};
+  const bool dsml = syntax.format == ToolCallFormat::kDsml;
+  openers_ = !syntax.tool_calls ? kNone : dsml ? &DsmlBlockOpeners() : kGlmOpen;
+  closers_ = !syntax.tool_calls ? kNone : dsml ? &DsmlBlockClosers() : kGlmClose;
   ends_reasoning_.push_back(kThinkClose);
-  if (syntax.tool_calls) {
-    ends_reasoning_.push_back(kCallOpen);
-    body_tags_.push_back(kCallOpen);
+  for (const std::string& o : *openers_) {
+    ends_reasoning_.push_back(o);
+    body_tags_.push_back(o);
   }
   if (syntax.reasoning) body_tags_.push_back(kThinkClose);
+}
+
+size_t ChatOutputParser::FindOpener(absl::string_view text, size_t from, size_t* which) const {
+  size_t best = absl::string_view::npos;
+  for (size_t i = 0; i < openers_->size(); ++i) {
+    const size_t at = text.find((*openers_)[i], from);
+    if (at < best) {
+      best = at;
+      *which = i;
+    }
+  }
+  return best;
+}
+
+bool ChatOutputParser::ParseBlock(absl::string_view inner) {
+  if (syntax_.format == ToolCallFormat::kDsml) return ParseDsmlCalls(inner, DsmlPrefixes()[opener_], &out_.tool_calls);
+  ToolCallText call;
+  if (!ParseGlmCall(inner, &call)) return false;
+  out_.tool_calls.push_back(std::move(call));
+  return true;
 }
 
 void ChatOutputParser::Feed(absl::string_view text, bool final) {
@@ -95,8 +125,9 @@ void ChatOutputParser::Feed(absl::string_view text, bool final) {
         continue;
       }
       case Phase::kReasoning: {
+        size_t which = 0;
         const size_t close = text.find(kThinkClose, pos_);
-        const size_t call = syntax_.tool_calls ? text.find(kCallOpen, pos_) : npos;
+        const size_t call = FindOpener(text, pos_, &which);
         const size_t end = std::min(close, call);
         if (end == npos) {
           const size_t upto = final ? text.size() : text.size() - PartialTagTail(text.substr(pos_), ends_reasoning_);
@@ -111,31 +142,30 @@ void ChatOutputParser::Feed(absl::string_view text, bool final) {
       }
       case Phase::kBody: {
         if (call_open_ != npos) {
-          const size_t close = text.find(kCallClose, close_from_);
+          const std::string& closer = (*closers_)[opener_];
+          const size_t close = text.find(closer, close_from_);
           if (close == npos) {
             if (final) {  // never closed: kept as text
-              absl::StrAppend(&out_.content, text.substr(call_open_));
+              absl::StrAppend(&out_.content, text.substr(call_text_));
               pos_ = text.size();
               call_open_ = npos;
             } else {
-              // A close tag that is still arriving starts in the last bytes.
-              close_from_ = std::max(close_from_, text.size() - std::min(text.size(), kCallClose.size() - 1));
+              // A closer that is still arriving starts in the last bytes.
+              close_from_ = std::max(close_from_, text.size() - std::min(text.size(), closer.size() - 1));
             }
             return;
           }
-          ToolCallText call;
-          const size_t inner = call_open_ + kCallOpen.size();
-          if (ParseCall(text.substr(inner, close - inner), &call)) {
-            out_.tool_calls.push_back(std::move(call));
-          } else {
-            absl::StrAppend(&out_.content, text.substr(call_open_, close + kCallClose.size() - call_open_));
+          const size_t inner = call_open_ + (*openers_)[opener_].size();
+          if (!ParseBlock(text.substr(inner, close - inner))) {
+            absl::StrAppend(&out_.content, text.substr(call_text_, close + closer.size() - call_text_));
           }
-          pos_ = close + kCallClose.size();
+          pos_ = close + closer.size();
           call_open_ = npos;
           continue;
         }
         if (pos_ >= text.size()) return;
-        const size_t open = syntax_.tool_calls ? text.find(kCallOpen, pos_) : npos;
+        size_t which = 0;
+        const size_t open = FindOpener(text, pos_, &which);
         // A </think> after reasoning ended (at a tool call) is not content.
         const size_t stray = syntax_.reasoning ? text.find(kThinkClose, pos_) : npos;
         if (stray < open) {
@@ -144,15 +174,31 @@ void ChatOutputParser::Feed(absl::string_view text, bool final) {
           continue;
         }
         if (open == npos) {
-          const size_t upto = final ? text.size() : text.size() - PartialTagTail(text.substr(pos_), body_tags_);
+          size_t upto = final ? text.size() : text.size() - PartialTagTail(text.substr(pos_), body_tags_);
+          if (space_before_block_ && !final) {
+            // Trailing whitespace may precede a block: hold it back. Only
+            // the bytes past ws_known_ are new (text[pos_, ws_known_) is
+            // whitespace), so a long run is scanned once.
+            const size_t known = std::max(pos_, ws_known_);
+            size_t last = upto;
+            while (last > known && IsSpace(text[last - 1])) --last;
+            ws_known_ = std::max(ws_known_, upto);
+            upto = last == known ? pos_ : last;
+          }
           absl::StrAppend(&out_.content, text.substr(pos_, upto - pos_));
           pos_ = upto;
           return;
         }
-        absl::StrAppend(&out_.content, text.substr(pos_, open - pos_));
+        size_t block = open;
+        if (space_before_block_) {
+          while (block > pos_ && IsSpace(text[block - 1])) --block;
+        }
+        absl::StrAppend(&out_.content, text.substr(pos_, block - pos_));
+        call_text_ = block;
         pos_ = open;
         call_open_ = open;
-        close_from_ = open + kCallOpen.size();
+        opener_ = which;
+        close_from_ = open + (*openers_)[which].size();
         continue;
       }
     }

@@ -83,9 +83,17 @@ absl::Status CheckDepth(const nlohmann::ordered_json& j, absl::string_view what,
 
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
   if (!context.is_object()) return absl::InvalidArgumentError("chat template context must be a JSON object");
+  if (encoder_) return absl::FailedPreconditionError(absl::StrCat(source_, " is a prompt encoder, not a template"));
   SPAR_RETURN_IF_ERROR(CheckDepth(context, "the chat template context's values", /*levels_above=*/1));
   jinja::Interpreter interpreter(limits_);
   return interpreter.Render(body_, jinja::Value::FromJson(context));
+}
+
+std::unique_ptr<ChatTemplate> ChatTemplate::FromEncoder(std::string name, Encoder encoder) {
+  auto t = std::unique_ptr<ChatTemplate>(new ChatTemplate());
+  t->source_ = std::move(name);
+  t->encoder_ = std::move(encoder);
+  return t;
 }
 
 absl::StatusOr<std::string> ChatTemplate::Apply(const nlohmann::ordered_json& messages,
@@ -94,6 +102,7 @@ absl::StatusOr<std::string> ChatTemplate::Apply(const nlohmann::ordered_json& me
   SPAR_RETURN_IF_ERROR(CheckDepth(messages, "messages"));
   SPAR_RETURN_IF_ERROR(CheckDepth(options.tools, "tools"));
   SPAR_RETURN_IF_ERROR(CheckDepth(options.kwargs, "chat template kwargs"));
+  if (encoder_) return encoder_(messages, options);
   nlohmann::ordered_json context = nlohmann::ordered_json::object();
   context["messages"] = messages;
   if (!options.tools.is_null() && !(options.tools.is_array() && options.tools.empty())) context["tools"] = options.tools;

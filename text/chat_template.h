@@ -19,6 +19,7 @@
 #ifndef SPAR_TEXT_CHAT_TEMPLATE_H_
 #define SPAR_TEXT_CHAT_TEMPLATE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -53,6 +54,12 @@ class ChatTemplate {
   // named "default") and the bos/eos tokens from tokenizer_config.json.
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromTokenizerConfig(absl::string_view config_json,
                                                                             ChatTemplateLimits limits = {});
+  // A model whose prompt format is code rather than a Jinja template
+  // (DeepSeek-V3.2's encoding_dsv32.py: text/dsv32_encoding.h): Apply runs
+  // `encoder`; Render has no template to render. `name` is its source().
+  using Encoder = std::function<absl::StatusOr<std::string>(const nlohmann::ordered_json& messages,
+                                                            const ChatTemplateOptions& options)>;
+  static std::unique_ptr<ChatTemplate> FromEncoder(std::string name, Encoder encoder);
 
   // Renders with `context` (an object) as the template's variables.
   // Thread-safe: each call has its own interpreter state. Parse request
@@ -73,6 +80,7 @@ class ChatTemplate {
   ChatTemplate() = default;
 
   std::string source_;
+  Encoder encoder_;  // set: not a Jinja template
   jinja::Body body_;
   ChatTemplateLimits limits_;
   std::string bos_token_;

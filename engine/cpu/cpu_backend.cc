@@ -507,10 +507,16 @@ class CpuBackend final : public Backend {
     }
     std::vector<SampleResult> out(requests.size());
     static const TokenHistory kEmpty;
+    std::vector<float> masked;
     for (size_t i = 0; i < requests.size(); ++i) {
       const float* row = logits.as<float>() + i * logits.ld();
       const int vocab = static_cast<int>(logits.cols());
       const auto& r = requests[i];
+      if (r.token_mask != nullptr) {  // -inf before everything, logprobs included
+        masked.assign(row, row + vocab);
+        ref::ApplyTokenMask(masked.data(), vocab, r.token_mask);
+        row = masked.data();
+      }
       out[i].token = ref::SampleToken(row, vocab, r.params, r.history ? *r.history : kEmpty, r.step);
       out[i].logprob = ref::TokenLogprob(row, vocab, out[i].token);
       if (r.top_logprobs > 0) out[i].top = ref::TopLogprobs(row, vocab, r.top_logprobs);

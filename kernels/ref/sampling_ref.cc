@@ -48,8 +48,32 @@ void ApplyPenalties(float* logits, int vocab, const SamplingParams& p, const Tok
   }
 }
 
-int32_t SampleToken(const float* raw, int vocab, const SamplingParams& p, const TokenHistory& history, uint64_t step) {
+bool MaskAllowsAny(const uint32_t* mask, int vocab) {
+  for (int w = 0; w < (vocab + 31) / 32; ++w) {
+    const uint32_t valid = (w + 1) * 32 <= vocab ? ~0u : (1u << (vocab % 32)) - 1;
+    if (mask[w] & valid) return true;
+  }
+  return false;
+}
+
+bool MaskAllowsAFiniteLogit(const float* logits, int vocab, const uint32_t* mask) {
+  for (int i = 0; i < vocab; ++i) {
+    if (((mask[i >> 5] >> (i & 31)) & 1u) && logits[i] > -std::numeric_limits<float>::infinity()) return true;
+  }
+  return false;
+}
+
+void ApplyTokenMask(float* logits, int vocab, const uint32_t* mask) {
+  if (mask == nullptr || !MaskAllowsAFiniteLogit(logits, vocab, mask)) return;
+  for (int i = 0; i < vocab; ++i) {
+    if (!((mask[i >> 5] >> (i & 31)) & 1u)) logits[i] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+int32_t SampleToken(const float* raw, int vocab, const SamplingParams& p, const TokenHistory& history, uint64_t step,
+                    const uint32_t* mask) {
   std::vector<float> logits(raw, raw + vocab);
+  ApplyTokenMask(logits.data(), vocab, mask);
   ApplyPenalties(logits.data(), vocab, p, history);
   if (p.temperature <= 0.0f || p.top_k == 1) return Argmax(logits.data(), vocab);
   for (auto& l : logits) l /= p.temperature;

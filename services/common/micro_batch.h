@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,13 @@ namespace spar {
 // What the last stage needs to sample a sequence. Sent when a sequence
 // starts (or restarts after preemption); the token history for penalties is
 // rebuilt from the plans' tokens (positions < prompt_len are prompt).
+// Constrained decoding of one sequence (worker.proto Constraint).
+struct SamplingConstraint {
+  std::string spec;  // grammar/constraint.h ConstraintSpec JSON
+  std::vector<int32_t> end_token_ids;
+  int max_tokens = 0;
+};
+
 struct SequenceSampling {
   SamplingParams params;  // seed already resolved
   int32_t prompt_len = 0;
@@ -25,6 +33,7 @@ struct SequenceSampling {
   // A prefix-cache hit: the tokens at positions [0, start_pos) already in
   // the cache, which the plan does not carry; the history starts with them.
   std::vector<int32_t> cached_tokens;
+  std::optional<SamplingConstraint> constraint;
 };
 
 // Speculative decoding of one sequence (worker.proto Speculation): the
@@ -55,6 +64,7 @@ struct SampledToken {
   int32_t token = 0;
   float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top;
+  bool constraint_finished = false;  // a constrained output is complete with this token
 };
 
 struct StageTiming {

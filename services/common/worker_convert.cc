@@ -18,6 +18,12 @@ void SamplingToProto(const SequenceSampling& s, v1::SamplingState* out) {
   out->set_prompt_len(s.prompt_len);
   out->set_top_logprobs(s.top_logprobs);
   out->mutable_cached_tokens()->Add(s.cached_tokens.begin(), s.cached_tokens.end());
+  if (s.constraint) {
+    v1::Constraint* c = out->mutable_constraint();
+    c->set_spec(s.constraint->spec);
+    c->mutable_end_token_ids()->Add(s.constraint->end_token_ids.begin(), s.constraint->end_token_ids.end());
+    c->set_max_tokens(s.constraint->max_tokens);
+  }
 }
 
 absl::StatusOr<SequenceSampling> SamplingFromProto(const v1::SamplingState& in) {
@@ -49,6 +55,18 @@ absl::StatusOr<SequenceSampling> SamplingFromProto(const v1::SamplingState& in) 
   s.prompt_len = in.prompt_len();
   s.top_logprobs = in.top_logprobs();
   s.cached_tokens.assign(in.cached_tokens().begin(), in.cached_tokens().end());
+  if (in.has_constraint()) {
+    if (in.constraint().spec().empty()) return absl::InvalidArgumentError("sampling.constraint.spec is empty");
+    if (in.constraint().max_tokens() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.constraint.max_tokens must be >= 1, got ", in.constraint().max_tokens()));
+    }
+    SamplingConstraint c;
+    c.spec = in.constraint().spec();
+    c.end_token_ids.assign(in.constraint().end_token_ids().begin(), in.constraint().end_token_ids().end());
+    c.max_tokens = in.constraint().max_tokens();
+    s.constraint = std::move(c);
+  }
   return s;
 }
 
@@ -148,6 +166,7 @@ void ResultToProto(const MicroBatchResult& result, uint64_t epoch, v1::MicroBatc
       p->add_top_token_ids(id);
       p->add_top_logprobs(lp);
     }
+    if (t.constraint_finished) p->set_constraint_finished(true);
   }
   for (const StageTiming& t : result.timings) {
     v1::StageTiming* p = out->add_timings();
@@ -176,6 +195,7 @@ MicroBatchResult ResultFromProto(const v1::MicroBatchResult& in) {
     t.logprob = p.logprob();
     const int n = std::min(p.top_token_ids_size(), p.top_logprobs_size());
     for (int i = 0; i < n; ++i) t.top.emplace_back(p.top_token_ids(i), p.top_logprobs(i));
+    t.constraint_finished = p.constraint_finished();
     r.tokens.push_back(std::move(t));
   }
   for (const v1::StageTiming& p : in.timings()) r.timings.push_back({p.stage(), p.queue_ns(), p.compute_ns()});

@@ -47,12 +47,16 @@ absl::StatusOr<ChatParsers> ChatParsersFor(absl::string_view reasoning, absl::st
         absl::StrCat("--reasoning-parser must be auto, glm45, deepseek_v3 or none, got \"", reasoning, "\""));
   }
   if (tools == "auto") {
-    p.tool_calls = glm;
+    p.tool_calls = glm || deepseek;
+    p.format = deepseek ? ToolCallFormat::kDsml : ToolCallFormat::kGlm;
   } else if (tools == "glm47" || tools == "glm45") {
     p.tool_calls = true;
+  } else if (tools == "deepseek_v32") {
+    p.tool_calls = true;
+    p.format = ToolCallFormat::kDsml;
   } else if (tools != "none") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--tool-call-parser must be auto, glm47, glm45 or none, got \"", tools, "\""));
+        absl::StrCat("--tool-call-parser must be auto, glm47, glm45, deepseek_v32 or none, got \"", tools, "\""));
   }
   return p;
 }
@@ -63,14 +67,22 @@ ChatOutputSyntax ChatSyntaxFor(const ChatParsers& parsers, bool has_tools, bool 
   s.reasoning = parsers.reasoning;
   s.starts_in_reasoning = parsers.reasoning && absl::EndsWith(absl::StripTrailingAsciiWhitespace(prompt), "<think>");
   s.tool_calls = parsers.tool_calls && has_tools && !tool_choice_none;
+  s.format = parsers.format;
   return s;
 }
 
 Json ToolCallJson(const ToolCallText& call, const Json& tools, const std::string& id) {
   Json args = Json::object();
-  for (const auto& [key, raw] : call.args) {
-    const std::vector<std::string> types = ParamTypes(tools, call.name, key);
-    const bool string_only = types.size() == 1 && types[0] == "string";
+  for (size_t i = 0; i < call.args.size(); ++i) {
+    const auto& [key, raw] = call.args[i];
+    const std::optional<bool> flag = i < call.arg_string.size() ? call.arg_string[i] : std::nullopt;
+    bool string_only;
+    if (flag) {
+      string_only = *flag;
+    } else {
+      const std::vector<std::string> types = ParamTypes(tools, call.name, key);
+      string_only = types.size() == 1 && types[0] == "string";
+    }
     Json value;
     if (!string_only) value = Json::parse(raw, nullptr, /*allow_exceptions=*/false);
     if (string_only || value.is_discarded()) value = raw;

@@ -18,12 +18,14 @@ namespace spar::http {
 
 struct ChatParsers {
   bool reasoning = false;   // <think> … </think> → reasoning_content
-  bool tool_calls = false;  // GLM XML tool calls → tool_calls
+  bool tool_calls = false;  // tool-call blocks of `format` → tool_calls
+  ToolCallFormat format = ToolCallFormat::kGlm;  // GLM XML or DeepSeek-V3.2 DSML
 };
 
 // `reasoning`: auto | glm45 | deepseek_v3 | none; `tools`: auto | glm47 |
-// glm45 | none. auto picks by the model: GLM-5 (glm_moe_dsa) both,
-// DeepSeek-V3.2 reasoning only (its DSML tool format is not parsed).
+// glm45 | deepseek_v32 | none. auto picks by the model: GLM-5
+// (glm_moe_dsa) glm45 + glm47, DeepSeek-V3.2 (deepseek_v32) deepseek_v3 +
+// its DSML calls.
 absl::StatusOr<ChatParsers> ChatParsersFor(absl::string_view reasoning, absl::string_view tools,
                                            absl::string_view model_type);
 
@@ -34,8 +36,11 @@ ChatOutputSyntax ChatSyntaxFor(const ChatParsers& parsers, bool has_tools, bool 
                                absl::string_view prompt);
 
 // One OpenAI tool call: {id, type, function: {name, arguments}}. Each raw
-// value becomes a JSON string when the tool's schema says the parameter is
-// a string, else the JSON it spells (a number, an object, …), else a string.
+// value becomes a JSON string when the call says so (DSML string="true"),
+// the JSON it spells when the call says it is not a string (string="false";
+// a string when it spells none); without a flag (GLM) a string when the
+// tool's schema says the parameter is a string, else the JSON it spells (a
+// number, an object, …), else a string.
 Json ToolCallJson(const ToolCallText& call, const Json& tools, const std::string& id);
 
 // One choice's output across updates: feed the whole text so far, get what

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/common/status_field.h"
+#include "text/chat_template.h"
+#include "text/json_depth.h"
 
 namespace spar::http {
 
@@ -73,6 +75,21 @@ absl::StatusOr<std::optional<std::string>> GetString(const Json& object, absl::s
   if (v == nullptr) return std::optional<std::string>();
   if (!v->is_string()) return WrongType(key, "a string", *v);
   return std::optional<std::string>(v->get<std::string>());
+}
+
+absl::StatusOr<Json> ParseJsonObjectBody(absl::string_view body) {
+  Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("the request body is not valid JSON");
+  // Copying or dumping nlohmann JSON recurses: refuse what could overflow
+  // the stack of whatever walks the body later (text/json_depth.h).
+  if (JsonDepth(j, ChatTemplate::kMaxJsonDepth) > ChatTemplate::kMaxJsonDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body nests more than ", ChatTemplate::kMaxJsonDepth, " levels deep"));
+  }
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("the request body must be a JSON object, got ", JsonTypeName(j)));
+  }
+  return j;
 }
 
 }  // namespace spar::http

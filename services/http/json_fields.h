@@ -32,6 +32,10 @@ absl::StatusOr<std::optional<int64_t>> GetInt(const Json& object, absl::string_v
 absl::StatusOr<std::optional<bool>> GetBool(const Json& object, absl::string_view key);
 absl::StatusOr<std::optional<std::string>> GetString(const Json& object, absl::string_view key);
 
+// A request body that must be a JSON object, nested at most
+// ChatTemplate::kMaxJsonDepth levels (what walks it later recurses).
+absl::StatusOr<Json> ParseJsonObjectBody(absl::string_view body);
+
 }  // namespace spar::http
 
 #endif  // SPAR_SERVICES_HTTP_JSON_FIELDS_H_

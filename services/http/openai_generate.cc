@@ -26,34 +26,11 @@ ApiError ModelNotFound(const std::string& wanted, const std::string& served) {
   return e;
 }
 
-// 32 random hex digits: response ids ("chatcmpl-...") and, unless the
-// client sends X-Request-Id, the scheduler's request ids.
-std::string RandomId() {
-  thread_local std::mt19937_64 rng(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32));
-  return absl::StrCat(absl::Hex(rng(), absl::kZeroPad16), absl::Hex(rng(), absl::kZeroPad16));
-}
-
-// Counts a generation request as active for as long as it is alive.
-class ActiveGuard {
- public:
-  explicit ActiveGuard(std::atomic<int>* active) : active_(active) {
-    if (active_ != nullptr) ++*active_;
-  }
-  ~ActiveGuard() {
-    if (active_ != nullptr) --*active_;
-  }
-  ActiveGuard(const ActiveGuard&) = delete;
-  ActiveGuard& operator=(const ActiveGuard&) = delete;
-
- private:
-  std::atomic<int>* active_;
-};
-
 // What the relay's callbacks share: touched only on the connection's
 // strand once the relay started.
 struct Answer {
   explicit Answer(std::atomic<int>* active) : guard(active) {}
-  ActiveGuard guard;
+  ActiveRequestGuard guard;
   std::shared_ptr<TokenStrings> tokens;
   std::unique_ptr<ResponseBuilder> builder;
   std::optional<absl::Status> error;  // the first prompt that failed
@@ -122,7 +99,7 @@ void HandleGenerate(const GenerateContext& ctx, bool chat, HttpRequest req, std:
     return out->Send(ServerErrorResponse(503, "not ready: the pipeline of workers is not connected", "not_ready"));
   }
 
-  const std::string base_id = client_id->empty() ? RandomId() : *client_id;
+  const std::string base_id = client_id->empty() ? RandomRequestId() : *client_id;
   auto answer = std::make_shared<Answer>(ctx.active);
   answer->request_id = base_id;
   answer->stream = request->stream;
@@ -136,6 +113,10 @@ void HandleGenerate(const GenerateContext& ctx, bool chat, HttpRequest req, std:
     // The parsers read the tags (<think>, <tool_call>, …), special tokens
     // that skip_special_tokens would drop from the text (as vLLM's do).
     if (ro.chat_syntax.active()) (*params)[0].skip_special_tokens = false;
+    if (request->constraint) {
+      absl::Status s = ApplyOutputConstraint(*request->constraint, ro.chat_syntax, &(*params)[0]);
+      if (!s.ok()) return out->Send(StatusResponse(s));
+    }
   }
   answer->tokens = std::make_shared<TokenStrings>(scheduler->tokenizer());
   answer->builder = std::make_unique<ResponseBuilder>(ro, answer->tokens.get());

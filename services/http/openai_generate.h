@@ -27,6 +27,23 @@ struct GenerateContext {
   std::atomic<int>* active = nullptr;           // generation requests being answered
 };
 
+// Counts a generation request as active (GenerateContext::active) for as
+// long as it is alive; any API's handler holds one.
+class ActiveRequestGuard {
+ public:
+  explicit ActiveRequestGuard(std::atomic<int>* active) : active_(active) {
+    if (active_ != nullptr) ++*active_;
+  }
+  ~ActiveRequestGuard() {
+    if (active_ != nullptr) --*active_;
+  }
+  ActiveRequestGuard(const ActiveRequestGuard&) = delete;
+  ActiveRequestGuard& operator=(const ActiveRequestGuard&) = delete;
+
+ private:
+  std::atomic<int>* active_;
+};
+
 void HandleGenerate(const GenerateContext& context, bool chat, HttpRequest request,
                     std::shared_ptr<HttpResponder> responder);
 

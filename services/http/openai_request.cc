@@ -6,7 +6,6 @@
 #include "base/status_macros.h"
 #include "services/common/status_field.h"
 #include "services/http/chat_messages.h"
-#include "text/json_depth.h"
 
 namespace spar::http {
 namespace {
@@ -28,20 +27,10 @@ const std::set<std::string> kCommonFields = {
 const std::set<std::string> kCompletionFields = {"prompt", "echo", "best_of", "suffix"};
 const std::set<std::string> kChatFields = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
-    "response_format", "metadata", "store", "service_tier", "chat_template_kwargs", "add_generation_prompt"};
+    "response_format", "metadata", "store", "service_tier", "chat_template_kwargs", "add_generation_prompt",
+    "reasoning_effort"};
 
-absl::StatusOr<Json> ParseBody(absl::string_view body) {
-  Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("the request body is not valid JSON");
-  // Copying or dumping nlohmann JSON recurses: refuse what could overflow
-  // the stack of whatever walks the body later (text/json_depth.h).
-  if (JsonDepth(j, ChatTemplate::kMaxJsonDepth) > ChatTemplate::kMaxJsonDepth) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request body nests more than ", ChatTemplate::kMaxJsonDepth, " levels deep"));
-  }
-  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat("the request body must be a JSON object, got ", JsonTypeName(j)));
-  return j;
-}
+absl::StatusOr<Json> ParseBody(absl::string_view body) { return ParseJsonObjectBody(body); }
 
 absl::Status CheckKnownFields(const Json& j, const std::set<std::string>& own) {
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -157,26 +146,6 @@ absl::Status ParseCommon(const Json& j, OpenAiRequest* r) {
   return absl::OkStatus();
 }
 
-GenerateFieldNames OpenAiNames() {
-  GenerateFieldNames n;
-  n.request_id = "X-Request-Id";
-  n.text = "prompt";
-  n.token_ids = "prompt";
-  n.temperature = "temperature";
-  n.top_p = "top_p";
-  n.top_k = "top_k";
-  n.min_p = "min_p";
-  n.repetition_penalty = "repetition_penalty";
-  n.frequency_penalty = "frequency_penalty";
-  n.presence_penalty = "presence_penalty";
-  n.n = "n";
-  n.max_tokens = "max_tokens";
-  n.stop_token_ids = "stop_token_ids";
-  n.stop_strings = "stop";
-  n.top_logprobs = "top_logprobs";
-  return n;
-}
-
 absl::Status ParseTokenList(const Json& list, const std::string& field, std::vector<int32_t>* out) {
   for (size_t i = 0; i < list.size(); ++i) {
     const Json& v = list[i];
@@ -243,15 +212,34 @@ absl::Status ParseTools(const Json& j, OpenAiRequest* r) {
     }
     if (!tools->empty()) r->template_options.tools = *tools;
   }
-  if (const Json* choice = Find(j, "tool_choice")) {
-    if (!choice->is_string() || (*choice != "none" && *choice != "auto")) {
-      return Bad("tool_choice",
-                 "supports \"auto\" and \"none\" only: spar does not constrain decoding to a tool call");
-    }
-    r->tool_choice_none = *choice == "none";
-  }
   SPAR_ASSIGN_OR_RETURN(auto parallel, GetBool(j, "parallel_tool_calls"));
-  (void)parallel;
+  if (const Json* choice = Find(j, "tool_choice")) {
+    ToolChoice tc;
+    tc.parallel = parallel.value_or(true);
+    std::string field = "tool_choice";
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none" || c == "auto") {
+        r->tool_choice_none = c == "none";
+        return absl::OkStatus();
+      }
+      if (c != "required") return Bad("tool_choice", "must be \"none\", \"auto\", \"required\" or a named function");
+    } else if (choice->is_object()) {
+      const Json* type = Find(*choice, "type");
+      if (type == nullptr || *type != "function") return Bad("tool_choice.type", "must be \"function\"");
+      const Json* fn = Find(*choice, "function");
+      const Json* name = fn != nullptr && fn->is_object() ? Find(*fn, "name") : nullptr;
+      if (name == nullptr || !name->is_string()) return Bad("tool_choice.function.name", "must be a string");
+      tc.name = name->get<std::string>();
+      field = "tool_choice.function.name";
+    } else {
+      return WrongType("tool_choice", "a string or an object", *choice);
+    }
+    SPAR_ASSIGN_OR_RETURN(
+        r->constraint,
+        ToolCallConstraint(tc, r->template_options.tools,
+                           [](size_t i) { return absl::StrCat("tools[", i, "].function.parameters"); }, field));
+  }
   return absl::OkStatus();
 }
 
@@ -262,7 +250,7 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body, int
   SPAR_RETURN_IF_ERROR(CheckKnownFields(j, kCompletionFields));
   OpenAiRequest r;
   r.kind = ApiKind::kCompletion;
-  r.names = OpenAiNames();
+  r.names = OpenAiFieldNames();
   r.names.top_logprobs = "logprobs";
   SPAR_RETURN_IF_ERROR(ParseCommon(j, &r));
   SPAR_RETURN_IF_ERROR(ParsePrompts(j, max_prompts, &r));
@@ -293,7 +281,7 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body) {
   SPAR_RETURN_IF_ERROR(CheckKnownFields(j, kChatFields));
   OpenAiRequest r;
   r.kind = ApiKind::kChat;
-  r.names = OpenAiNames();
+  r.names = OpenAiFieldNames();
   r.names.text = "messages";
   SPAR_RETURN_IF_ERROR(ParseCommon(j, &r));
   const Json* messages = Find(j, "messages");
@@ -319,15 +307,17 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body) {
   }
   SPAR_RETURN_IF_ERROR(ParseTools(j, &r));
   if (const Json* format = Find(j, "response_format")) {
-    if (!format->is_object()) return WrongType("response_format", "an object", *format);
-    const Json* type = Find(*format, "type");
-    if (type == nullptr || *type != "text") {
-      return Bad("response_format.type", "supports \"text\" only: spar has no constrained (JSON) decoding");
+    SPAR_ASSIGN_OR_RETURN(auto json, ParseResponseFormat(*format));
+    if (json && r.constraint) {
+      return Bad("response_format", "cannot be combined with tool_choice required or a named function");
     }
+    if (json) r.constraint = std::move(json);
   }
+  SPAR_ASSIGN_OR_RETURN(auto effort, GetString(j, "reasoning_effort"));
+  if (effort) r.template_options.kwargs["reasoning_effort"] = *effort;
   if (const Json* kwargs = Find(j, "chat_template_kwargs")) {
     if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
-    r.template_options.kwargs = *kwargs;
+    for (auto it = kwargs->begin(); it != kwargs->end(); ++it) r.template_options.kwargs[it.key()] = it.value();
   }
   SPAR_ASSIGN_OR_RETURN(auto add_gen, GetBool(j, "add_generation_prompt"));
   r.template_options.add_generation_prompt = add_gen.value_or(true);
@@ -375,6 +365,26 @@ absl::StatusOr<std::vector<GenerateParams>> BuildGenerateParams(const OpenAiRequ
     SPAR_RETURN_IF_ERROR(add(std::move(p), names));
   }
   return out;
+}
+
+GenerateFieldNames OpenAiFieldNames() {
+  GenerateFieldNames n;
+  n.request_id = "X-Request-Id";
+  n.text = "prompt";
+  n.token_ids = "prompt";
+  n.temperature = "temperature";
+  n.top_p = "top_p";
+  n.top_k = "top_k";
+  n.min_p = "min_p";
+  n.repetition_penalty = "repetition_penalty";
+  n.frequency_penalty = "frequency_penalty";
+  n.presence_penalty = "presence_penalty";
+  n.n = "n";
+  n.max_tokens = "max_tokens";
+  n.stop_token_ids = "stop_token_ids";
+  n.stop_strings = "stop";
+  n.top_logprobs = "top_logprobs";
+  return n;
 }
 
 }  // namespace spar::http

@@ -13,16 +13,22 @@
 // repetition_penalty, ignore_eos, stop_token_ids, include_stop_str_in_output,
 // skip_special_tokens, return_token_ids, chat_template_kwargs,
 // add_generation_prompt. Unknown fields are refused, as OpenAI does.
+// `reasoning_effort` is passed to the chat template as the kwarg of that
+// name (chat_template_kwargs wins when both set it, as in vLLM);
+// response_format json_object / json_schema and tool_choice required / a
+// named function constrain the output (output_constraint.h).
 #ifndef SPAR_SERVICES_HTTP_OPENAI_REQUEST_H_
 #define SPAR_SERVICES_HTTP_OPENAI_REQUEST_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "services/http/json_fields.h"
+#include "services/http/output_constraint.h"
 #include "services/scheduler/generation_types.h"
 #include "services/scheduler/generation_validate.h"
 #include "text/chat_template.h"
@@ -49,10 +55,17 @@ struct OpenAiRequest {
   Json messages = Json::array();
   ChatTemplateOptions template_options;
   bool tool_choice_none = false;  // tool_choice "none": no tool calls parsed
+  // response_format json / tool_choice required or named (chat only):
+  // completed and applied once the prompt is rendered.
+  std::optional<OutputConstraint> constraint;
   // Every other generation setting; the prompt is left empty.
   GenerateParams params;
   GenerateFieldNames names;
 };
+
+// How the OpenAI API names the generation fields in errors (other APIs on
+// the port start from it).
+GenerateFieldNames OpenAiFieldNames();
 
 // Both take at most `max_prompts` prompts (completions with a prompt list).
 absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body, int max_prompts = 64);

@@ -1,6 +1,8 @@
 #include "services/http/openai_server.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "services/http/anthropic_messages.h"
 #include "services/http/api_error.h"
 #include "services/http/json_fields.h"
 #include "services/http/openai_generate.h"
@@ -23,9 +25,16 @@ absl::StatusOr<int> OpenAiHttpServer::Start() {
   HttpRouter router;
   if (const ApiKeys* keys = options_.api_keys; keys != nullptr && keys->enabled()) {
     router.AddGuard("/v1/", [keys](const HttpRequest& req) -> std::optional<HttpResponse> {
+      // Anthropic's clients send the key as x-api-key, OpenAI's as a Bearer:
+      // the Messages API takes either, the OpenAI endpoints only the Bearer
+      // (as vLLM's), so each API keeps its own documented rule.
+      const bool anthropic = absl::StartsWith(req.path, "/v1/messages");
+      const std::string x_api_key = anthropic ? std::string(req.headers.Get("x-api-key")) : std::string();
+      if (!x_api_key.empty() && keys->Matches(x_api_key)) return std::nullopt;
       absl::Status ok = keys->CheckAuthorization(req.headers.Get("Authorization"));
       if (ok.ok()) return std::nullopt;
-      HttpResponse r = StatusResponse(ok);
+      if (!x_api_key.empty()) ok = absl::UnauthenticatedError("invalid x-api-key");
+      HttpResponse r = anthropic ? AnthropicErrorResponse(ok) : StatusResponse(ok);
       r.headers.Add("WWW-Authenticate", "Bearer");
       return r;
     });
@@ -39,6 +48,17 @@ absl::StatusOr<int> OpenAiHttpServer::Start() {
         },
         RunOn::kWorkers);  // parsing, the chat template and tokenizing may take a while
   }
+  // The Anthropic Messages API on the same port (anthropic_messages.h).
+  router.Handle(
+      "POST", "/v1/messages",
+      [ctx](HttpRequest req, std::shared_ptr<HttpResponder> out) { HandleAnthropicMessages(ctx, std::move(req), std::move(out)); },
+      RunOn::kWorkers);
+  router.Handle(
+      "POST", "/v1/messages/count_tokens",
+      [ctx](HttpRequest req, std::shared_ptr<HttpResponder> out) {
+        HandleAnthropicCountTokens(ctx, std::move(req), std::move(out));
+      },
+      RunOn::kWorkers);
   router.HandleSimple("GET", "/v1/models", [this](const HttpRequest& req) { return Models(req); });
   router.HandleSimple("GET", "/v1/models/*", [this](const HttpRequest& req) { return Models(req); });
   router.HandleSimple("GET", "/health", [](const HttpRequest&) { return MakeResponse(200, "{\"status\":\"ok\"}"); });

@@ -1,5 +1,7 @@
 #include "services/http/request_id.h"
 
+#include <random>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "services/common/status_field.h"
@@ -23,6 +25,11 @@ absl::StatusOr<std::string> ClientRequestId(absl::string_view header_value) {
     }
   }
   return std::string(id);
+}
+
+std::string RandomRequestId() {
+  thread_local std::mt19937_64 rng(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32));
+  return absl::StrCat(absl::Hex(rng(), absl::kZeroPad16), absl::Hex(rng(), absl::kZeroPad16));
 }
 
 }  // namespace spar::http

@@ -21,6 +21,10 @@ inline constexpr size_t kMaxRequestIdLength = 128;
 // one); INVALID_ARGUMENT with the field "X-Request-Id" when malformed.
 absl::StatusOr<std::string> ClientRequestId(absl::string_view header_value);
 
+// 32 random hex digits: response ids ("chatcmpl-...", "msg_...") and,
+// unless the client sends X-Request-Id, the scheduler's request ids.
+std::string RandomRequestId();
+
 }  // namespace spar::http
 
 #endif  // SPAR_SERVICES_HTTP_REQUEST_ID_H_

@@ -92,7 +92,7 @@ BatchPolicy::Span BatchPolicy::SpanOf(const SeqView& s, int64_t budget) const {
   step.count = static_cast<int32_t>(std::min<int64_t>(known, budget)) + step.num_drafts;
   step.wants_logit = step.count - step.num_drafts == known;
   const int64_t step_end = static_cast<int64_t>(s.computed) + step.count;
-  if (limits_.num_speculative_tokens > 0 && step.wants_logit) {
+  if (limits_.num_speculative_tokens > 0 && s.speculates && step.wants_logit) {
     step.drafts_wanted = DraftsWanted(limits_.num_speculative_tokens, step_end, s.max_total);
   }
   span.table_end = SpeculativeStepEnd(step_end, step.drafts_wanted);
@@ -100,7 +100,7 @@ BatchPolicy::Span BatchPolicy::SpanOf(const SeqView& s, int64_t budget) const {
 }
 
 int64_t BatchPolicy::DraftingPositions(const SeqView& s) const {
-  if (limits_.num_speculative_tokens == 0) return 0;
+  if (limits_.num_speculative_tokens == 0 || !s.speculates) return 0;
   const int64_t end = s.total;  // a chunk reaching the last token ends there, drafts or not
   return SpeculativeStepEnd(end, DraftsWanted(limits_.num_speculative_tokens, end, s.max_total)) - end;
 }

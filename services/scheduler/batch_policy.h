@@ -54,6 +54,7 @@ struct SeqView {
   bool deferred = false;
   int32_t drafts = 0;     // speculative drafts it may verify after its known tokens
   int32_t max_total = 0;  // speculation: the most tokens it may reach (prompt + max_tokens)
+  bool speculates = true;  // false: never drafts (a constrained sequence; its drafts would not be masked)
 };
 
 struct ScheduledStep {

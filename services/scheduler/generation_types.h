@@ -35,6 +35,10 @@ struct GenerateParams {
   bool skip_special_tokens = true;
   bool echo_prompt_ids = false;
   std::optional<absl::Time> deadline;
+  // Constrained decoding: a grammar/constraint.h ConstraintSpec as JSON
+  // (validated by the API that made it); the output follows it and ends
+  // where it is complete.
+  std::optional<std::string> constraint;
   // How the client named the prompt and max_tokens (set by
   // ValidateGenerateParams), so the Scheduler's own checks name them too.
   std::string prompt_field = "text";

@@ -208,6 +208,7 @@ absl::StatusOr<std::string> Scheduler::SubmitAdmitted(GenerateParams params, std
     r.stop_token_ids = params.stop_token_ids;
     r.ignore_eos = params.ignore_eos;
     r.deadline = params.deadline;
+    r.constraint = params.constraint;
   }
 
   std::lock_guard<std::mutex> lock(mu_);

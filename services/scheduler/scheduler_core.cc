@@ -73,6 +73,7 @@ absl::StatusOr<std::vector<int64_t>> SchedulerCore::Submit(std::vector<SequenceR
         s.tokens == seqs_.at(ids[0]).tokens) {
       s.prefix_leader = ids[0];
     }
+    if (r.constraint) s.sampling.constraint = ConstraintFor(*r.constraint, s);
     seqs_.emplace(s.id, std::move(s));
   }
   return ids;
@@ -86,6 +87,7 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
     SeqView v{s.id, computed, static_cast<int32_t>(s.tokens.size()), in_flight};
     v.drafts = DraftsToVerify(static_cast<int>(s.drafts.size()), s.num_output(), s.max_tokens);
     v.max_total = s.prompt_len + s.max_tokens;
+    v.speculates = !s.sampling.constraint.has_value();
     if (options_.max_model_len > 0) v.max_total = static_cast<int32_t>(std::min<int64_t>(v.max_total, options_.max_model_len));
     return v;
   };
@@ -149,7 +151,7 @@ std::optional<MicroBatchPlan> SchedulerCore::NextMicroBatch(absl::Time now) {
     p.step.tokens.insert(p.step.tokens.end(), s.drafts.begin(), s.drafts.begin() + step.num_drafts);
     p.step.block_table = ledger_.Table(s.id);
     p.step.num_logits = step.wants_logit ? 1 + step.num_drafts : 0;
-    if (options_.limits.num_speculative_tokens > 0) {
+    if (options_.limits.num_speculative_tokens > 0 && !s.sampling.constraint) {  // SeqView::speculates
       SequenceSpeculation sp;
       sp.num_draft_tokens = step.num_drafts;
       sp.num_drafts_wanted = step.drafts_wanted;
@@ -267,6 +269,11 @@ void SchedulerCore::ApplyTokens(Seq& s, const ScheduledStep& step, const std::ve
     }
     s.tokens.push_back(t);
     events->push_back({s.id, *tok, std::nullopt, s.cached_prompt_tokens});
+    if (tok->constraint_finished) {  // a constrained output is complete: nothing may follow
+      SeqFinish f;
+      f.reason = SeqFinishReason::kStop;
+      return finish(f);
+    }
     if (s.num_output() >= s.max_tokens ||
         (options_.max_model_len > 0 && static_cast<int64_t>(s.tokens.size()) >= options_.max_model_len)) {
       SeqFinish f;
@@ -295,6 +302,17 @@ SpecDecodeCounts& SpecDecodeCounts::operator+=(const SpecDecodeCounts& o) {
   accepted_tokens += o.accepted_tokens;
   for (size_t i = 0; i < accepted_per_position.size(); ++i) accepted_per_position[i] += o.accepted_per_position[i];
   return *this;
+}
+
+SamplingConstraint SchedulerCore::ConstraintFor(const std::string& spec, const Seq& s) const {
+  SamplingConstraint c;
+  c.spec = spec;
+  if (!s.ignore_eos) {
+    for (int64_t id : options_.eos_token_ids) c.end_token_ids.push_back(static_cast<int32_t>(id));
+  }
+  c.end_token_ids.insert(c.end_token_ids.end(), s.stop_token_ids.begin(), s.stop_token_ids.end());
+  c.max_tokens = s.max_tokens;
+  return c;
 }
 
 void SchedulerCore::Remove(int64_t id) {

@@ -75,6 +75,7 @@ struct SequenceRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   std::optional<absl::Time> deadline;
+  std::optional<std::string> constraint;  // a ConstraintSpec (GenerateParams::constraint)
 };
 
 enum class SeqFinishReason { kLength, kStop, kAborted };
@@ -207,6 +208,8 @@ class SchedulerCore {
   void Remove(int64_t seq);
   // A waiting sibling whose leader has not yet computed the shared prompt.
   bool Deferred(const Seq& s) const;
+  // The last stage's constraint instructions for `spec` on `s`.
+  SamplingConstraint ConstraintFor(const std::string& spec, const Seq& s) const;
   SeqEvent End(Seq& s, SeqFinish finish);
 
   CoreOptions options_;

@@ -118,9 +118,9 @@ int RunSchedulerMain(int argc, char** argv, int begin) {
   args.AddString("reasoning-parser", &reasoning_parser,
                  "chat: split <think> reasoning into reasoning_content: auto (by model), glm45, deepseek_v3, none");
   args.AddString("tool-call-parser", &tool_call_parser,
-                 "chat: parse tool calls into tool_calls: auto (GLM-5's XML calls), glm47, glm45, none");
+                 "chat: parse tool calls into tool_calls: auto (GLM-5: XML calls, DeepSeek-V3.2: DSML), glm47, glm45, deepseek_v32, none");
   args.AddString("chat-template", &chat_template_path,
-                 "Jinja chat template file (default: the model's chat_template.jinja or tokenizer_config.json)");
+                 "Jinja chat template file, or dsv32-encoding (default: the model's chat_template.jinja, tokenizer_config.json, or DeepSeek-V3.2's encoding)");
   if (auto code = args.ParseOrExitCode(argc, argv, begin, "spar-scheduler: batching and the public generation API of the spar runtime\n"))
     return *code;
   auto fail = [](const std::string& message) {

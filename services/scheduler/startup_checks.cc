@@ -1,5 +1,9 @@
 #include "services/scheduler/startup_checks.h"
 
+#include "base/log.h"
+#include "engine/model_config.h"
+#include "text/dsv32_encoding.h"
+
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
@@ -33,11 +37,29 @@ absl::Status CheckTokenizerFitsModel(const Tokenizer& tokenizer, const ModelConf
   return absl::OkStatus();
 }
 
+namespace {
+
+// No Jinja template: DeepSeek-V3.2 ships its prompt format as code
+// (encoding_dsv32.py), which text/dsv32_encoding.h implements.
+std::unique_ptr<ChatTemplate> WithoutTemplate(const std::string& model_dir) {
+  auto config = LoadModelConfig(model_dir + "/config.json");
+  if (config.ok() && config->model_type == "deepseek_v32") {
+    SPAR_LOG(INFO) << "no chat template in " << model_dir << ": using DeepSeek-V3.2's encoding (encoding_dsv32.py rules)";
+    return Dsv32ChatTemplate();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadCheckedChatTemplate(const std::string& model_dir,
                                                                       const std::string& path) {
   std::string source, file;
   absl::StatusOr<std::unique_ptr<ChatTemplate>> t;
-  if (!path.empty()) {
+  if (path == kDsv32EncodingTemplate) {
+    source = path;
+    t = Dsv32ChatTemplate();
+  } else if (!path.empty()) {
     source = absl::StrCat("--chat-template ", path);
     file = path;
     t = ChatTemplate::FromFile(path);
@@ -47,9 +69,9 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadCheckedChatTemplate(const std:
   } else {
     source = model_dir + "/tokenizer_config.json";
     auto config = ReadFileToString(source);
-    if (!config.ok()) return std::unique_ptr<ChatTemplate>();  // no tokenizer_config.json: no template
+    if (!config.ok()) return WithoutTemplate(model_dir);  // no tokenizer_config.json: no template
     t = ChatTemplate::FromTokenizerConfig(*config);
-    if (!t.ok() && absl::IsNotFound(t.status())) return std::unique_ptr<ChatTemplate>();  // no chat_template in it
+    if (!t.ok() && absl::IsNotFound(t.status())) return WithoutTemplate(model_dir);  // no chat_template in it
   }
   if (!t.ok()) {
     // FromFile names the file itself; said once is enough.

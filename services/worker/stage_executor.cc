@@ -42,7 +42,31 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Load(const StageOp
   exec->options_.num_blocks = exec->model_->num_blocks();  // what the memory budget gave
   exec->last_layer_ = options.last_layer < 0 ? exec->model_->config().num_hidden_layers : options.last_layer;
   exec->options_.last_layer = exec->last_layer_;
+  if (exec->is_last_stage()) {
+    exec->constraints_ = std::make_unique<ConstraintStates>(options.model_dir, exec->model_->config().vocab_size);
+  }
   return exec;
+}
+
+absl::Status StageExecutor::TrackConstraint(const PlannedSequence& p, const std::vector<int32_t>& known) {
+  const int64_t seq = p.step.seq_id;
+  if (p.sampling) {
+    SPAR_RETURN_IF_ERROR(constraints_->Reset(seq, *p.sampling));
+    SPAR_RETURN_IF_ERROR(constraints_->Observe(seq, 0, p.sampling->cached_tokens));
+  }
+  if (p.speculation && constraints_->Constrained(seq)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", seq, ": a constrained sequence cannot speculate (the MTP layer's drafts are not masked)"));
+  }
+  return constraints_->Observe(seq, p.step.start_pos, known);
+}
+
+void StageExecutor::MaskRequest(int64_t seq_id, SampleRequest* request) {
+  request->token_mask = constraints_->Mask(seq_id, request->step);
+}
+
+bool StageExecutor::FinishesConstraint(int64_t seq_id, int32_t token, uint64_t step) const {
+  return constraints_->Finishes(seq_id, token, step);
 }
 
 void StageExecutor::TakeAllReduceTimes(StepTimings* timings) {
@@ -52,7 +76,10 @@ void StageExecutor::TakeAllReduceTimes(StepTimings* timings) {
 absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, Activations input) {
   const bool last = is_last_stage();
   if (last) {
-    for (int64_t id : plan.release) sampling_.Release(id);
+    for (int64_t id : plan.release) {
+      sampling_.Release(id);
+      constraints_->Release(id);
+    }
   }
   StageOutput out;
   if (plan.seqs.empty()) return out;  // a release-only micro-batch
@@ -78,9 +105,10 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
       }
       // Drafts join the history once they are accepted (ExecuteSpeculative).
       const size_t drafts = p.speculation ? static_cast<size_t>(p.speculation->num_draft_tokens) : 0;
-      SPAR_RETURN_IF_ERROR(sampling_.Observe(
-          p.step.seq_id, p.step.start_pos,
-          std::vector<int32_t>(p.step.tokens.begin(), p.step.tokens.end() - static_cast<std::ptrdiff_t>(drafts))));
+      const std::vector<int32_t> known(p.step.tokens.begin(),
+                                       p.step.tokens.end() - static_cast<std::ptrdiff_t>(drafts));
+      SPAR_RETURN_IF_ERROR(sampling_.Observe(p.step.seq_id, p.step.start_pos, known));
+      SPAR_RETURN_IF_ERROR(TrackConstraint(p, known));
     }
   }
 
@@ -124,6 +152,7 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
       return absl::InvalidArgumentError(absl::StrCat("sequence ", p.step.seq_id, ": num_logits must be 0 or 1"));
     }
     SPAR_ASSIGN_OR_RETURN(SampleRequest r, sampling_.Request(p.step.seq_id));
+    MaskRequest(p.step.seq_id, &r);
     requests.push_back(r);
     ids.push_back(p.step.seq_id);
   }
@@ -137,7 +166,8 @@ absl::StatusOr<StageOutput> StageExecutor::Execute(const MicroBatchPlan& plan, A
   if (sampled.size() != ids.size()) return absl::InternalError("sampler returned the wrong number of tokens");
   out.tokens.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
-    out.tokens.push_back({ids[i], sampled[i].token, sampled[i].logprob, std::move(sampled[i].top)});
+    out.tokens.push_back({ids[i], sampled[i].token, sampled[i].logprob, std::move(sampled[i].top),
+                          FinishesConstraint(ids[i], sampled[i].token, requests[i].step)});
   }
   return out;
 }
@@ -167,6 +197,7 @@ absl::Status StageExecutor::ExecuteSpeculative(const MicroBatchPlan& plan, const
     }
     if (p.step.num_logits > 0) {
       SPAR_ASSIGN_OR_RETURN(s.first, sampling_.Request(p.step.seq_id));
+      MaskRequest(p.step.seq_id, &s.first);  // only ever non-speculative sequences (TrackConstraint)
     }
   }
   SPAR_ASSIGN_OR_RETURN(std::vector<SpecSequenceResult> results, speculator_->Step(step, input, seqs));
@@ -174,7 +205,10 @@ absl::Status StageExecutor::ExecuteSpeculative(const MicroBatchPlan& plan, const
     const PlannedSequence& p = plan.seqs[i];
     SpecSequenceResult& r = results[i];
     if (r.tokens.empty()) continue;
-    for (SampleResult& t : r.tokens) out->tokens.push_back({p.step.seq_id, t.token, t.logprob, std::move(t.top)});
+    for (SampleResult& t : r.tokens) {
+      const bool finishes = FinishesConstraint(p.step.seq_id, t.token, seqs[i].first.step);
+      out->tokens.push_back({p.step.seq_id, t.token, t.logprob, std::move(t.top), finishes});
+    }
     if (!p.speculation) continue;
     // The accepted drafts are now part of the sequence (and its penalties).
     const int32_t drafts_at = p.step.start_pos + static_cast<int32_t>(p.step.tokens.size()) - r.num_drafts;

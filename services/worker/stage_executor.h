@@ -21,6 +21,7 @@
 #include "engine/speculative.h"
 #include "engine/tensor_parallel.h"
 #include "services/common/micro_batch.h"
+#include "services/worker/constraint_states.h"
 #include "services/worker/sampling_states.h"
 
 namespace spar {
@@ -123,7 +124,10 @@ class StageExecutor {
   int num_speculative_tokens() const { return model_->has_mtp() ? options_.num_speculative_tokens : 0; }
 
   // Drops every sampling state (a new pipeline epoch).
-  void ResetSequences() { sampling_.Clear(); }
+  void ResetSequences() {
+    sampling_.Clear();
+    if (constraints_) constraints_->Clear();
+  }
 
  private:
   StageExecutor() = default;
@@ -133,6 +137,16 @@ class StageExecutor {
   // The last stage's part of a micro-batch with speculative sequences.
   absl::Status ExecuteSpeculative(const MicroBatchPlan& plan, const StepPlan& step, const Tensor* input,
                                   StageOutput* out);
+  // Constrained decoding (constraint_states.h), the last stage only: keeps
+  // a sequence's constraint with its sampling state and its known tokens
+  // (a prefix-cache hit's cached tokens, then the plan's tokens without
+  // drafts). A constrained sequence never speculates (the MTP layer's
+  // drafts are not masked): a plan asking for it is refused.
+  absl::Status TrackConstraint(const PlannedSequence& p, const std::vector<int32_t>& known);
+  // The token mask of a request about to be sampled; whether a sampled
+  // token completes a constrained output.
+  void MaskRequest(int64_t seq_id, SampleRequest* request);
+  bool FinishesConstraint(int64_t seq_id, int32_t token, uint64_t step) const;
 
   StageOptions options_;
   int last_layer_ = 0;
@@ -141,6 +155,7 @@ class StageExecutor {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Speculator> speculator_;  // with the MTP layer
   SamplingStates sampling_;
+  std::unique_ptr<ConstraintStates> constraints_;  // last stage
 };
 
 }  // namespace spar

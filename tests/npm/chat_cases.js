@@ -144,6 +144,49 @@ function specialConversations() {
   ];
 }
 
+// Template options as a chat request sends them (chat_template_kwargs and
+// the top-level reasoning_effort): each case keeps the request fields, and
+// its context is what vLLM would render — reasoning_effort first, then the
+// kwargs over it; unknown kwargs are just more variables the template
+// ignores. The HTTP layer's parity test (tests/services/
+// template_kwargs_parity_test.cc) sends the request through spar's OpenAI
+// request parser and compares the prompt with this render.
+function templateOptionCases(templateNames) {
+  const history = [
+    { role: 'user', content: 'Q1' },
+    { role: 'assistant', content: 'A1', reasoning_content: 'thought one' },
+    { role: 'user', content: 'Q2' },
+    { role: 'assistant', content: 'A2', reasoning_content: 'thought two' },
+    { role: 'user', content: 'Q3' },
+  ];
+  const requests = [
+    { chat_template_kwargs: { enable_thinking: false } },
+    { chat_template_kwargs: { enable_thinking: true, clear_thinking: false } },
+    { chat_template_kwargs: { clear_thinking: true } },
+    { reasoning_effort: 'low' },
+    { reasoning_effort: 'high', chat_template_kwargs: { enable_thinking: true } },
+    { reasoning_effort: 'medium' },
+    { reasoning_effort: 'low', chat_template_kwargs: { reasoning_effort: 'high' } },
+    { chat_template_kwargs: { frobnicate: 1, nested: { a: [1, 'x'] } } },
+    { chat_template_kwargs: { enable_thinking: false, clear_thinking: false, unknown: null } },
+  ];
+  const cases = [];
+  for (const tpl of templateNames.filter((t) => t === 'glm5' || t === 'glm5x_patched')) {
+    for (const [i, req] of requests.entries()) {
+      for (const tools of [undefined, [WEATHER_TOOL]]) {
+        const request = { messages: history, ...req };
+        if (tools) request.tools = tools;
+        const ctx = { messages: history, add_generation_prompt: true, bos_token: '', eos_token: '' };
+        if (tools) ctx.tools = tools;
+        if (req.reasoning_effort !== undefined) ctx.reasoning_effort = req.reasoning_effort;
+        Object.assign(ctx, req.chat_template_kwargs || {});
+        cases.push({ template: tpl, name: `template_options_${i}/tools=${!!tools}`, context: ctx, request });
+      }
+    }
+  }
+  return cases;
+}
+
 function buildChatCases(templateNames) {
   const cases = [];
   const stringArgTemplates = new Set(['deepseek_v3', 'deepseek_v31']);
@@ -167,7 +210,7 @@ function buildChatCases(templateNames) {
       }
     }
   }
-  return cases;
+  return cases.concat(templateOptionCases(templateNames));
 }
 
 module.exports = { buildChatCases };

@@ -21,7 +21,7 @@ const MODULES = path.resolve(process.argv[4] || path.join(__dirname, 'node_modul
 const OpenAI = require(path.join(MODULES, 'openai'));
 const API_KEY = 'sk-spar-test';
 
-const { sleep, waitForFile } = require('./local_cluster');
+const { sleep, waitForFile, runAgainstCluster } = require('./local_cluster');
 
 async function startCluster() {
   fs.rmSync(WORK, { recursive: true, force: true });
@@ -259,32 +259,8 @@ test('bad requests get OpenAI-shaped 4xx errors', async ({ api, served, httpPort
 async function main() {
   if (!SPAR || !WORK) throw new Error('usage: node openai_client.js SPAR_BINARY WORK_DIR [NODE_MODULES_DIR]');
   const cluster = await startCluster();
-  const ctx = { ...cluster, api: client(cluster.httpPort), served: path.basename(cluster.model) };
-  let failed = 0;
-  try {
-    for (const t of tests) {
-      const start = Date.now();
-      try {
-        await t.fn(ctx);
-        console.log(`ok   ${t.name} (${Date.now() - start} ms)`);
-      } catch (e) {
-        failed++;
-        console.log(`FAIL ${t.name}\n${e.stack}`);
-      }
-    }
-  } finally {
-    cluster.child.kill('SIGTERM');
-    await new Promise((r) => cluster.child.exitCode !== null ? r() : cluster.child.on('exit', r));
-  }
-  if (failed > 0) {
-    for (const f of fs.readdirSync(path.join(WORK, 'logs'))) {
-      const text = fs.readFileSync(path.join(WORK, 'logs', f), 'utf8');
-      console.log(`----- ${f} (tail) -----\n${text.slice(-3000)}`);
-    }
-    console.log(`${failed} of ${tests.length} failed`);
-    process.exit(1);
-  }
-  console.log(`all ${tests.length} passed`);
+  cluster.logs = path.join(WORK, 'logs');
+  await runAgainstCluster(tests, cluster, { ...cluster, api: client(cluster.httpPort), served: path.basename(cluster.model) });
 }
 
 main().catch((e) => {

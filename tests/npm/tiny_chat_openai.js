@@ -26,21 +26,7 @@ const [SPAR, SOURCE, WORK] = process.argv.slice(2, 5);
 const MODULES = path.resolve(process.argv[5] || path.join(__dirname, 'node_modules'));
 const OpenAI = require(path.join(MODULES, 'openai'));
 
-const { waitForFile } = require('./local_cluster');
-
-// Runs fn over items, `width` requests in flight (the scheduler batches them).
-async function mapConcurrent(items, width, fn) {
-  const out = new Array(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i], i);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker));
-  return out;
-}
+const { waitForFile, mapConcurrent } = require('./local_cluster');
 
 const apply = (op, a, b) => (op === '+' ? a + b : op === '-' ? a - b : a * b);
 

@@ -1,6 +1,7 @@
 #include "kernels/ref/sampling_ref.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -77,6 +78,48 @@ TEST(SamplingRefTest, Logprobs) {
   ASSERT_EQ(top.size(), 2u);
   EXPECT_EQ(top[0].first, 1);
   EXPECT_NEAR(top[1].second, std::log(0.25), 1e-6);
+}
+
+// Token masks (constrained decoding): masked ids are -inf before
+// everything, so greedy and seeded draws stay inside the mask and keep the
+// allowed ids' relative odds; a mask allowing nothing is ignored.
+TEST(SamplingRefTest, TokenMaskRestrictsTheChoice) {
+  const std::vector<float> l = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  const uint32_t only_2_and_3 = 0b1100;
+  SamplingParams p;
+  p.temperature = 0;
+  EXPECT_EQ(SampleToken(l.data(), 4, p, {}, 0, &only_2_and_3), 2);
+  p.temperature = 1.0f;
+  p.seed = 99;
+  std::vector<int> counts(4);
+  for (uint64_t step = 0; step < 20000; ++step) counts[SampleToken(l.data(), 4, p, {}, step, &only_2_and_3)]++;
+  EXPECT_EQ(counts[0] + counts[1], 0);
+  EXPECT_NEAR(counts[2] / 20000.0, 0.75, 0.01);  // 0.15 / (0.15 + 0.05)
+  // Penalties come after the mask: a heavily penalised allowed id still wins
+  // over masked ones.
+  TokenHistory h;
+  h.output_counts[3] = 5;
+  p.temperature = 0;
+  p.frequency_penalty = 2.0f;
+  const uint32_t only_3 = 0b1000;
+  EXPECT_EQ(SampleToken(l.data(), 4, p, h, 0, &only_3), 3);
+  const uint32_t none = 0;
+  p.frequency_penalty = 0;
+  EXPECT_FALSE(MaskAllowsAny(&none, 4));
+  EXPECT_EQ(SampleToken(l.data(), 4, p, {}, 0, &none), 0);  // ignored
+  const uint32_t past_vocab = 0xF0;                           // bits 4..7: no id of a 4-token vocabulary
+  EXPECT_FALSE(MaskAllowsAny(&past_vocab, 4));
+  // A mask allowing only ids whose logits are -inf is ignored too: the row
+  // keeps a choice (and finite logprobs).
+  std::vector<float> dead = l;
+  dead[2] = dead[3] = -std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(MaskAllowsAny(&only_2_and_3, 4));
+  EXPECT_FALSE(MaskAllowsAFiniteLogit(dead.data(), 4, &only_2_and_3));
+  EXPECT_EQ(SampleToken(dead.data(), 4, p, {}, 0, &only_2_and_3), 0);  // the unmasked argmax
+  std::vector<float> m = l;
+  ApplyTokenMask(m.data(), 4, &only_2_and_3);
+  EXPECT_TRUE(std::isinf(m[0]) && m[0] < 0 && std::isinf(m[1]));
+  EXPECT_NEAR(TokenLogprob(m.data(), 4, 2), std::log(0.75), 1e-6);
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ expect 2 'names 3 stages, --stages 2' "$worker" --model "$dir/model" --stage 0 -
 
 expect 2 '--reasoning-parser must be auto, glm45, deepseek_v3 or none, got "hermes"' \
   "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --reasoning-parser hermes
-expect 2 '--tool-call-parser must be auto, glm47, glm45 or none, got "qwen"' \
+expect 2 '--tool-call-parser must be auto, glm47, glm45, deepseek_v32 or none, got "qwen"' \
   "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --tool-call-parser qwen
 expect 2 '--http-threads in \[1, 256\]' "$scheduler" --model "$dir/model" --workers 127.0.0.1:1 --http-threads 0
 expect 2 '--http-max-connections and the --http-\*-timeout-s flags must be >= 1' \

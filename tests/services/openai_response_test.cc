@@ -194,7 +194,11 @@ TEST(ChatOutputTest, ParserFlagsAndTheRequestDecideTheSyntax) {
   auto ds = ChatParsersFor("auto", "auto", "deepseek_v32");
   ASSERT_TRUE(ds.ok());
   EXPECT_TRUE(ds->reasoning);
-  EXPECT_FALSE(ds->tool_calls);  // DeepSeek's DSML calls are not GLM's XML
+  EXPECT_TRUE(ds->tool_calls);
+  EXPECT_EQ(ds->format, ToolCallFormat::kDsml);  // DeepSeek's DSML calls, not GLM's XML
+  auto dsml = ChatParsersFor("none", "deepseek_v32", "glm_moe_dsa");
+  ASSERT_TRUE(dsml.ok());
+  EXPECT_EQ(dsml->format, ToolCallFormat::kDsml);
   auto off = ChatParsersFor("none", "none", "glm_moe_dsa");
   ASSERT_TRUE(off.ok());
   EXPECT_FALSE(off->reasoning || off->tool_calls);
@@ -202,7 +206,7 @@ TEST(ChatOutputTest, ParserFlagsAndTheRequestDecideTheSyntax) {
   EXPECT_NE(std::string(bad.status().message()).find("--reasoning-parser"), std::string::npos) << bad.status();
   EXPECT_FALSE(ChatParsersFor("auto", "qwen", "glm_moe_dsa").ok());
 
-  const ChatParsers both{true, true};
+  const ChatParsers both{true, true, ToolCallFormat::kGlm};
   const ChatOutputSyntax on = ChatSyntaxFor(both, true, false, "[gMASK]<sop><|user|>hi<|assistant|><think>");
   EXPECT_TRUE(on.reasoning && on.starts_in_reasoning && on.tool_calls);
   const ChatOutputSyntax thinking_off = ChatSyntaxFor(both, false, false, "<|user|>hi<|assistant|></think>");
@@ -233,6 +237,21 @@ TEST(ChatOutputTest, ArgumentsAreTypedByTheToolsSchema) {
   EXPECT_EQ(args["words"], "not json");  // else the text
   // Keys keep the model's order.
   EXPECT_EQ(j["function"]["arguments"].get<std::string>().rfind("{\"zip\":", 0), 0u);
+}
+
+TEST(ChatOutputTest, DsmlStringFlagsDecideOverTheSchema) {
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {
+      "type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"}}}}}])");
+  ToolCallText call;
+  call.name = "f";
+  call.args = {{"n", "7"}, {"s", "[1]"}, {"j", "{\"a\": 1}"}, {"bad", "not json"}, {"free", "2"}};
+  call.arg_string = {true, false, false, false, std::nullopt};
+  const Json args = Json::parse(ToolCallJson(call, tools, "c")["function"]["arguments"].get<std::string>());
+  EXPECT_EQ(args["n"], "7");             // string="true" wins over the schema's integer
+  EXPECT_EQ(args["s"], Json::parse("[1]"));  // string="false": the JSON
+  EXPECT_EQ(args["j"], Json::parse(R"({"a": 1})"));
+  EXPECT_EQ(args["bad"], "not json");    // string="false" but not JSON: kept as text
+  EXPECT_EQ(args["free"], 2);            // no flag: as GLM
 }
 
 ResponseOptions ToolChat(bool stream) {

@@ -6,10 +6,12 @@
 // 1..4); stop strings cut mid-draft as without speculation; aborts free
 // every block; a scheduler asking for more drafts than the last stage
 // serves is refused with a message; prefix caching changes neither the
-// outputs nor the drafts.
+// outputs nor the drafts; a constrained sequence decodes without drafts
+// (its output follows its schema) next to one that speculates.
 #include "base/rng.h"
 #include "engine/make_tiny.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "services/scheduler/scheduler.h"
 #include "tests/engine/test_util.h"
 #include "tests/services/collecting_sink.h"
@@ -210,6 +212,43 @@ TEST(SpeculativeLocalTest, AbortInFlightFreesEveryBlock) {
   ASSERT_TRUE(sink->Wait());
   EXPECT_EQ(sink->status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(h.scheduler->Load().core.used_blocks, 0);
+}
+
+TEST(SpeculativeLocalTest, ConstrainedSequencesDecodeWithoutDrafts) {
+  const std::string model = MtpModel(false);
+  auto requests = testing::MixedRequests(1, 9);  // greedy
+  requests[0].max_tokens = 24;                  // long enough to draft
+  auto want = testing::EngineReference(model, requests);
+  ASSERT_EQ(want.size(), 1u);
+  Harness h = Start(model, SchedulerOptions(), 3, 64, /*k=*/3);
+  ASSERT_TRUE(h.scheduler->Start().ok());
+  GenerateParams constrained;
+  constrained.prompt_ids = {5, 6, 7, 8, 9};
+  constrained.max_tokens = 40;
+  constrained.constraint = R"({"type": "json_schema", "schema": {"type": "object",
+      "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false}})";
+  auto c_sink = std::make_shared<testing::CollectingSink>();
+  auto p_sink = std::make_shared<testing::CollectingSink>();
+  ASSERT_TRUE(h.scheduler->Submit(constrained, c_sink).ok());
+  ASSERT_TRUE(h.scheduler->Submit(FromEngineRequest(requests[0]), p_sink).ok());
+  ASSERT_TRUE(c_sink->Wait());
+  ASSERT_TRUE(p_sink->Wait());
+  ASSERT_TRUE(c_sink->status().ok()) << c_sink->status();
+  ASSERT_TRUE(p_sink->status().ok()) << p_sink->status();
+  const auto got = c_sink->seqs().at(0);
+  ASSERT_TRUE(got.finish.has_value());
+  EXPECT_EQ(got.finish->reason, SeqFinishReason::kStop) << got.text;
+  const nlohmann::json parsed = nlohmann::json::parse(got.text, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(parsed.is_object()) << got.text;
+  ASSERT_TRUE(parsed.contains("a") && parsed["a"].is_number_integer()) << got.text;
+  EXPECT_EQ(parsed.size(), 1u) << got.text;
+  // The unconstrained sequence speculated and kept its output.
+  std::vector<int32_t> ids;
+  for (const auto& t : want[0].tokens) ids.push_back(t.id);
+  EXPECT_EQ(p_sink->seqs().at(0).ids, ids);
+  const LoadInfo load = h.scheduler->Load();
+  EXPECT_GT(load.core.spec.drafts, 0u);
+  EXPECT_EQ(load.core.used_blocks, 0);
 }
 
 TEST(SpeculativeLocalTest, MoreDraftsThanTheLastStageServesIsRefused) {

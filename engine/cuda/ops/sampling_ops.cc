@@ -47,6 +47,22 @@ absl::StatusOr<std::vector<SampleResult>> Sample(StepContext& ctx, const Tensor&
       Tensor d_params,
       ctx.Upload(params.data(), static_cast<int64_t>(params.size() * sizeof(SamplingRowParams)), DType::kU8));
   SPAR_ASSIGN_OR_RETURN(Tensor d_hist, ctx.Upload(hist.data(), static_cast<int64_t>(hist.size()), DType::kI32));
+  // Token masks (constrained decoding), one bitset per row; rows without
+  // one allow every id.
+  const int64_t mask_words = (logits.cols() + 31) / 32;
+  bool any_mask = false;
+  for (const auto& q : requests) any_mask = any_mask || q.token_mask != nullptr;
+  Tensor d_mask;
+  std::vector<uint32_t> masks;  // alive until the stream synchronizes, as the other uploads
+  if (any_mask) {
+    masks.assign(static_cast<size_t>(rows) * mask_words, 0xffffffffu);
+    for (int r = 0; r < rows; ++r) {
+      if (requests[r].token_mask != nullptr) {
+        std::memcpy(masks.data() + static_cast<size_t>(r) * mask_words, requests[r].token_mask, mask_words * 4);
+      }
+    }
+    SPAR_ASSIGN_OR_RETURN(d_mask, ctx.Upload(masks.data(), static_cast<int64_t>(masks.size()), DType::kI32));
+  }
   SPAR_ASSIGN_OR_RETURN(Tensor d_ws, ctx.NewTensor(1, static_cast<int64_t>(ws) + 16, DType::kU8));
   // out: tokens [rows], logprobs [rows], top ids [rows, n], top values [rows, n]
   SPAR_ASSIGN_OR_RETURN(Tensor d_out,
@@ -62,6 +78,10 @@ absl::StatusOr<std::vector<SampleResult>> Sample(StepContext& ctx, const Tensor&
   sp.history_ids = h + offsets.size();
   sp.history_prompt_counts = sp.history_ids + ids.size();
   sp.history_output_counts = sp.history_prompt_counts + ids.size();
+  if (any_mask) {
+    sp.token_mask = reinterpret_cast<const uint32_t*>(d_mask.as<int32_t>());
+    sp.token_mask_stride = mask_words;
+  }
   sp.workspace = d_ws.data();
   sp.workspace_bytes = ws;
   int32_t* o = d_out.as<int32_t>();

@@ -2,6 +2,9 @@
 // GPU sampler replicating ref::SampleToken's choice (see sampling.h).
 //
 // One 1024-thread CTA per row, in passes over the row:
+//      (a token mask, when given, makes disallowed ids' logits -inf in
+//      every read of the raw logits below; a mask allowing nothing is
+//      ignored)
 //   0  logprobs of the raw logits (log-sum-exp in double, top-n list)
 //   1  copy the logits to the workspace and apply the penalties
 //   2  greedy rows: argmax (ties to the lower id), done
@@ -99,6 +102,9 @@ struct SumD {
 struct MinI {
   __device__ int operator()(int a, int b) const { return a < b ? a : b; }
 };
+struct MaxI {
+  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
 
 __device__ __forceinline__ uint64_t WarpSumU64(uint64_t v) {
 #pragma unroll
@@ -171,7 +177,20 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(const SampleParams p
   const int V = p.vocab;
   const SamplingParams sp = p.params[row].sampling;
   const uint64_t step = p.params[row].step;
-  const float* raw = p.logits + static_cast<int64_t>(row) * p.logits_stride;
+  const float* raw_row = p.logits + static_cast<int64_t>(row) * p.logits_stride;
+  // The row's token mask, unless it allows no id with a finite logit (then
+  // unmasked, as the reference: a row always has a choice).
+  const uint32_t* mask = nullptr;
+  if (p.token_mask != nullptr) {
+    const uint32_t* m = p.token_mask + static_cast<int64_t>(row) * p.token_mask_stride;
+    int any = 0;
+    for (int i = tid; i < V; i += kThreads) any |= ((m[i >> 5] >> (i & 31)) & 1u) != 0u && raw_row[i] > -INFINITY;
+    if (BlockReduce(any, MaxI(), sm.red_i) != 0) mask = m;
+  }
+  // The logit of id i after the mask: every read of the row goes through it.
+  auto raw_at = [&](int i) -> float {
+    return mask != nullptr && ((mask[i >> 5] >> (i & 31)) & 1u) == 0u ? -INFINITY : raw_row[i];
+  };
   const size_t keys_bytes = (static_cast<size_t>(p.rows) * V * sizeof(float) + 15) / 16 * 16;
   float* ws = reinterpret_cast<float*>(p.workspace) + static_cast<size_t>(row) * V;
   uint64_t* wp = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(p.workspace) + keys_bytes) + static_cast<size_t>(row) * V;
@@ -180,10 +199,10 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(const SampleParams p
   double raw_lse = 0.0;
   if (p.token_logprobs != nullptr || p.top_logprobs > 0) {
     float mx = -INFINITY;
-    for (int i = tid; i < V; i += kThreads) mx = fmaxf(mx, raw[i]);
+    for (int i = tid; i < V; i += kThreads) mx = fmaxf(mx, raw_at(i));
     mx = BlockReduce(mx, MaxF(), sm.red_f);
     double s = 0.0;
-    for (int i = tid; i < V; i += kThreads) s += exp(static_cast<double>(raw[i]) - static_cast<double>(mx));
+    for (int i = tid; i < V; i += kThreads) s += exp(static_cast<double>(raw_at(i)) - static_cast<double>(mx));
     s = BlockReduce(s, SumD(), sm.red_d);
     raw_lse = static_cast<double>(mx) + log(s);
     const int n = min(p.top_logprobs, V);
@@ -193,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(const SampleParams p
       uint64_t best[kMaxTopLogprobs];
       int cnt = 0;
       for (int i = tid; i < V; i += kThreads) {
-        const uint64_t c = Composite(raw[i], i);
+        const uint64_t c = Composite(raw_at(i), i);
         if (cnt == n && c <= best[n - 1]) continue;
         int j = cnt < n ? cnt++ : n - 1;
         while (j > 0 && best[j - 1] < c) {
@@ -211,14 +230,14 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(const SampleParams p
           const int id = CompositeId(win);
           p.top_logprob_ids[static_cast<int64_t>(row) * p.top_logprobs + k] = id;
           p.top_logprob_values[static_cast<int64_t>(row) * p.top_logprobs + k] =
-              static_cast<float>(static_cast<double>(raw[id]) - raw_lse);
+              static_cast<float>(static_cast<double>(raw_at(id)) - raw_lse);
         }
       }
     }
   }
 
   // Phase 1: penalised logits (history ids are unique within a row).
-  for (int i = tid; i < V; i += kThreads) ws[i] = raw[i];
+  for (int i = tid; i < V; i += kThreads) ws[i] = raw_at(i);
   __syncthreads();
   if (p.history_offsets != nullptr) {
     const int b = p.history_offsets[row], e = p.history_offsets[row + 1];
@@ -242,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(const SampleParams p
   auto finish = [&](int token) {
     if (tid == 0) {
       p.tokens[row] = token;
-      if (p.token_logprobs != nullptr) p.token_logprobs[row] = static_cast<float>(static_cast<double>(raw[token]) - raw_lse);
+      if (p.token_logprobs != nullptr) p.token_logprobs[row] = static_cast<float>(static_cast<double>(raw_at(token)) - raw_lse);
     }
   };
 
@@ -539,6 +558,9 @@ absl::Status LaunchSample(const SampleParams& p, cudaStream_t stream) {
     return InvalidParam(kOp, "workspace", absl::StrCat("needs ", need, " bytes, 16-byte aligned"));
   }
   if (p.tokens == nullptr) return InvalidParam(kOp, "tokens", "null");
+  if (p.token_mask != nullptr && p.token_mask_stride < (static_cast<int64_t>(p.vocab) + 31) / 32) {
+    return InvalidParam(kOp, "token_mask_stride", "must be >= ceil(vocab / 32) words");
+  }
   if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) return InvalidParam(kOp, "top_logprobs", "must be in [0, 20]");
   if (p.top_logprobs > 0 && (p.top_logprob_ids == nullptr || p.top_logprob_values == nullptr)) {
     return InvalidParam(kOp, "top_logprob_ids/values", "null while top_logprobs > 0");

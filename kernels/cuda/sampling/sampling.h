@@ -1,10 +1,11 @@
 // Token sampling on the GPU, choosing the same token as ref::SampleToken
-// (kernels/ref/sampling_ref.h) for the same logits, parameters, history and
-// step: penalties (repetition over prompt and output, frequency, presence),
+// (kernels/ref/sampling_ref.h) for the same logits, parameters, history,
+// step and token mask: the mask (-inf for disallowed ids), penalties (repetition over prompt and output, frequency, presence),
 // greedy (temperature 0 or top_k 1: argmax, ties to the lower id), else
 // temperature, top-k, top-p, min-p and an inverse-CDF walk in ascending id
 // order over the kept tokens with u = CounterUniform(seed, 0, step) · total.
-// Logprobs are those of the raw logits (ref::TokenLogprob, ref::TopLogprobs).
+// Logprobs are those of the raw logits after the mask (ref::TokenLogprob,
+// ref::TopLogprobs of the masked row).
 //
 // Exactness: the kept set and the token are the reference's; the only
 // possible differences are when a cumulative probability lands within
@@ -47,6 +48,13 @@ struct SampleParams {
   const int32_t* history_ids = nullptr;
   const int32_t* history_prompt_counts = nullptr;
   const int32_t* history_output_counts = nullptr;
+  // Constrained decoding: [rows, token_mask_stride] uint32 bitsets; id i
+  // of row r is allowed when bit i % 32 of word r * token_mask_stride +
+  // i / 32 is set. Null: no mask. Masked ids get -inf before everything
+  // else (logprobs included); a row whose mask allows no id with a finite
+  // logit is sampled unmasked (ref::ApplyTokenMask).
+  const uint32_t* token_mask = nullptr;
+  int64_t token_mask_stride = 0;  // words per row, >= ceil(vocab / 32)
   void* workspace = nullptr;  // SampleWorkspaceBytes(rows, vocab), 16-byte aligned
   size_t workspace_bytes = 0;
   int32_t* tokens = nullptr;          // [rows]

@@ -1,7 +1,7 @@
 // The GPU sampler picks exactly ref::SampleToken's token on random logits
 // with many seeds and parameter mixes (greedy, temperature, top-k, top-p,
-// min-p, penalties), peaked, flat and tied distributions, and reports the
-// reference's logprobs. A mismatch could only come from a cumulative sum
+// min-p, penalties, token masks of constrained decoding), peaked, flat and
+// tied distributions, and reports the reference's logprobs. A mismatch could only come from a cumulative sum
 // landing within ~1e-13 of a boundary, which random inputs do not hit.
 #include "kernels/cuda/sampling/sampling.h"
 
@@ -43,6 +43,7 @@ struct Row {
   SamplingParams p;
   TokenHistory h;
   uint64_t step = 0;
+  std::vector<uint32_t> mask;  // empty: none; else ceil(vocab / 32) words
 };
 
 Row RandomRow(int vocab, Rng& rng, bool flat_heavy) {
@@ -76,10 +77,31 @@ std::string Describe(const Row& r) {
          ::testing::PrintToString(r.p.repetition_penalty);
 }
 
+// A logprob equal to the reference's within 1e-5 relative; -inf (a masked
+// id among the top alternatives) exactly.
+void ExpectLogprob(float got, float want, int row) {
+  if (std::isinf(want)) {
+    EXPECT_EQ(got, want) << "row " << row;
+  } else {
+    EXPECT_NEAR(got, want, 1e-5f * (1.0f + std::fabs(want))) << "row " << row;
+  }
+}
+
 // Runs one batch on the GPU and compares tokens and logprobs to the reference.
 void RunBatch(const std::vector<Row>& rows, int vocab, int* mismatches) {
   const int n = static_cast<int>(rows.size());
   const int ntop = 5;
+  // Masks with a stride past the row (as a caller's padded buffer may be);
+  // rows without one allow every id.
+  const int64_t words = (vocab + 31) / 32, stride = words + 3;
+  bool any_mask = false;
+  for (const Row& r : rows) any_mask = any_mask || !r.mask.empty();
+  std::vector<uint32_t> masks(static_cast<size_t>(n) * stride, 0xffffffffu);
+  for (int i = 0; i < n; ++i) {
+    if (!rows[i].mask.empty()) std::copy(rows[i].mask.begin(), rows[i].mask.end(), masks.begin() + i * stride);
+  }
+  DeviceArray<uint32_t> dmask;
+  if (any_mask) dmask.Upload(masks);
   std::vector<float> logits(static_cast<size_t>(n) * vocab);
   std::vector<SamplingRowParams> params(n);
   std::vector<int32_t> offsets(1, 0), ids, pc, oc;
@@ -128,6 +150,10 @@ void RunBatch(const std::vector<Row>& rows, int vocab, int* mismatches) {
   sp.history_ids = dids.get();
   sp.history_prompt_counts = dpc.get();
   sp.history_output_counts = doc.get();
+  if (any_mask) {
+    sp.token_mask = dmask.get();
+    sp.token_mask_stride = stride;
+  }
   sp.workspace = ws.get();
   sp.workspace_bytes = ws.size();
   sp.tokens = dtok.get();
@@ -145,18 +171,24 @@ void RunBatch(const std::vector<Row>& rows, int vocab, int* mismatches) {
   const auto tv = dtv.Download();
   for (int i = 0; i < n; ++i) {
     const Row& r = rows[i];
-    const int32_t want = ref::SampleToken(r.logits.data(), vocab, r.p, r.h, r.step);
+    const uint32_t* mask = r.mask.empty() ? nullptr : r.mask.data();
+    const int32_t want = ref::SampleToken(r.logits.data(), vocab, r.p, r.h, r.step, mask);
     if (tok[i] != want) {
       if (*mismatches < 10) ADD_FAILURE() << "row " << i << " (" << Describe(r) << "): gpu " << tok[i] << " ref " << want;
       ++*mismatches;
       continue;
     }
-    const float want_lp = ref::TokenLogprob(r.logits.data(), vocab, want);
-    EXPECT_NEAR(lp[i], want_lp, 1e-5f * (1.0f + std::fabs(want_lp))) << "row " << i;
-    const auto top = ref::TopLogprobs(r.logits.data(), vocab, ntop);
+    if (mask != nullptr && ref::MaskAllowsAFiniteLogit(r.logits.data(), vocab, mask)) {
+      EXPECT_TRUE((mask[want >> 5] >> (want & 31)) & 1u) << "row " << i << ": token " << want << " is masked";
+    }
+    std::vector<float> masked = r.logits;  // logprobs are of the masked row
+    ref::ApplyTokenMask(masked.data(), vocab, mask);
+    const float want_lp = ref::TokenLogprob(masked.data(), vocab, want);
+    ExpectLogprob(lp[i], want_lp, i);
+    const auto top = ref::TopLogprobs(masked.data(), vocab, ntop);
     for (int k = 0; k < ntop; ++k) {
       EXPECT_EQ(ti[i * ntop + k], top[k].first) << "row " << i << " top " << k;
-      EXPECT_NEAR(tv[i * ntop + k], top[k].second, 1e-5f * (1.0f + std::fabs(top[k].second))) << "row " << i;
+      ExpectLogprob(tv[i * ntop + k], top[k].second, i);
     }
   }
 }
@@ -222,11 +254,77 @@ TEST(Sampling, GreedyTiesAndDeterminism) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// Token masks (constrained decoding): dense and sparse masks, masks that
+// hide the most likely ids, a single allowed id, a mask allowing nothing
+// (ignored), vocabularies that are not a multiple of 32 (the tiny models'
+// 1,085) and GLM-5's, every parameter mix; rows with and without masks in
+// one batch.
+TEST(Sampling, TokenMasksMatchReference) {
+  SPAR_REQUIRE_GPU();
+  Rng rng(31);
+  int mismatches = 0, total = 0;
+  for (const int vocab : {1085, 32000, 154880}) {
+    const int words = (vocab + 31) / 32;
+    std::vector<Row> rows;
+    for (int i = 0; i < (vocab > 100000 ? 12 : 64); ++i) {
+      Row r = RandomRow(vocab, rng, false);
+      const int kind = i % 6;
+      if (kind != 5) r.mask.assign(words, 0u);
+      auto allow = [&](int id) { r.mask[id >> 5] |= 1u << (id & 31); };
+      if (kind == 0) {  // dense: ~70% allowed
+        for (int id = 0; id < vocab; ++id) {
+          if (rng.Below(10) < 7) allow(id);
+        }
+      } else if (kind == 1) {  // sparse: a few ids, as a grammar in a literal allows
+        for (int k = 0; k < 1 + static_cast<int>(rng.Below(5)); ++k) allow(static_cast<int>(rng.Below(vocab)));
+      } else if (kind == 2) {  // the 50 most likely ids hidden
+        std::vector<int> order(vocab);
+        for (int id = 0; id < vocab; ++id) order[id] = id;
+        std::partial_sort(order.begin(), order.begin() + 50, order.end(),
+                          [&](int a, int b) { return r.logits[a] > r.logits[b]; });
+        for (int id = 0; id < vocab; ++id) allow(id);
+        for (int k = 0; k < 50; ++k) r.mask[order[k] >> 5] &= ~(1u << (order[k] & 31));
+      } else if (kind == 3) {  // exactly one id, the last of the vocabulary
+        allow(vocab - 1);
+      } else if (kind == 4) {  // nothing allowed: sampled unmasked; stray bits past the vocabulary ignored
+        if (vocab % 32 != 0) r.mask[words - 1] = ~0u << (vocab % 32);
+      }
+      rows.push_back(std::move(r));
+    }
+    RunBatch(rows, vocab, &mismatches);
+    total += static_cast<int>(rows.size());
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << total << " rows";
+}
+
 TEST(Sampling, RejectsBadParams) {
   SampleParams p;
   p.rows = 1;
   p.vocab = 10;
   EXPECT_EQ(LaunchSample(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Sampling, RejectsAShortMaskStride) {
+  SPAR_REQUIRE_GPU();
+  DeviceArray<float> logits(64);
+  DeviceArray<SamplingRowParams> params(1);
+  DeviceArray<int32_t> tokens(1);
+  DeviceArray<uint32_t> mask(1);
+  DeviceArray<uint8_t> ws(SampleWorkspaceBytes(1, 64));
+  SampleParams p;
+  p.logits = logits.get();
+  p.logits_stride = 64;
+  p.rows = 1;
+  p.vocab = 64;
+  p.params = params.get();
+  p.workspace = ws.get();
+  p.workspace_bytes = ws.size();
+  p.tokens = tokens.get();
+  p.token_mask = mask.get();
+  p.token_mask_stride = 1;  // 64 ids need 2 words
+  const absl::Status st = LaunchSample(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(std::string(st.message()).find("token_mask_stride"), std::string::npos) << st;
 }
 
 }  // namespace
