@@ -26,6 +26,7 @@ class TinyChat {
     std::string backend = "cpu";
     int64_t num_blocks = 1024;
     std::optional<uint64_t> random_topk_seed;  // the random-selection control
+    int num_speculative_tokens = 0;            // > 0: the checkpoint's MTP layer drafts
   };
 
   static absl::StatusOr<std::unique_ptr<TinyChat>> Load(const std::string& dir, const Options& options) {
@@ -37,6 +38,7 @@ class TinyChat {
     eo.backend = options.backend;
     eo.model.num_blocks = options.num_blocks;
     eo.model.random_topk_seed = options.random_topk_seed;
+    eo.num_speculative_tokens = options.num_speculative_tokens;
     SPAR_ASSIGN_OR_RETURN(chat->engine_, Engine::Create(dir, eo));
     return chat;
   }

@@ -219,6 +219,35 @@ TEST(ClusterTest, SpeculativeDecodingEqualsTheEngineWithoutIt) {
   }
 }
 
+// The same through 3 worker processes on the trained tiny model's own MTP
+// layer (models/tiny-glm5-chat, PROVENANCE.md), bf16 and FP8: speculation
+// changes no stream and leaves no block held.
+TEST(ClusterTest, TrainedModelSpeculatesThroughThreeStages) {
+  for (auto [variant, k] : {std::pair{"bf16", 2}, std::pair{"fp8", 3}}) {
+    const std::string model = testing::SourcePath(absl::StrCat("models/tiny-glm5-chat/", variant));
+    const auto requests = testing::MixedRequests(8, 40 + k);
+    const auto want = testing::EngineReference(model, requests);
+    ASSERT_EQ(want.size(), requests.size());
+    const std::vector<std::string> speculate = {"--num-speculative-tokens", absl::StrCat(k)};
+    std::vector<std::string> scheduler_flags = {"--max-batch-tokens", "48"};
+    scheduler_flags.insert(scheduler_flags.end(), speculate.begin(), speculate.end());
+    auto cluster = testing::TestCluster::Start(
+        {.model = model, .stages = 3, .scheduler_flags = scheduler_flags, .worker_flags = speculate},
+        absl::StrCat("cluster_trained_spec_", variant));
+    ASSERT_NE(cluster, nullptr);
+    auto stub = v1::Generation::NewStub(CreatePublicChannel(cluster->address()));
+    const std::vector<Streamed> got = StreamAll(stub.get(), requests, "trained");
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_TRUE(got[i].status.ok()) << variant << " request " << i << ": " << got[i].status.error_message();
+      std::vector<int32_t> ids;
+      for (const auto& t : want[i].tokens) ids.push_back(t.id);
+      EXPECT_EQ(got[i].ids, ids) << variant << " k=" << k << " request " << i;
+    }
+    EXPECT_TRUE(WaitIdle(stub.get())) << variant;
+    EXPECT_EQ(Load(stub.get()).used_kv_blocks(), 0) << variant;
+  }
+}
+
 // `spar plan`'s suggested split reaches both daemons through the same flag
 // (SPAR_STAGE_LAYERS in Kubernetes): the workers preload exactly those layers,
 // and the pipeline still equals the single-process engine.

@@ -28,9 +28,9 @@ the simulated outputs must equal plain greedy decoding.
     OUT=/tmp/mtp python3 tools/train_tiny/train_mtp.py --base-dir models/tiny-glm5-chat \
         [--dense-seconds 150 --indexer-seconds 20 --sparse-seconds 60] [--smoke] [--device cpu]
 
-Results in --out: bf16.tar and fp8.tar (the checkpoints with the layer, to
-unpack over models/tiny-glm5-chat/), results.tar (provenance-mtp.json, the
-log). tools/device/train_mtp.sh runs it in one device call.
+Results in --out: bf16.tar.xz and fp8.tar.xz (the checkpoints with the
+layer; tools/train_tiny/splice_mtp.py adds their layer to the shipped
+checkpoints), results.tar (provenance-mtp.json, the log). tools/device/train_mtp.sh runs it in one device call.
 """
 import argparse
 import json
@@ -39,6 +39,7 @@ import platform
 import random
 import sys
 import tarfile
+import tempfile
 import time
 
 import torch
@@ -299,14 +300,18 @@ def main():
     phases["sparse"] = ph.summary()
     mtp.eval()
 
-    # ---- export: the main weights as shipped, plus the layer ----
-    work = os.path.join(args.out, "work")
+    # ---- export: the main weights plus the layer (the FP8 export re-quantizes
+    # the main weights with torch's rounding; tools/train_tiny/splice_mtp.py
+    # adds just the layer to the shipped checkpoints) ----
+    # The work folder stays outside --out: the device tool brings back at
+    # most 8 files of at most 16 MiB, so --out holds only the xz tars.
+    work = tempfile.mkdtemp(prefix="train_mtp_")
     dirs = {}
     for name, fp8 in (("bf16", False), ("fp8", True)):
         d = os.path.join(work, name)
         export.export(main_model, d, fp8, eos_ids, eos_ids[0], base, mtp=mtp)
         dirs[name] = d
-        with tarfile.open(os.path.join(args.out, f"{name}.tar"), "w") as t:
+        with tarfile.open(os.path.join(args.out, f"{name}.tar.xz"), "w:xz") as t:
             t.add(d, arcname=name)
     log("exported", {k: os.path.getsize(os.path.join(d, "model.safetensors")) for k, d in dirs.items()})
 
