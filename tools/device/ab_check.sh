@@ -9,7 +9,8 @@
 #      with SPAR_AB_LONG_CONTEXTS, at batch 1 and those contexts.
 # The benchmarks run first (their time is known), then the tests.
 # 4. optional: SPAR_AB_INDEXER=1 indexer_bench's top-k section, SPAR_AB_HOP=1
-#    tools/device/stage_hop_gpu.sh, SPAR_AB_EXTRA: more commands, one a line.
+#    tools/device/stage_hop_gpu.sh, SPAR_AB_EXTRA: more commands, one a line
+#    (SPAR_AB_EXTRA_FIRST=1: before the tests).
 # Bundles: .bundle-gpu (new; built with ../shared/scripts/bundle.sh from
 # build/ with -DSPAR_CUDA_CODE=sm90) and .bundle-before (old: engine_bench and
 # cuda_parity_gpu_test), each carried as a .tar.xz in .bundle-z/.
@@ -23,6 +24,23 @@ done
 export SPAR_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
 summary=()
+# Sections marked late are skipped once the call has run this long, so the
+# logs still come back inside the device's per-call limit.
+late() { (( SECONDS > ${SPAR_AB_LATE_S:-450} )) && { summary+=("skipped (late, ${SECONDS} s): $1"); return 0; }; return 1; }
+# Extra commands, one a line of SPAR_AB_EXTRA (output in extra_N.log, files
+# under $OUT/extra_N); after the tests, or with SPAR_AB_EXTRA_FIRST=1 right
+# after the benchmarks.
+run_extras() {
+  local n=0 cmd
+  while IFS= read -r cmd; do
+    [[ -z $cmd ]] && continue
+    n=$((n + 1))
+    late "extra $n ($cmd)" && continue
+    ( source .bundle-gpu/env.sh; OUT=$out/extra_$n; mkdir -p "$OUT"; export OUT; timeout ${SPAR_AB_EXTRA_TIMEOUT:-300} bash -c "$cmd" ) \
+      > "$out/extra_$n.log" 2>&1
+    summary+=("extra $n ($cmd): rc=$?")
+  done <<< "${SPAR_AB_EXTRA:-}"
+}
 if [[ ${SPAR_AB_BENCH:-1} == 1 ]]; then
   m=/tmp/glm5full
   [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 60 ]] && m=/dev/shm/glm5full
@@ -45,10 +63,12 @@ if [[ ${SPAR_AB_BENCH:-1} == 1 ]]; then
     summary+=("engine_bench long contexts: rc=$?")
   fi
 fi
+[[ ${SPAR_AB_EXTRA_FIRST:-0} == 1 ]] && run_extras
 if [[ ${SPAR_AB_SUITE:-1} == 1 ]]; then
   for t in .bundle-gpu/bin/*_gpu_test; do
     name=$(basename "$t")
     [[ -n ${SPAR_AB_SKIP:-} && $name =~ ${SPAR_AB_SKIP} ]] && continue
+    late "$name" && continue
     ( source .bundle-gpu/env.sh; timeout ${SPAR_AB_TEST_TIMEOUT:-240} "$t" > "$out/$name.log" 2>&1 )
     rc=$?
     pass=$(grep -c "^\[       OK \]" "$out/$name.log"); fail=$(grep -c "^\[  FAILED  \]" "$out/$name.log")
@@ -67,12 +87,8 @@ if [[ ${SPAR_AB_SUITE:-1} == 1 ]]; then
     summary+=("parity printed numbers: DIFFER ($(wc -l < "$out/parity_diff.txt") lines, parity_diff.txt)")
   fi
 fi
-# Optional sections: the indexer benchmark's top-k table, two cuda stages on
-# one GPU, and extra commands (each a line of SPAR_AB_EXTRA; their output
-# goes to extra_N.log).
-# Sections after this point are skipped once the call has run this long, so
-# the logs still come back inside the device's per-call limit.
-late() { (( SECONDS > ${SPAR_AB_LATE_S:-450} )) && { summary+=("skipped (late, ${SECONDS} s): $1"); return 0; }; return 1; }
+# Optional sections (late): the indexer benchmark's top-k table, two cuda
+# stages on one GPU, and the extra commands.
 if [[ ${SPAR_AB_INDEXER:-0} == 1 ]] && ! late "indexer_bench topk"; then
   ( source .bundle-gpu/env.sh; timeout 200 .bundle-gpu/bin/indexer_bench topk > "$out/indexer_topk.log" 2>&1 )
   summary+=("indexer_bench topk: rc=$?")
@@ -81,15 +97,7 @@ if [[ ${SPAR_AB_HOP:-0} == 1 ]] && ! late "stage_hop_gpu"; then
   OUT=$out timeout 200 bash tools/device/stage_hop_gpu.sh > "$out/stage_hop.log" 2>&1
   summary+=("stage_hop_gpu: rc=$? $(tail -1 "$out/stage_hop.log")")
 fi
-n=0
-while IFS= read -r cmd; do
-  [[ -z $cmd ]] && continue
-  n=$((n + 1))
-  late "extra $n ($cmd)" && continue
-  ( source .bundle-gpu/env.sh; OUT=$out/extra_$n; mkdir -p "$OUT"; export OUT; timeout ${SPAR_AB_EXTRA_TIMEOUT:-300} bash -c "$cmd" ) \
-    > "$out/extra_$n.log" 2>&1
-  summary+=("extra $n ($cmd): rc=$?")
-done <<< "${SPAR_AB_EXTRA:-}"
+[[ ${SPAR_AB_EXTRA_FIRST:-0} == 1 ]] || run_extras
 for f in "$out"/bench_before_*.log "$out"/bench_gpu_*.log "$out"/bench_long.log; do
   [[ -f $f ]] && { echo "== $(basename $f)"; grep -E "^\| *[0-9]|rror" "$f" | head -8; }
 done
