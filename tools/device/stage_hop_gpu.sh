@@ -6,6 +6,12 @@
 # holding every layer. Greedy ids of six prompts (beyond the tiny model's
 # index_topk) must be identical: the hop is exact. About 40 s.
 #
+# Options: SPAR_HOP_STAGES (default 2) stages in the second run;
+# SPAR_HOP_SPECULATIVE=K (default 0) runs the second configuration with MTP
+# speculative decoding (--num-speculative-tokens K on the scheduler and the
+# workers; the MTP layer on the last stage), so the ids must equal plain
+# decoding's; SPAR_HOP_MODEL: a model directory instead of a make-tiny one
+# (e.g. models/tiny-glm5-chat/fp8, which has a trained MTP layer).
 # Binaries: SPAR_BIN / SPAR_WORKER_BIN / SPAR_SCHEDULER_BIN, or a bundle
 # .bundle-gpu with spar, spar-worker and spar-scheduler.
 # Exit 0: identical; 1: a difference or failure.
@@ -26,25 +32,31 @@ cleanup() {
   return 0
 }
 trap 'cleanup; rm -rf "$work"' EXIT
-model=$work/model
-"$spar" make-tiny --arch glm5 --out "$model" --seed 12 > /dev/null || { echo "make-tiny failed"; exit 1; }
+stages_b=${SPAR_HOP_STAGES:-2} spec=${SPAR_HOP_SPECULATIVE:-0}
+model=${SPAR_HOP_MODEL:-$work/model}
+if [[ -z ${SPAR_HOP_MODEL:-} ]]; then
+  mtp=(); (( spec > 0 )) && mtp=(--mtp --predictable)
+  "$spar" make-tiny --arch glm5 --out "$model" --seed 12 "${mtp[@]}" > /dev/null || { echo "make-tiny failed"; exit 1; }
+fi
 wait_file() {  # path, seconds
   for ((i = 0; i < $2 * 10; i++)); do [[ -s $1 ]] && return 0; sleep 0.1; done
   echo "timed out waiting for $1"; return 1
 }
-# start NAME STAGES: STAGES workers on GPU 0 and a scheduler over them.
+# start NAME STAGES [K]: STAGES workers on GPU 0 and a scheduler over them,
+# with K speculative tokens (default 0).
 start() {
-  local name=$1 stages=$2 addrs=""
+  local name=$1 stages=$2 addrs="" k=${3:-0}
+  local specf=(); (( k > 0 )) && specf=(--num-speculative-tokens "$k")
   for ((s = 0; s < stages; s++)); do
     "$worker" --host 127.0.0.1 --port 0 --port-file "$work/$name.w$s" --model "$model" --stage "$s" \
-      --stages "$stages" --backend "$backend" --device 0 --num-blocks 64 --metrics-port 0 \
+      --stages "$stages" --backend "$backend" --device 0 --num-blocks 64 --metrics-port 0 "${specf[@]}" \
       > "$out/$name.worker$s.log" 2>&1 &
     pids+=($!)
     wait_file "$work/$name.w$s" 90 || return 1
     addrs+="${addrs:+,}127.0.0.1:$(cat "$work/$name.w$s")"
   done
   "$scheduler" --host 127.0.0.1 --port 0 --port-file "$work/$name.s" --model "$model" --workers "$addrs" \
-    --http-port -1 --metrics-port 0 --connect-timeout-s 120 > "$out/$name.scheduler.log" 2>&1 &
+    --http-port -1 --metrics-port 0 --connect-timeout-s 120 "${specf[@]}" > "$out/$name.scheduler.log" 2>&1 &
   pids+=($!)
   wait_file "$work/$name.s" 90 || return 1
   port=$(cat "$work/$name.s")
@@ -75,11 +87,11 @@ generate() {  # NAME: one line of greedy ids per prompt into $out/NAME.ids
 start one 1 || { echo "one stage did not start"; exit 1; }
 generate one
 cleanup
-start two 2 || { echo "two stages did not start"; exit 1; }
+start two "$stages_b" "$spec" || { echo "$stages_b stages did not start"; exit 1; }
 generate two
 if [[ $(grep -c . "$out/one.ids") -ne ${#prompts[@]} ]]; then echo "one stage did not answer every prompt"; exit 1; fi
 if diff "$out/one.ids" "$out/two.ids" > "$out/diff.txt"; then
-  echo "stage_hop_gpu: two cuda stages on one GPU == one stage: ${#prompts[@]}/${#prompts[@]} prompts, 24 greedy ids each"
+  echo "stage_hop_gpu: $stages_b $backend stages on one GPU$( ((spec > 0)) && echo " with $spec speculative tokens") == one stage: ${#prompts[@]}/${#prompts[@]} prompts, 24 greedy ids each"
   exit 0
 fi
 echo "stage_hop_gpu: DIFFERENT"; cat "$out/diff.txt"; exit 1
