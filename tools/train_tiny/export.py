@@ -3,15 +3,16 @@ layout: tensor names of zai-org/GLM-5(-FP8), per-expert keys, bf16 weights
 (the router bias fp32), or block-FP8 (e4m3 + fp32 weight_scale_inv per
 128x128 block, the multiplier) with the GLM-5-FP8 modules_to_not_convert.
 
-safetensors files are written directly (8-byte header length, JSON header,
-raw little-endian data) so that export needs nothing beyond torch.
+safetensors files are written directly (safetensors_raw.py: 8-byte header
+length, JSON header, raw little-endian data) so that export needs nothing
+beyond torch.
 """
 import json
 import os
-import struct
 
 import torch
 
+import safetensors_raw
 from model import Moe
 
 # As in GLM-5-FP8's quantization_config, including its "indexers_proj"
@@ -140,22 +141,8 @@ def tensor_bytes(t):
 
 
 def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name]
-        data = tensor_bytes(t)
-        dtype = DTYPE_NAMES.get(t.dtype, "F8_E4M3")
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * ((8 - len(raw) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for b in blobs:
-            f.write(b)
+    safetensors_raw.write(path, {name: (DTYPE_NAMES.get(t.dtype, "F8_E4M3"), list(t.shape), tensor_bytes(t))
+                                 for name, t in tensors.items()})
 
 
 def config_json(c, eos_ids, pad_id, fp8, mtp=False):
@@ -278,23 +265,16 @@ def load_exported_into(model, tensors):
 
 def read_safetensors(path):
     """name -> fp32 tensor, FP8 weights dequantized with their scales."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
     raw = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        b0, b1 = info["data_offsets"]
-        buf = bytearray(data[b0:b1])
-        if info["dtype"] == "BF16":
+    for name, (dtype, shape, data) in safetensors_raw.read(path).items():
+        buf = bytearray(data)
+        if dtype == "BF16":
             t = torch.frombuffer(buf, dtype=torch.int16).view(torch.bfloat16)
-        elif info["dtype"] == "F32":
+        elif dtype == "F32":
             t = torch.frombuffer(buf, dtype=torch.float32)
         else:
             t = torch.frombuffer(buf, dtype=torch.uint8).view(torch.float8_e4m3fn)
-        raw[name] = t.reshape(info["shape"])
+        raw[name] = t.reshape(shape)
     out = {}
     for name, t in raw.items():
         if name.endswith("_scale_inv"):

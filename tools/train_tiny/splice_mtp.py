@@ -22,38 +22,12 @@ numpy only (the CPU box's torch has no float8 dtype):
 import argparse
 import json
 import os
-import struct
 
 import numpy as np
 
+from safetensors_raw import read, write
+
 NOT_CONVERTED = ["eh_proj", "enorm", "hnorm", "shared_head"]
-
-
-def read(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    header.pop("__metadata__", None)
-    body = raw[8 + n:]
-    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}
-
-
-def write(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        dtype, shape, data = tensors[name]
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * ((8 - len(raw) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for b in blobs:
-            f.write(b)
 
 
 def e4m3_table():
