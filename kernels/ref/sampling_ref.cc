@@ -48,14 +48,6 @@ void ApplyPenalties(float* logits, int vocab, const SamplingParams& p, const Tok
   }
 }
 
-bool MaskAllowsAny(const uint32_t* mask, int vocab) {
-  for (int w = 0; w < (vocab + 31) / 32; ++w) {
-    const uint32_t valid = (w + 1) * 32 <= vocab ? ~0u : (1u << (vocab % 32)) - 1;
-    if (mask[w] & valid) return true;
-  }
-  return false;
-}
-
 bool MaskAllowsAFiniteLogit(const float* logits, int vocab, const uint32_t* mask) {
   for (int i = 0; i < vocab; ++i) {
     if (((mask[i >> 5] >> (i & 31)) & 1u) && logits[i] > -std::numeric_limits<float>::infinity()) return true;

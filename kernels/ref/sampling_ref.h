@@ -22,7 +22,6 @@ void ApplyPenalties(float* logits, int vocab, const SamplingParams& p, const Tok
 // logprobs). A mask that allows no id with a finite logit (no id of the
 // vocabulary at all, or only ids whose logits are already -inf) is ignored,
 // so a row always has a choice and its logprobs stay defined.
-bool MaskAllowsAny(const uint32_t* mask, int vocab);
 bool MaskAllowsAFiniteLogit(const float* logits, int vocab, const uint32_t* mask);
 void ApplyTokenMask(float* logits, int vocab, const uint32_t* mask);
 

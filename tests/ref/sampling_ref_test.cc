@@ -105,15 +105,15 @@ TEST(SamplingRefTest, TokenMaskRestrictsTheChoice) {
   EXPECT_EQ(SampleToken(l.data(), 4, p, h, 0, &only_3), 3);
   const uint32_t none = 0;
   p.frequency_penalty = 0;
-  EXPECT_FALSE(MaskAllowsAny(&none, 4));
+  EXPECT_FALSE(MaskAllowsAFiniteLogit(l.data(), 4, &none));
   EXPECT_EQ(SampleToken(l.data(), 4, p, {}, 0, &none), 0);  // ignored
   const uint32_t past_vocab = 0xF0;                           // bits 4..7: no id of a 4-token vocabulary
-  EXPECT_FALSE(MaskAllowsAny(&past_vocab, 4));
+  EXPECT_FALSE(MaskAllowsAFiniteLogit(l.data(), 4, &past_vocab));
   // A mask allowing only ids whose logits are -inf is ignored too: the row
   // keeps a choice (and finite logprobs).
   std::vector<float> dead = l;
   dead[2] = dead[3] = -std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(MaskAllowsAny(&only_2_and_3, 4));
+  EXPECT_TRUE(MaskAllowsAFiniteLogit(l.data(), 4, &only_2_and_3));
   EXPECT_FALSE(MaskAllowsAFiniteLogit(dead.data(), 4, &only_2_and_3));
   EXPECT_EQ(SampleToken(dead.data(), 4, p, {}, 0, &only_2_and_3), 0);  // the unmasked argmax
   std::vector<float> m = l;
