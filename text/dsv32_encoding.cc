@@ -23,6 +23,7 @@ constexpr const char* kThinkEnd = "</think>";
 // between its two halves.
 constexpr const char* kToolsHead =
     "## Tools\n"
+    "\n"
     "You have access to a set of tools you can use to answer the user's question.\n"
     "You can invoke functions by writing a \"<" SPAR_DSML_TOKEN "function_calls>\" block like the following as part "
     "of your reply to the user:\n"
@@ -36,18 +37,24 @@ constexpr const char* kToolsHead =
     "...\n"
     "</" SPAR_DSML_TOKEN "invoke>\n"
     "</" SPAR_DSML_TOKEN "function_calls>\n"
+    "\n"
     "String and scalar parameters should be specified as is without any escaping or quotes, while lists and objects "
     "should use JSON format. The \"string\" attribute should be set to \"true\" for string type parameters and "
     "\"false\" for other types (numbers, booleans, arrays, objects).\n"
+    "\n"
     "If the thinking_mode is enabled, then after function results you should strongly consider outputting a thinking "
     "block. Here is an example:\n"
+    "\n"
     "<" SPAR_DSML_TOKEN "function_calls>\n"
     "...\n"
     "</" SPAR_DSML_TOKEN "function_calls>\n"
+    "\n"
     "<function_results>\n"
     "...\n"
     "</function_results>\n"
+    "\n"
     "<think>...thinking about results</think>\n"
+    "\n"
     "Here are the functions available in JSONSchema format:\n"
     "<functions>\n";
 constexpr const char* kToolsTail = "\n</functions>\n";

@@ -1,6 +1,7 @@
 // DeepSeek-V3.2's prompt format. The model ships no Jinja chat template but
 // a Python encoder (encoding/encoding_dsv32.py in the model repository,
-// encode_messages); this is the same rules in C++, byte for byte:
+// encode_messages); this is the same rules in C++, byte for byte (checked
+// against DeepSeek's own test vectors, tests/text/data/dsv32/official):
 //
 //   <｜begin▁of▁sentence｜>
 //   system:    {content}[\n\n{tools block}]

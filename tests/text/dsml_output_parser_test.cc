@@ -5,10 +5,13 @@
 // incremental parser equals the one-shot parse).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/rng.h"
+#include "nlohmann/json.hpp"
 #include "text/chat_output_parser.h"
 
 namespace spar {
@@ -139,6 +142,71 @@ TEST(DsmlOutputParserTest, EverySplitGrowsToTheWholeParse) {
     for (int k = 0; k < n; ++k) t += pieces[rng.NextU64() % pieces.size()];
     ExpectGrowsToTheWholeParse(t, i % 2 ? kDsmlThinking : kDsml);
   }
+}
+
+// DeepSeek's own test vectors (tests/text/data/dsv32/official): every
+// assistant turn of the official renders, read back from the text the model
+// wrote after its prompt, gives the turn's reasoning, content and tool calls
+// (names, arguments in order, string flags, JSON values) of the input.
+TEST(DsmlOutputParserTest, ReadsBackDeepSeeksTestVectors) {
+  using Json = nlohmann::ordered_json;
+  const std::string dir = std::string(SPAR_SOURCE_DIR) + "/tests/text/data/dsv32/official/";
+  const std::string eos = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
+  const std::string assistant = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>";
+  int turns = 0, calls = 0;
+  for (const char* name : {"", "_search_w_date", "_search_wo_date"}) {
+    std::stringstream in, out;
+    in << std::ifstream(dir + "test_input" + name + ".json").rdbuf();
+    out << std::ifstream(dir + "test_output" + name + ".txt").rdbuf();
+    const Json input = Json::parse(in.str());
+    const std::string render = out.str();
+    ASSERT_FALSE(render.empty()) << name;
+    size_t chunk_begin = 0;
+    for (const Json& msg : input["messages"]) {
+      if (msg["role"] != "assistant") continue;
+      const size_t end = render.find(eos, chunk_begin);
+      ASSERT_NE(end, std::string::npos) << name << ": fewer rendered assistant turns than the input has";
+      const std::string chunk = render.substr(chunk_begin, end - chunk_begin);
+      chunk_begin = end + eos.size();
+      // The prompt ends after "<｜Assistant｜>" or a "</function_results>\n\n"
+      // with <think> (the model writes its reasoning first) or </think>.
+      size_t at = chunk.rfind(assistant);
+      at = at == std::string::npos ? 0 : at + assistant.size();
+      const size_t results = chunk.rfind("</function_results>\n\n");
+      if (results != std::string::npos && results + 21 > at) at = results + 21;
+      const bool thinking = chunk.compare(at, 7, "<think>") == 0;
+      ASSERT_TRUE(thinking || chunk.compare(at, 8, "</think>") == 0) << name << ": turn " << turns;
+      const std::string completion = chunk.substr(at + (thinking ? 7 : 8));
+      const ChatOutput parsed = ParseChatOutput(completion, thinking ? kDsmlThinking : kDsml, true);
+      const std::string where = std::string("test_output") + name + ".txt turn " + std::to_string(turns);
+      if (thinking) EXPECT_EQ(parsed.reasoning, msg.value("reasoning_content", "")) << where;
+      EXPECT_EQ(parsed.content, msg.value("content", "")) << where;
+      const Json expected_calls = msg.value("tool_calls", Json::array());
+      ASSERT_EQ(parsed.tool_calls.size(), expected_calls.size()) << where;
+      for (size_t c = 0; c < expected_calls.size(); ++c) {
+        const Json& fn = expected_calls[c]["function"];
+        const ToolCallText& got = parsed.tool_calls[c];
+        EXPECT_EQ(got.name, fn["name"].get<std::string>()) << where;
+        const Json args = fn["arguments"].is_string() ? Json::parse(fn["arguments"].get<std::string>()) : fn["arguments"];
+        ASSERT_EQ(got.args.size(), args.size()) << where;
+        ASSERT_EQ(got.arg_string.size(), args.size()) << where;
+        size_t k = 0;
+        for (auto it = args.begin(); it != args.end(); ++it, ++k) {
+          EXPECT_EQ(got.args[k].first, it.key()) << where;
+          EXPECT_EQ(got.arg_string[k], std::optional<bool>(it.value().is_string())) << where << " " << it.key();
+          if (it.value().is_string()) {
+            EXPECT_EQ(got.args[k].second, it.value().get<std::string>()) << where << " " << it.key();
+          } else {
+            EXPECT_EQ(Json::parse(got.args[k].second), it.value()) << where << " " << it.key();
+          }
+        }
+        ++calls;
+      }
+      ++turns;
+    }
+  }
+  EXPECT_EQ(turns, 30);  // the three conversations' assistant turns, every one read
+  EXPECT_GT(calls, 30) << calls;
 }
 
 }  // namespace

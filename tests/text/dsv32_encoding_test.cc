@@ -1,8 +1,10 @@
 // DeepSeek-V3.2's prompt encoding (text/dsv32_encoding.h): renders checked
 // by hand against the documented format, the errors the official encoder
-// raises, and — when tests/text/data/dsv32/renders.json is present (written
-// on a host with the model by tools/dsv32_render_fixtures.py from the
-// official encoding_dsv32.py) — byte equality on every fixture conversation
+// raises, byte equality with DeepSeek's own test vectors
+// (tests/text/data/dsv32/official), and — when
+// tests/text/data/dsv32/renders.json is present (written on a host with the
+// model by tools/dsv32_render_fixtures.py from the official
+// encoding_dsv32.py) — byte equality on every fixture conversation
 // (tests/text/data/dsv32/cases.json). SPAR_DSV32_RENDERS overrides the
 // renders file.
 #include "text/dsv32_encoding.h"
@@ -105,13 +107,49 @@ TEST(Dsv32EncodingTest, AsTheServersChatTemplate) {
   EXPECT_FALSE(t->Render(Json::object()).ok());
 }
 
+std::string ReadFile(const std::string& path) {
+  std::stringstream s;
+  s << std::ifstream(path).rdbuf();
+  return s.str();
+}
+
+// DeepSeek's own test vectors (encoding/test_input*.json -> test_output*.txt
+// in the model repository, tests/text/data/dsv32/official/README.md): the
+// request's tools on the first message, thinking mode, as the official test
+// calls encode_messages. The .txt files end with one newline the encoder
+// does not write.
+TEST(Dsv32EncodingTest, EqualsDeepSeeksTestVectors) {
+  const std::string dir = std::string(SPAR_SOURCE_DIR) + "/tests/text/data/dsv32/official/";
+  for (const char* name : {"", "_search_w_date", "_search_wo_date"}) {
+    const std::string input_text = ReadFile(dir + "test_input" + name + ".json");
+    std::string expected = ReadFile(dir + "test_output" + name + ".txt");
+    ASSERT_FALSE(input_text.empty()) << name;
+    ASSERT_FALSE(expected.empty()) << name;
+    if (expected.back() == '\n') expected.pop_back();
+    const Json input = Json::parse(input_text);
+    Json messages = input["messages"];
+    if (input.contains("tools")) messages[0]["tools"] = input["tools"];
+    Dsv32Options o;
+    o.thinking = true;
+    auto p = EncodeDsv32Messages(messages, o);
+    ASSERT_TRUE(p.ok()) << name << ": " << p.status();
+    size_t at = 0;
+    while (at < p->size() && at < expected.size() && (*p)[at] == expected[at]) ++at;
+    EXPECT_TRUE(*p == expected) << "test_output" << name << ".txt: first difference at byte " << at << ": expected \""
+                               << expected.substr(at > 40 ? at - 40 : 0, 120) << "\", got \""
+                               << p->substr(at > 40 ? at - 40 : 0, 120) << "\"";
+  }
+}
+
 // Byte equality with the official encoder's renders, when committed.
 TEST(Dsv32EncodingTest, EqualsTheOfficialEncoderOnTheFixtures) {
   const char* env = std::getenv("SPAR_DSV32_RENDERS");
   const std::string dir = std::string(SPAR_SOURCE_DIR) + "/tests/text/data/dsv32/";
   std::ifstream renders_file(env != nullptr ? env : dir + "renders.json");
   if (!renders_file) {
-    GTEST_SKIP() << "no renders.json: run tools/dsv32_render_fixtures.py where encoding_dsv32.py is (the GPU host)";
+    GTEST_SKIP() << "no renders.json: run tools/dsv32_render_fixtures.py where encoding_dsv32.py is (DeepSeek's "
+                    "test vectors, EqualsDeepSeeksTestVectors, cover thinking mode; these cases add chat mode and "
+                    "the encoder's refusals)";
   }
   std::stringstream rs, cs;
   rs << renders_file.rdbuf();
