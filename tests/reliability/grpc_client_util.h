@@ -23,6 +23,7 @@
 #include "engine/make_tiny.h"
 #include "gtest/gtest.h"
 #include "spar/v1/generation.grpc.pb.h"
+#include "tests/engine/shared_tiny_model.h"
 #include "tests/engine/test_util.h"
 
 namespace spar::testing {
@@ -43,16 +44,7 @@ inline absl::Duration Scaled(absl::Duration d) {
 
 // make-tiny's GLM-5 (seed 11, as the cluster tests), written once per test
 // binary.
-inline const std::string& ReliabilityModel() {
-  static const std::string* dir = [] {
-    MakeTinyOptions o;
-    o.seed = 11;
-    o.out_dir = TempDir("reliability_model");
-    EXPECT_TRUE(MakeTinyModel(o).ok());
-    return new std::string(o.out_dir);
-  }();
-  return *dir;
-}
+inline const std::string& ReliabilityModel() { return SharedTinyModel("reliability_model", MakeTinyOptions{.seed = 11}); }
 
 inline v1::GenerateRequest ToWire(const GenerationRequest& r, const std::string& id) {
   v1::GenerateRequest p;

@@ -27,6 +27,7 @@
 #include "engine/make_tiny.h"
 #include "gtest/gtest.h"
 #include "services/common/daemon.h"
+#include "tests/engine/shared_tiny_model.h"
 #include "tests/reliability/grpc_client_util.h"
 #include "tests/services/metrics_scrape.h"
 #include "tests/services/mixed_requests.h"
@@ -39,18 +40,7 @@ using testing::ReliabilityModel;
 
 // The soak's model: with an MTP layer that drafts well (make-tiny --mtp
 // --predictable), so the cluster speculates and accepts drafts.
-const std::string& SpeculativeModel() {
-  static const std::string* dir = [] {
-    MakeTinyOptions o;
-    o.seed = 11;
-    o.mtp = true;
-    o.predictable = true;
-    o.out_dir = testing::TempDir("soak_mtp_model");
-    EXPECT_TRUE(MakeTinyModel(o).ok());
-    return new std::string(o.out_dir);
-  }();
-  return *dir;
-}
+const std::string& SpeculativeModel() { return testing::SharedTinyModel("soak_mtp_model", MakeTinyOptions{.seed = 11, .mtp = true, .predictable = true}); }
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);

@@ -18,39 +18,19 @@
 #include "services/common/health_client.h"
 #include "spar/v1/generation.grpc.pb.h"
 #include "spar/v1/worker.grpc.pb.h"
+#include "tests/engine/shared_tiny_model.h"
+#include "tests/reliability/grpc_client_util.h"
 #include "tests/services/mixed_requests.h"
 #include "tests/services/test_cluster.h"
 
 namespace spar {
 namespace {
 
-const std::string& TinyModel() {
-  static const std::string* dir = [] {
-    MakeTinyOptions o;
-    o.seed = 11;
-    o.out_dir = testing::TempDir("cluster_model");
-    EXPECT_TRUE(MakeTinyModel(o).ok());
-    return new std::string(o.out_dir);
-  }();
-  return *dir;
-}
+const std::string& TinyModel() { return testing::SharedTinyModel("cluster_model", MakeTinyOptions{.seed = 11}); }
 
+// As the reliability tests send it, plus every token's log-probability.
 v1::GenerateRequest ToProto(const GenerationRequest& r, const std::string& id) {
-  v1::GenerateRequest p;
-  p.set_request_id(id);
-  p.mutable_token_ids()->mutable_ids()->Add(r.prompt.begin(), r.prompt.end());
-  v1::SamplingParams* s = p.mutable_sampling();
-  s->set_temperature(r.sampling.temperature);
-  s->set_top_k(r.sampling.top_k);
-  s->set_top_p(r.sampling.top_p);
-  s->set_min_p(r.sampling.min_p);
-  s->set_repetition_penalty(r.sampling.repetition_penalty);
-  s->set_frequency_penalty(r.sampling.frequency_penalty);
-  s->set_presence_penalty(r.sampling.presence_penalty);
-  s->set_seed(*r.seed);
-  p.mutable_stopping()->set_max_tokens(r.max_tokens);
-  p.mutable_stopping()->mutable_stop_token_ids()->Add(r.stop_token_ids.begin(), r.stop_token_ids.end());
-  p.mutable_stopping()->set_ignore_eos(r.ignore_eos);
+  v1::GenerateRequest p = testing::ToWire(r, id);
   p.mutable_response()->set_output_logprobs(true);
   p.mutable_response()->set_top_logprobs(r.top_logprobs);
   return p;

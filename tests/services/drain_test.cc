@@ -17,21 +17,13 @@
 #include "services/common/daemon.h"
 #include "services/common/health_client.h"
 #include "spar/v1/generation.grpc.pb.h"
+#include "tests/engine/shared_tiny_model.h"
 #include "tests/services/test_cluster.h"
 
 namespace spar {
 namespace {
 
-const std::string& TinyModel() {
-  static const std::string* dir = [] {
-    MakeTinyOptions o;
-    o.seed = 5;
-    o.out_dir = testing::TempDir("drain_model");
-    EXPECT_TRUE(MakeTinyModel(o).ok());
-    return new std::string(o.out_dir);
-  }();
-  return *dir;
-}
+const std::string& TinyModel() { return testing::SharedTinyModel("drain_model", MakeTinyOptions{.seed = 5}); }
 
 // A streamed request on its own thread; `tokens` counts as they arrive.
 class BackgroundStream {

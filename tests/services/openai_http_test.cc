@@ -22,6 +22,7 @@
 #include "engine/make_tiny.h"
 #include "engine/tiny_tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/engine/shared_tiny_model.h"
 #include "tests/engine/test_util.h"
 #include "tests/services/collecting_sink.h"
 #include "tests/services/local_pipeline.h"
@@ -29,16 +30,7 @@
 namespace spar::http {
 namespace {
 
-const std::string& TinyModel() {
-  static const std::string* dir = [] {
-    MakeTinyOptions o;
-    o.seed = 5;
-    o.out_dir = testing::TempDir("openai_http_model");
-    EXPECT_TRUE(MakeTinyModel(o).ok());
-    return new std::string(o.out_dir);
-  }();
-  return *dir;
-}
+const std::string& TinyModel() { return testing::SharedTinyModel("openai_http_model", MakeTinyOptions{.seed = 5}); }
 
 struct Harness {
   testing::LocalPipeline* pipeline = nullptr;

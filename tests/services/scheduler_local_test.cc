@@ -9,6 +9,7 @@
 #include "base/rng.h"
 #include "engine/make_tiny.h"
 #include "gtest/gtest.h"
+#include "tests/engine/shared_tiny_model.h"
 #include "tests/engine/test_util.h"
 #include "tests/services/collecting_sink.h"
 #include "tests/services/engine_request_params.h"
@@ -18,16 +19,7 @@
 namespace spar {
 namespace {
 
-const std::string& TinyModel() {
-  static const std::string* dir = [] {
-    MakeTinyOptions o;
-    o.seed = 3;
-    o.out_dir = testing::TempDir("sched_local_model");
-    EXPECT_TRUE(MakeTinyModel(o).ok());
-    return new std::string(o.out_dir);
-  }();
-  return *dir;
-}
+const std::string& TinyModel() { return testing::SharedTinyModel("sched_local_model", MakeTinyOptions{.seed = 3}); }
 
 struct Harness {
   testing::LocalPipeline* pipeline = nullptr;

@@ -270,6 +270,14 @@ TEST(TpClusterTest, LeaderKilledAndRestartedTakesItsPeersBack) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_TRUE(peer_down);
+  // And the scheduler has seen the pipeline go (it polls readiness every
+  // 100 ms): restarting before that lets the wait below pass on the old
+  // SERVING status and the requests meet a pipeline still reconnecting.
+  const absl::Time sched_until = absl::Now() + absl::Seconds(30);
+  while (CheckHealth(cluster->address(), "").ok() && absl::Now() < sched_until) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(CheckHealth(cluster->address(), "").ok());
   ASSERT_TRUE(cluster->RestartWorker(0));
   ASSERT_TRUE(WaitForServing(cluster->address(), "", absl::Seconds(60)).ok());
   const auto got = StreamAll(stub.get(), requests, "l-");
