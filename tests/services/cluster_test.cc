@@ -18,7 +18,6 @@
 #include "services/common/health_client.h"
 #include "spar/v1/generation.grpc.pb.h"
 #include "spar/v1/worker.grpc.pb.h"
-#include "tests/engine/shared_tiny_model.h"
 #include "tests/reliability/grpc_client_util.h"
 #include "tests/services/mixed_requests.h"
 #include "tests/services/test_cluster.h"
@@ -26,7 +25,8 @@
 namespace spar {
 namespace {
 
-const std::string& TinyModel() { return testing::SharedTinyModel("cluster_model", MakeTinyOptions{.seed = 11}); }
+// make-tiny's GLM-5, seed 11: the reliability tests' checkpoint.
+const std::string& TinyModel() { return testing::ReliabilityModel(); }
 
 // As the reliability tests send it, plus every token's log-probability.
 v1::GenerateRequest ToProto(const GenerationRequest& r, const std::string& id) {

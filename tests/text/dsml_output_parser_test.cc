@@ -5,13 +5,12 @@
 // incremental parser equals the one-shot parse).
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/rng.h"
 #include "nlohmann/json.hpp"
+#include "tests/engine/test_util.h"
 #include "text/chat_output_parser.h"
 
 namespace spar {
@@ -150,16 +149,13 @@ TEST(DsmlOutputParserTest, EverySplitGrowsToTheWholeParse) {
 // (names, arguments in order, string flags, JSON values) of the input.
 TEST(DsmlOutputParserTest, ReadsBackDeepSeeksTestVectors) {
   using Json = nlohmann::ordered_json;
-  const std::string dir = std::string(SPAR_SOURCE_DIR) + "/tests/text/data/dsv32/official/";
+  const std::string dir = "tests/text/data/dsv32/official/";
   const std::string eos = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
   const std::string assistant = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>";
   int turns = 0, calls = 0;
   for (const char* name : {"", "_search_w_date", "_search_wo_date"}) {
-    std::stringstream in, out;
-    in << std::ifstream(dir + "test_input" + name + ".json").rdbuf();
-    out << std::ifstream(dir + "test_output" + name + ".txt").rdbuf();
-    const Json input = Json::parse(in.str());
-    const std::string render = out.str();
+    const Json input = Json::parse(testing::ReadSource(dir + "test_input" + name + ".json"));
+    const std::string render = testing::ReadSource(dir + "test_output" + name + ".txt");
     ASSERT_FALSE(render.empty()) << name;
     size_t chunk_begin = 0;
     for (const Json& msg : input["messages"]) {

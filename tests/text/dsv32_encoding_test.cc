@@ -16,6 +16,8 @@
 #include <sstream>
 #include <string>
 
+#include "tests/engine/test_util.h"
+
 namespace spar {
 namespace {
 
@@ -107,22 +109,16 @@ TEST(Dsv32EncodingTest, AsTheServersChatTemplate) {
   EXPECT_FALSE(t->Render(Json::object()).ok());
 }
 
-std::string ReadFile(const std::string& path) {
-  std::stringstream s;
-  s << std::ifstream(path).rdbuf();
-  return s.str();
-}
-
 // DeepSeek's own test vectors (encoding/test_input*.json -> test_output*.txt
 // in the model repository, tests/text/data/dsv32/official/README.md): the
 // request's tools on the first message, thinking mode, as the official test
 // calls encode_messages. The .txt files end with one newline the encoder
 // does not write.
 TEST(Dsv32EncodingTest, EqualsDeepSeeksTestVectors) {
-  const std::string dir = std::string(SPAR_SOURCE_DIR) + "/tests/text/data/dsv32/official/";
+  const std::string dir = "tests/text/data/dsv32/official/";
   for (const char* name : {"", "_search_w_date", "_search_wo_date"}) {
-    const std::string input_text = ReadFile(dir + "test_input" + name + ".json");
-    std::string expected = ReadFile(dir + "test_output" + name + ".txt");
+    const std::string input_text = testing::ReadSource(dir + "test_input" + name + ".json");
+    std::string expected = testing::ReadSource(dir + "test_output" + name + ".txt");
     ASSERT_FALSE(input_text.empty()) << name;
     ASSERT_FALSE(expected.empty()) << name;
     if (expected.back() == '\n') expected.pop_back();
