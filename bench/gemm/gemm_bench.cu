@@ -6,6 +6,7 @@
 //   gemm_bench --sweep               # + every (config, split) per shape: calibrates the heuristic
 //   gemm_bench --quick               # M in {1, 64} only, no MoE at 4096 tokens
 //   gemm_bench --shapes mlp_gate_up,q_b --ms 1,16 --no-moe   # a subset
+//   gemm_bench --moe-tokens 1,8,64   # the MoE layer at these token counts (decode tiles swept up to 64)
 //   gemm_bench --force 10,4          # main measurement with configuration 10, splits 4 (profiling)
 //   gemm_bench --probe               # + read-only stream ceiling and empty-kernel launch cost
 //
@@ -146,6 +147,7 @@ struct Options {
   std::string csv;
   std::string shapes;          // comma list of shape names (empty: all)
   std::vector<int64_t> ms;     // token counts (empty: the default set)
+  std::vector<int64_t> moe_tokens;  // MoE layer token counts (empty: 64, 4096; --quick: 64)
   int force_config = -1;       // main measurement only (profiling)
   int force_splits = 1;
 };
@@ -690,6 +692,7 @@ int Main(int argc, char** argv) {
     else if (a == "--probe") opt.probe = true;
     else if (a == "--shapes" && i + 1 < argc) opt.shapes = argv[++i];
     else if (a == "--ms" && i + 1 < argc) opt.ms = ParseList(argv[++i]);
+    else if (a == "--moe-tokens" && i + 1 < argc) opt.moe_tokens = ParseList(argv[++i]);
     else if (a == "--force" && i + 1 < argc) {  // CONFIG,SPLITS (configuration index, split or blocks per SM)
       const std::vector<int64_t> f = ParseList(argv[++i]);
       opt.force_config = f.empty() ? -1 : static_cast<int>(f[0]);
@@ -735,8 +738,9 @@ int Main(int argc, char** argv) {
     BenchDense(s, ms, opt, ws, ws_bytes);
   }
   if (opt.moe) {
-    BenchMoe(64);
-    if (!opt.quick) BenchMoe(4096);
+    std::vector<int64_t> moe_tokens = opt.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{64, 4096};
+    if (!opt.moe_tokens.empty()) moe_tokens = opt.moe_tokens;
+    for (int64_t t : moe_tokens) BenchMoe(t);
   }
   if (g_csv != nullptr) std::fclose(g_csv);
   return 0;

@@ -11,10 +11,16 @@ efficiencies, kFlopPerByte, kInflightBytesForPeak, kWaveFill, kLaunch,
 kActivationWeight, kSplitBytesPerElement) and check with
 tests/kernels/gemm/gemm_config_test.cc.
 
-Example: python3 bench/gemm/calibration/fit_heuristic.py bench/gemm/calibration/h200_sweep_2026-11-30.txt
+Several sweeps may be given; a later file's (shape, M) cases replace an
+earlier one's (the decode sweep of 2026-12-02 re-measured M = 1 and 16 with
+the new decode tiles; the 2026-11-30 one has the larger M).
+
+Example: python3 bench/gemm/calibration/fit_heuristic.py bench/gemm/calibration/h200_sweep_2026-11-30_graph.txt \
+    bench/gemm/calibration/h200_sweep_2026-12-02_decode.txt
 """
 import copy
 import math
+import os
 import sys
 
 SHAPES = {  # name: (K, [(rows, weight bytes)])
@@ -34,7 +40,8 @@ def add(name, bt, br, wr, wt, st, sub):
 for args in (("T8", 8, 64, 4, 1, 8, 1), ("T16", 16, 64, 4, 1, 8, 1), ("T32", 32, 64, 4, 1, 6, 1),
              ("T64", 64, 64, 2, 2, 6, 1), ("T128", 128, 128, 4, 2, 5, 1), ("T8W4", 8, 64, 4, 1, 4, 4),
              ("T16W4", 16, 64, 4, 1, 4, 4), ("T64W2", 64, 64, 2, 2, 4, 2), ("T128B2", 128, 128, 4, 2, 4, 1),
-             ("T128W2", 128, 128, 4, 2, 3, 2)):
+             ("T128W2", 128, 128, 4, 2, 3, 2), ("T16W4F", 16, 64, 4, 1, 3, 4), ("T8W2Q", 8, 64, 4, 1, 3, 2),
+             ("T8W2QF", 8, 64, 4, 1, 3, 2), ("T8R128M2F", 8, 128, 4, 1, 4, 2)):
     add(*args)
 SMS, SMEM_PER_SM = 132, 164 * 1024
 BYTES_PER_US_PER_SM = 4233e3 / SMS  # copy roofline share of one SM
@@ -54,14 +61,21 @@ def cost(P, name, m, cfg, s):
     tiles = cdiv(m, c["bt"]) * sum(cdiv(n, c["br"]) for n, _ in segs)
     per_sm = cdiv(tiles * s, SMS)
     res = max(1, min(SMEM_PER_SM // c["smem"], 2048 // c["thr"], 32))
-    bw = min(1, min(per_sm, res) * (c["st"] - 1) * c["br"] * rb / P["need"]) * P["dram"][c["sub"]]
+    bw = min(1, min(per_sm, res) * (c["st"] - 1) * c["br"] * rb / P["need"]) * P["dram"][cfg]
     t_mem = (c["br"] * rb * ks + P["xw"] * c["bt"] * 2 * rb * ks) / bw
     t_cmp = 2 * c["bt"] * c["br"] * k / s / (P["F"] * P["mma"][cfg])
     t_split = P["split"] * min(m, c["bt"]) * c["br"] * 4 if s > 1 else 0
     return per_sm * (max(t_mem, t_cmp) + t_split) + cdiv(per_sm, res) * P["fill"] + P["launch"]
 
 
-def load(path):
+def load(paths):
+    cases = {}
+    for path in paths:
+        cases.update(load_one(path))
+    return cases
+
+
+def load_one(path):
     cases = {}
     for line in open(path):
         f = line.split()
@@ -90,10 +104,16 @@ def evaluate(P, cases, verbose=False):
 
 
 def main():
-    cases = load(sys.argv[1])
-    P = dict(dram={1: 0.55, 2: 0.75, 4: 0.92}, need=24576.0, xw=0.25, F=155.0, split=2.0, fill=4096.0,
-             launch=1.0, mma={"T8": 0.30, "T16": 0.45, "T32": 0.55, "T64": 0.65, "T128": 0.80, "T8W4": 0.30,
-                              "T16W4": 0.45, "T64W2": 0.65, "T128B2": 0.75, "T128W2": 0.80})
+    cases = load(sys.argv[1:])
+    # Start: the constants in gemm_config.h / gemm_config.cc (2026-11-30 fit),
+    # the new decode tiles at their relatives' values.
+    P = dict(need=60000.0, xw=0.002, F=148.0, split=1.66, fill=36880.0, launch=141000.0,
+             dram={"T8": 0.79, "T16": 0.79, "T32": 0.79, "T64": 0.79, "T128": 0.79, "T8W4": 0.86, "T16W4": 0.86,
+                   "T64W2": 0.79, "T128B2": 0.79, "T128W2": 0.79, "T16W4F": 0.86, "T8W2Q": 0.86, "T8W2QF": 0.86,
+                   "T8R128M2F": 0.86},
+             mma={"T8": 0.30, "T16": 0.45, "T32": 0.24, "T64": 0.155, "T128": 0.34, "T8W4": 0.30, "T16W4": 0.45,
+                  "T64W2": 0.43, "T128B2": 0.375, "T128W2": 0.41, "T16W4F": 0.45, "T8W2Q": 0.30, "T8W2QF": 0.30,
+                  "T8R128M2F": 0.30})
     keys = [(k, kk) for k, v in P.items() if isinstance(v, dict) for kk in v] + \
            [(k, None) for k, v in P.items() if not isinstance(v, dict)]
 
@@ -102,7 +122,9 @@ def main():
         return r + 0.02 * s
 
     best = obj(P)
-    for _ in range(60):
+    r0, _, mx0 = evaluate(P, cases)
+    print(f"start: mean regret {math.exp(r0):.3f}x, worst {mx0:.2f}x")
+    for _ in range(int(os.environ.get("FIT_ROUNDS", "60"))):
         improved = False
         for key in keys:
             for f in (0.5, 0.7, 0.85, 0.95, 1.05, 1.18, 1.4, 2.0):

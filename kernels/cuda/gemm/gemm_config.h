@@ -28,8 +28,14 @@ enum class TileConfigId : int {
   kT64W2 = 7,   // kT64 with 128 B/row/stage
   kT128B2 = 8,  // kT128 capped at 128 registers: two blocks per SM
   kT128W2 = 9,  // kT128 with 128 B/row/stage (half the barriers per K)
+  // 16 warps per SM at decode (measured 2026-12-02: 1.2-1.3x faster than
+  // kT8W4/kT16W4 on the large GLM-5 projections, see kTileConfigs).
+  kT16W4F = 10,     // kT16W4 with 3 stages (two blocks fit an A100), 2^120 folded
+  kT8W2Q = 11,      // 64 x 8, 128 B/row/stage, 3 stages: 4 blocks per SM
+  kT8W2QF = 12,     // kT8W2Q, 2^120 folded into the block scale
+  kT8R128M2F = 13,  // 128 rows x 8, 4 warps of two 16-row fragments, folded
 };
-inline constexpr int kNumTileConfigs = 10;
+inline constexpr int kNumTileConfigs = 14;
 
 struct TileConfig {
   TileConfigId id;
@@ -50,6 +56,10 @@ struct TileConfig {
   // Fraction of the copy bandwidth the stage shape can draw from DRAM
   // (64-byte pieces of many rows are served worse than long bursts).
   double dram_efficiency;
+  // e4m3 weights widen to bf16 * 2^-120 (two integer ops per pair) and the
+  // 2^120 is applied with the fp32 block scale in the epilogue, instead of
+  // a bf16 multiply per pair in the mma loop (fp8_sm80.cuh).
+  bool fold_pow2 = false;
 
   int64_t row_bytes_per_stage() const { return int64_t{64} * sub; }
   // Bytes of one pipeline stage: weight tile (64·sub B per row) +
@@ -64,11 +74,14 @@ struct TileConfig {
 // kernel translation units instantiate the kernel of each from the same
 // fields (w8a16_gemm_tiles.cuh), so the two cannot drift apart.
 //
-// Efficiencies were fitted (2026-11-30) to a sweep of every (configuration,
-// split) over the GLM-5 projection shapes x M in {1, 16, 64, 256, 2048} on
-// the H200 test GPU running this sm80 code (2194 timings; the fitted model
-// picks plans 2.6% slower than the best measured on average, 1.26x worst;
-// bench/results/gemm.md). mma efficiency: fraction of the tensor rate a
+// Efficiencies were fitted (bench/gemm/calibration/fit_heuristic.py) to
+// sweeps of every (configuration, split) over the GLM-5 projection shapes on
+// the H200 test GPU running this sm80 code: M in {1, 16, 64, 256, 2048}
+// (2026-11-30) and M in {1, 4, 8, 16} with the decode tiles below
+// (2026-12-02, which replaces the first at M = 1, 16). The fitted model
+// picks plans 1.7 % slower than the best measured on average, 1.28x worst
+// (bench/results/gemm.md). They only rank configurations: T8R128M2F's DRAM
+// efficiency of 1 says it streams best, not that it reaches the copy rate. mma efficiency: fraction of the tensor rate a
 // compute-bound tile reaches; DRAM efficiency: fraction of the copy rate a
 // streaming tile reaches (wider stages stream better). Register notes:
 // kT128 runs one block of 8 warps per SM (~180 registers per thread, no
@@ -77,16 +90,29 @@ struct TileConfig {
 // Fields: id, name, tokens, rows, warps rows x tokens, stages, sub, min
 // blocks per SM, mma efficiency, DRAM efficiency.
 inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
-    {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 1, 4, 0.30, 0.79},
-    {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 1, 4, 0.45, 0.79},
-    {TileConfigId::kT32, "T32", 32, 64, 4, 1, 6, 1, 4, 0.24, 0.79},
-    {TileConfigId::kT64, "T64", 64, 64, 2, 2, 6, 1, 3, 0.155, 0.79},
-    {TileConfigId::kT128, "T128", 128, 128, 4, 2, 5, 1, 1, 0.34, 0.79},
-    {TileConfigId::kT8W4, "T8W4", 8, 64, 4, 1, 4, 4, 2, 0.30, 0.86},
-    {TileConfigId::kT16W4, "T16W4", 16, 64, 4, 1, 4, 4, 2, 0.45, 0.86},
-    {TileConfigId::kT64W2, "T64W2", 64, 64, 2, 2, 4, 2, 2, 0.43, 0.79},
-    {TileConfigId::kT128B2, "T128B2", 128, 128, 4, 2, 4, 1, 2, 0.375, 0.79},
+    {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 1, 4, 0.3, 0.751},
+    {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 1, 4, 0.45, 0.718},
+    {TileConfigId::kT32, "T32", 32, 64, 4, 1, 6, 1, 4, 0.24, 0.96},
+    {TileConfigId::kT64, "T64", 64, 64, 2, 2, 6, 1, 3, 0.198, 0.932},
+    {TileConfigId::kT128, "T128", 128, 128, 4, 2, 5, 1, 1, 0.357, 0.79},
+    {TileConfigId::kT8W4, "T8W4", 8, 64, 4, 1, 4, 4, 2, 0.3, 0.783},
+    {TileConfigId::kT16W4, "T16W4", 16, 64, 4, 1, 4, 4, 2, 0.45, 0.948},
+    {TileConfigId::kT64W2, "T64W2", 64, 64, 2, 2, 4, 2, 2, 0.43, 0.83},
+    {TileConfigId::kT128B2, "T128B2", 128, 128, 4, 2, 4, 1, 2, 0.394, 0.79},
     {TileConfigId::kT128W2, "T128W2", 128, 128, 4, 2, 3, 2, 1, 0.41, 0.79},
+    // Decode tiles added 2026-12-02. The M <= 16 GEMMs were bound by
+    // instructions and latency on the SM side (ncu, 2026-11-30: ~320 warp
+    // instructions per 2 KB of weights, warps stalled waiting on shared
+    // memory), not by DRAM: these put 12-16 warps on an SM instead of 8
+    // (Q: four 64-row blocks; M2: each warp two independent fragments of a
+    // 128-row block; T16W4F: three blocks), and F removes the bf16 multiply
+    // of the widening (8 instead of 10 instructions per 16 weight bytes; it
+    // measured within 1 % either way). Occupancies hold on the A100's 164 KB
+    // (gemm_config_test). Efficiencies: fitted, see above.
+    {TileConfigId::kT16W4F, "T16W4F", 16, 64, 4, 1, 3, 4, 2, 0.45, 0.822, true},
+    {TileConfigId::kT8W2Q, "T8W2Q", 8, 64, 4, 1, 3, 2, 4, 0.3, 0.863, false},
+    {TileConfigId::kT8W2QF, "T8W2QF", 8, 64, 4, 1, 3, 2, 4, 0.3, 0.903, true},
+    {TileConfigId::kT8R128M2F, "T8R128M2F", 8, 128, 4, 1, 4, 2, 2, 0.3, 1.0, true},
 };
 
 const TileConfig& GetTileConfig(TileConfigId id);

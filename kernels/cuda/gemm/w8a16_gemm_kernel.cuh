@@ -107,7 +107,14 @@ __device__ __forceinline__ int ParitySwizzle(int row) {
 // stage loads zero-fill past them. A separate instance, so shapes without a
 // tail run the loads without the extra predicate (it cost 3-6 % of their
 // time, measured on the H200 running this sm80 code).
-template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks, bool kKTail>
+// kFold: e4m3 weights widen to value * 2^-120 (no bf16 multiply in the mma
+// loop) and the epilogue applies the 2^120 with the block scale. The mma's
+// products are then 2^120 smaller than the true ones: one with |w * x| <
+// 2^-6 (w the e4m3 value) is an fp32 subnormal, kept to 2^-29 absolute,
+// far below a bf16 output's resolution -- provided the tensor cores keep
+// subnormal inputs and products, which the GPU tests check (folded against
+// unfolded twins; e4m3 subnormal weights times tiny activations).
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks, bool kFold, bool kKTail>
 __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(const KernelParams p) {
   using Tile = GemmTile<kBT, kBR, kWR, kWT, kStages, kSub>;
   constexpr int kThreads = Tile::kThreads;
@@ -332,8 +339,13 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
           for (int j = 0; j < 2; ++j)
 #pragma unroll
             for (int mi = 0; mi < kMI; ++mi) {
-              cuda::E4m3x4ToBf16x4(wr[mi][0][2 * h + j], a[j][mi][0], a[j][mi][2]);
-              cuda::E4m3x4ToBf16x4(wr[mi][1][2 * h + j], a[j][mi][1], a[j][mi][3]);
+              if constexpr (kFold) {
+                cuda::E4m3x4ToScaledBf16x4(wr[mi][0][2 * h + j], a[j][mi][0], a[j][mi][2]);
+                cuda::E4m3x4ToScaledBf16x4(wr[mi][1][2 * h + j], a[j][mi][1], a[j][mi][3]);
+              } else {
+                cuda::E4m3x4ToBf16x4(wr[mi][0][2 * h + j], a[j][mi][0], a[j][mi][2]);
+                cuda::E4m3x4ToBf16x4(wr[mi][1][2 * h + j], a[j][mi][1], a[j][mi][3]);
+              }
             }
 #pragma unroll
           for (int nj = 0; nj < kNJ; ++nj) {
@@ -373,6 +385,9 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
   __syncthreads();
 
   // ---- Phase 3: fp32 tile to shared memory, token-major -------------------
+  // Folded weights: 2^120 first (the accumulator is in units of 2^-120),
+  // then the scale, so neither product can overflow.
+  const float unfold = kFold && fp8 ? cuda::kPow2_120 : 1.0f;
   float* sc = reinterpret_cast<float*>(smem);
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi)
@@ -380,10 +395,10 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     for (int nj = 0; nj < kNJ; ++nj) {
       const int r = wr0 + mi * 16 + g;
       const int c = wt0 + nj * 8 + 2 * t;
-      sc[c * kPitchC + r] = acc[mi][nj][0] * cur_lo;
-      sc[(c + 1) * kPitchC + r] = acc[mi][nj][1] * cur_lo;
-      sc[c * kPitchC + r + 8] = acc[mi][nj][2] * cur_hi;
-      sc[(c + 1) * kPitchC + r + 8] = acc[mi][nj][3] * cur_hi;
+      sc[c * kPitchC + r] = acc[mi][nj][0] * unfold * cur_lo;
+      sc[(c + 1) * kPitchC + r] = acc[mi][nj][1] * unfold * cur_lo;
+      sc[c * kPitchC + r + 8] = acc[mi][nj][2] * unfold * cur_hi;
+      sc[(c + 1) * kPitchC + r + 8] = acc[mi][nj][3] * unfold * cur_hi;
     }
   __syncthreads();
 
@@ -492,10 +507,10 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
 // Sets the shared-memory limit (once per device: the driver call costs
 // microseconds of host time, as much as a decode GEMM runs) and launches one
 // configuration.
-template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks, bool kKTail>
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks, bool kFold, bool kKTail>
 cudaError_t LaunchTileInstance(const KernelParams& p, dim3 grid, cudaStream_t stream) {
   using Tile = GemmTile<kBT, kBR, kWR, kWT, kStages, kSub>;
-  auto kernel = W8A16GemmKernel<kBT, kBR, kWR, kWT, kStages, kSub, kMinBlocks, kKTail>;
+  auto kernel = W8A16GemmKernel<kBT, kBR, kWR, kWT, kStages, kSub, kMinBlocks, kFold, kKTail>;
   static std::atomic<uint64_t> configured{0};  // bit d: done on device d
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -510,10 +525,11 @@ cudaError_t LaunchTileInstance(const KernelParams& p, dim3 grid, cudaStream_t st
   return cudaGetLastError();
 }
 
-template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks>
+template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks, bool kFold>
 cudaError_t LaunchTile(const KernelParams& p, dim3 grid, cudaStream_t stream) {
-  return p.k_valid < p.k ? LaunchTileInstance<kBT, kBR, kWR, kWT, kStages, kSub, kMinBlocks, true>(p, grid, stream)
-                         : LaunchTileInstance<kBT, kBR, kWR, kWT, kStages, kSub, kMinBlocks, false>(p, grid, stream);
+  return p.k_valid < p.k
+             ? LaunchTileInstance<kBT, kBR, kWR, kWT, kStages, kSub, kMinBlocks, kFold, true>(p, grid, stream)
+             : LaunchTileInstance<kBT, kBR, kWR, kWT, kStages, kSub, kMinBlocks, kFold, false>(p, grid, stream);
 }
 
 }  // namespace spar::gemm::internal

@@ -20,7 +20,7 @@ template <int kId>
 cudaError_t LaunchTileConfig(const KernelParams& p, dim3 grid, cudaStream_t stream) {
   constexpr TileConfig c = kTileConfigs[kId];
   return LaunchTile<c.block_tokens, c.block_rows, c.warps_rows, c.warps_tokens, c.stages, c.sub,
-                    c.min_blocks_per_sm>(p, grid, stream);
+                    c.min_blocks_per_sm, c.fold_pow2>(p, grid, stream);
 }
 
 template <int kId>

@@ -63,8 +63,10 @@ TEST(GemmConfig, DecodePicksSmallTokenTiles) {
     EXPECT_LE(GetTileConfig(ChooseGemmPlan(Dense(16, n, 6144)).config).block_tokens, 16) << n;
     EXPECT_LE(GetTileConfig(ChooseGemmPlan(Dense(64, n, 6144)).config).block_tokens, 64) << n;
   }
-  // Wide stages where k allows them (DRAM serves 256-byte row bursts better).
-  EXPECT_EQ(ChooseGemmPlan(Dense(1, 12288, 6144)).config, TileConfigId::kT8W4);
+  // 16 warps per SM where the weights are large (the M <= 16 GEMMs wait on
+  // latency, not on DRAM).
+  EXPECT_EQ(ChooseGemmPlan(Dense(1, 12288, 6144)).config, TileConfigId::kT8R128M2F);
+  EXPECT_EQ(ChooseGemmPlan(Dense(16, 12288, 6144)).config, TileConfigId::kT16W4F);
 }
 
 TEST(GemmConfig, PrefillPicksA128TokenTileWithoutSplit) {
@@ -165,8 +167,9 @@ TEST(GemmConfig, MakeGemmPlanClampsSplits) {
   EXPECT_EQ(MakeGemmPlan(g, TileConfigId::kT8, 4).splits, 1);
 }
 
-// Choices that were the fastest measured ones in the H200 sweep of
-// 2026-11-30 (bench/results/gemm.md), which the fitted model reproduces.
+// Choices that were the fastest measured ones in the H200 sweeps
+// (bench/gemm/calibration: M <= 16 on 2026-12-02, M = 2048 on 2026-11-30),
+// which the fitted model reproduces.
 TEST(GemmConfig, PicksTheMeasuredBestOnTheH200) {
   struct Case {
     int64_t m, n, k;
@@ -174,12 +177,16 @@ TEST(GemmConfig, PicksTheMeasuredBestOnTheH200) {
     int splits;
   };
   const Case cases[] = {
-      {1, 12288, 6144, TileConfigId::kT8W4, 2},   // 34.7 µs
-      {1, 6144, 12288, TileConfigId::kT8W4, 4},   // 34.8 µs
-      {1, 16384, 2048, TileConfigId::kT8W4, 1},   // 15.7 µs
-      {1, 28672, 512, TileConfigId::kT8, 1},      // 10.9 µs: K = 512 is too short for wide stages
-      {1, 6144, 2048, TileConfigId::kT8, 4},      // 10.2 µs
-      {64, 28672, 512, TileConfigId::kT32, 1},    // 18.6 µs
+      {1, 12288, 6144, TileConfigId::kT8R128M2F, 4},  // 26.0 µs (T8W4/s2 33.7)
+      {1, 6144, 12288, TileConfigId::kT8R128M2F, 8},  // 25.8 µs (T8W4/s4 33.4)
+      {1, 6144, 16384, TileConfigId::kT8R128M2F, 8},  // 33.0 µs (T8W4/s4 40.9)
+      {1, 4096, 6144, TileConfigId::kT8R128M2F, 8},   // 12.4 µs
+      {1, 28672, 512, TileConfigId::kT8R128M2F, 1},   // 8.5 µs (T8 9.9): K = 512 is too short for wide stages
+      {1, 6144, 2048, TileConfigId::kT8, 4},          // 9.1 µs (T8W2Q/s4 the same)
+      {16, 12288, 6144, TileConfigId::kT16W4F, 2},    // 29.3 µs (T16W4/s1 37.8)
+      {16, 6144, 16384, TileConfigId::kT16W4F, 4},    // 35.8 µs (T16W4/s8 46.7)
+      {16, 16384, 2048, TileConfigId::kT16W4F, 1},    // 15.7 µs
+      {16, 6144, 2048, TileConfigId::kT16, 4},        // 10.1 µs
       {2048, 12288, 6144, TileConfigId::kT128W2, 1},
       {2048, 6144, 16384, TileConfigId::kT128W2, 1},
   };
@@ -188,16 +195,41 @@ TEST(GemmConfig, PicksTheMeasuredBestOnTheH200) {
     EXPECT_EQ(plan.config, c.config) << c.m << "x" << c.n << "x" << c.k << ": " << plan;
     EXPECT_EQ(plan.splits, c.splits) << c.m << "x" << c.n << "x" << c.k << ": " << plan;
   }
-  // Grouped MoE gate/up (2048 + 2048 rows, K = 6144): T8W4 at 64 tokens
-  // (2.65 ms vs 3.28 for T8), T128W2 at 4096 tokens (14.0 ms vs 16.5).
+  // The fused A projection (three e4m3 segments and a bf16 one, K = 6144):
+  // T8W2QF/s12, 11.1 µs (T8W4/s6 12.0; T32/s9, which the model preferred
+  // before it was kept to the timed split factors, 13.9).
+  GemmProblem a = Dense(1, 2048, 6144);
+  a.num_segments = 4;
+  a.segments[1] = {576, 1};
+  a.segments[2] = {128, 1};
+  a.segments[3] = {32, 2};
+  const GemmPlan fused = ChooseGemmPlan(a);
+  EXPECT_EQ(fused.config, TileConfigId::kT8W2QF) << fused;
+  EXPECT_EQ(fused.splits, 12) << fused;
+  // Grouped MoE gate/up (2048 + 2048 rows, K = 6144): T8R128M2F at 64
+  // tokens (2.14 ms for gate/up + down vs 2.73 for T8W4), T128W2 at 4096
+  // tokens (14.0 ms vs 16.5 for T128, 2026-11-30).
   GemmProblem g = Dense(2, 2048, 6144);
   g.silu_mul = true;
   g.grouped = true;
   g.groups = 226;
-  EXPECT_EQ(ChooseGemmPlan(g).config, TileConfigId::kT8W4);
+  EXPECT_EQ(ChooseGemmPlan(g).config, TileConfigId::kT8R128M2F);
   g.m = 128;
   g.groups = 256;
   EXPECT_EQ(ChooseGemmPlan(g).config, TileConfigId::kT128W2);
+}
+
+// Only the split factors the calibration sweeps timed.
+TEST(GemmConfig, SplitsAreTheTimedFactors) {
+  for (int64_t m : {1, 8, 16, 64}) {
+    for (int64_t n : {576, 2048, 6144, 28672}) {
+      for (int64_t k : {512, 2048, 6144, 16384}) {
+        const int s = ChooseGemmPlan(Dense(m, n, k)).splits;
+        EXPECT_TRUE(s == 1 || s == 2 || s == 3 || s == 4 || s == 6 || s == 8 || s == 12 || s == 16)
+            << m << "x" << n << "x" << k << ": " << s;
+      }
+    }
+  }
 }
 
 TEST(GemmConfig, Deterministic) {

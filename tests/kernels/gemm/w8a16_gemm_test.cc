@@ -5,9 +5,11 @@
 // exact test (small integers, power-of-two scales: bit-exact fp32 result).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -52,8 +54,8 @@ std::string Describe(const GemmCase& c) {
 
 // Runs one case on the GPU and checks it against kernels/ref. Output rows
 // are allocated with one spare row and 8 spare columns that must stay
-// poisoned (catches stores outside [m, n_out)).
-void RunAndCheck(const GemmCase& c, cudaStream_t stream = nullptr) {
+// poisoned (catches stores outside [m, n_out)). `got_out`: the output.
+void RunAndCheck(const GemmCase& c, cudaStream_t stream = nullptr, std::vector<float>* got_out = nullptr) {
   SCOPED_TRACE(Describe(c));
   const int64_t m = c.m, k = c.k;
   const std::vector<float> x = MakeActivations(m, k, c.seed * 7919 + 1, c.exact);
@@ -159,6 +161,7 @@ void RunAndCheck(const GemmCase& c, cudaStream_t stream = nullptr) {
     }
   }
   EXPECT_EQ(guard_bad, 0) << "stores outside [m, n_out)";
+  if (got_out != nullptr) *got_out = got;
   ASSERT_GT(testing::MaxAbs(ref), 0.0) << "vacuous reference";
   if (c.exact) {
     ASSERT_TRUE(c.y_fp32);
@@ -467,6 +470,85 @@ TEST(Sm80_W8A16Gemm, SplitKIsDeterministicAndReusesWorkspace) {
       }
     }
   }
+}
+
+// The decode tiles that fold 2^120 into the block scale against unfolded
+// twins (same summation order per output): the products differ by
+// exactly 2^120 except where the folded one is an fp32 subnormal, so the
+// outputs agree to far below a bf16 ulp.
+TEST(Sm80_W8A16Gemm, FoldedCandidatesEqualTheirTwins) {
+  SPAR_REQUIRE_GPU();
+  using gemm::TileConfigId;
+  // Twins: the same K order per output (stages and warp layout do not
+  // change it).
+  const std::pair<TileConfigId, TileConfigId> twins[] = {
+      {TileConfigId::kT16W4, TileConfigId::kT16W4F},
+      {TileConfigId::kT8W2Q, TileConfigId::kT8W2QF},
+      {TileConfigId::kT8W2Q, TileConfigId::kT8R128M2F},
+  };
+  const HostWeight w = MakeWeight(kFp8, 328, 2048, 81);
+  for (const auto& [plain, folded] : twins) {
+    for (int64_t m : {1, 8, 13}) {
+      GemmCase c;
+      c.m = m;
+      c.k = 2048;
+      c.segments = {&w};
+      c.y_fp32 = true;
+      c.force_config = static_cast<int>(plain);
+      c.force_splits = 2;
+      c.seed = 1000 + m;
+      std::vector<float> a, b;
+      RunAndCheck(c, nullptr, &a);
+      c.force_config = static_cast<int>(folded);
+      RunAndCheck(c, nullptr, &b);
+      ASSERT_EQ(a.size(), b.size());
+      const double scale = testing::MaxAbs(a);
+      ASSERT_GT(scale, 0.0);
+      double worst = 0;
+      int64_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) / scale);
+        differ += a[i] != b[i];
+      }
+      EXPECT_LE(worst, std::ldexp(1.0, -20)) << gemm::GetTileConfig(folded).name << " m=" << m << ", " << differ
+                                             << " outputs differ";
+    }
+  }
+}
+
+// Weights that are all e4m3 subnormals or the smallest normals: folded,
+// they are bf16 subnormals (2^-129..2^-126) and every product an fp32
+// subnormal. Tensor cores that flushed either would return zeros here.
+TEST(Sm80_W8A16Gemm, SubnormalWeightsSurviveTheFold) {
+  SPAR_REQUIRE_GPU();
+  HostWeight w;
+  w.type = kFp8;
+  w.n = 136;
+  w.k = 512;
+  Rng rng(91);
+  w.bytes.resize(w.n * w.k);
+  for (auto& v : w.bytes) v = static_cast<uint8_t>(1 + rng.Below(15)) | (rng.Below(2) ? 0x80 : 0);  // exponent 0 or 1
+  w.scale.resize(2 * 4);
+  for (auto& sc : w.scale) sc = std::ldexp(1.0f, static_cast<int>(rng.Below(7)) - 3);
+  w.deq.resize(w.n * w.k);
+  DequantizeFp8Blocks(w.bytes.data(), w.scale.data(), w.n, w.k, 128, w.deq.data());
+  int ran = 0;
+  for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+    const gemm::TileConfig& tc = gemm::GetTileConfig(static_cast<gemm::TileConfigId>(cfg));
+    if (!tc.fold_pow2) continue;
+    for (int64_t m : {1, 8}) {
+      GemmCase c;
+      c.m = m;
+      c.k = w.k;
+      c.segments = {&w};
+      c.y_fp32 = true;
+      c.force_config = cfg;
+      c.seed = 1100 + m;
+      RunAndCheck(c);  // fp32 output: within 1e-5 of the fp32 reference
+      ++ran;
+    }
+  }
+  EXPECT_GE(ran, 2);
 }
 
 TEST(Sm80_W8A16Gemm, RejectsBadParams) {
