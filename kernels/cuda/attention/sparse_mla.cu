@@ -9,9 +9,25 @@
 //   O += P·V, V = the first 512 lanes of the same smem rows (8 warps split
 //       O's 512 columns; accumulators stay in registers all along)
 // Each warp keeps its slice of Q in registers for the whole key loop, so Q
-// needs no shared memory and the K/V stages get it all (3-stage cp.async
-// gather for bf16; FP8 rows are gathered raw, 656 B, and widened to a bf16
-// tile by all threads before the MMAs).
+// needs no shared memory and the K/V stages get it all (cp.async gather).
+//
+// FP8 rows (656 B: 512 e4m3, 4 fp32 scales, 64 bf16 rope lanes) are gathered
+// raw and read straight into mma fragments, widened in registers: no bf16
+// copy of the tile, no extra barrier. S = Q·Kᵀ: a dot product may sum its
+// terms in any order if Q and K agree, so lane t of a quad reads the 4
+// contiguous e4m3 bytes [4t, 4t+4) of a k-step (one 32-bit load that widens
+// to exactly its two B registers) and Q's fragments are loaded with the
+// same column order; each 128-column block's partial score is multiplied by
+// the key's fp32 scale. O = P·V: keys stay in mma order and the 512 output
+// columns are permuted instead (lane g of n-tile j of a 32-column group
+// owns column 4g + j), so four 32-bit loads from four key rows transpose,
+// with byte permutes, into the B registers of four n-tiles; V's per-key
+// scale is folded into P, one bf16 copy of P per 128-column block.
+// The codes widen to bf16 times 2^-120 (no multiply; fp8_sm80.cuh): S's
+// partials take the 2^120 back with the scale, P's copies carry 2^104 of it
+// and the output the remaining 2^16. Products then land 2^120 (S) or 2^16
+// (O) below their true size, so tiny ones are fp32 subnormals, which the
+// tensor cores keep (gemm_gpu_test's SubnormalWeightsSurviveTheFold).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -66,6 +82,10 @@ struct Cfg {
   static constexpr int kNM = HM / 16;
   static constexpr int kNK = kWarps / kNM;
   static constexpr int kMaxQSteps = (kKSteps + kNK - 1) / kNK;
+  // fp8 S phase: e4m3 k-steps per warp (4, 8 or 16: inside one scale block
+  // or two whole ones), then its share of the rope k-steps.
+  static constexpr int kNopeSteps = kNopeKSteps / kNK;
+  static_assert(kNopeSteps + (kRopeKSteps + kNK - 1) / kNK <= kMaxQSteps, "fp8 k-slices fit the Q registers");
   // O phase: warps tile [HM, 512] as kOGM x kOGN, each kOMT m-tiles x kONT n-tiles.
   static constexpr int kOMT = HM == 64 ? 2 : 1;
   static constexpr int kOGM = HM / (16 * kOMT);
@@ -78,6 +98,7 @@ struct Cfg {
   static_assert(kQOffset >= 0, "query tile must fit the gather area");
   static_assert(kSmem <= 166912, "must fit an A100's 163 KB per block");
   static_assert(kNM * kNK == kWarps && kOGM * kOGN == kWarps, "warp tiling");
+  static_assert(!kFp8 || (kONT % 4 == 0 && 128 % kOCols == 0), "fp8 O phase: 32-column groups in one scale block");
 };
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
@@ -85,29 +106,15 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Four e4m3 codes times a per-128 scale -> four bf16 (two registers).
-// Fast form: the codes widened to bf16 (times 2^-120, exact) times the
-// scale (times 2^120) rounded to bf16, one bf16x2 multiply per pair: the
-// scale's rounding (<= 2^-9 relative, shared by the 128 values) is far below
-// e4m3's own step (2^-4). Scales >= 128 would overflow the folded 2^120 and
-// take the exact fp32 form instead.
-__device__ __forceinline__ void DequantE4m3x4(uint32_t v, float scale, __nv_bfloat162 scale2, bool fast, uint32_t& lo,
-                                              uint32_t& hi) {
-  uint32_t a, b;
-  cuda::E4m3x4ToScaledBf16x4(v, a, b);
-  if (fast) {
-    const __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), scale2);
-    const __nv_bfloat162 y = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&b), scale2);
-    lo = *reinterpret_cast<const uint32_t*>(&x);
-    hi = *reinterpret_cast<const uint32_t*>(&y);
-    return;
-  }
-  const float f0 = __uint_as_float(a << 16) * cuda::kPow2_120 * scale;
-  const float f1 = __uint_as_float(a & 0xffff0000u) * cuda::kPow2_120 * scale;
-  const float f2 = __uint_as_float(b << 16) * cuda::kPow2_120 * scale;
-  const float f3 = __uint_as_float(b & 0xffff0000u) * cuda::kPow2_120 * scale;
-  lo = PackBf16(f0, f1);
-  hi = PackBf16(f2, f3);
+// The part of e4m3's 2^120 the FP8 path's copies of P carry (p * scale *
+// 2^104 stays far inside bf16's range for any scale below 2^23), and the
+// part the output takes back.
+constexpr float kPow2_104 = 2.028240960365167e31f;
+constexpr float kPow2_16 = 65536.0f;
+
+template <class T>
+__device__ __forceinline__ T LoadShared(const uint8_t* p) {
+  return *reinterpret_cast<const T*>(p);
 }
 
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -213,12 +220,28 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
   __syncthreads();
 
   // This warp's S-phase role and its query fragments (kept in registers).
+  // bf16: k-steps [kstep0, kstep1). fp8: kNopeSteps e4m3 k-steps from
+  // nope0 (whole 128-column scale blocks, or half of one), then the rope
+  // k-steps [rope0, rope1).
   const int mg = warp % C::kNM, ks = warp / C::kNM;
   const int kstep0 = ks * kKSteps / C::kNK, kstep1 = (ks + 1) * kKSteps / C::kNK;
+  const int nope0 = ks * C::kNopeSteps;
+  const int rope0 = kNopeKSteps + ks * kRopeKSteps / C::kNK, rope1 = kNopeKSteps + (ks + 1) * kRopeKSteps / C::kNK;
   uint32_t qf[C::kMaxQSteps][4];
 #pragma unroll
   for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
-    if (kstep0 + kk < kstep1) {
+    if constexpr (kFp8) {
+      // Columns in the K order: lane t's a0/a2 are columns 4t..4t+3.
+      const int step = kk < C::kNopeSteps ? nope0 + kk : rope0 + kk - C::kNopeSteps;
+      if (kk < C::kNopeSteps || step < rope1) {
+        const uint8_t* qrow = qstage + (mg * 16 + (lane >> 2)) * kRowBytes + (step * 16 + (lane & 3) * 4) * 2;
+        const uint2 lo = LoadShared<uint2>(qrow), hi = LoadShared<uint2>(qrow + 8 * kRowBytes);
+        qf[kk][0] = lo.x;
+        qf[kk][1] = hi.x;
+        qf[kk][2] = lo.y;
+        qf[kk][3] = hi.y;
+      }
+    } else if (kstep0 + kk < kstep1) {
       cuda::LdMatrixX4(qf[kk], qstage + (mg * 16 + (lane & 15)) * kRowBytes + ((kstep0 + kk) * 16 + (lane >> 4) * 8) * 2);
     }
   }
@@ -253,40 +276,8 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
     issue(b + C::kStages - 1);
     cuda::CpAsyncCommit();
 
-    const uint8_t* tile;
-    if constexpr (kFp8) {
-      // Widen the raw rows to the bf16 tile: 32 rows x (32 e4m3 chunks + 8 rope chunks).
-      const uint8_t* raw = gather + (b % C::kStages) * C::kStageBytes;
-      uint8_t* kt = gather + C::kStages * C::kStageBytes;
-      constexpr int kUnits = 40;
-#pragma unroll
-      for (int i = 0; i < kBlockKeys * kUnits / kThreads; ++i) {
-        const int u = tid + i * kThreads;
-        const int r = u / kUnits, k = u - r * kUnits;
-        const uint8_t* src = raw + r * kFp8RowBytes;
-        uint8_t* dst = kt + r * kRowBytes;
-        if (k < 32) {
-          const uint4 v = *reinterpret_cast<const uint4*>(src + k * 16);
-          const float sc = *reinterpret_cast<const float*>(src + kDimV + (k >> 3) * 4);
-          const bool fast = fabsf(sc) < 128.0f;
-          const __nv_bfloat162 sc2 = __float2bfloat162_rn(fast ? sc * cuda::kPow2_120 : 0.0f);
-          uint4 o0, o1;
-          DequantE4m3x4(v.x, sc, sc2, fast, o0.x, o0.y);
-          DequantE4m3x4(v.y, sc, sc2, fast, o0.z, o0.w);
-          DequantE4m3x4(v.z, sc, sc2, fast, o1.x, o1.y);
-          DequantE4m3x4(v.w, sc, sc2, fast, o1.z, o1.w);
-          *reinterpret_cast<uint4*>(dst + k * 32) = o0;
-          *reinterpret_cast<uint4*>(dst + k * 32 + 16) = o1;
-        } else {
-          *reinterpret_cast<uint4*>(dst + kDimV * 2 + (k - 32) * 16) =
-              *reinterpret_cast<const uint4*>(src + kDimV + 16 + (k - 32) * 16);
-        }
-      }
-      __syncthreads();
-      tile = kt;
-    } else {
-      tile = gather + (b % C::kStages) * C::kStageBytes;
-    }
+    // bf16: the gathered tile; fp8: the raw rows.
+    const uint8_t* const tile = gather + (b % C::kStages) * C::kStageBytes;
 
     // Phase 2: partial scores of this warp's 16 heads x 32 keys over its k-slice.
     {
@@ -295,18 +286,70 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) sacc[nt][e] = 0.0f;
-      const uint8_t* krow = tile + ((lane & 7) + ((lane >> 4) << 3)) * kRowBytes + ((lane >> 3) & 1) * 16;
+      if constexpr (kFp8) {
+        // Key nt * 8 + g of n-tile nt; this lane's scales are those of keys
+        // nt * 8 + 2t and + 1 (its accumulator columns).
+        const uint8_t* krow = tile + (lane >> 2) * kFp8RowBytes + (lane & 3) * 4;
+        const uint8_t* scale_row = tile + (lane & 3) * 2 * kFp8RowBytes + kDimV;
+        constexpr int kChunk = C::kNopeSteps < 8 ? C::kNopeSteps : 8;  // k-steps per scale block
 #pragma unroll
-      for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
-        if (kstep0 + kk < kstep1) {
-          const int off = (kstep0 + kk) * 32;
-          uint32_t b0[4], b1[4];
-          cuda::LdMatrixX4(b0, krow + off);
-          cuda::LdMatrixX4(b1, krow + 16 * kRowBytes + off);
-          Mma(sacc[0], qf[kk], b0[0], b0[1]);
-          Mma(sacc[1], qf[kk], b0[2], b0[3]);
-          Mma(sacc[2], qf[kk], b1[0], b1[1]);
-          Mma(sacc[3], qf[kk], b1[2], b1[3]);
+        for (int c = 0; c < C::kNopeSteps / kChunk; ++c) {
+          float part[4][4];
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[nt][e] = 0.0f;
+#pragma unroll
+          for (int i = 0; i < kChunk; ++i) {
+            const int kk = c * kChunk + i;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+              uint32_t lo, hi;
+              cuda::E4m3x4ToScaledBf16x4(LoadShared<uint32_t>(krow + nt * 8 * kFp8RowBytes + (nope0 + kk) * 16), lo,
+                                         hi);
+              Mma(part[nt], qf[kk], lo, hi);
+            }
+          }
+          const int blk = (nope0 + c * kChunk) / 8;
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            const float s0 = LoadShared<float>(scale_row + nt * 8 * kFp8RowBytes + blk * 4);
+            const float s1 = LoadShared<float>(scale_row + (nt * 8 + 1) * kFp8RowBytes + blk * 4);
+            // 2^120 first: the scale may be large enough to overflow with it.
+            sacc[nt][0] += part[nt][0] * cuda::kPow2_120 * s0;
+            sacc[nt][1] += part[nt][1] * cuda::kPow2_120 * s1;
+            sacc[nt][2] += part[nt][2] * cuda::kPow2_120 * s0;
+            sacc[nt][3] += part[nt][3] * cuda::kPow2_120 * s1;
+          }
+        }
+        // Rope lanes: bf16 after the scales, the same column order.
+#pragma unroll
+        for (int kk = C::kNopeSteps; kk < C::kMaxQSteps; ++kk) {
+          const int step = rope0 + kk - C::kNopeSteps;
+          if (step < rope1) {
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+              // krow holds + 4t; the lane's four bf16 lanes start at + 8t.
+              const uint2 v = LoadShared<uint2>(krow + nt * 8 * kFp8RowBytes + kFp8RopeOffset +
+                                                (step - kNopeKSteps) * 32 + (lane & 3) * 4);
+              Mma(sacc[nt], qf[kk], v.x, v.y);
+            }
+          }
+        }
+      } else {
+        const uint8_t* krow = tile + ((lane & 7) + ((lane >> 4) << 3)) * kRowBytes + ((lane >> 3) & 1) * 16;
+#pragma unroll
+        for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
+          if (kstep0 + kk < kstep1) {
+            const int off = (kstep0 + kk) * 32;
+            uint32_t b0[4], b1[4];
+            cuda::LdMatrixX4(b0, krow + off);
+            cuda::LdMatrixX4(b1, krow + 16 * kRowBytes + off);
+            Mma(sacc[0], qf[kk], b0[0], b0[1]);
+            Mma(sacc[1], qf[kk], b0[2], b0[3]);
+            Mma(sacc[2], qf[kk], b1[0], b1[1]);
+            Mma(sacc[3], qf[kk], b1[2], b1[3]);
+          }
         }
       }
       float* sr = sred + (ks * HM + mg * 16 + (lane >> 2)) * kSredStride + (lane & 3) * 2;
@@ -345,27 +388,48 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
       for (int o = C::kTPR / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float m_new = fmaxf(m_run, mx);
       float alpha = 1.0f, sum = 0.0f;
-      uint32_t packed[C::kKPT / 2];
+      float pf[C::kKPT];  // probabilities (masked keys and empty rows: 0)
       if (m_new != -INFINITY) {
         alpha = exp2f(m_run - m_new);
 #pragma unroll
-        for (int i = 0; i < C::kKPT; i += 2) {
-          const __nv_bfloat162 pb = __floats2bfloat162_rn(exp2f(s[i] - m_new), exp2f(s[i + 1] - m_new));
-          // The normaliser sums the rounded probabilities the MMA multiplies.
-          sum += __low2float(pb) + __high2float(pb);
-          packed[i / 2] = *reinterpret_cast<const uint32_t*>(&pb);
-        }
+        for (int i = 0; i < C::kKPT; ++i) pf[i] = exp2f(s[i] - m_new);
       } else {
 #pragma unroll
-        for (int i = 0; i < C::kKPT / 2; ++i) packed[i] = 0u;
+        for (int i = 0; i < C::kKPT; ++i) pf[i] = 0.0f;
+      }
+      if constexpr (kFp8) {
+        // One copy per 128-column block of V: p times the key's scale for
+        // the block (and 2^104), rounded once. The normaliser sums p itself.
+        float sc[C::kKPT][4];
+#pragma unroll
+        for (int i = 0; i < C::kKPT; ++i) {
+          const float4 v = LoadShared<float4>(tile + (j0 + i) * kFp8RowBytes + kDimV);
+          sc[i][0] = v.x * kPow2_104;
+          sc[i][1] = v.y * kPow2_104;
+          sc[i][2] = v.z * kPow2_104;
+          sc[i][3] = v.w * kPow2_104;
+          sum += pf[i];
+        }
+#pragma unroll
+        for (int blk = 0; blk < C::kTile.PCopies(); ++blk) {
+          uint32_t* prow = reinterpret_cast<uint32_t*>(sp + (blk * HM + srow) * kPStride + j0);
+#pragma unroll
+          for (int i = 0; i < C::kKPT; i += 2) prow[i / 2] = PackBf16(pf[i] * sc[i][blk], pf[i + 1] * sc[i + 1][blk]);
+        }
+      } else {
+        uint32_t* prow = reinterpret_cast<uint32_t*>(sp + srow * kPStride + j0);
+#pragma unroll
+        for (int i = 0; i < C::kKPT; i += 2) {
+          const __nv_bfloat162 pb = __floats2bfloat162_rn(pf[i], pf[i + 1]);
+          // The normaliser sums the rounded probabilities the MMA multiplies.
+          sum += __low2float(pb) + __high2float(pb);
+          prow[i / 2] = *reinterpret_cast<const uint32_t*>(&pb);
+        }
       }
 #pragma unroll
       for (int o = C::kTPR / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
       l_run = l_run * alpha + sum;
       m_run = m_new;
-      uint32_t* prow = reinterpret_cast<uint32_t*>(sp + srow * kPStride + j0);
-#pragma unroll
-      for (int i = 0; i < C::kKPT / 2; ++i) prow[i] = packed[i];
       if (ssub == 0) salpha[srow] = alpha;
     }
     __syncthreads();
@@ -384,23 +448,50 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
           oacc[mt][nt][3] *= a1;
         }
       }
+      // fp8: this warp's columns lie in one 128-column block, whose copy
+      // of P carries the keys' scales.
+      const __nv_bfloat16* pblk = sp + (kFp8 ? (on * C::kOCols / 128) * HM * kPStride : 0);
 #pragma unroll
       for (int kv = 0; kv < kBlockKeys / 16; ++kv) {
         uint32_t pa[C::kOMT][4];
 #pragma unroll
         for (int mt = 0; mt < C::kOMT; ++mt) {
-          cuda::LdMatrixX4(pa[mt], sp + ((om * C::kOMT + mt) * 16 + (lane & 15)) * kPStride + kv * 16 + (lane >> 4) * 8);
+          cuda::LdMatrixX4(pa[mt], pblk + ((om * C::kOMT + mt) * 16 + (lane & 15)) * kPStride + kv * 16 + (lane >> 4) * 8);
         }
-        const uint8_t* vrow = tile + (kv * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes +
-                              (on * C::kOCols + (lane >> 4) * 8) * 2;
+        if constexpr (kFp8) {
+          // Keys 2t, 2t+1, 2t+8, 2t+9 of the k-step (mma order); lane g's
+          // 32-bit word of each row is columns 4g..4g+3 of a 32-column
+          // group, i.e. its column in n-tiles 0..3 of the group.
+          const uint8_t* vrow = tile + (kv * 16 + (lane & 3) * 2) * kFp8RowBytes + on * C::kOCols + (lane >> 2) * 4;
 #pragma unroll
-        for (int np = 0; np < C::kONT / 2; ++np) {
-          uint32_t vb[4];
-          cuda::LdMatrixX4Trans(vb, vrow + np * 32);
+          for (int grp = 0; grp < C::kONT / 4; ++grp) {
+            const uint32_t w0 = LoadShared<uint32_t>(vrow + grp * 32);
+            const uint32_t w1 = LoadShared<uint32_t>(vrow + kFp8RowBytes + grp * 32);
+            const uint32_t w2 = LoadShared<uint32_t>(vrow + 8 * kFp8RowBytes + grp * 32);
+            const uint32_t w3 = LoadShared<uint32_t>(vrow + 9 * kFp8RowBytes + grp * 32);
+            // b0[j]: keys 2t, 2t+1 of column j; b1[j]: keys 2t+8, 2t+9.
+            uint32_t b0[4], b1[4];
+            cuda::E4m3x4ToScaledBf16x4(__byte_perm(w0, w1, 0x5140), b0[0], b0[1]);
+            cuda::E4m3x4ToScaledBf16x4(__byte_perm(w0, w1, 0x7362), b0[2], b0[3]);
+            cuda::E4m3x4ToScaledBf16x4(__byte_perm(w2, w3, 0x5140), b1[0], b1[1]);
+            cuda::E4m3x4ToScaledBf16x4(__byte_perm(w2, w3, 0x7362), b1[2], b1[3]);
 #pragma unroll
-          for (int mt = 0; mt < C::kOMT; ++mt) {
-            Mma(oacc[mt][2 * np], pa[mt], vb[0], vb[1]);
-            Mma(oacc[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+              for (int mt = 0; mt < C::kOMT; ++mt) Mma(oacc[mt][4 * grp + j], pa[mt], b0[j], b1[j]);
+          }
+        } else {
+          const uint8_t* vrow = tile + (kv * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes +
+                                (on * C::kOCols + (lane >> 4) * 8) * 2;
+#pragma unroll
+          for (int np = 0; np < C::kONT / 2; ++np) {
+            uint32_t vb[4];
+            cuda::LdMatrixX4Trans(vb, vrow + np * 32);
+#pragma unroll
+            for (int mt = 0; mt < C::kOMT; ++mt) {
+              Mma(oacc[mt][2 * np], pa[mt], vb[0], vb[1]);
+              Mma(oacc[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+            }
           }
         }
       }
@@ -424,7 +515,32 @@ __global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(co
       const int h = head0 + r;
       if (h >= a.heads) continue;
       const float l = sfin_l[r];
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      // fp8: O is 2^16 below its value (the scaled widening, see the top).
+      const float inv = l > 0.0f ? (kFp8 ? kPow2_16 : 1.0f) / l : 0.0f;
+      if constexpr (kFp8) {
+        // Permuted columns: element e of n-tile j of group grp is column
+        // 32 grp + 4 (2t + e) + j, so the lane owns 8 contiguous columns.
+        const int col0 = on * C::kOCols + (lane & 3) * 8;
+#pragma unroll
+        for (int grp = 0; grp < C::kONT / 4; ++grp) {
+          float v[8];
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[4 * e + j] = oacc[mt][4 * grp + j][2 * half + e] * inv;
+          if (partial) {
+            float* dst = a.ws_o + ((static_cast<int64_t>(split) * a.tokens * a.heads + th_base + h) * kDimV) + col0 +
+                         grp * 32;
+            *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+            *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
+          } else {
+            __nv_bfloat16* dst = a.out + t * a.o_ts + h * a.o_hs + col0 + grp * 32;  // 8-byte aligned
+            *reinterpret_cast<uint2*>(dst) = make_uint2(PackBf16(v[0], v[1]), PackBf16(v[2], v[3]));
+            *reinterpret_cast<uint2*>(dst + 4) = make_uint2(PackBf16(v[4], v[5]), PackBf16(v[6], v[7]));
+          }
+        }
+        continue;
+      }
       const int col0 = on * C::kOCols + (lane & 3) * 2;
       if (partial) {
         float* dst = a.ws_o + ((static_cast<int64_t>(split) * a.tokens * a.heads + th_base + h) * kDimV) + col0;

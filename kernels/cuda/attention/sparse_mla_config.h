@@ -12,6 +12,8 @@ inline constexpr int kBlockKeys = 32;  // keys gathered per pipeline stage
 inline constexpr int kDim = 576;       // q·k width
 inline constexpr int kDimV = 512;      // value width
 inline constexpr int kKSteps = kDim / 16;
+inline constexpr int kNopeKSteps = kDimV / 16;            // e4m3 lanes of an FP8 row
+inline constexpr int kRopeKSteps = kKSteps - kNopeKSteps;  // bf16 rope lanes
 // Smem rows of 584 bf16 (1168 B = 292 words, 292 mod 32 = 4): eight
 // consecutive rows start 16 B apart in the banks, so ldmatrix is
 // conflict-free.
@@ -19,6 +21,7 @@ inline constexpr int kRowElems = kDim + 8;
 inline constexpr int kRowBytes = kRowElems * 2;
 inline constexpr int kBf16RowBytes = kDim * 2;  // 1152 in the cache
 inline constexpr int kFp8RowBytes = 656;        // 512 e4m3 | 4 fp32 | 64 bf16
+inline constexpr int kFp8RopeOffset = kDimV + 16;  // the bf16 rope lanes in an FP8 row
 inline constexpr int kMaxKeysPerCta = 2048;     // resolved slots kept in smem
 inline constexpr int kMaxSplits = 256;          // merge kernel's smem weights
 inline constexpr int kSredStride = 40;          // floats per partial-score row
@@ -33,13 +36,23 @@ struct TileConfig {
   constexpr int Stages() const { return head_tile == 16 ? 2 : 3; }
   constexpr int TileBytes() const { return kBlockKeys * kRowBytes; }
   constexpr int RawStageBytes() const { return kBlockKeys * kFp8RowBytes; }
-  // bf16: Stages() tiles gathered in place; fp8: Stages() raw tiles plus one
-  // dequantized bf16 tile. The query tile is staged through this area too.
+  constexpr int QTileBytes() const { return head_tile * kRowBytes; }
+  // bf16: Stages() tiles gathered in place; fp8: Stages() raw tiles, read
+  // straight into mma fragments. The query tile is staged through this
+  // area too (at its end), so the area is at least that large.
   constexpr int GatherBytes() const {
-    return fp8 ? Stages() * RawStageBytes() + TileBytes() : Stages() * TileBytes();
+    const int stages = Stages() * (fp8 ? RawStageBytes() : TileBytes());
+    return stages > QTileBytes() ? stages : QTileBytes();
   }
   constexpr int SredBytes() const { return kWarps * 16 * kSredStride * 4; }
-  constexpr int PBytes() const { return head_tile * kPStride * 2; }
+  // Probabilities in bf16; fp8: one copy per 128-column scale block of V,
+  // each key's probability times that key's scale for the block.
+  constexpr int PCopies() const { return fp8 ? kDimV / 128 : 1; }
+  constexpr int PBytes() const { return PCopies() * head_tile * kPStride * 2; }
+  // Registers allow two 256-thread CTAs per SM at 16 heads (ptxas -v: 118
+  // (fp8) / 127 (bf16) registers under __launch_bounds__(256, 2)) and one
+  // above (165-255 registers).
+  constexpr int MaxCtasByRegisters() const { return head_tile == 16 ? 2 : 1; }
   constexpr int SmemBytes() const {
     return GatherBytes() + SredBytes() + PBytes() + 3 * head_tile * 4 + kMaxKeysPerCta * 4;
   }

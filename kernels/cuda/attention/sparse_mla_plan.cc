@@ -16,7 +16,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int SparseMlaCtasPerSm(int head_tile, bool fp8, int smem_per_sm) {
   const mla::TileConfig cfg{head_tile, fp8};
   // The driver reserves 1 KB of shared memory per resident CTA.
-  return std::max(1, smem_per_sm / (cfg.SmemBytes() + 1024));
+  return std::max(1, std::min(cfg.MaxCtasByRegisters(), smem_per_sm / (cfg.SmemBytes() + 1024)));
 }
 
 SparseMlaPlan PlanSparseMla(int64_t tokens, int heads, int list_len, int num_sms, int smem_per_sm, bool fp8) {

@@ -47,10 +47,14 @@ TEST(SparseMlaPlan, CoversTheListWithinLimits) {
   }
 }
 
-TEST(SparseMlaPlan, SixteenHeadTilesFitTwicePerSmOnH100H200Only) {
+// bf16 16-head tiles fit twice per SM on an H100/H200 only; FP8 ones, with
+// no widened bf16 copy of the rows, on an A100 too (registers allow no
+// third one on either).
+TEST(SparseMlaPlan, CtasPerSmOfEachTile) {
   EXPECT_EQ(SparseMlaCtasPerSm(16, false, kH200Smem), 2);
   EXPECT_EQ(SparseMlaCtasPerSm(16, true, kH200Smem), 2);
   EXPECT_EQ(SparseMlaCtasPerSm(16, false, kA100Smem), 1);
+  EXPECT_EQ(SparseMlaCtasPerSm(16, true, kA100Smem), 2);
   EXPECT_EQ(SparseMlaCtasPerSm(64, false, kA100Smem), 1);
   EXPECT_EQ(SparseMlaCtasPerSm(64, true, kA100Smem), 1);
 }
