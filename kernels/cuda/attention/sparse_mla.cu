@@ -123,7 +123,7 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
 }
 
 template <int HM, bool kFp8>
-__global__ void __launch_bounds__(kThreads, HM == 16 ? 2 : 1) SparseMlaKernel(const MlaArgs a) {
+__global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegisters()) SparseMlaKernel(const MlaArgs a) {
   using C = Cfg<HM, kFp8>;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* const gather = smem;

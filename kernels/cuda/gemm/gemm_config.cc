@@ -1,6 +1,7 @@
 #include "kernels/cuda/gemm/gemm_config.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 namespace spar::gemm {
@@ -25,7 +26,7 @@ constexpr int64_t kSmemPerSm = 164 * 1024;
 // (gemm_bench --sweep). The model is only fitted where it was measured: an
 // untimed factor (9, say) once won on paper and lost 16 % on the GPU.
 constexpr int kSplitChoices[] = {1, 2, 3, 4, 6, 8, 12, 16};
-constexpr int kMaxSplits = 16;
+constexpr int kMaxSplits = kSplitChoices[std::size(kSplitChoices) - 1];
 // A split streams at least 256 bytes of every weight row.
 constexpr int64_t kMinRowBytesPerSplit = 256;
 

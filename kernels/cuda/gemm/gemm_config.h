@@ -28,7 +28,7 @@ enum class TileConfigId : int {
   kT64W2 = 7,   // kT64 with 128 B/row/stage
   kT128B2 = 8,  // kT128 capped at 128 registers: two blocks per SM
   kT128W2 = 9,  // kT128 with 128 B/row/stage (half the barriers per K)
-  // 16 warps per SM at decode (measured 2026-12-02: 1.2-1.3x faster than
+  // 12-16 warps per SM at decode (measured 2026-12-02: 1.2-1.3x faster than
   // kT8W4/kT16W4 on the large GLM-5 projections, see kTileConfigs).
   kT16W4F = 10,     // kT16W4 with 3 stages (two blocks fit an A100), 2^120 folded
   kT8W2Q = 11,      // 64 x 8, 128 B/row/stage, 3 stages: 4 blocks per SM
@@ -81,14 +81,15 @@ struct TileConfig {
 // (2026-12-02, which replaces the first at M = 1, 16). The fitted model
 // picks plans 1.7 % slower than the best measured on average, 1.28x worst
 // (bench/results/gemm.md). They only rank configurations: T8R128M2F's DRAM
-// efficiency of 1 says it streams best, not that it reaches the copy rate. mma efficiency: fraction of the tensor rate a
-// compute-bound tile reaches; DRAM efficiency: fraction of the copy rate a
-// streaming tile reaches (wider stages stream better). Register notes:
+// efficiency of 1 says it streams best, not that it reaches the copy rate.
+// mma efficiency: fraction of the tensor rate a compute-bound tile
+// reaches; DRAM efficiency: fraction of the copy rate a streaming tile
+// reaches (wider stages stream better). Register notes:
 // kT128 runs one block of 8 warps per SM (~180 registers per thread, no
 // spills); kT128B2 caps registers at 128 for two blocks per SM (ptxas spills
 // ~130 bytes).
 // Fields: id, name, tokens, rows, warps rows x tokens, stages, sub, min
-// blocks per SM, mma efficiency, DRAM efficiency.
+// blocks per SM, mma efficiency, DRAM efficiency[, fold_pow2].
 inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
     {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 1, 4, 0.3, 0.751},
     {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 1, 4, 0.45, 0.718},

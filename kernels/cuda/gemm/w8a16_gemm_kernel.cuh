@@ -113,7 +113,8 @@ __device__ __forceinline__ int ParitySwizzle(int row) {
 // 2^-6 (w the e4m3 value) is an fp32 subnormal, kept to 2^-29 absolute,
 // far below a bf16 output's resolution -- provided the tensor cores keep
 // subnormal inputs and products, which the GPU tests check (folded against
-// unfolded twins; e4m3 subnormal weights times tiny activations).
+// unfolded twins; e4m3 weights of exponent 0 and 1, whose folded values
+// and products are all subnormal).
 template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks, bool kFold, bool kKTail>
 __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(const KernelParams p) {
   using Tile = GemmTile<kBT, kBR, kWR, kWT, kStages, kSub>;
