@@ -257,6 +257,21 @@ class Backend {
   // o_lat: [T, H·512] → [T, H·Dv].
   virtual absl::StatusOr<Tensor> UnabsorbOutput(const Tensor& o_lat, const Weight& absorb) = 0;
 
+  // Runs two pieces of the layer graph that do not read each other's
+  // results (each enqueues ops on this backend). A backend may overlap them:
+  // the cuda backend puts `side` on a second stream at small token counts,
+  // so its latency-bound kernels (the indexer's top-k, the MoE routing) run
+  // beside the other's memory-bound GEMMs; the results are the same as
+  // running them one after the other, which is what this default does.
+  virtual absl::Status RunConcurrently(const std::function<absl::Status()>& side,
+                                       const std::function<absl::Status()>& main) {
+    if (absl::Status s = side(); !s.ok()) return s;
+    return main();
+  }
+  // Turns the overlap of RunConcurrently on or off at run time (benchmarks
+  // and tests compare both on the same caches); a no-op where it is serial.
+  virtual void set_branch_overlap(bool enabled) { (void)enabled; }
+
   // Sums x over the ranks of the tensor-parallel group, in place; every rank
   // ends with the same values. A no-op without a group.
   virtual absl::Status AllReduceSum(Tensor* x) = 0;

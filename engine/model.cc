@@ -312,16 +312,24 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
   const int64_t r = c.q_lora_rank, lat = c.latent_dim();
   SPAR_ASSIGN_OR_RETURN(Tensor a, backend_->Linear(h, *layer.fused_a));
   SPAR_ASSIGN_OR_RETURN(Tensor qr, backend_->RmsNorm(a.Cols(0, r), *layer.q_a_norm, c.latent_norm_eps));
-  SPAR_ASSIGN_OR_RETURN(Tensor q, backend_->Linear(qr, *layer.q_b));
-  SPAR_RETURN_IF_ERROR(backend_->WriteLatentCache(local, a.Cols(r, r + lat), *layer.kv_a_norm, c.latent_norm_eps));
-  SPAR_ASSIGN_OR_RETURN(Tensor q_abs, backend_->AbsorbQuery(q, *layer.absorb));
-  if (layer.full_indexer) {
+  // The query and the latent cache on one side, the indexer's selection on
+  // the other: neither reads the other's results until SparseMla.
+  Tensor q_abs;
+  auto query = [&]() -> absl::Status {
+    SPAR_ASSIGN_OR_RETURN(Tensor q, backend_->Linear(qr, *layer.q_b));
+    SPAR_RETURN_IF_ERROR(backend_->WriteLatentCache(local, a.Cols(r, r + lat), *layer.kv_a_norm, c.latent_norm_eps));
+    SPAR_ASSIGN_OR_RETURN(q_abs, backend_->AbsorbQuery(q, *layer.absorb));
+    return absl::OkStatus();
+  };
+  auto select = [&]() -> absl::Status {
     const int64_t k0 = r + lat, w0 = k0 + c.index_head_dim;
     SPAR_RETURN_IF_ERROR(backend_->WriteIndexerCache(local, a.Cols(k0, w0), *layer.idx_norm_w, *layer.idx_norm_b,
                                                      c.indexer_norm_eps, indexer_));
     SPAR_ASSIGN_OR_RETURN(Tensor qi, backend_->Linear(qr, *layer.idx_wq_b));
     SPAR_ASSIGN_OR_RETURN(*shared_topk, backend_->IndexerTopK(local, qi, a.Cols(w0, w0 + c.index_n_heads), indexer_));
-  }
+    return absl::OkStatus();
+  };
+  SPAR_RETURN_IF_ERROR(layer.full_indexer ? backend_->RunConcurrently(select, query) : query());
   if (trace != nullptr) {
     // ToHost returns floats: slot ids are exact below 2^24 only.
     if (options_.num_blocks * kCacheBlockTokens > (int64_t{1} << 24)) {

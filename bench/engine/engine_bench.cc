@@ -21,6 +21,8 @@
 // context and batch, graph and eager, against the decode step of the same
 // shape: the step-time ratio is the mean acceptance length (tokens per
 // verify step) speculation needs to break even before its drafting cost.
+// --no-branch-overlap runs the layer's independent branches one after the
+// other on one stream (Backend::RunConcurrently), for a same-binary A/B.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -64,6 +66,7 @@ struct Flags {
   TpRank tp;
   std::string nccl_id_file;
   bool op_profile = false;  // per-op GPU time of an eager step per shape
+  bool branch_overlap = true;  // --no-branch-overlap: Backend::RunConcurrently serial (A/B)
   std::vector<int> verify_tokens;  // speculative verify steps: query tokens per sequence
 };
 
@@ -88,6 +91,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       SPAR_RETURN_IF_ERROR(int_value(&f.make_layers));
     } else if (a == "--op-profile") {
       f.op_profile = true;
+    } else if (a == "--no-branch-overlap") {
+      f.branch_overlap = false;
     } else if (a == "--bf16-weights") {
       f.fp8 = false;
     } else if (a == "--make-quant") {
@@ -359,6 +364,7 @@ absl::Status Run(const Flags& f) {
     SPAR_ASSIGN_OR_RETURN(bo.nccl_unique_id, ExchangeNcclId(f));
   }
   SPAR_ASSIGN_OR_RETURN(auto backend, CreateBackend(bo));
+  backend->set_branch_overlap(f.branch_overlap);
   SPAR_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(f.model + "/config.json"));
   const int max_batch = *std::max_element(f.batches.begin(), f.batches.end());
   const int max_context = *std::max_element(f.contexts.begin(), f.contexts.end());

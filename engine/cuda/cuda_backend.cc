@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/numeric.h"
 #include "base/status_macros.h"
+#include "engine/cuda/branch_streams.h"
 #include "engine/cuda/device_caches.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/event_pool.h"
@@ -78,11 +80,13 @@ class CudaBackend final : public Backend {
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemm_workspace_.as<void>(), 0, kGemmWorkspaceBytes, stream_));
     SPAR_RETURN_IF_ERROR(counters_.Allocate(256));
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters_.as<void>(), 0, 256, stream_));
+    SPAR_RETURN_IF_ERROR(branches_.Init(kGemmWorkspaceBytes, stream_));
     SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     events_ = std::make_unique<EventPool>();
     profiler_ = std::make_unique<OpProfiler>(stream_, events_.get());
     graphs_ = std::make_unique<StepGraphCache>(stream_, options_.max_cuda_graphs);
-    ctx_.stream = stream_;
+    ctx_.SetStream(stream_);
+    ctx_.branches = &branches_;
     ctx_.device = CurrentDeviceInfo();
     ctx_.caches = &caches_;
     ctx_.rope = &rope_;
@@ -255,6 +259,17 @@ class CudaBackend final : public Backend {
   }
 
   void set_step_replay(bool enabled) override { options_.cuda_graphs = enabled; }
+  absl::Status RunConcurrently(const std::function<absl::Status()>& side,
+                               const std::function<absl::Status()>& main) override {
+    return ctx_.Concurrently(side, main);
+  }
+  void set_branch_overlap(bool enabled) override {
+    if (enabled == ctx_.overlap_branches) return;
+    // The graphs recorded the other way would replay it.
+    cudaStreamSynchronize(stream_);
+    graphs_->Clear();
+    ctx_.overlap_branches = enabled;
+  }
   StepGraphStats graph_stats() const override { return graphs_->stats(); }
 
   // ---- ops: the adapters of engine/cuda/ops ----
@@ -418,6 +433,7 @@ class CudaBackend final : public Backend {
   DeviceMemoryUsage memory_;
   DeviceBuffer gemm_workspace_;
   DeviceBuffer counters_;  // zeroed device counters the kernels leave at zero (the fused MoE routing's)
+  BranchStreams branches_;  // RunConcurrently's side stream
   RopeTables rope_;
   DeviceCaches caches_;
   std::unique_ptr<EventPool> events_;

@@ -15,9 +15,34 @@ absl::StatusOr<Tensor> StepContext::NewTensor(int64_t rows, int64_t cols, DType 
   const size_t bytes = std::max<size_t>(static_cast<size_t>(rows * cols) * DTypeSize(dtype), 16);
   void* p = nullptr;
   SPAR_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&p, bytes, stream));
-  cudaStream_t s = stream;
-  std::shared_ptr<void> storage(p, [s](void* q) { cudaFreeAsync(q, s); });
+  std::shared_ptr<void> storage(p, [free_on = free_stream_](void* q) { cudaFreeAsync(q, *free_on); });
   return Tensor(dtype, rows, cols, std::move(storage), p, cols);
+}
+
+absl::Status StepContext::Concurrently(const std::function<absl::Status()>& side,
+                                       const std::function<absl::Status()>& main) {
+  if (branches == nullptr || !OverlapBranches(overlap_branches, profiling(), meta.tokens)) {
+    SPAR_RETURN_IF_ERROR(side());
+    return main();
+  }
+  const cudaStream_t home = stream;
+  void* const home_workspace = gemm_workspace;
+  const size_t home_workspace_bytes = gemm_workspace_bytes;
+  SPAR_RETURN_IF_ERROR(branches->Fork(home));
+  SetStream(branches->side());
+  gemm_workspace = branches->gemm_workspace();
+  gemm_workspace_bytes = branches->gemm_workspace_bytes();
+  const absl::Status side_status = side();
+  SetStream(home);
+  gemm_workspace = home_workspace;
+  gemm_workspace_bytes = home_workspace_bytes;
+  // After a failed side branch the main one is skipped, but the join below
+  // still closes the fork (a capture must not end with the side stream
+  // unjoined); the first error is returned.
+  const absl::Status main_status = side_status.ok() ? main() : absl::OkStatus();
+  SPAR_RETURN_IF_ERROR(branches->Join(home));
+  SPAR_RETURN_IF_ERROR(side_status);
+  return main_status;
 }
 
 absl::StatusOr<Tensor> StepContext::Upload(const void* host, int64_t count, DType dtype) {

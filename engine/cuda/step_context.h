@@ -10,10 +10,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/cuda/branch_streams.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_caches.h"
 #include "engine/cuda/op_profiler.h"
@@ -43,6 +46,8 @@ struct StepMeta {
 
 class StepContext {
  public:
+  // The stream the ops enqueue on: the backend's, or the side stream while
+  // Concurrently runs its side branch. Set it with SetStream.
   cudaStream_t stream = nullptr;
   DeviceInfo device;
   const DeviceCaches* caches = nullptr;
@@ -54,8 +59,23 @@ class StepContext {
   // between launches: the last block resets it).
   int32_t* moe_done_counter = nullptr;
   OpProfiler* profiler = nullptr;
+  BranchStreams* branches = nullptr;  // null: Concurrently runs serially
+  bool overlap_branches = true;       // Backend::set_branch_overlap
   bool capturing = false;  // a graph capture is recording the ops
   StepMeta meta;
+
+  // The stream of the ops from now on (and of the frees of the tensors that
+  // die from now on).
+  void SetStream(cudaStream_t s) {
+    stream = s;
+    *free_stream_ = s;
+  }
+
+  // Backend::RunConcurrently: `side` on the branch stream (with its own GEMM
+  // workspace) and `main` on this stream, forked and joined by events, when
+  // OverlapBranches says so; otherwise one after the other. Both are joined
+  // whatever they return.
+  absl::Status Concurrently(const std::function<absl::Status()>& side, const std::function<absl::Status()>& main);
 
   // The start of an op in the profile (a no-op unless profiling).
   absl::Status Mark(absl::string_view label) { return profiler->Mark(label, capturing); }
@@ -63,7 +83,10 @@ class StepContext {
 
   // Stream-ordered activations: allocation and free are ordered on the
   // stream, so no host synchronisation is needed and a graph capture
-  // records them.
+  // records them. A tensor is freed on the stream current when it dies: one
+  // made in a side branch and read after the join dies on the main stream,
+  // after its last reader; one that dies inside a branch had no reader
+  // outside it.
   absl::StatusOr<Tensor> NewTensor(int64_t rows, int64_t cols, DType dtype = DType::kBF16);
   // A new [1, count] tensor holding count elements uploaded from pageable
   // host memory (staged before cudaMemcpyAsync returns: the host buffer may
@@ -89,6 +112,8 @@ class StepContext {
 
  private:
   std::vector<int32_t> host_meta_;
+  // Shared with every live tensor's deleter (tensors may outlive a step).
+  std::shared_ptr<cudaStream_t> free_stream_ = std::make_shared<cudaStream_t>(nullptr);
   struct MlaPlanKey {
     int64_t tokens;
     int heads, list_len;

@@ -477,6 +477,72 @@ TEST_P(CudaParityTest, DecodeGraphsReplayLikeEagerSteps) {
             << " all-keys steps must be); worst scored-step rel err " << worst_sparse << "\n";
 }
 
+// The layer's independent branches (the indexer's selection beside the
+// query projections, the shared expert beside the routed ones) on two
+// streams against the same ops on one (Backend::set_branch_overlap): the
+// same kernels on the same inputs, so every logit is bitwise equal, for a
+// prefill step and for decode steps replayed as graphs (the fork and join
+// captured as graph edges) on scored contexts. A missing join or a shared
+// split-K workspace shows up as a differing (or NaN) logit.
+TEST_P(CudaParityTest, OverlappedBranchesEqualSerialSteps) {
+  constexpr int kTopK = 32, kSteps = 24, kPrompt = 48;
+  auto cuda = MakeEngine(dir_, "cuda", kTopK);
+  ASSERT_TRUE(cuda);
+  Model& model = cuda->model();
+  Backend* backend = model.backend();
+  const ModelConfig& c = model.config();
+  std::vector<std::vector<int32_t>> tokens(2), tables(2);
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<int32_t>& p = prompts_.at(3 + i);  // 80 and 200 tokens: contexts above the top-k
+    tokens[i].assign(p.begin(), p.begin() + std::min<size_t>(p.size(), kPrompt - 9 * i));
+    for (int b = 0; b < 2; ++b) tables[i].push_back(i * 2 + b);
+  }
+  auto both_ways = [&](const StepPlan& plan, const char* what, int step) -> std::vector<float> {
+    std::vector<float> out[2];
+    for (int overlap : {1, 0}) {
+      backend->set_branch_overlap(overlap == 1);
+      auto logits = model.Forward(plan, nullptr);
+      EXPECT_TRUE(logits.ok()) << logits.status();
+      if (!logits.ok()) return {};
+      auto host = backend->ToHost(*logits);
+      EXPECT_TRUE(host.ok()) << host.status();
+      if (host.ok()) out[overlap] = *host;
+    }
+    backend->set_branch_overlap(true);
+    EXPECT_FALSE(out[1].empty());
+    EXPECT_EQ(out[1], out[0]) << what << " " << step << ": overlapped branches differ from serial ones";
+    for (float v : out[1]) EXPECT_TRUE(std::isfinite(v)) << what << " " << step;
+    return out[1];
+  };
+  StepPlan prefill;
+  for (int i = 0; i < 2; ++i) {
+    prefill.seqs.push_back({.seq_id = i, .start_pos = 0, .tokens = tokens[i], .block_table = tables[i], .num_logits = 1});
+  }
+  ASSERT_TRUE(prefill.Finalize(c.vocab_size, c.max_position_embeddings, model.num_blocks()).ok());
+  std::vector<float> logits = both_ways(prefill, "prefill", 0);
+  ASSERT_EQ(logits.size(), 2u * c.vocab_size);
+  const StepGraphStats before = backend->graph_stats();
+  for (int step = 0; step < kSteps; ++step) {
+    StepPlan plan;
+    for (int i = 0; i < 2; ++i) {
+      const auto row = logits.begin() + i * c.vocab_size;
+      tokens[i].push_back(static_cast<int32_t>(std::max_element(row, row + c.vocab_size) - row));
+      const int pos = static_cast<int>(tokens[i].size()) - 1;
+      plan.seqs.push_back({.seq_id = i, .start_pos = pos, .tokens = {tokens[i].back()},
+                           .block_table = std::vector<int32_t>(tables[i].begin(), tables[i].begin() + pos / 64 + 1),
+                           .num_logits = 1});
+    }
+    ASSERT_TRUE(plan.Finalize(c.vocab_size, c.max_position_embeddings, model.num_blocks()).ok());
+    logits = both_ways(plan, "decode step", step);
+    ASSERT_EQ(logits.size(), 2u * c.vocab_size);
+  }
+  const StepGraphStats after = backend->graph_stats();
+  EXPECT_EQ(after.capture_failures, before.capture_failures);
+  EXPECT_EQ(after.replays - before.replays, 2 * kSteps) << "every decode step replayed, both ways";
+  std::cout << GetParam().name << ": prefill and " << kSteps << " decode steps (contexts " << tokens[1].size() - kSteps
+            << ".." << tokens[0].size() << ", top-k " << kTopK << "), overlapped branches bitwise equal to serial\n";
+}
+
 INSTANTIATE_TEST_SUITE_P(AllVariants, CudaParityTest, testing::AllTinyVariants(), testing::TinyVariantTestName);
 // 4-bit checkpoints: the W4A16 / NVFP4 kernels against the cpu reference.
 INSTANTIATE_TEST_SUITE_P(QuantVariants, CudaParityTest, ::testing::ValuesIn(testing::QuantTinyVariants()),

@@ -76,43 +76,52 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
   const int64_t t_count = x.rows();
   const int k = moe.route.top_k;
   const int64_t rows = t_count * k;
-  SPAR_ASSIGN_OR_RETURN(Tensor logits, Gemm(ctx, x, {&moe.router.gemm}, moe.route.num_experts, /*fp32_out=*/true));
-  SPAR_RETURN_IF_ERROR(ctx.Mark("moe.route_permute"));
-  SPAR_ASSIGN_OR_RETURN(Tensor ids, ctx.NewTensor(t_count, k, DType::kI32));
-  SPAR_ASSIGN_OR_RETURN(Tensor wts, ctx.NewTensor(t_count, k, DType::kF32));
-  MoeRouteParams route = moe.route;
-  route.tokens = t_count;
-  route.logits = logits.as<float>();
-  route.ld_logits = logits.ld();
-  route.bias = moe.bias.as<float>();
-  route.expert_ids = ids.as<int32_t>();
-  route.expert_weights = wts.as<float>();
-  SPAR_ASSIGN_OR_RETURN(Tensor offsets, ctx.NewTensor(1, moe.num_local + 1, DType::kI32));
-  SPAR_ASSIGN_OR_RETURN(Tensor sorted, ctx.NewTensor(1, rows, DType::kI32));
-  SPAR_ASSIGN_OR_RETURN(Tensor slot, ctx.NewTensor(t_count, k, DType::kI32));
-  MoePermuteParams perm;
-  perm.tokens = t_count;
-  perm.top_k = k;
-  perm.expert_ids = ids.as<int32_t>();
-  perm.expert_begin = moe.expert_begin;
-  perm.expert_end = moe.expert_begin + moe.num_local;
-  perm.expert_offsets = offsets.as<int32_t>();
-  perm.sorted_token = sorted.as<int32_t>();
-  perm.slot = slot.as<int32_t>();
-  SPAR_RETURN_IF_ERROR(LaunchMoeRoutePermute(route, perm, ctx.moe_done_counter, ctx.stream));
-  const size_t ws_bytes = MoeGroupedGemmWorkspaceBytes(rows, moe.num_local);
-  SPAR_ASSIGN_OR_RETURN(Tensor ws, ctx.NewTensor(1, static_cast<int64_t>(ws_bytes) + 16, DType::kU8));
-  const GroupedGemm grouped{ctx, moe, offsets, ws, ws_bytes, rows};
-  SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_gate_up"));
-  SPAR_ASSIGN_OR_RETURN(Tensor h, grouped.Run(x, sorted.as<int32_t>(), moe.gate, &moe.up, moe.inter));
-  SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_down"));
-  SPAR_ASSIGN_OR_RETURN(Tensor yd, grouped.Run(h, nullptr, moe.down, nullptr, moe.hidden));
+  // The shared expert beside the routed ones (ctx.Concurrently): it needs
+  // neither the routing nor the permuted rows, and at decode sizes the
+  // routing kernels are latency-bound.
   Tensor shared;
-  if (moe.shared) {
+  auto shared_expert = [&]() -> absl::Status {
     const auto& sh = *moe.shared;
     SPAR_ASSIGN_OR_RETURN(Tensor hs, SiluMulGemm(ctx, x, sh));
     SPAR_ASSIGN_OR_RETURN(shared, MatrixGemm(ctx, hs, sh.down, false));
-  }
+    return absl::OkStatus();
+  };
+  Tensor wts, slot, yd;  // what the combine reads of the routed experts
+  auto routed_experts = [&]() -> absl::Status {
+    SPAR_ASSIGN_OR_RETURN(Tensor logits, Gemm(ctx, x, {&moe.router.gemm}, moe.route.num_experts, /*fp32_out=*/true));
+    SPAR_RETURN_IF_ERROR(ctx.Mark("moe.route_permute"));
+    SPAR_ASSIGN_OR_RETURN(Tensor ids, ctx.NewTensor(t_count, k, DType::kI32));
+    SPAR_ASSIGN_OR_RETURN(wts, ctx.NewTensor(t_count, k, DType::kF32));
+    MoeRouteParams route = moe.route;
+    route.tokens = t_count;
+    route.logits = logits.as<float>();
+    route.ld_logits = logits.ld();
+    route.bias = moe.bias.as<float>();
+    route.expert_ids = ids.as<int32_t>();
+    route.expert_weights = wts.as<float>();
+    SPAR_ASSIGN_OR_RETURN(Tensor offsets, ctx.NewTensor(1, moe.num_local + 1, DType::kI32));
+    SPAR_ASSIGN_OR_RETURN(Tensor sorted, ctx.NewTensor(1, rows, DType::kI32));
+    SPAR_ASSIGN_OR_RETURN(slot, ctx.NewTensor(t_count, k, DType::kI32));
+    MoePermuteParams perm;
+    perm.tokens = t_count;
+    perm.top_k = k;
+    perm.expert_ids = ids.as<int32_t>();
+    perm.expert_begin = moe.expert_begin;
+    perm.expert_end = moe.expert_begin + moe.num_local;
+    perm.expert_offsets = offsets.as<int32_t>();
+    perm.sorted_token = sorted.as<int32_t>();
+    perm.slot = slot.as<int32_t>();
+    SPAR_RETURN_IF_ERROR(LaunchMoeRoutePermute(route, perm, ctx.moe_done_counter, ctx.stream));
+    const size_t ws_bytes = MoeGroupedGemmWorkspaceBytes(rows, moe.num_local);
+    SPAR_ASSIGN_OR_RETURN(Tensor ws, ctx.NewTensor(1, static_cast<int64_t>(ws_bytes) + 16, DType::kU8));
+    const GroupedGemm grouped{ctx, moe, offsets, ws, ws_bytes, rows};
+    SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_gate_up"));
+    SPAR_ASSIGN_OR_RETURN(Tensor h, grouped.Run(x, sorted.as<int32_t>(), moe.gate, &moe.up, moe.inter));
+    SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_down"));
+    SPAR_ASSIGN_OR_RETURN(yd, grouped.Run(h, nullptr, moe.down, nullptr, moe.hidden));
+    return absl::OkStatus();
+  };
+  SPAR_RETURN_IF_ERROR(moe.shared ? ctx.Concurrently(shared_expert, routed_experts) : routed_experts());
   const bool partial = ctx.tp_size > 1;  // fp32 partial sum for the all-reduce
   SPAR_RETURN_IF_ERROR(ctx.Mark("moe.combine"));
   SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(t_count, moe.hidden, partial ? DType::kF32 : DType::kBF16));
