@@ -474,7 +474,7 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
 }
 
 // ---- MoE: 256 experts, top-8, hidden 6144, moe_intermediate 2048 ---------
-void BenchMoe(int64_t tokens) {
+void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes) {
   const int E = 256, K = 8;
   const int64_t H = 6144, I = 2048;
   const int64_t rows = tokens * K;
@@ -600,24 +600,30 @@ void BenchMoe(int64_t tokens) {
   const double us_gemm = TimePerLaunchGraph(gemms, per_batch, 5, 2);
   const double us_layer_stream = TimePerLaunch(layer, per_batch, 5, 2);
   const double us_layer = TimePerLaunchGraph(layer, per_batch, 5, 2);
-  {  // Grouped configurations, forced (calibrates the heuristic).
+  {  // Grouped (configuration, split) pairs, forced, each GEMM on its own
+     // (calibrates the heuristic): graph replays of 4 launches.
     std::string all;
-    for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
-      const gemm::TileConfig& tc = gemm::GetTileConfig(static_cast<gemm::TileConfigId>(cfg));
-      if ((tokens <= 64) != (tc.block_tokens <= 16)) continue;
-      MoeGroupedGemmParams g2 = gu, d2 = dn;
-      g2.force_config = cfg;
-      d2.force_config = cfg;
-      if ((I % tc.row_bytes_per_stage()) != 0) continue;
-      const double t = TimePerLaunch(
-          [&](int) {
-            Check(LaunchMoeGroupedGemm(g2, g_stream), "gate_up");
-            Check(LaunchMoeGroupedGemm(d2, g_stream), "down");
-          },
-          tokens <= 64 ? 4 : 2, 3, 1);
-      char buf[64];
-      std::snprintf(buf, sizeof(buf), " %s:%.1f", tc.name, t);
-      all += buf;
+    for (int which = 0; which < 2; ++which) {
+      const MoeGroupedGemmParams& base = which == 0 ? gu : dn;
+      for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+        const gemm::TileConfig& tc = gemm::GetTileConfig(static_cast<gemm::TileConfigId>(cfg));
+        if ((tokens <= 64) != (tc.block_tokens <= 16)) continue;
+        if ((base.k % tc.row_bytes_per_stage()) != 0) continue;
+        for (int splits : {1, 2, 3, 4, 6, 8}) {
+          if (splits > 1 && tokens > 64) break;
+          MoeGroupedGemmParams g2 = base;
+          g2.force_config = cfg;
+          g2.force_splits = splits;
+          g2.split_workspace = split_ws;  // forced splits only: the engine's launches do not split
+          g2.split_workspace_bytes = split_ws_bytes;
+          if (MoeGroupedGemmPlan(g2).splits != splits) continue;  // clamped or no room: not this plan
+          const double t = TimePerLaunchGraph([&](int) { Check(LaunchMoeGroupedGemm(g2, g_stream), "grouped"); },
+                                              4, 5, 1);
+          char buf[80];
+          std::snprintf(buf, sizeof(buf), " %s:%s/s%d:%.1f", which == 0 ? "gu" : "dn", tc.name, splits, t);
+          all += buf;
+        }
+      }
     }
     std::printf("  sweepall moe M=%lld%s\n", static_cast<long long>(tokens), all.c_str());
   }
@@ -740,7 +746,7 @@ int Main(int argc, char** argv) {
   if (opt.moe) {
     std::vector<int64_t> moe_tokens = opt.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{64, 4096};
     if (!opt.moe_tokens.empty()) moe_tokens = opt.moe_tokens;
-    for (int64_t t : moe_tokens) BenchMoe(t);
+    for (int64_t t : moe_tokens) BenchMoe(t, ws, ws_bytes);
   }
   if (g_csv != nullptr) std::fclose(g_csv);
   return 0;

@@ -20,6 +20,16 @@ constexpr double kLaunch = 92494.0;
 constexpr double kActivationWeight = 0.001;
 // Split-K partial traffic per fp32 element (written, then read back).
 constexpr double kSplitBytesPerElement = 4.0 * 1.281;
+// A grouped launch whose blocks make one partial wave of at most 8 warps
+// per SM streams worse than the model's dense fit says: the MoE gate/up at
+// one token (8 experts, 2 x 2048 x 6144 each) ran 77.1 us on T8R128M2F (two
+// 4-warp blocks per SM) and 60.4 on T8W2QF (four), which the unpenalised
+// model ranks the other way (H200 graph replays, 2026-12-02,
+// bench/gemm/calibration/h200_sweep_2026-12-02_grouped.txt). The factor
+// makes the model's ratio of the two the measured 1.28; several waves of
+// the same tile (the down projection, more tokens) keep the dense fit.
+constexpr double kGroupedThinWaveEfficiency = 0.7;
+constexpr int kThinWaveWarps = 8;
 // Shared memory per SM the occupancy estimate assumes (A100: 164 KB).
 constexpr int64_t kSmemPerSm = 164 * 1024;
 // The split-K factors the model ranks: those the calibration sweeps timed
@@ -91,7 +101,7 @@ GemmPlan ChooseGemmPlan(const GemmProblem& p) {
     const int64_t tiles = token_tiles * row_tiles;
     const int resident = ResidentBlocks(c);
     const int64_t min_stages = std::max<int64_t>(1, kMinRowBytesPerSplit / c.row_bytes_per_stage());
-    const int max_splits = p.grouped ? 1 : static_cast<int>(std::clamp<int64_t>(min_kst / min_stages, 1, kMaxSplits));
+    const int max_splits = static_cast<int>(std::clamp<int64_t>(min_kst / min_stages, 1, kMaxSplits));
     for (const int splits : kSplitChoices) {
       if (splits > max_splits) break;
       const size_t ws = SplitWorkspaceBytes(c, tiles, splits);
@@ -104,12 +114,15 @@ GemmPlan ChooseGemmPlan(const GemmProblem& p) {
       const double flops = 2.0 * c.block_tokens * c.block_rows * static_cast<double>(p.k) / splits;
       const double inflight = static_cast<double>(std::min<int64_t>(per_sm, resident)) * (c.stages - 1) *
                               c.block_rows * c.row_bytes_per_stage();
-      const double bw_eff = std::min(1.0, inflight / kInflightBytesForPeak) * c.dram_efficiency;
+      const int64_t waves = CeilDiv(per_sm, resident);
+      const bool thin_wave = p.grouped && waves == 1 &&
+                             std::min<int64_t>(per_sm, resident) * c.threads() / 32 <= kThinWaveWarps;
+      const double bw_eff = std::min(1.0, inflight / kInflightBytesForPeak) * c.dram_efficiency *
+                            (thin_wave ? kGroupedThinWaveEfficiency : 1.0);
       const double t_mem = (w_bytes + x_bytes) / bw_eff;
       const double t_cmp = flops / (kFlopPerByte * c.mma_efficiency);
       const double valid_tokens = std::min<double>(eff_m, c.block_tokens);
       const double t_split = splits > 1 ? kSplitBytesPerElement * valid_tokens * c.block_rows : 0.0;
-      const int64_t waves = CeilDiv(per_sm, resident);
       const double cost = per_sm * (std::max(t_mem, t_cmp) + t_split) + waves * kWaveFill + kLaunch;
       if (cost < best.cost * 0.999) {
         best.config = c.id;
@@ -132,7 +145,7 @@ GemmPlan MakeGemmPlan(const GemmProblem& p, TileConfigId id, int splits) {
   }
   GemmPlan plan;
   plan.config = id;
-  plan.splits = p.grouped ? 1 : static_cast<int>(std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, min_kst)));
+  plan.splits = static_cast<int>(std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, min_kst)));
   plan.token_tiles = CeilDiv(std::max<int64_t>(1, p.m), c.block_tokens) * (p.grouped ? p.groups : 1);
   plan.row_tiles = RowTiles(p, c);
   plan.workspace_bytes = SplitWorkspaceBytes(c, plan.token_tiles * plan.row_tiles, plan.splits);

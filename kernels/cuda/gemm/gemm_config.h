@@ -132,11 +132,12 @@ struct GemmProblem {
   GemmSegmentShape segments[kMaxGemmSegments];
   int num_segments = 1;
   bool silu_mul = false;  // each output reads a gate row and an up row
-  // Grouped (MoE) launches: one GEMM per expert present, no split-K.
+  // Grouped (MoE) launches: one GEMM per expert present (split-K too when
+  // the workspace holds the partials of every tile the launch may have).
   bool grouped = false;
   int64_t groups = 1;     // expected experts with work
   int num_sms = 108;
-  size_t workspace_bytes = 0;  // split-K partials must fit here (dense)
+  size_t workspace_bytes = 0;  // split-K partials must fit here
 };
 
 struct GemmPlan {
@@ -174,7 +175,7 @@ size_t SplitWorkspaceBytes(const TileConfig& c, int64_t tiles, int splits);
 GemmPlan ChooseGemmPlan(const GemmProblem& p);
 
 // The plan for a given configuration and split factor (clamped to
-// [1, fewest K stages of a segment]; grouped problems never split). Used by
+// [1, fewest K stages of a segment]). Used by
 // tests and benchmarks to exercise every configuration; check
 // ConfigSupports first.
 GemmPlan MakeGemmPlan(const GemmProblem& p, TileConfigId id, int splits);

@@ -98,6 +98,7 @@ size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts) {
 
 gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
   gemm::GemmProblem prob;
+  prob.workspace_bytes = p.split_workspace != nullptr ? p.split_workspace_bytes : 0;
   prob.m = std::max<int64_t>(1, p.expected_rows_per_expert);
   prob.k = p.k;
   prob.num_segments = 1;
@@ -108,10 +109,23 @@ gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
   prob.groups = p.expected_active_experts > 0 ? p.expected_active_experts
                                               : std::max<int64_t>(1, std::min<int64_t>(p.num_experts, p.max_rows));
   prob.num_sms = p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count;
-  if (p.force_config >= 0 && p.force_config < gemm::kNumTileConfigs) {
-    return gemm::MakeGemmPlan(prob, static_cast<gemm::TileConfigId>(p.force_config), 1);
+  gemm::GemmPlan plan = p.force_config >= 0 && p.force_config < gemm::kNumTileConfigs
+                            ? gemm::MakeGemmPlan(prob, static_cast<gemm::TileConfigId>(p.force_config),
+                                                 p.split_workspace != nullptr ? p.force_splits : 1)
+                            : gemm::ChooseGemmPlan(prob);
+  if (plan.splits > 1) {
+    // The model counted the expected tiles; the launch's grid (and the
+    // split counters and partials) covers every work entry it may have.
+    const gemm::TileConfig& c = gemm::GetTileConfig(plan.config);
+    const int64_t tiles = MaxWorkEntries(p.max_rows, p.num_experts, c.block_tokens) *
+                          CeilDiv(p.weight.n, gemm::OutputColumnsPerTile(c, prob.silu_mul));
+    plan.workspace_bytes = gemm::SplitWorkspaceBytes(c, tiles, plan.splits);
+    if (plan.workspace_bytes > prob.workspace_bytes) {
+      plan = gemm::MakeGemmPlan(prob, plan.config, 1);
+      plan.workspace_bytes = 0;
+    }
   }
-  return gemm::ChooseGemmPlan(prob);
+  return plan;
 }
 
 absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t stream) {
@@ -151,6 +165,9 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
     return InvalidParam(kOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
   }
 
+  if (p.split_workspace != nullptr && reinterpret_cast<uintptr_t>(p.split_workspace) % 256 != 0) {
+    return InvalidParam(kOp, "split_workspace", "must be 256-byte aligned");
+  }
   const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);
   const gemm::TileConfig& cfg = gemm::GetTileConfig(plan.config);
   if ((p.k * wbytes) % cfg.row_bytes_per_stage() != 0) {
@@ -192,7 +209,13 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   kp.work_count = work_count;
   kp.expert_w_stride_bytes = p.expert_weight_stride * wbytes;
   kp.expert_scale_stride = p.expert_scale_stride;
-  const dim3 grid(static_cast<unsigned>(entries), static_cast<unsigned>(row_tiles), 1);
+  kp.splits = plan.splits;
+  if (plan.splits > 1) {  // layout: see gemm::kSplitCounterBytes
+    kp.counters = static_cast<int32_t*>(p.split_workspace);
+    kp.partials = reinterpret_cast<float*>(static_cast<char*>(p.split_workspace) + gemm::kSplitCounterBytes);
+  }
+  const dim3 grid(static_cast<unsigned>(entries), static_cast<unsigned>(row_tiles),
+                  static_cast<unsigned>(plan.splits));
   return CudaStatus(gemm::internal::LaunchGemmKernel(plan.config, kp, grid, stream), "MoeGroupedGemm kernel launch");
 }
 

@@ -121,8 +121,18 @@ struct MoeGroupedGemmParams {
   bool y_fp32 = false;
   void* workspace = nullptr;             // MoeGroupedGemmWorkspaceBytes(max_rows, num_experts)
   size_t workspace_bytes = 0;
+  // Split-K (several blocks per tile over K, the last one sums them): a
+  // dense GEMM's split workspace (W8A16GemmParams::workspace: 256-byte
+  // aligned, its counters zero between launches, which every launch leaves
+  // so). Null: the launch never splits. The engine passes none: on the H200
+  // sweep of 2026-12-02 no split beat the best unsplit tile of any grouped
+  // decode shape (bench/gemm/calibration/h200_sweep_2026-12-02_grouped.txt);
+  // the benchmark and the tests force it.
+  void* split_workspace = nullptr;
+  size_t split_workspace_bytes = 0;
   int num_sms = 0;                       // 0: read from the current device
   int force_config = -1;                 // tests/benchmarks: force a tile configuration
+  int force_splits = 1;                  // with force_config: the split factor (needs split_workspace)
 };
 size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts);
 gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p);

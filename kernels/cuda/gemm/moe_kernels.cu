@@ -1,6 +1,6 @@
-// MoE helper kernels: routing (one warp per token), permutation by expert
+// MoE helper kernels: routing (one block per token), permutation by expert
 // (one block), both in one launch (the last block permutes), weighted
-// combine (one block per token).
+// combine (blocks of tokens x hidden columns).
 #include "kernels/cuda/common/arch.cuh"
 
 #include <cuda_bf16.h>
@@ -15,134 +15,106 @@
 namespace spar::gemm::internal {
 namespace {
 
-constexpr int kMaxExpertsPerLane = 16;  // num_experts <= 512
-constexpr int kRouteWarpsPerBlock = 8;
+constexpr int kRouteThreads = 256;
+constexpr int kMaxRouteExperts = 512;  // LaunchMoeRoute's bound
+constexpr int kMaxRouteGroups = 32;
+constexpr int kMaxRouteTopK = 32;
 
-// Selection order of kernels/ref MoeRoute: allowed group first, then higher
-// biased score, then lower expert id.
-__device__ __forceinline__ bool Better(bool a_allowed, float a_choice, int a_id, bool b_allowed, float b_choice,
-                                       int b_id) {
-  if (a_allowed != b_allowed) return a_allowed;
-  if (a_choice != b_choice) return a_choice > b_choice;
-  return a_id < b_id;
-}
+struct RouteSmem {
+  float score[kMaxRouteExperts];   // sigmoid(logit): the weights
+  float choice[kMaxRouteExperts];  // score + bias: the selection
+  float group_score[kMaxRouteGroups];
+  float selected_score[kMaxRouteTopK];
+  uint32_t allowed_groups;
+};
 
-// Routes token `tok` with one whole warp.
-__device__ __forceinline__ void RouteToken(const MoeRouteParams& p, int64_t tok) {
-  const int lane = threadIdx.x & 31;
-  // Lane owns experts [lane*per_lane, (lane+1)*per_lane); below 32 experts
-  // lanes >= num_experts own none.
-  const int per_lane = p.num_experts >= 32 ? p.num_experts / 32 : 1;
-  const int group_size = p.num_experts / p.n_group;
+// Routes token `tok` with the whole block (kRouteThreads threads), in the
+// selection order of kernels/ref MoeRoute: allowed groups first, then the
+// higher biased score, then the lower expert id. Each expert counts the
+// experts that beat it; its count is its place, so the top_k places come
+// out in selection order with no serial arg-max rounds (one warp doing
+// top_k rounds over 256 experts was ~20 us of dependent instructions at
+// decode, where one token is all there is).
+__device__ __forceinline__ void RouteTokenBlock(const MoeRouteParams& p, int64_t tok, RouteSmem& s) {
+  const int tid = threadIdx.x;
+  const int num_experts = p.num_experts, group_size = p.num_experts / p.n_group;
   const float* lg = p.logits + tok * p.ld_logits;
-
-  // ---- Phase 1: scores (unbiased, for weights) and choices (biased) -------
-  float score[kMaxExpertsPerLane], choice[kMaxExpertsPerLane];
-#pragma unroll
-  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-    score[i] = 0.0f;
-    choice[i] = -INFINITY;
-    if (i < per_lane && lane * per_lane + i < p.num_experts) {
-      const int e = lane * per_lane + i;
-      score[i] = 1.0f / (1.0f + expf(-lg[e]));
-      choice[i] = score[i] + p.bias[e];
-    }
+  for (int e = tid; e < num_experts; e += kRouteThreads) {
+    const float score = 1.0f / (1.0f + expf(-lg[e]));
+    const float choice = score + p.bias[e];
+    s.score[e] = score;
+    // NaN (a NaN hidden state) ranks last, so the places stay a permutation.
+    s.choice[e] = choice == choice ? choice : -INFINITY;
   }
-
-  // ---- Phase 2: group limit: keep the topk_group groups whose two best
-  // biased scores sum highest (ties: lower group first) -------------------
+  __syncthreads();
+  // Group limit: keep the topk_group groups whose two best biased scores
+  // sum highest (ties: the lower group).
   uint32_t allowed_groups = 0xffffffffu;
   if (p.n_group > 1) {
-    float my_gscore = -INFINITY;  // lane g holds group g's score
-    for (int grp = 0; grp < p.n_group; ++grp) {
+    if (tid < p.n_group) {
       float b1 = -INFINITY, b2 = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-        if (i < per_lane && lane * per_lane + i < p.num_experts && (lane * per_lane + i) / group_size == grp) {
-          const float v = choice[i];
-          if (v > b1) {
-            b2 = b1;
-            b1 = v;
-          } else if (v > b2) {
-            b2 = v;
-          }
+      for (int i = 0; i < group_size; ++i) {
+        const float v = s.choice[tid * group_size + i];
+        if (v > b1) {
+          b2 = b1;
+          b1 = v;
+        } else if (v > b2) {
+          b2 = v;
         }
       }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {  // top-2 of the union, as a multiset
-        const float c1 = __shfl_xor_sync(0xffffffffu, b1, o);
-        const float c2 = __shfl_xor_sync(0xffffffffu, b2, o);
-        const float n2 = fmaxf(fminf(b1, c1), fmaxf(b2, c2));
-        b1 = fmaxf(b1, c1);
-        b2 = n2;
+      s.group_score[tid] = group_size >= 2 ? b1 + b2 : b1;
+    }
+    __syncthreads();
+    bool allowed = false;
+    if (tid < p.n_group) {
+      const float mine = s.group_score[tid];
+      int rank = 0;
+      for (int g = 0; g < p.n_group; ++g) {
+        const float v = s.group_score[g];
+        rank += v > mine || (v == mine && g < tid);
       }
-      const float gscore = group_size >= 2 ? b1 + b2 : b1;
-      if (lane == grp) my_gscore = gscore;
+      allowed = rank < p.topk_group;
     }
-    int rank = 0;
-    for (int grp = 0; grp < p.n_group; ++grp) {
-      const float v = __shfl_sync(0xffffffffu, my_gscore, grp);
-      if (v > my_gscore || (v == my_gscore && grp < lane)) ++rank;
-    }
-    allowed_groups = __ballot_sync(0xffffffffu, lane < p.n_group && rank < p.topk_group);
+    const uint32_t ballot = __ballot_sync(0xffffffffu, allowed);  // n_group <= 32: warp 0 holds them all
+    if (tid == 0) s.allowed_groups = ballot;
+    __syncthreads();
+    allowed_groups = s.allowed_groups;
   }
-
-  // ---- Phase 3: top_k rounds of a warp arg-max ----------------------------
-  uint32_t taken = 0;
-  int my_id = -1;        // lane r keeps the r-th choice
-  float my_score = 0.0f;
-  for (int r = 0; r < p.top_k; ++r) {
-    bool ba = false;
-    float bc = -INFINITY;
-    int bi = INT_MAX;
-    float bs = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-      if (i < per_lane && lane * per_lane + i < p.num_experts && !((taken >> i) & 1u)) {
-        const int e = lane * per_lane + i;
-        const bool al = (allowed_groups >> (e / group_size)) & 1u;
-        if (Better(al, choice[i], e, ba, bc, bi)) {
-          ba = al;
-          bc = choice[i];
-          bi = e;
-          bs = score[i];
-        }
+  for (int e = tid; e < num_experts; e += kRouteThreads) {
+    const bool mine_allowed = (allowed_groups >> (e / group_size)) & 1u;
+    const float c = s.choice[e];
+    int place = 0;
+    for (int g = 0; g < p.n_group && place < p.top_k; ++g) {
+      const bool g_allowed = (allowed_groups >> g) & 1u;
+      if (g_allowed != mine_allowed) {  // a whole group before or after this expert
+        place += g_allowed ? group_size : 0;
+        continue;
+      }
+      for (int j = g * group_size, j_end = j + group_size; j < j_end; ++j) {
+        const float cj = s.choice[j];
+        place += cj > c || (cj == c && j < e);
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const bool oa = __shfl_xor_sync(0xffffffffu, static_cast<int>(ba), o) != 0;
-      const float oc = __shfl_xor_sync(0xffffffffu, bc, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      const float os = __shfl_xor_sync(0xffffffffu, bs, o);
-      if (Better(oa, oc, oi, ba, bc, bi)) {
-        ba = oa;
-        bc = oc;
-        bi = oi;
-        bs = os;
-      }
+    if (place < p.top_k) {
+      p.expert_ids[tok * p.top_k + place] = e;
+      s.selected_score[place] = s.score[e];
     }
-    if (lane == r) {
-      my_id = bi;
-      my_score = bs;
-    }
-    if (bi / per_lane == lane) taken |= 1u << (bi % per_lane);
   }
-
-  // ---- Phase 4: weights (sum in selection order, as the reference) -------
-  float sum = 0.0f;
-  for (int i = 0; i < p.top_k; ++i) sum += __shfl_sync(0xffffffffu, my_score, i);
-  if (lane < p.top_k) {
-    float w = my_score;
+  __syncthreads();
+  // Weights: the sum in selection order, as the reference.
+  if (tid < p.top_k) {
+    float sum = 0.0f;
+    for (int i = 0; i < p.top_k; ++i) sum += s.selected_score[i];
+    float w = s.selected_score[tid];
     if (p.renormalize) w = w / (sum + 1e-20f);
-    p.expert_ids[tok * p.top_k + lane] = my_id;
-    p.expert_weights[tok * p.top_k + lane] = w * p.routed_scaling;
+    p.expert_weights[tok * p.top_k + tid] = w * p.routed_scaling;
   }
 }
 
-__global__ void __launch_bounds__(kRouteWarpsPerBlock * 32) MoeRouteKernel(const MoeRouteParams p) {
-  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarpsPerBlock + (threadIdx.x >> 5);
-  if (tok < p.tokens) RouteToken(p, tok);
+// One block per token.
+__global__ void __launch_bounds__(kRouteThreads) MoeRouteKernel(const MoeRouteParams p) {
+  __shared__ RouteSmem s;
+  RouteTokenBlock(p, blockIdx.x, s);
 }
 
 // Counting sort by expert in one block of kT threads: counts (shared
@@ -212,18 +184,16 @@ __global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams 
 }
 
 // Routing and permutation in one launch (decode: two dependent kernels of a
-// few microseconds each become one): every block routes its tokens, and the
-// last block to finish (a device counter, reset by that block for the next
+// few microseconds each become one): block t routes token t, and the last
+// block to finish (a device counter, reset by that block for the next
 // launch) permutes all of them.
-constexpr int kFusedThreads = kRouteWarpsPerBlock * 32;
-
-__global__ void __launch_bounds__(kFusedThreads) MoeRoutePermuteKernel(const MoeRouteParams r, const MoePermuteParams q,
-                                                                       int32_t* done) {
+__global__ void __launch_bounds__(kRouteThreads) MoeRoutePermuteKernel(const MoeRouteParams r, const MoePermuteParams q,
+                                                                      int32_t* done) {
   extern __shared__ int s_mem[];
+  __shared__ RouteSmem route_smem;
   __shared__ int warp_sums[32];
   __shared__ bool is_last;
-  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarpsPerBlock + (threadIdx.x >> 5);
-  if (tok < r.tokens) RouteToken(r, tok);
+  if (static_cast<int64_t>(blockIdx.x) < r.tokens) RouteTokenBlock(r, blockIdx.x, route_smem);
   __threadfence();  // this block's ids and weights before its arrival
   __syncthreads();
   if (threadIdx.x == 0) is_last = atomicAdd(done, 1) == static_cast<int32_t>(gridDim.x) - 1;
@@ -231,7 +201,7 @@ __global__ void __launch_bounds__(kFusedThreads) MoeRoutePermuteKernel(const Moe
   if (!is_last) return;
   __threadfence();
   const int n_local = q.expert_end - q.expert_begin;
-  PermuteBlock<kFusedThreads>(q, s_mem, s_mem + n_local, warp_sums);
+  PermuteBlock<kRouteThreads>(q, s_mem, s_mem + n_local, warp_sums);
   if (threadIdx.x == 0) *done = 0;
 }
 
@@ -289,8 +259,8 @@ __global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(const MoeCom
 }  // namespace
 
 cudaError_t LaunchMoeRouteKernel(const MoeRouteParams& p, cudaStream_t stream) {
-  const int64_t blocks = (p.tokens + kRouteWarpsPerBlock - 1) / kRouteWarpsPerBlock;
-  MoeRouteKernel<<<static_cast<unsigned>(blocks), kRouteWarpsPerBlock * 32, 0, stream>>>(p);
+  if (p.tokens > INT32_MAX) return cudaErrorInvalidValue;
+  MoeRouteKernel<<<static_cast<unsigned>(p.tokens), kRouteThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -303,8 +273,9 @@ cudaError_t LaunchMoePermuteKernel(const MoePermuteParams& p, cudaStream_t strea
 cudaError_t LaunchMoeRoutePermuteKernel(const MoeRouteParams& r, const MoePermuteParams& q, int32_t* done,
                                         cudaStream_t stream) {
   const int n_local = q.expert_end - q.expert_begin;
-  const int64_t blocks = std::max<int64_t>(1, (r.tokens + kRouteWarpsPerBlock - 1) / kRouteWarpsPerBlock);
-  MoeRoutePermuteKernel<<<static_cast<unsigned>(blocks), kFusedThreads, 2 * n_local * sizeof(int), stream>>>(r, q,
+  if (r.tokens > INT32_MAX) return cudaErrorInvalidValue;
+  const int64_t blocks = std::max<int64_t>(1, r.tokens);
+  MoeRoutePermuteKernel<<<static_cast<unsigned>(blocks), kRouteThreads, 2 * n_local * sizeof(int), stream>>>(r, q,
                                                                                                              done);
   return cudaGetLastError();
 }

@@ -154,6 +154,8 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     row0_out = wk.y;
     tok_count = wk.z;
     tile_in_seg = blockIdx.y;
+    split = blockIdx.z;
+    tile_id = static_cast<int64_t>(blockIdx.x) * p.total_row_tiles + blockIdx.y;
   } else {
 #pragma unroll
     for (int s = 1; s < kMaxGemmSegments; ++s) {

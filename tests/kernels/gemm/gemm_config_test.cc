@@ -139,7 +139,9 @@ TEST(GemmConfig, SplitsRespectWorkspaceAndK) {
   EXPECT_EQ(ChooseGemmPlan(Dense(1, 576, 6144, kH200Sms, 0)).splits, 1);
 }
 
-TEST(GemmConfig, GroupedNeverSplits) {
+// With room for split partials the model still keeps these grouped shapes
+// unsplit (what the grouped sweep measured fastest).
+TEST(GemmConfig, GroupedDecodeAndPrefillKeepOneSplit) {
   GemmProblem p = Dense(2, 4096, 6144);
   p.grouped = true;
   p.groups = 221;
@@ -163,8 +165,8 @@ TEST(GemmConfig, MakeGemmPlanClampsSplits) {
   EXPECT_EQ(plan.row_tiles, 4);
   EXPECT_GT(plan.workspace_bytes, 0u);
   GemmProblem g = p;
-  g.grouped = true;
-  EXPECT_EQ(MakeGemmPlan(g, TileConfigId::kT8, 4).splits, 1);
+  g.grouped = true;  // grouped launches split K the same way (MoeGroupedGemmParams::split_workspace)
+  EXPECT_EQ(MakeGemmPlan(g, TileConfigId::kT8, 4).splits, 2);
 }
 
 // Choices that were the fastest measured ones in the H200 sweeps
@@ -217,6 +219,37 @@ TEST(GemmConfig, PicksTheMeasuredBestOnTheH200) {
   g.m = 128;
   g.groups = 256;
   EXPECT_EQ(ChooseGemmPlan(g).config, TileConfigId::kT128W2);
+}
+
+// The grouped MoE GEMMs at decode as MoeGroupedGemmPlan poses them (no
+// split workspace: split-K measured slower for every grouped decode shape's
+// best tile), against the fastest tiles of the H200 sweep of 2026-12-02
+// (bench/gemm/calibration/h200_sweep_2026-12-02_grouped.txt, graph replays).
+TEST(GemmConfig, GroupedDecodePicksTheMeasuredBest) {
+  struct Case {
+    int64_t tokens;
+    bool gate_up;
+    TileConfigId config;
+  };
+  const Case cases[] = {
+      {1, true, TileConfigId::kT8W2QF},      // 60.4 us (T8R128M2F 77.1: one thin wave)
+      {1, false, TileConfigId::kT8R128M2F},  // 33.5 us (T8W2Q 35.0)
+      {8, true, TileConfigId::kT8R128M2F},   // 359.3 us (T8W2Q 361.2)
+      {8, false, TileConfigId::kT8R128M2F},  // 177.6 us (T8W2QF 185.0)
+      {64, true, TileConfigId::kT8R128M2F},  // 1493.7 us (T8W4 1707.1)
+      {64, false, TileConfigId::kT8R128M2F}, // 718.9 us (T8W2Q 753.1)
+  };
+  for (const Case& c : cases) {
+    const int64_t rows = c.tokens * 8;  // top-8 of 256 experts
+    GemmProblem g = Dense(std::max<int64_t>(1, rows / 256), c.gate_up ? 2048 : 6144, c.gate_up ? 6144 : 2048,
+                          kH200Sms, /*ws=*/0);
+    g.silu_mul = c.gate_up;
+    g.grouped = true;
+    g.groups = std::min<int64_t>(256, rows);
+    const GemmPlan plan = ChooseGemmPlan(g);
+    EXPECT_EQ(plan.config, c.config) << c.tokens << " tokens, " << (c.gate_up ? "gate/up" : "down") << ": " << plan;
+    EXPECT_EQ(plan.splits, 1);
+  }
 }
 
 // Only the split factors the calibration sweeps timed.

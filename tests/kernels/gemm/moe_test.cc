@@ -104,6 +104,12 @@ TEST(Sm80_MoeRoute, MatchesReference) {
   CheckRoute(RandomLogits(70, 16, 7), bias16, 70, {16, 4, 1, 1, true, 2.5f});
   CheckRoute(RandomLogits(70, 16, 8), bias16, 70, {16, 4, 4, 2, true, 2.5f});
   CheckRoute(RandomLogits(5, 7, 9), std::vector<float>(7, 0.0f), 5, {7, 3, 1, 1, false, 1.0f});
+  // One decode token (one block); the largest expert count (two experts
+  // per thread) with 16 groups and the largest top-k.
+  CheckRoute(RandomLogits(1, 256, 10), bias256, 1, {256, 8, 1, 1, true, 2.5f});
+  std::vector<float> bias512(512);
+  for (auto& b : bias512) b = 0.1f * rng.Symmetric();
+  CheckRoute(RandomLogits(3, 512, 11), bias512, 3, {512, 32, 16, 8, true, 2.5f});
 }
 
 TEST(Sm80_MoeRoute, TiesGoToTheLowerExpert) {
@@ -311,6 +317,7 @@ struct MoeCase {
   bool shared = true;
   bool residual = true;
   int force_config = -1;  // grouped GEMMs
+  int force_splits = 1;   // with force_config: split-K factor of both grouped GEMMs
   uint64_t seed = 1;
 };
 
@@ -349,7 +356,7 @@ float Silu(float g) { return g / (1.0f + std::exp(-g)); }
 
 void RunMoeLayer(const MoeCase& c) {
   SCOPED_TRACE(absl::StrCat("tokens=", c.tokens, " local=[", c.e0, ",", c.e1, ") k=", c.top_k,
-                            " cfg=", c.force_config, " favoured=", c.favoured.size()));
+                            " cfg=", c.force_config, " splits=", c.force_splits, " favoured=", c.favoured.size()));
   const int64_t T = c.tokens, H = c.hidden, I = c.inter;
   const int n_local = c.e1 - c.e0;
   const int64_t rows = T * c.top_k;
@@ -394,6 +401,10 @@ void RunMoeLayer(const MoeCase& c) {
   const size_t ws_bytes = MoeGroupedGemmWorkspaceBytes(rows, n_local);
   DeviceArray<uint8_t> ws(std::max<size_t>(ws_bytes, size_t{1} << 20));
   SPAR_ASSERT_CUDA(cudaMemset(ws.get(), 0, ws.bytes()));
+  // Split-K partials and counters (zero between launches), as the engine
+  // passes its dense GEMM workspace.
+  DeviceArray<uint8_t> split_ws(size_t{16} << 20);
+  SPAR_ASSERT_CUDA(cudaMemset(split_ws.get(), 0, split_ws.bytes()));
 
   // 1-2. Route.
   MoeRouteParams route;
@@ -437,9 +448,26 @@ void RunMoeLayer(const MoeCase& c) {
   gu.ldy = I;
   gu.workspace = ws.get();
   gu.workspace_bytes = ws.bytes();
+  gu.split_workspace = split_ws.get();
+  gu.split_workspace_bytes = split_ws.bytes();
   gu.force_config = c.force_config;
+  gu.force_splits = c.force_splits;
+  if (c.force_config >= 0) {
+    ASSERT_EQ(MoeGroupedGemmPlan(gu).splits, c.force_splits) << "the case asks for a split the shape cannot take";
+  }
   absl::Status st = LaunchMoeGroupedGemm(gu, nullptr);
   ASSERT_TRUE(st.ok()) << st;
+  if (c.force_splits > 1) {
+    // Again into a poisoned output: the first launch must have left every
+    // split counter at zero for the next one.
+    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> first = hperm.Download();
+    hperm.Poison();
+    st = LaunchMoeGroupedGemm(gu, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(hperm.Download(), first) << "a second split-K launch differs: counters not reset";
+  }
   // 5. down (K = inter).
   MoeGroupedGemmParams dn = gu;
   dn.k = I;
@@ -606,6 +634,36 @@ TEST(Sm80_MoeLayer, EveryGroupedConfig) {
     c.force_config = cfg;
     c.seed = 20 + cfg;
     RunMoeLayer(c);
+  }
+}
+
+// Split-K in the grouped GEMMs (the decode tiles, each split factor the
+// heuristic may pick), at 1 and 40 tokens over 8 local experts: expert rows
+// of one token and several tiles' worth. K = 1024 for both GEMMs: 4 stages
+// of the 256-byte tiles, 8 or 16 of the narrower ones (a split above the
+// stages is clamped, so it is skipped here).
+TEST(Sm80_MoeLayer, GroupedSplitK) {
+  SPAR_REQUIRE_GPU();
+  for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+    const gemm::TileConfig& tc = gemm::GetTileConfig(static_cast<gemm::TileConfigId>(cfg));
+    if (tc.block_tokens > 16) continue;
+    for (int splits : {2, 3, 4, 8}) {
+      if (gemm::KStages(1024, 1, tc.sub) < splits) continue;
+      for (int64_t tokens : {1, 40}) {
+        MoeCase c;
+        c.tokens = tokens;
+        c.experts = 8;
+        c.e0 = 0;
+        c.e1 = 8;
+        c.top_k = 2;
+        c.hidden = 1024;
+        c.inter = 1024;
+        c.force_config = cfg;
+        c.force_splits = splits;
+        c.seed = 80 + cfg * 7 + splits + tokens;
+        RunMoeLayer(c);
+      }
+    }
   }
 }
 
