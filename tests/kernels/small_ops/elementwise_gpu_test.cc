@@ -22,8 +22,15 @@ using testing::ToBf16;
 
 TEST(AddBf16, MatchesRoundedFp32SumAndLeavesPaddingAlone) {
   SPAR_REQUIRE_GPU();
-  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 257}, {37, 6144}}) {
-    const int64_t ld_acc = cols + 5, ldx = cols + 3;  // padded rows: the pads must stay untouched
+  struct Case {
+    int64_t rows, cols, acc_pad, x_pad;
+  };
+  // Odd pads: the one-element path; pads of 8 (16-byte rows): the 8-wide
+  // path, one decode row and more rows than one grid dimension holds.
+  for (const Case k : {Case{1, 1, 5, 3}, {3, 257, 5, 3}, {37, 6144, 5, 3}, {1, 6144, 8, 0}, {5, 2056, 0, 8},
+                       {70001, 16, 8, 8}}) {
+    const int64_t rows = k.rows, cols = k.cols;
+    const int64_t ld_acc = cols + k.acc_pad, ldx = cols + k.x_pad;  // padded rows: the pads must stay untouched
     const auto acc_f = RandomFloats(rows * ld_acc, 11 + rows, -4, 4);
     const auto x_f = RandomFloats(rows * ldx, 12 + cols, -4, 4);
     const auto acc_h = ToBf16(acc_f), x_h = ToBf16(x_f);
