@@ -21,15 +21,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 BUNDLE=${SPAR_K_BUNDLE:-.bundle-k}
-# python3's tarfile reads .tar.xz whether or not the host has xz.
-for z in .bundle-x/*.tar.xz; do
-  [[ -f $z && ! -d .bundle-$(basename "$z" .tar.xz) ]] || continue
-  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(".")' "$z"
-done
-source "$BUNDLE/env.sh"
-B=$BUNDLE/bin
-export SPAR_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+source tools/device/bundle_setup.sh
 timeout 200 $B/gemm_gpu_test --gtest_brief=1 > "$out/gemm_gpu_test.log" 2>&1
 echo "gemm_gpu_test rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/gemm_gpu_test.log" | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure|Expected|Which is" "$out/gemm_gpu_test.log" | head -20
@@ -46,8 +38,6 @@ echo "## attention summary"
 sed -n '/^## summary/,$p' "$out/attention_bench.log" | grep -E "^\| (fmt|bf16|fp8) \| (64|1|16|128) \| (8|64) " | head -12
 echo
 if [[ ${SPAR_K_AB:-0} == 1 && -x .bundle-before/bin/engine_bench ]]; then
-  m=/tmp/glm5full
-  [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 60 ]] && m=/dev/shm/glm5full
   timeout 150 $B/engine_bench --make-geometry glm5-full --make-layers 4 --model $m --layers 3:4 --batches 1 \
     --contexts 1024 --reps 3 > "$out/bench_make.log" 2>&1
   for round in 1 2; do

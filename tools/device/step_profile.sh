@@ -15,16 +15,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 BUNDLE=${SPAR_P_BUNDLE:-.bundle-p}
-for z in .bundle-x/*.tar.xz; do
-  [[ -f $z && ! -d .bundle-$(basename "$z" .tar.xz) ]] || continue
-  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(".")' "$z"
-done
-source "$BUNDLE/env.sh"
-B=$BUNDLE/bin
-export SPAR_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
-m=/tmp/glm5full
-[[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 60 ]] && m=/dev/shm/glm5full
+source tools/device/bundle_setup.sh
 # The checkpoint of an earlier script in the same call is reused.
 if [[ ! -f $m/config.json ]]; then
   timeout 150 $B/engine_bench --make-geometry glm5-full --make-layers 4 --model $m --layers 3:4 --batches 1 \
