@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdint>
 
 #include "base/status_macros.h"
 #include "engine/cuda/ops/ops.h"
@@ -17,6 +18,34 @@ struct GroupedGemm {
   const Tensor& workspace;
   size_t workspace_bytes;
   int64_t rows;
+  const MoePermuteParams* perm = nullptr;  // its work lists, once the permutation is set up
+
+  // The FP8 / bf16 launch's parameters but the activations and the output.
+  MoeGroupedGemmParams Params(int64_t k, const PackedExperts& weight, const PackedExperts* up) const {
+    MoeGroupedGemmParams g;
+    g.num_experts = moe.num_local;
+    g.expert_offsets = offsets.as<int32_t>();
+    g.max_rows = rows;
+    g.expected_rows_per_expert = std::max<int64_t>(1, rows / std::max(1, moe.route.num_experts));
+    g.k = k;
+    g.weight = weight.first;
+    g.expert_weight_stride = weight.weight_stride;
+    g.expert_scale_stride = weight.scale_stride;
+    if (up != nullptr) {
+      g.epilogue = GemmEpilogue::kSiluMul;
+      g.up = up->first;
+    }
+    g.workspace = workspace.data();
+    g.workspace_bytes = workspace_bytes;
+    g.num_sms = ctx.device.sm_count;
+    return g;
+  }
+  // Rows per work entry of the launch Run will make (0: a 4-bit launch,
+  // which builds its own list).
+  int BlockTokens(int64_t k, const PackedExperts& weight, const PackedExperts* up) const {
+    if (weight.four_bit) return 0;
+    return gemm::GetTileConfig(MoeGroupedGemmPlan(Params(k, weight, up)).config).block_tokens;
+  }
 
   absl::StatusOr<Tensor> Run(const Tensor& in, const int32_t* row_index, const PackedExperts& weight,
                              const PackedExperts* up, int64_t n_out) const {
@@ -44,27 +73,18 @@ struct GroupedGemm {
       SPAR_RETURN_IF_ERROR(LaunchW4MoeGroupedGemm(g, ctx.stream));
       return out;
     }
-    MoeGroupedGemmParams g;
-    g.num_experts = moe.num_local;
-    g.expert_offsets = offsets.as<int32_t>();
-    g.max_rows = rows;
-    g.expected_rows_per_expert = std::max<int64_t>(1, rows / std::max(1, moe.route.num_experts));
-    g.k = in.cols();
+    MoeGroupedGemmParams g = Params(in.cols(), weight, up);
     g.x = in.as<__nv_bfloat16>();
     g.ldx = in.ld();
     g.x_row_index = row_index;
-    g.weight = weight.first;
-    g.expert_weight_stride = weight.weight_stride;
-    g.expert_scale_stride = weight.scale_stride;
-    if (up != nullptr) {
-      g.epilogue = GemmEpilogue::kSiluMul;
-      g.up = up->first;
-    }
     g.y = out.data();
     g.ldy = out.ld();
-    g.workspace = workspace.data();
-    g.workspace_bytes = workspace_bytes;
-    g.num_sms = ctx.device.sm_count;
+    for (int l = 0; perm != nullptr && l < perm->num_work_lists; ++l) {
+      if (perm->work_block_tokens[l] == BlockTokens(in.cols(), weight, up)) {
+        g.work = perm->work[l];
+        g.work_block_tokens = perm->work_block_tokens[l];
+      }
+    }
     SPAR_RETURN_IF_ERROR(LaunchMoeGroupedGemm(g, ctx.stream));
     return out;
   }
@@ -111,10 +131,20 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
     perm.expert_offsets = offsets.as<int32_t>();
     perm.sorted_token = sorted.as<int32_t>();
     perm.slot = slot.as<int32_t>();
-    SPAR_RETURN_IF_ERROR(LaunchMoeRoutePermute(route, perm, ctx.moe_done_counter, ctx.stream));
     const size_t ws_bytes = MoeGroupedGemmWorkspaceBytes(rows, moe.num_local);
     SPAR_ASSIGN_OR_RETURN(Tensor ws, ctx.NewTensor(1, static_cast<int64_t>(ws_bytes) + 16, DType::kU8));
-    const GroupedGemm grouped{ctx, moe, offsets, ws, ws_bytes, rows};
+    GroupedGemm grouped{ctx, moe, offsets, ws, ws_bytes, rows};
+    // The permutation writes the two GEMMs' work lists (one if their tiles
+    // agree): two launches fewer per layer.
+    SPAR_ASSIGN_OR_RETURN(Tensor lists, ctx.NewTensor(1, 2 * static_cast<int64_t>(ws_bytes), DType::kU8));
+    for (const int bt : {grouped.BlockTokens(x.cols(), moe.gate, &moe.up), grouped.BlockTokens(moe.inter, moe.down, nullptr)}) {
+      if (bt == 0 || (perm.num_work_lists == 1 && perm.work_block_tokens[0] == bt)) continue;
+      perm.work_block_tokens[perm.num_work_lists] = bt;
+      perm.work[perm.num_work_lists] = static_cast<uint8_t*>(lists.data()) + perm.num_work_lists * ws_bytes;
+      perm.num_work_lists += 1;
+    }
+    SPAR_RETURN_IF_ERROR(LaunchMoeRoutePermute(route, perm, ctx.moe_done_counter, ctx.stream));
+    grouped.perm = &perm;
     SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_gate_up"));
     SPAR_ASSIGN_OR_RETURN(Tensor h, grouped.Run(x, sorted.as<int32_t>(), moe.gate, &moe.up, moe.inter));
     SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_down"));

@@ -55,6 +55,13 @@ absl::Status ValidatePermute(const MoePermuteParams& p) {
     return InvalidParam(kOp, "expert_end", "local experts [expert_begin, expert_end) must number 1..1024");
   }
   if (p.expert_offsets == nullptr) return InvalidParam(kOp, "expert_offsets", "is null");
+  if (p.num_work_lists < 0 || p.num_work_lists > kMaxPermuteWorkLists) {
+    return InvalidParam(kOp, "num_work_lists", "must be in [0, kMaxPermuteWorkLists]");
+  }
+  for (int l = 0; l < p.num_work_lists; ++l) {
+    if (p.work_block_tokens[l] < 1) return InvalidParam(kOp, "work_block_tokens", "must be >= 1");
+    if (p.work[l] == nullptr || !Aligned(p.work[l], 16)) return InvalidParam(kOp, "work", "must be non-null, 16-byte aligned");
+  }
   if (p.tokens > 0) {
     if (p.expert_ids == nullptr) return InvalidParam(kOp, "expert_ids", "is null");
     if (p.sorted_token == nullptr) return InvalidParam(kOp, "sorted_token", "is null");
@@ -179,10 +186,20 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   const int64_t row_tiles = CeilDiv(n_out, gemm::OutputColumnsPerTile(cfg, silu));
   if (row_tiles > 65535) return InvalidParam(kOp, "weight.n", "too many output tiles");
   const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, cfg.block_tokens);
-  int32_t* work = static_cast<int32_t*>(p.workspace);
-  int32_t* work_count = work + entries * 4;
-  SPAR_CUDA_RETURN_IF_ERROR(gemm::internal::LaunchGroupedWorkList(p.expert_offsets, p.num_experts, cfg.block_tokens,
-                                                                  work, work_count, stream));
+  const int32_t* work = nullptr;
+  const int32_t* work_count = nullptr;
+  if (p.work != nullptr && p.work_block_tokens == cfg.block_tokens) {
+    if (!Aligned(p.work, 16)) return InvalidParam(kOp, "work", "must be 16-byte aligned");
+    work_count = static_cast<const int32_t*>(p.work);  // the permutation's layout: count, then entries at byte 16
+    work = work_count + 4;
+  } else {
+    int32_t* built = static_cast<int32_t*>(p.workspace);
+    int32_t* built_count = built + entries * 4;
+    SPAR_CUDA_RETURN_IF_ERROR(gemm::internal::LaunchGroupedWorkList(p.expert_offsets, p.num_experts, cfg.block_tokens,
+                                                                    built, built_count, stream));
+    work = built;
+    work_count = built_count;
+  }
 
   gemm::internal::KernelParams kp;
   kp.k = p.k;

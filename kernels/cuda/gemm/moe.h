@@ -10,7 +10,8 @@
 //   2. LaunchMoeRoute(logits, e_score_correction_bias)  -> ids, weights [T, K]
 //   3. LaunchMoePermute(ids, [e0, e1))                  -> expert_offsets
 //        [E_local+1], sorted_token [T*K], slot [T, K] (-1: expert not local)
-//      (2 + 3 in one launch: LaunchMoeRoutePermute)
+//      (2 + 3 in one launch: LaunchMoeRoutePermute; the permutation can
+//      also write the work lists of the grouped GEMMs of steps 4-5)
 //   4. LaunchMoeGroupedGemm(kSiluMul, x gathered by sorted_token,
 //        gate_proj/up_proj of the local experts)        -> h [T*K, I] bf16
 //   5. LaunchMoeGroupedGemm(kNone, h, down_proj)        -> yd [T*K, H] bf16
@@ -77,6 +78,7 @@ absl::Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream);
 // to local expert e; within an expert the row order is unspecified (the
 // results do not depend on it: every row is computed independently).
 // One block; tokens * top_k < 2^31.
+inline constexpr int kMaxPermuteWorkLists = 2;
 struct MoePermuteParams {
   int64_t tokens = 0;
   int top_k = 0;
@@ -86,11 +88,19 @@ struct MoePermuteParams {
   int32_t* expert_offsets = nullptr;  // [E_local + 1]
   int32_t* sorted_token = nullptr;    // [tokens * top_k]: token of permuted row p
   int32_t* slot = nullptr;            // [tokens, top_k]: permuted row, or -1
+  // Optional: the work lists of the grouped GEMMs that follow (one per
+  // distinct block_tokens of their plans, MoeGroupedGemmPlan), written with
+  // the offsets so that those launches need no work-list kernel of their own
+  // (MoeGroupedGemmParams::work). Each list: MoeGroupedGemmWorkspaceBytes
+  // (max_rows, local experts) bytes, 16-byte aligned.
+  int num_work_lists = 0;  // 0..kMaxPermuteWorkLists
+  int work_block_tokens[kMaxPermuteWorkLists] = {};
+  void* work[kMaxPermuteWorkLists] = {};
 };
 absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream);
 
 // LaunchMoeRoute then LaunchMoePermute of its ids, in one launch: every block
-// routes 8 tokens, the last block to finish permutes them all. `perm` must
+// routes one token, the last block to finish permutes them all. `perm` must
 // name route.expert_ids with the same tokens and top_k. done_counter: a
 // device int32 that is 0 before the launch; the kernel leaves it 0 again, so
 // one zeroed int serves every later launch on the stream (graph replays too).
@@ -98,7 +108,8 @@ absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermute
                                    cudaStream_t stream);
 
 // Y[rows of expert e] = X[rows] · W_eᵀ for every local expert, with the
-// epilogues of the dense GEMM (no split-K, no residual).
+// epilogues of the dense GEMM (no residual; split-K only with a split
+// workspace).
 struct MoeGroupedGemmParams {
   int num_experts = 0;                   // local experts, <= 1024
   const int32_t* expert_offsets = nullptr;  // [num_experts + 1] device (LaunchMoePermute)
@@ -121,6 +132,11 @@ struct MoeGroupedGemmParams {
   bool y_fp32 = false;
   void* workspace = nullptr;             // MoeGroupedGemmWorkspaceBytes(max_rows, num_experts)
   size_t workspace_bytes = 0;
+  // A work list the permutation wrote (MoePermuteParams::work) for tiles of
+  // work_block_tokens rows: used, instead of building one in `workspace`,
+  // when the plan's tile has that many tokens.
+  const void* work = nullptr;
+  int work_block_tokens = 0;
   // Split-K (several blocks per tile over K, the last one sums them): a
   // dense GEMM's split workspace (W8A16GemmParams::workspace: 256-byte
   // aligned, its counters zero between launches, which every launch leaves

@@ -117,28 +117,12 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRouteKernel(const MoeRoutePa
   RouteTokenBlock(p, blockIdx.x, s);
 }
 
-// Counting sort by expert in one block of kT threads: counts (shared
-// atomics), exclusive scan (thread i owns experts [i*per, (i+1)*per)),
-// scatter through per-expert cursors. cnt and cursor: n_local ints each of
-// shared memory; warp_sums: 32. expert_ids are read through L2 (__ldcg):
-// in the fused kernel other blocks wrote them during this launch.
+// Exclusive prefix sum of one int per thread over a block of kT threads
+// (warp shuffles, then the warp totals); *total: the sum of all. warp_sums:
+// 32 ints of shared memory, free again on return.
 template <int kT>
-__device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt, int* cursor, int* warp_sums) {
-  const int n_local = p.expert_end - p.expert_begin;
-  const int tid = threadIdx.x;
-  const int lane = tid & 31, warp = tid >> 5;
-  const int64_t n = p.tokens * p.top_k;
-  for (int e = tid; e < n_local; e += kT) cnt[e] = 0;
-  __syncthreads();
-  for (int64_t i = tid; i < n; i += kT) {
-    const int e = __ldcg(p.expert_ids + i) - p.expert_begin;
-    if (e >= 0 && e < n_local) atomicAdd(&cnt[e], 1);
-  }
-  __syncthreads();
-  const int per = (n_local + kT - 1) / kT;
-  const int e0 = min(tid * per, n_local), e1 = min(e0 + per, n_local);
-  int v = 0;
-  for (int e = e0; e < e1; ++e) v += cnt[e];
+__device__ __forceinline__ int BlockExclusiveSum(int v, int* warp_sums, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int incl = v;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -157,13 +141,58 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
     warp_sums[lane] = s;
   }
   __syncthreads();
-  int excl = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - v;
+  const int excl = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - v;
+  *total = warp_sums[kT / 32 - 1];
+  __syncthreads();
+  return excl;
+}
+
+// Counting sort by expert in one block of kT threads: counts (shared
+// atomics), exclusive scan (thread i owns experts [i*per, (i+1)*per)),
+// the grouped GEMMs' work lists when asked for (before the scatter, while
+// the cursors still hold each expert's first row), scatter through
+// per-expert cursors. cnt and cursor: n_local ints each of shared memory;
+// warp_sums: 32. expert_ids are read through L2 (__ldcg): in the fused
+// kernel other blocks wrote them during this launch.
+template <int kT>
+__device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt, int* cursor, int* warp_sums) {
+  const int n_local = p.expert_end - p.expert_begin;
+  const int tid = threadIdx.x;
+  const int64_t n = p.tokens * p.top_k;
+  for (int e = tid; e < n_local; e += kT) cnt[e] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < n; i += kT) {
+    const int e = __ldcg(p.expert_ids + i) - p.expert_begin;
+    if (e >= 0 && e < n_local) atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  const int per = (n_local + kT - 1) / kT;
+  const int e0 = min(tid * per, n_local), e1 = min(e0 + per, n_local);
+  int v = 0;
+  for (int e = e0; e < e1; ++e) v += cnt[e];
+  int local_rows = 0;
+  int excl = BlockExclusiveSum<kT>(v, warp_sums, &local_rows);
   for (int e = e0; e < e1; ++e) {
     p.expert_offsets[e] = excl;
     cursor[e] = excl;
     excl += cnt[e];
   }
-  if (e1 == n_local && e0 < e1) p.expert_offsets[n_local] = excl;
+  if (tid == 0) p.expert_offsets[n_local] = local_rows;
+  // Work lists (MoePermuteParams::work): [0] the entry count, entries of
+  // (local expert, first row, rows, 0) from byte 16, in expert order.
+  for (int l = 0; l < p.num_work_lists; ++l) {
+    const int bt = p.work_block_tokens[l];
+    int tiles = 0;
+    for (int e = e0; e < e1; ++e) tiles += (cnt[e] + bt - 1) / bt;
+    int total_tiles = 0;
+    int at = BlockExclusiveSum<kT>(tiles, warp_sums, &total_tiles);
+    int32_t* list = static_cast<int32_t*>(p.work[l]);
+    int4* entries = reinterpret_cast<int4*>(list + 4);
+    for (int e = e0; e < e1; ++e) {
+      for (int r0 = 0; r0 < cnt[e]; r0 += bt) entries[at++] = make_int4(e, cursor[e] + r0, min(bt, cnt[e] - r0), 0);
+    }
+    if (tid == 0) list[0] = total_tiles;
+  }
   __syncthreads();
   for (int64_t i = tid; i < n; i += kT) {
     const int e = __ldcg(p.expert_ids + i) - p.expert_begin;

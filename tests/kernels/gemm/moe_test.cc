@@ -318,6 +318,9 @@ struct MoeCase {
   bool residual = true;
   int force_config = -1;  // grouped GEMMs
   int force_splits = 1;   // with force_config: split-K factor of both grouped GEMMs
+  // The permutation writes the grouped GEMMs' work lists (a second
+  // LaunchMoePermute of the same ids, once the GEMMs' plans are known).
+  bool permute_work_lists = false;
   uint64_t seed = 1;
 };
 
@@ -455,6 +458,29 @@ void RunMoeLayer(const MoeCase& c) {
   if (c.force_config >= 0) {
     ASSERT_EQ(MoeGroupedGemmPlan(gu).splits, c.force_splits) << "the case asks for a split the shape cannot take";
   }
+  DeviceArray<uint8_t> lists(2 * ws_bytes);
+  int down_bt = 0;
+  if (c.permute_work_lists) {
+    MoeGroupedGemmParams probe = gu;  // the down GEMM's plan, as built below
+    probe.k = I;
+    probe.weight = down.View();
+    probe.up = GemmWeight{};
+    probe.epilogue = GemmEpilogue::kNone;
+    down_bt = gemm::GetTileConfig(MoeGroupedGemmPlan(probe).config).block_tokens;
+    const int gu_bt = gemm::GetTileConfig(MoeGroupedGemmPlan(gu).config).block_tokens;
+    lists.Poison();
+    MoePermuteParams with_lists = perm;
+    with_lists.num_work_lists = gu_bt == down_bt ? 1 : 2;
+    with_lists.work_block_tokens[0] = gu_bt;
+    with_lists.work_block_tokens[1] = down_bt;
+    with_lists.work[0] = lists.get();
+    with_lists.work[1] = lists.get() + ws_bytes;
+    sorted.Poison();
+    slot.Poison();
+    ASSERT_TRUE(LaunchMoePermute(with_lists, nullptr).ok());
+    gu.work = lists.get();
+    gu.work_block_tokens = gu_bt;
+  }
   absl::Status st = LaunchMoeGroupedGemm(gu, nullptr);
   ASSERT_TRUE(st.ok()) << st;
   if (c.force_splits > 1) {
@@ -481,6 +507,11 @@ void RunMoeLayer(const MoeCase& c) {
   dn.epilogue = GemmEpilogue::kNone;
   dn.y = yperm.get();
   dn.ldy = H;
+  if (c.permute_work_lists) {
+    dn.work = gemm::GetTileConfig(MoeGroupedGemmPlan(gu).config).block_tokens == down_bt ? lists.get()
+                                                                                         : lists.get() + ws_bytes;
+    dn.work_block_tokens = down_bt;
+  }
   st = LaunchMoeGroupedGemm(dn, nullptr);
   ASSERT_TRUE(st.ok()) << st;
   // 6. Shared expert through the dense GEMM.
@@ -665,6 +696,29 @@ TEST(Sm80_MoeLayer, GroupedSplitK) {
       }
     }
   }
+}
+
+// The grouped GEMMs read the work lists the permutation wrote (the
+// engine's path), at decode and prefill sizes, a forced tile, all tokens
+// on one expert and experts without rows.
+TEST(Sm80_MoeLayer, PermutationWritesTheWorkLists) {
+  SPAR_REQUIRE_GPU();
+  for (const int64_t tokens : {1, 7, 150}) {
+    for (const int cfg : {-1, static_cast<int>(gemm::TileConfigId::kT64)}) {
+      MoeCase c;
+      c.tokens = tokens;
+      c.force_config = cfg;
+      c.permute_work_lists = true;
+      c.seed = 90 + tokens + cfg;
+      RunMoeLayer(c);
+    }
+  }
+  MoeCase c;
+  c.tokens = 200;
+  c.favoured = {10};
+  c.permute_work_lists = true;
+  c.seed = 99;
+  RunMoeLayer(c);
 }
 
 TEST(Sm80_MoeLayer, AllTokensOnOneExpert) {
