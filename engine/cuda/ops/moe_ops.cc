@@ -79,8 +79,9 @@ struct GroupedGemm {
     g.x_row_index = row_index;
     g.y = out.data();
     g.ldy = out.ld();
+    const int block_tokens = BlockTokens(in.cols(), weight, up);
     for (int l = 0; perm != nullptr && l < perm->num_work_lists; ++l) {
-      if (perm->work_block_tokens[l] == BlockTokens(in.cols(), weight, up)) {
+      if (perm->work_block_tokens[l] == block_tokens) {
         g.work = perm->work[l];
         g.work_block_tokens = perm->work_block_tokens[l];
       }
