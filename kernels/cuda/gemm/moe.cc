@@ -56,7 +56,7 @@ absl::Status ValidatePermute(const MoePermuteParams& p) {
   }
   if (p.expert_offsets == nullptr) return InvalidParam(kOp, "expert_offsets", "is null");
   if (p.num_work_lists < 0 || p.num_work_lists > kMaxPermuteWorkLists) {
-    return InvalidParam(kOp, "num_work_lists", "must be in [0, kMaxPermuteWorkLists]");
+    return InvalidParam(kOp, "num_work_lists", absl::StrCat("must be in [0, ", kMaxPermuteWorkLists, "]"));
   }
   for (int l = 0; l < p.num_work_lists; ++l) {
     if (p.work_block_tokens[l] < 1) return InvalidParam(kOp, "work_block_tokens", "must be >= 1");
@@ -172,7 +172,7 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
     return InvalidParam(kOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
   }
 
-  if (p.split_workspace != nullptr && reinterpret_cast<uintptr_t>(p.split_workspace) % 256 != 0) {
+  if (p.split_workspace != nullptr && !Aligned(p.split_workspace, 256)) {
     return InvalidParam(kOp, "split_workspace", "must be 256-byte aligned");
   }
   const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);

@@ -302,6 +302,69 @@ TEST(Sm80_MoeRoutePermute, EqualsRouteThenPermute) {
   EXPECT_EQ(LaunchMoeRoutePermute(r, q, done.get(), nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The work lists' and the split workspace's parameters are refused with a
+// message naming them, before anything is launched (host pointers stand in
+// for device buffers here: validation never reads them), so this runs
+// without a GPU too.
+TEST(MoeParams, RejectsBadWorkListsAndSplitWorkspace) {
+  alignas(256) static int32_t host[4096];
+  MoePermuteParams q;
+  q.tokens = 2;
+  q.top_k = 2;
+  q.expert_ids = host;
+  q.expert_begin = 0;
+  q.expert_end = 8;
+  q.expert_offsets = host;
+  q.sorted_token = host;
+  q.slot = host;
+  q.num_work_lists = kMaxPermuteWorkLists + 1;
+  absl::Status st = LaunchMoePermute(q, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("num_work_lists"), std::string::npos) << st;
+  q.num_work_lists = 1;
+  q.work[0] = host;
+  q.work_block_tokens[0] = 0;
+  st = LaunchMoePermute(q, nullptr);
+  EXPECT_NE(st.message().find("work_block_tokens"), std::string::npos) << st;
+  q.work_block_tokens[0] = 8;
+  q.work[0] = reinterpret_cast<uint8_t*>(host) + 4;  // not 16-byte aligned
+  st = LaunchMoePermute(q, nullptr);
+  EXPECT_NE(st.message().find("work"), std::string::npos) << st;
+  q.work[0] = nullptr;
+  EXPECT_EQ(LaunchMoePermute(q, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  MoeRouteParams r;
+  r.tokens = 2;
+  r.num_experts = 8;
+  r.top_k = 2;
+  r.logits = reinterpret_cast<const float*>(host);
+  r.ld_logits = 8;
+  r.bias = r.logits;
+  r.expert_ids = host;
+  r.expert_weights = reinterpret_cast<float*>(host);
+  q.expert_ids = host;
+  EXPECT_NE(LaunchMoeRoutePermute(r, q, host, nullptr).message().find("work"), std::string::npos);
+
+  MoeGroupedGemmParams g;
+  g.num_experts = 8;
+  g.expert_offsets = host;
+  g.max_rows = 4;
+  g.k = 256;
+  g.x = reinterpret_cast<const __nv_bfloat16*>(host);
+  g.ldx = 256;
+  g.weight = {GemmWeightType::kBf16, host, nullptr, 64};
+  g.expert_weight_stride = 64 * 256;
+  g.y = host;
+  g.ldy = 64;
+  g.workspace = host;
+  g.workspace_bytes = sizeof(host);
+  g.num_sms = 108;
+  g.split_workspace = reinterpret_cast<uint8_t*>(host) + 16;  // 16- but not 256-byte aligned
+  g.split_workspace_bytes = 1024;
+  st = LaunchMoeGroupedGemm(g, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("split_workspace"), std::string::npos) << st;
+}
+
 // ---------------------------------------------------------------------------
 // Whole MoE layer.
 
