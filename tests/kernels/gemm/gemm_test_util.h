@@ -1,6 +1,6 @@
 // Host-side builders shared by the W8A16 GEMM and MoE GPU tests: random
 // block-FP8 / bf16 weights with their dequantised fp32 twins, bf16
-// activations, and the fp32 reference product.
+// activations, router logits, and the fp32 reference product.
 #ifndef SPAR_TESTS_KERNELS_GEMM_GEMM_TEST_UTIL_H_
 #define SPAR_TESTS_KERNELS_GEMM_GEMM_TEST_UTIL_H_
 
@@ -114,6 +114,14 @@ inline std::vector<float> RefGemm(const std::vector<float>& x, int64_t m, int64_
   std::vector<float> y(m * n);
   if (m > 0) ref::Gemm(x.data(), k, m, k, w.data(), n, y.data(), n);
   return y;
+}
+
+// Router logits [tokens, experts]: uniform in [-scale, scale).
+inline std::vector<float> RandomLogits(int64_t tokens, int experts, uint64_t seed, float scale = 3.0f) {
+  Rng rng(seed);
+  std::vector<float> v(tokens * experts);
+  for (auto& x : v) x = rng.Symmetric() * scale;
+  return v;
 }
 
 inline double MaxAbs(const std::vector<float>& v) {
