@@ -11,7 +11,15 @@
 // tests' job; this prints a sampled max error against the fp32 reference
 // only as a sanity check.
 //
-// Usage: w4a16_bench [--csv FILE] [--quick]
+// Activations are random bf16 (never zeros: they hide unwritten outputs
+// and can run faster than real data).
+//
+// Usage: w4a16_bench [--csv FILE] [--quick] [--sweep] [--moe-tokens 1,8,64]
+//                    [--shapes a,b] [--formats int4,nvfp4] [--ms 1,4] [--force NAME]
+//   --sweep: also every tile configuration, forced, at M <= 16 (the
+//   planner's split for each) and for the grouped GEMMs, to fit the
+//   configuration choice; --force NAME: only that configuration (for a
+//   profiler run of one kernel).
 #include "kernels/cuda/common/arch.cuh"
 
 #include <cublas_v2.h>
@@ -124,6 +132,7 @@ constexpr Shape kShapes[] = {
 };
 
 FILE* g_csv = nullptr;
+int g_force = -1;  // --force NAME: only this configuration (dense and grouped)
 
 void Report(const char* kind, const char* fmt, const char* shape, int64_t m, double us, int64_t bytes, double copy_gbs,
             double extra) {
@@ -136,35 +145,57 @@ void Report(const char* kind, const char* fmt, const char* shape, int64_t m, dou
   }
 }
 
+// Random bf16 activations in [-1, 1).
+void* RandomActivations(int64_t count, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<uint16_t> h(static_cast<size_t>(count));
+  for (auto& v : h) v = FloatToBf16(static_cast<float>(rng.Uniform() * 2.0 - 1.0));
+  return Upload(h.data(), h.size() * 2);
+}
+
 void RunDense(bool fp4, const Shape& s, const std::vector<int64_t>& ms, double copy_gbs, cudaStream_t stream,
-              void* ws, size_t ws_bytes, cublasHandle_t cublas) {
+              void* ws, size_t ws_bytes, cublasHandle_t cublas, bool sweep) {
   Packed p;
   p.host = RandomPacked(fp4, s.n, s.k, s.n * 7 + s.k);
   const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{512} << 20) / (s.n * s.k / 2) + 1));
   Replicate(p, copies);
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
-  void *x = nullptr, *y = nullptr;
-  CheckCuda(cudaMalloc(&x, max_m * s.k * 2), "malloc");
+  void* x = RandomActivations(max_m * s.k, s.n + s.k);
+  void* y = nullptr;
   CheckCuda(cudaMalloc(&y, max_m * s.n * 4), "malloc");
-  CheckCuda(cudaMemset(x, 0, max_m * s.k * 2), "memset");
   for (int64_t m : ms) {
-    auto launch = [&](int i) {
-      W4A16GemmParams prm;
-      prm.m = m;
-      prm.k = s.k;
-      prm.x = static_cast<const __nv_bfloat16*>(x);
-      prm.ldx = s.k;
-      prm.w = p.View(i % copies);
-      prm.y = y;
-      prm.ldy = s.n;
-      prm.workspace = ws;
-      prm.workspace_bytes = ws_bytes;
-      const absl::Status st = LaunchW4A16Gemm(prm, stream);
-      if (!st.ok()) {
-        std::fprintf(stderr, "launch: %s\n", std::string(st.message()).c_str());
-        std::exit(1);
-      }
+    const int forced_last = sweep && m <= 16 ? kW4NumConfigs - 1 : -1;
+    // forced -1: the planner's plan; >= 0: that configuration (--sweep, --force).
+    auto launch_with = [&](int forced) {
+      return [&, forced](int i) {
+        W4A16GemmParams prm;
+        prm.m = m;
+        prm.k = s.k;
+        prm.x = static_cast<const __nv_bfloat16*>(x);
+        prm.ldx = s.k;
+        prm.w = p.View(i % copies);
+        prm.y = y;
+        prm.ldy = s.n;
+        prm.workspace = ws;
+        prm.workspace_bytes = ws_bytes;
+        prm.force_config = forced;
+        prm.force_splits = 0;
+        const absl::Status st = LaunchW4A16Gemm(prm, stream);
+        if (!st.ok()) {
+          std::fprintf(stderr, "launch: %s\n", std::string(st.message()).c_str());
+          std::exit(1);
+        }
+      };
     };
+    for (int forced = 0; forced <= forced_last; ++forced) {
+      if (g_force >= 0 && forced != g_force) continue;
+      const double us = bench::GraphMedianMicros(launch_with(forced), stream, 20, 9);
+      char label[64];
+      std::snprintf(label, sizeof(label), "%s/%s", s.name, W4ConfigName(forced));
+      Report("forced", fp4 ? "nvfp4" : "int4", label, m, us, p.bytes, copy_gbs, -1);
+    }
+    if (g_force >= 0 && sweep) continue;  // the forced run above was the one asked for
+    auto launch = launch_with(-1);
     const double us = bench::GraphMedianMicros(launch, stream, 20, 9);
     double vs_cublas = -1;
     if (m >= 1024 && cublas != nullptr) {
@@ -190,7 +221,7 @@ void RunDense(bool fp4, const Shape& s, const std::vector<int64_t>& ms, double c
 
 // One MoE layer's grouped GEMMs at `tokens` x top-8 over 256 experts: the
 // work of the experts hit, as the cuda backend runs it after routing.
-void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream) {
+void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream, const std::vector<int>& force_configs) {
   constexpr int kExperts = 256, kTopK = 8;
   constexpr int64_t kHidden = 6144, kInter = 2048;
   // Experts [E][gate/up pair 4096 x 6144] and [E][down 6144 x 2048], back
@@ -237,11 +268,11 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream) {
     for (int t : rows_of[e]) sorted.push_back(t);
   }
   const int64_t rows = tokens * kTopK;
-  void *x = nullptr, *h = nullptr, *yd = nullptr, *ws = nullptr;
-  CheckCuda(cudaMalloc(&x, tokens * kHidden * 2), "malloc");
-  CheckCuda(cudaMalloc(&h, rows * kInter * 2), "malloc");
+  void* x = RandomActivations(tokens * kHidden, tokens + 1);
+  void* h = RandomActivations(rows * kInter, tokens + 2);  // the down GEMM's input (overwritten by gate/up)
+  void* yd = nullptr;
+  void* ws = nullptr;
   CheckCuda(cudaMalloc(&yd, rows * kHidden * 2), "malloc");
-  CheckCuda(cudaMemset(x, 0, tokens * kHidden * 2), "memset");
   const size_t ws_bytes = MoeGroupedGemmWorkspaceBytes(rows, kExperts);
   CheckCuda(cudaMalloc(&ws, ws_bytes), "malloc");
   void* d_offsets = Upload(offsets.data(), offsets.size() * 4);
@@ -263,6 +294,7 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream) {
     w.silu_pair = silu;
     return w;
   };
+  int force_config = -1;
   auto grouped = [&](const gemm::W4Packed& hp, const std::vector<void*>& b, bool silu, const void* in, int64_t k,
                      const int32_t* index, void* out, int64_t n) {
     W4MoeGroupedGemmParams g;
@@ -270,6 +302,7 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream) {
     g.expert_offsets = static_cast<const int32_t*>(d_offsets);
     g.max_rows = rows;
     g.expected_rows_per_expert = std::max<int64_t>(1, rows / kExperts);
+    g.max_rows_per_expert = tokens;  // as the engine: a token's experts are distinct
     g.k = k;
     g.x = static_cast<const __nv_bfloat16*>(in);
     g.ldx = k;
@@ -283,28 +316,38 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream) {
     g.ldy = n;
     g.workspace = ws;
     g.workspace_bytes = ws_bytes;
-    const absl::Status st = LaunchW4MoeGroupedGemm(g, stream);
-    if (!st.ok()) {
-      std::fprintf(stderr, "moe launch: %s\n", std::string(st.message()).c_str());
-      std::exit(1);
-    }
+    g.force_config = force_config;
+    return LaunchW4MoeGroupedGemm(g, stream);
   };
   bench::L2Flusher flush;
-  const double us = bench::MedianMicros(
-      [&] {
-        flush.Flush(stream);
-        grouped(gu, gu_bufs, true, x, kHidden, static_cast<const int32_t*>(d_sorted), h, kInter);
-        grouped(dn, dn_bufs, false, h, kInter, nullptr, yd, kHidden);
-      },
-      3, 21, stream);
   const double flush_us = bench::MedianMicros([&] { flush.Flush(stream); }, 3, 21, stream);
   auto expert_bytes = [](const gemm::W4Packed& hp) {
     return static_cast<int64_t>(hp.values.size() + (hp.fp4 ? hp.fp4_scales.size() : hp.scales.size() * 4 + hp.zeros.size()));
   };
   const int64_t bytes = hit * (expert_bytes(gu) + expert_bytes(dn));
-  char name[64];
-  std::snprintf(name, sizeof(name), "moe_%dx8_hit%d", tokens, hit);
-  Report("grouped", fp4 ? "nvfp4" : "int4", name, tokens, us - flush_us, bytes, copy_gbs, -1);
+  for (int force : force_configs) {
+    force_config = force;
+    // A forced configuration the launcher refuses (e.g. a 1-row tile whose
+    // work list does not fit) is reported and skipped.
+    const absl::Status st = grouped(gu, gu_bufs, true, x, kHidden, static_cast<const int32_t*>(d_sorted), h, kInter);
+    if (!st.ok()) {
+      std::printf("moe %d tokens, %s: %s\n", tokens, force >= 0 ? W4ConfigName(force) : "default",
+                  std::string(st.message()).c_str());
+      if (force < 0) std::exit(1);
+      continue;
+    }
+    const double us = bench::MedianMicros(
+        [&] {
+          flush.Flush(stream);
+          (void)grouped(gu, gu_bufs, true, x, kHidden, static_cast<const int32_t*>(d_sorted), h, kInter);
+          (void)grouped(dn, dn_bufs, false, h, kInter, nullptr, yd, kHidden);
+        },
+        3, 21, stream);
+    char name[64];
+    std::snprintf(name, sizeof(name), "moe_%dx8_hit%d%s%s", tokens, hit, force >= 0 ? "/" : "",
+                  force >= 0 ? W4ConfigName(force) : "");
+    Report(force >= 0 ? "forced" : "grouped", fp4 ? "nvfp4" : "int4", name, tokens, us - flush_us, bytes, copy_gbs, -1);
+  }
   for (void* p : gu_bufs) cudaFree(p);
   for (void* p : dn_bufs) cudaFree(p);
   for (void* p : {x, h, yd, ws, d_offsets, d_sorted}) cudaFree(p);
@@ -316,10 +359,35 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream) {
 int main(int argc, char** argv) {
   using namespace spar;
   const char* csv = nullptr;
-  bool quick = false;
+  bool quick = false, sweep = false;
+  std::string shapes, formats = "int4,nvfp4", ms_arg;
+  std::vector<int> moe_tokens = {64};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--sweep") == 0) sweep = true;
+    if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) shapes = argv[++i];
+    if (std::strcmp(argv[i], "--formats") == 0 && i + 1 < argc) formats = argv[++i];
+    if (std::strcmp(argv[i], "--ms") == 0 && i + 1 < argc) ms_arg = argv[++i];
+    if (std::strcmp(argv[i], "--force") == 0 && i + 1 < argc) {
+      const char* name = argv[++i];
+      for (int c = 0; c < kW4NumConfigs; ++c) {
+        if (std::strcmp(W4ConfigName(c), name) == 0) g_force = c;
+      }
+      if (g_force < 0) {
+        std::fprintf(stderr, "--force: no configuration %s\n", name);
+        return 2;
+      }
+      sweep = true;
+    }
+    if (std::strcmp(argv[i], "--moe-tokens") == 0 && i + 1 < argc) {
+      moe_tokens.clear();
+      for (const char* c = argv[++i]; *c != 0;) {
+        if (std::atoi(c) > 0) moe_tokens.push_back(std::atoi(c));  // 0: no MoE run
+        while (*c != 0 && *c != ',') ++c;
+        if (*c == ',') ++c;
+      }
+    }
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -340,13 +408,32 @@ int main(int argc, char** argv) {
   void* ws = nullptr;
   CheckCuda(cudaMalloc(&ws, ws_bytes), "malloc");
   CheckCuda(cudaMemset(ws, 0, ws_bytes), "memset");
+  auto listed = [](const std::string& list, const char* name) {
+    return list.empty() || ("," + list + ",").find(std::string(",") + name + ",") != std::string::npos;
+  };
   for (bool fp4 : {false, true}) {
+    if (!listed(formats, fp4 ? "nvfp4" : "int4")) continue;
     for (const Shape& s : kShapes) {
+      if (!listed(shapes, s.name)) continue;
       std::vector<int64_t> ms = quick ? std::vector<int64_t>{1, 16} : std::vector<int64_t>{1, 4, 8, 16};
       if (std::strcmp(s.name, "expert_gate_up") == 0 || std::strcmp(s.name, "o_proj_tp8") == 0) ms.push_back(2048);
-      RunDense(fp4, s, ms, copy_gbs, stream, ws, ws_bytes, cublas);
+      if (!ms_arg.empty()) {
+        ms.clear();
+        for (const char* c = ms_arg.c_str(); *c != 0;) {
+          ms.push_back(std::atoll(c));
+          while (*c != 0 && *c != ',') ++c;
+          if (*c == ',') ++c;
+        }
+      }
+      RunDense(fp4, s, ms, copy_gbs, stream, ws, ws_bytes, cublas, sweep);
     }
-    RunMoe(fp4, 64, copy_gbs, stream);
+    for (int tokens : moe_tokens) {
+      std::vector<int> forced = {g_force};  // -1: the launcher's choice
+      if (sweep && g_force < 0) {           // and every configuration, forced
+        for (int c = 0; c < kW4NumConfigs; ++c) forced.push_back(c);
+      }
+      RunMoe(fp4, tokens, copy_gbs, stream, forced);
+    }
   }
   if (cublas) cublasDestroy(cublas);
   cudaFree(ws);

@@ -56,6 +56,7 @@ struct GroupedGemm {
       g.expert_offsets = offsets.as<int32_t>();
       g.max_rows = rows;
       g.expected_rows_per_expert = std::max<int64_t>(1, rows / std::max(1, moe.route.num_experts));
+      g.max_rows_per_expert = rows / std::max(1, moe.route.top_k);  // a token's experts are distinct
       g.k = in.cols();
       g.x = in.as<__nv_bfloat16>();
       g.ldx = in.ld();

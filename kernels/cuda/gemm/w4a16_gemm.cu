@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common/cuda_status.h"
@@ -13,68 +14,101 @@
 #include "kernels/cuda/gemm/gemm_config.h"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
 #include "kernels/cuda/gemm/moe.h"
+#include "kernels/cuda/gemm/w4a16_configs.h"
 #include "kernels/cuda/gemm/w4a16_gemm_kernel.cuh"
 
 namespace spar {
 namespace {
 
-// Decode tiles stream 256 columns (4 chunks) per stage so each 16-row tile
-// contributes 2 KB contiguous per stage; the prefill tile is 128 x 64 with
-// 8 warps (two accumulator sets per thread for int4: the running sum and
-// the group's).
-struct W4Config {
-  const char* name;
-  int bt, br, wr, wt, stages, sub, min_blocks;
-};
-constexpr W4Config kConfigs[kW4NumConfigs] = {
-    {"W4T8", 8, 64, 4, 1, 4, 4, 2},   {"W4T16", 16, 64, 4, 1, 4, 4, 2}, {"W4T32", 32, 64, 4, 1, 4, 2, 2},
-    {"W4T64", 64, 64, 2, 2, 4, 2, 2}, {"W4P128", 64, 128, 4, 2, 3, 2, 1},
-};
+using gemm::w4::kW4Configs;
+using gemm::w4::W4Config;
 
 template <int kId, bool kFp4>
-cudaError_t LaunchConfig(const gemm::w4::KernelParams& p, dim3 grid, cudaStream_t stream) {
-  constexpr W4Config c = kConfigs[kId];
+cudaError_t LaunchTileConfig(const gemm::w4::KernelParams& p, dim3 grid, cudaStream_t stream) {
+  constexpr W4Config c = kW4Configs[kId];
   return gemm::w4::LaunchW4Tile<c.bt, c.br, c.wr, c.wt, c.stages, c.sub, kFp4, c.min_blocks>(p, grid, stream);
 }
 
-template <bool kFp4>
-cudaError_t Dispatch(int id, const gemm::w4::KernelParams& p, dim3 grid, cudaStream_t stream) {
-  switch (id) {
-    case 0:
-      return LaunchConfig<0, kFp4>(p, grid, stream);
-    case 1:
-      return LaunchConfig<1, kFp4>(p, grid, stream);
-    case 2:
-      return LaunchConfig<2, kFp4>(p, grid, stream);
-    case 3:
-      return LaunchConfig<3, kFp4>(p, grid, stream);
-    case 4:
-      return LaunchConfig<4, kFp4>(p, grid, stream);
-  }
-  return cudaErrorInvalidValue;
+template <bool kFp4, int... kIds>
+cudaError_t LaunchTileIn(int id, const gemm::w4::KernelParams& p, dim3 grid, cudaStream_t stream,
+                         std::integer_sequence<int, kIds...>) {
+  cudaError_t result = cudaErrorInvalidValue;
+  (
+      [&] {
+        if constexpr (!kW4Configs[kIds].decode) {
+          if (id == kIds) result = LaunchTileConfig<kIds, kFp4>(p, grid, stream);
+        }
+      }(),
+      ...);
+  return result;
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool Aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
-// By tokens per tile; the 128-row prefill tile only where it tiles the
-// packed rows (they are padded to 64).
-int ConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
-  if (rows_per_tile <= 8) return 0;
-  if (rows_per_tile <= 16) return 1;
-  if (rows_per_tile <= 32) return 2;
-  if (rows_per_tile <= 128 || rows_padded % 128 != 0) return 3;
-  return 4;
+// Configuration ids by name (the table is the single source).
+constexpr int IdOf(const char* name) {
+  for (int i = 0; i < kW4NumConfigs; ++i) {
+    const char* a = kW4Configs[i].name;
+    const char* b = name;
+    while (*a != 0 && *a == *b) ++a, ++b;
+    if (*a == 0 && *b == 0) return i;
+  }
+  return -1;
+}
+constexpr int kTile16 = IdOf("W4T16");
+constexpr int kTile32 = IdOf("W4T32");
+constexpr int kTile64 = IdOf("W4T64");
+constexpr int kPrefill = IdOf("W4P128");
+constexpr int kDecode1Wide = IdOf("W4D1M4S3");  // 64 rows per warp
+constexpr int kDecode1 = IdOf("W4D1M2S6");
+constexpr int kDecode8 = IdOf("W4D8M2S4");
+constexpr int kDecode8Narrow = IdOf("W4D8M1S6");  // 16 rows per warp
+constexpr int kDecode16 = IdOf("W4D16M2S4");
+static_assert(kTile16 >= 0 && kTile32 >= 0 && kTile64 >= 0 && kPrefill >= 0 && kDecode1Wide >= 0 && kDecode1 >= 0 &&
+                  kDecode8 >= 0 && kDecode8Narrow >= 0 && kDecode16 >= 0,
+              "configurations named by the planner");
+
+// The dense plan's tile, fitted to w4a16_bench --sweep on the H200 running
+// this sm80 code (bench/results/gemm.md, 2026-12-02): the decode kernel up
+// to 16 tokens, with more rows per warp (fewer, longer streams) on large
+// matrices and fewer on small ones; NVFP4 at 9-16 tokens on large matrices
+// keeps the tile kernel (the decode kernel's two token fragments cost it
+// more registers than int4's). Then the tile kernel by tokens; the 128-row
+// prefill tile only where it tiles the packed rows (padded to 64).
+int DenseConfigFor(int64_t m, int64_t rows_padded, int64_t k, bool fp4) {
+  const int64_t work = (rows_padded / 16) * (k / 64);  // 16 x 64 weight fragments
+  const bool large = work >= 256 * 96;                   // e.g. 4096 x 6144
+  const bool small = work <= 128 * 32;                   // e.g. 2048 x 2048
+  if (m <= 1) return large ? kDecode1Wide : small ? kDecode8Narrow : kDecode8;
+  if (m <= 8) return small ? kDecode8Narrow : kDecode8;
+  if (m <= 16) return small ? kDecode8Narrow : (fp4 && large) ? kTile16 : kDecode16;
+  if (m <= 32) return kTile32;
+  if (m <= 128 || rows_padded % 128 != 0) return kTile64;
+  return kPrefill;
+}
+
+// Grouped (MoE): one token per expert (a one-token step) streams 32 rows
+// per warp from six-chunk rings; up to 8 rows per expert the 8-token decode
+// tile; then the tile kernel.
+int GroupedConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
+  if (rows_per_tile <= 1) return kDecode1;
+  if (rows_per_tile <= 8) return kDecode8;
+  if (rows_per_tile <= 16) return kDecode16;
+  if (rows_per_tile <= 32) return kTile32;
+  if (rows_per_tile <= 128 || rows_padded % 128 != 0) return kTile64;
+  return kPrefill;
 }
 
 // A forced configuration must tile the packed rows.
 absl::Status CheckForced(absl::string_view op, int config, int64_t rows_padded) {
   if (config < 0) return absl::OkStatus();
   if (config >= kW4NumConfigs) return InvalidParam(op, "force_config", "is not a tile configuration");
-  if (rows_padded % kConfigs[config].br != 0) {
-    return InvalidParam(op, "force_config", absl::StrCat(kConfigs[config].name, " needs rows_padded to be a multiple of ",
-                                                         kConfigs[config].br));
+  // The decode kernel takes a partial last row block (its warps past the rows idle).
+  if (!kW4Configs[config].decode && rows_padded % kW4Configs[config].br != 0) {
+    return InvalidParam(op, "force_config", absl::StrCat(kW4Configs[config].name, " needs rows_padded to be a multiple of ",
+                                                         kW4Configs[config].br));
   }
   return absl::OkStatus();
 }
@@ -86,25 +120,31 @@ struct Plan {
   size_t workspace_bytes = 0;
 };
 
-// Tile by M; split K when the output tiles leave SMs idle (decode), each
-// split keeping at least 4 chunks (256 columns), the partials in the workspace.
+// Tile by M; split K when the output tiles leave SMs idle (decode). The
+// tile kernel: about two blocks per SM, each split keeping at least 4 chunks
+// (256 columns). The decode kernel: one wave of its resident blocks, each
+// warp streaming at least 4 chunks. Partials go to the workspace.
 Plan MakePlan(const W4A16GemmParams& p, size_t workspace_limit) {
   Plan plan;
-  plan.config = p.force_config >= 0 ? p.force_config : ConfigFor(p.m, p.w.rows_padded);
-  const W4Config& c = kConfigs[plan.config];
+  plan.config = p.force_config >= 0 ? p.force_config
+                                    : DenseConfigFor(p.m, p.w.rows_padded, p.k, p.w.type == W4WeightType::kNvfp4);
+  const W4Config& c = kW4Configs[plan.config];
   plan.token_tiles = CeilDiv(p.m, c.bt);
-  plan.row_tiles = p.w.rows_padded / c.br;
+  plan.row_tiles = CeilDiv(p.w.rows_padded, c.br);
   const int64_t tiles = plan.token_tiles * plan.row_tiles;
   const int sms = p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count;
   const int64_t chunks = p.k / 64;
-  int splits = p.force_config >= 0 ? p.force_splits : static_cast<int>(std::min<int64_t>(16, CeilDiv(2 * sms, tiles)));
-  splits = static_cast<int>(std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, chunks / 4)));
-  if (p.force_config >= 0) splits = static_cast<int>(std::clamp<int64_t>(p.force_splits, 1, chunks));
-  auto bytes = [&](int s) {
-    return s == 1 ? size_t{0} : gemm::kSplitCounterBytes + static_cast<size_t>(s) * tiles * c.bt * c.br * 4;
+  const int64_t resident =
+      c.decode ? int64_t{sms} * gemm::w4::DecodeConfigBlocksPerSm(plan.config, p.w.type == W4WeightType::kNvfp4)
+               : int64_t{2} * sms;
+  int64_t splits = std::min<int64_t>(16, CeilDiv(resident, tiles));
+  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, chunks / 4));
+  if (p.force_config >= 0 && p.force_splits > 0) splits = std::clamp<int64_t>(p.force_splits, 1, chunks);
+  auto bytes = [&](int64_t s) {
+    return s == 1 ? size_t{0} : gemm::kSplitCounterBytes + static_cast<size_t>(s * tiles * c.bt * c.br * 4);
   };
   while (splits > 1 && (tiles > gemm::kMaxSplitTiles || bytes(splits) > workspace_limit)) --splits;
-  plan.splits = splits;
+  plan.splits = static_cast<int>(splits);
   plan.workspace_bytes = bytes(splits);
   return plan;
 }
@@ -154,12 +194,18 @@ gemm::w4::KernelParams KernelParamsFor(const W4GemmWeight& w, int64_t k, const _
 }
 
 cudaError_t Launch(bool fp4, int config, const gemm::w4::KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  return fp4 ? Dispatch<true>(config, kp, grid, stream) : Dispatch<false>(config, kp, grid, stream);
+  using Ids = std::make_integer_sequence<int, kW4NumConfigs>;
+  if (kW4Configs[config].decode) return gemm::w4::LaunchDecodeConfig(config, fp4, kp, grid, stream);
+  return fp4 ? LaunchTileIn<true>(config, kp, grid, stream, Ids{}) : LaunchTileIn<false>(config, kp, grid, stream, Ids{});
 }
 
 }  // namespace
 
-const char* W4ConfigName(int config) { return config >= 0 && config < kW4NumConfigs ? kConfigs[config].name : "?"; }
+const char* W4ConfigName(int config) { return config >= 0 && config < kW4NumConfigs ? kW4Configs[config].name : "?"; }
+
+bool W4ConfigIsDecode(int config) { return config >= 0 && config < kW4NumConfigs && kW4Configs[config].decode; }
+
+int W4ConfigBlockTokens(int config) { return config >= 0 && config < kW4NumConfigs ? kW4Configs[config].bt : 0; }
 
 size_t W4A16GemmWorkspaceBytes(const W4A16GemmParams& p) {
   if (p.m <= 0 || p.k <= 0 || p.w.rows_padded <= 0) return 0;
@@ -224,13 +270,32 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
       p.workspace_bytes < MoeGroupedGemmWorkspaceBytes(p.max_rows, p.num_experts)) {
     return InvalidParam(kMoeOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
   }
-  const int config = p.force_config >= 0 ? p.force_config
-                                         : ConfigFor(std::max<int64_t>(1, p.expected_rows_per_expert), p.weight.rows_padded);
-  const W4Config& c = kConfigs[config];
-  const int64_t row_tiles = p.weight.rows_padded / c.br;
+  if (p.max_rows_per_expert < 0) return InvalidParam(kMoeOp, "max_rows_per_expert", "must be >= 0");
+  // The one-token tile only where no expert can get two rows (each would
+  // read the expert's weights once per row).
+  const int64_t most_rows = p.max_rows_per_expert > 0 ? p.max_rows_per_expert : p.max_rows;
+  const int64_t per_tile = most_rows <= 1 ? 1 : std::max<int64_t>(2, p.expected_rows_per_expert);
+  int config = p.force_config >= 0 ? p.force_config : GroupedConfigFor(per_tile, p.weight.rows_padded);
+  // The work list {expert, first row, rows} as the W8A16 grouped GEMM builds
+  // it, then its count. The workspace is sized for tiles of >= 8 rows; a
+  // 1-row tile's list (one entry per row) may not fit: fall back to 8 rows.
+  auto entries_of = [&](int id) {
+    const int bt = kW4Configs[id].bt;
+    return bt == 1 ? p.max_rows : CeilDiv(p.max_rows, bt) + std::min<int64_t>(p.num_experts, p.max_rows);
+  };
+  const int64_t capacity = static_cast<int64_t>(p.workspace_bytes / 16) - 1;
+  if (entries_of(config) > capacity) {
+    if (p.force_config >= 0) {
+      return InvalidParam(kMoeOp, "force_config",
+                          absl::StrCat(kW4Configs[config].name, "'s work list of ", entries_of(config),
+                                       " entries does not fit the workspace"));
+    }
+    config = kDecode8;
+  }
+  const W4Config& c = kW4Configs[config];
+  const int64_t row_tiles = CeilDiv(p.weight.rows_padded, c.br);
   if (row_tiles > 65535) return InvalidParam(kMoeOp, "weight.n", "too many output tiles");
-  // The work list as the W8A16 grouped GEMM builds it: {expert, first row, rows}.
-  const int64_t entries = CeilDiv(p.max_rows, c.bt) + std::min<int64_t>(p.num_experts, p.max_rows);
+  const int64_t entries = entries_of(config);
   int32_t* work = static_cast<int32_t*>(p.workspace);
   int32_t* work_count = work + entries * 4;
   SPAR_CUDA_RETURN_IF_ERROR(

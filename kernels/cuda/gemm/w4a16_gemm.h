@@ -2,7 +2,11 @@
 // the layout of w4_layout.h (repacked once at load from AWQ, GPTQ,
 // compressed-tensors int4 or ModelOpt NVFP4), fp32 accumulate, bf16 or fp32
 // out. Dense (one matrix, split-K for few output tiles) and grouped MoE
-// (one matrix per expert, rows permuted by expert as in moe.h).
+// (one matrix per expert, rows permuted by expert as in moe.h). Two kernels
+// share the layout and the epilogue: up to 16 tokens per tile the decode
+// kernel (w4a16_decode_kernel.cuh: each warp streams its own rows through
+// a private cp.async ring, no block barrier in the K loop), beyond that the
+// tile kernel (w4a16_gemm_kernel.cuh).
 //
 // Exactness: int4 codes become (code - zero) in bf16 registers by the magic
 // number trick (OR the nibble into the mantissa of bf16 128.0, subtract
@@ -65,7 +69,8 @@ struct W4A16GemmParams {
   void* workspace = nullptr;  // split-K partials + counters (zeroed once), or nullptr
   size_t workspace_bytes = 0;
   int num_sms = 0;  // 0: read from the current device
-  // Tests and benchmarks: force a tile configuration (>= 0) and split factor.
+  // Tests and benchmarks: force a tile configuration (>= 0) and split factor
+  // (<= 0: the planner's split for the forced configuration).
   int force_config = -1;
   int force_splits = 1;
 };
@@ -81,6 +86,11 @@ struct W4MoeGroupedGemmParams {
   const int32_t* expert_offsets = nullptr;  // [num_experts + 1] device
   int64_t max_rows = 0;                     // permuted-row capacity
   int64_t expected_rows_per_expert = 1;     // host hint for the tile choice
+  // Host hint: no expert gets more rows than this (0: unknown). With top-k
+  // routing over distinct experts it is the token count, and 1 lets a
+  // one-token step use the one-token decode tile. Only speed depends on it:
+  // a one-row tile still gives an expert with more rows one entry per row.
+  int64_t max_rows_per_expert = 0;
   int64_t k = 0;
   const __nv_bfloat16* x = nullptr;
   int64_t ldx = 0;
@@ -100,9 +110,13 @@ struct W4MoeGroupedGemmParams {
 };
 absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_t stream);
 
-// Tile configurations (for tests and benchmarks that force one).
-inline constexpr int kW4NumConfigs = 5;
+// Tile configurations (for tests and benchmarks that force one): the tile
+// kernel's (any M) and the decode kernel's (M <= 16 per tile; chosen for
+// decode shapes, see w4a16_gemm.cu).
+inline constexpr int kW4NumConfigs = 10;
 const char* W4ConfigName(int config);
+bool W4ConfigIsDecode(int config);
+int W4ConfigBlockTokens(int config);  // rows per tile (grouped: per work entry)
 
 }  // namespace spar
 

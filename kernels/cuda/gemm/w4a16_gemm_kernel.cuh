@@ -25,39 +25,15 @@
 
 #include <cuda_bf16.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/common/fp8_sm80.cuh"
+#include "kernels/cuda/common/launch_smem.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/gemm/w4a16_kernel_params.h"
+#include "kernels/cuda/gemm/w4a16_block_steps.cuh"
 
 namespace spar::gemm::w4 {
-
-struct KernelParams {
-  int64_t m = 0, k = 0;
-  const uint16_t* x = nullptr;
-  int64_t ldx = 0;
-  const int32_t* x_row_index = nullptr;
-  const uint8_t* values = nullptr;
-  const float* scales = nullptr;
-  const uint8_t* zeros = nullptr;
-  const uint8_t* fp4_scales = nullptr;
-  const float* global_scale = nullptr;
-  int64_t n = 0;  // outputs
-  int64_t rows_padded = 0;
-  int64_t group = 0;
-  int32_t silu = 0;
-  void* y = nullptr;
-  int64_t ldy = 0;
-  int32_t y_fp32 = 0;
-  int32_t splits = 1;
-  int32_t row_tiles = 0;
-  float* partials = nullptr;
-  int32_t* counters = nullptr;
-  const int32_t* work = nullptr;  // grouped: {expert, first row, rows, 0}
-  const int32_t* work_count = nullptr;
-  int64_t values_stride = 0, scales_stride = 0, zeros_stride = 0, fp4_stride = 0;
-};
 
 template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, bool kFp4>
 struct Tile {
@@ -95,21 +71,6 @@ __device__ __forceinline__ void Lds128(uint32_t (&r)[4], const unsigned char* p)
   r[3] = v.w;
 }
 
-__device__ __forceinline__ uint32_t Bf16x2Sub(uint32_t a, uint32_t b) {
-  __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<uint32_t*>(&r);
-}
-
-__device__ __forceinline__ uint32_t Bf16x2Mul(uint32_t a, uint32_t b) {
-  __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<uint32_t*>(&r);
-}
-
-__device__ __forceinline__ uint32_t PackBf16x2(float a, float b) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // bf16x2 of an e4m3 scale in both halves (exact: e4m3 fits bf16).
 __device__ __forceinline__ uint32_t E4m3PairBf16(uint8_t v) {
   const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(cuda::E4m3ToFloat(v)));
@@ -131,33 +92,16 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
   const int wt0 = (warp / kWR) * T::kWarpTokens;
 
   // ---- which tile --------------------------------------------------------
-  const uint8_t* values = p.values;
-  const float* scales = p.scales;
-  const uint8_t* zeros = p.zeros;
-  const uint8_t* fp4s = p.fp4_scales;
-  const float* gscale = p.global_scale;
-  int64_t row0_out;
-  int tok_count, split = 0;
-  int64_t tile_id = 0;
-  if (p.work != nullptr) {
-    if (static_cast<int>(blockIdx.x) >= *p.work_count) return;
-    const int4 wk = reinterpret_cast<const int4*>(p.work)[blockIdx.x];
-    values += wk.x * p.values_stride;
-    if constexpr (kFp4) {
-      fp4s += wk.x * p.fp4_stride;
-      gscale += wk.x * (p.silu ? 2 : 1);
-    } else {
-      scales += wk.x * p.scales_stride;
-      zeros += wk.x * p.zeros_stride;
-    }
-    row0_out = wk.y;
-    tok_count = wk.z;
-  } else {
-    row0_out = static_cast<int64_t>(blockIdx.x) * kBT;
-    tok_count = static_cast<int>(p.m - row0_out < kBT ? p.m - row0_out : kBT);
-    split = blockIdx.z;
-    tile_id = static_cast<int64_t>(blockIdx.x) * p.row_tiles + blockIdx.y;
-  }
+  BlockTile bt;
+  if (!LocateBlockTile<kBT, kFp4>(p, bt)) return;
+  const uint8_t* values = bt.values;
+  const float* scales = bt.scales;
+  const uint8_t* zeros = bt.zeros;
+  const uint8_t* fp4s = bt.fp4_scales;
+  const float* gscale = bt.global_scale;
+  const int64_t row0_out = bt.row0_out;
+  const int tok_count = bt.tok_count, split = bt.split;
+  const int64_t tile_id = bt.tile_id;
   const int64_t prow0 = static_cast<int64_t>(blockIdx.y) * kBR;  // first packed row
   const int64_t chunks = p.k / 64;
   const int64_t c_begin = split * chunks / p.splits, c_end = (split + 1) * chunks / p.splits;
@@ -303,36 +247,19 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
             }
           }
         }
-#pragma unroll
-        for (int nj = 0; nj < kNJ; ++nj) {
-          const uint32_t b[2] = {xb[nj][2 * s], xb[nj][2 * s + 1]};
-#pragma unroll
-          for (int mi = 0; mi < kMI; ++mi) {
-            if constexpr (kFp4) {
-              cuda::MmaBf16M16N8K16(acc[mi][nj], a[mi], b, acc[mi][nj]);
-            } else {
-              cuda::MmaBf16M16N8K16(accg[mi][nj], a[mi], b, accg[mi][nj]);
-            }
-          }
-        }
+        MmaStep<kMI, kNJ, kFp4>(acc, accg, a, xb, s);
       }
       if constexpr (!kFp4) {
         // The group ends with this chunk (or the split does): scale its sum.
         if (((c + 1) * 64) % p.group == 0 || c + 1 == c_end) {
           const float* sf = reinterpret_cast<const float*>(ss) + u * kBR;
+          float s_lo[kMI], s_hi[kMI];
 #pragma unroll
           for (int mi = 0; mi < kMI; ++mi) {
-            const float s_lo = sf[wr0 + mi * 16 + g], s_hi = sf[wr0 + mi * 16 + g + 8];
-#pragma unroll
-            for (int nj = 0; nj < kNJ; ++nj) {
-              acc[mi][nj][0] += accg[mi][nj][0] * s_lo;
-              acc[mi][nj][1] += accg[mi][nj][1] * s_lo;
-              acc[mi][nj][2] += accg[mi][nj][2] * s_hi;
-              acc[mi][nj][3] += accg[mi][nj][3] * s_hi;
-#pragma unroll
-              for (int e = 0; e < 4; ++e) accg[mi][nj][e] = 0.0f;
-            }
+            s_lo[mi] = sf[wr0 + mi * 16 + g];
+            s_hi[mi] = sf[wr0 + mi * 16 + g + 8];
           }
+          FoldGroup<kMI, kNJ>(acc, accg, s_lo, s_hi);
         }
       }
     }
@@ -340,121 +267,23 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
   cuda::CpAsyncWait<0>();
   __syncthreads();
 
-  // ---- fp32 tile to shared memory, token-major ---------------------------
+  // ---- fp32 tile to shared memory, then split-K and the stores ----------
   float* sc = reinterpret_cast<float*>(smem);
-#pragma unroll
-  for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-    for (int nj = 0; nj < kNJ; ++nj) {
-      const int r = wr0 + mi * 16 + g;
-      const int c = wt0 + nj * 8 + 2 * t;
-      sc[c * kPitchC + r] = acc[mi][nj][0];
-      sc[(c + 1) * kPitchC + r] = acc[mi][nj][1];
-      sc[c * kPitchC + r + 8] = acc[mi][nj][2];
-      sc[(c + 1) * kPitchC + r + 8] = acc[mi][nj][3];
-    }
+  AccumulatorsToSmem<kMI, kNJ, kPitchC>(sc, acc, wr0, wt0, g, t);
   __syncthreads();
-
-  // ---- split-K: publish partials, the last block sums them in order ------
-  if (p.splits > 1) {
-    const int64_t tiles = static_cast<int64_t>(gridDim.x) * p.row_tiles;
-    constexpr int kTileElems = kBT * kBR;
-    const int n4 = tok_count * kBR / 4;
-    float* mine = p.partials + (split * tiles + tile_id) * kTileElems;
-    for (int i = tid; i < n4; i += kThreads) {
-      const int c = (i * 4) / kBR, r = (i * 4) % kBR;
-      *reinterpret_cast<float4*>(mine + c * kBR + r) = *reinterpret_cast<const float4*>(sc + c * kPitchC + r);
-    }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) s_is_last = atomicAdd(&p.counters[tile_id], 1) == p.splits - 1;
-    __syncthreads();
-    if (!s_is_last) return;
-    __threadfence();
-    for (int i = tid; i < n4; i += kThreads) {
-      const int c = (i * 4) / kBR, r = (i * 4) % kBR;
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int z = 0; z < p.splits; ++z) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (z * tiles + tile_id) * kTileElems + c * kBR + r));
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
-      *reinterpret_cast<float4*>(sc + c * kPitchC + r) = sum;
-    }
-    if (tid == 0) p.counters[tile_id] = 0;
-    __syncthreads();
-  }
-
-  // ---- epilogue: global scale, SiLU·mul, stores --------------------------
-  const bool silu = p.silu != 0;
   float gs_a = 1.0f, gs_b = 1.0f;  // nvfp4: (gate or the only matrix, up)
   if constexpr (kFp4) {
     gs_a = gscale[0];
-    gs_b = silu ? gscale[1] : gs_a;
+    gs_b = p.silu ? gscale[1] : gs_a;
   }
-  const int cols_per_tile = silu ? kBR / 2 : kBR;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * cols_per_tile;
-  const int groups8 = cols_per_tile / 8;
-  for (int i = tid; i < tok_count * groups8; i += kThreads) {
-    const int c = i / groups8;
-    const int j0 = (i % groups8) * 8;
-    const int64_t scol = col0 + j0;
-    const int nvalid = static_cast<int>(p.n - scol < 8 ? p.n - scol : 8);
-    if (nvalid <= 0) continue;
-    float v[8];
-    const float* src = sc + c * kPitchC;
-    if (silu) {
-      const int q = j0 / 8;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float gt = src[q * 16 + e] * gs_a;
-        const float up = src[q * 16 + 8 + e] * gs_b;
-        v[e] = gt / (1.0f + expf(-gt)) * up;
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = src[j0 + e] * gs_a;
-    }
-    const int64_t orow = row0_out + c;
-    if (p.y_fp32) {
-      float* yp = static_cast<float*>(p.y) + orow * p.ldy + scol;
-      if (nvalid == 8 && (reinterpret_cast<uintptr_t>(yp) & 15) == 0) {
-        *reinterpret_cast<float4*>(yp) = make_float4(v[0], v[1], v[2], v[3]);
-        *reinterpret_cast<float4*>(yp + 4) = make_float4(v[4], v[5], v[6], v[7]);
-      } else {
-        for (int e = 0; e < nvalid; ++e) yp[e] = v[e];
-      }
-    } else {
-      __nv_bfloat16* yp = static_cast<__nv_bfloat16*>(p.y) + orow * p.ldy + scol;
-      if (nvalid == 8 && (reinterpret_cast<uintptr_t>(yp) & 15) == 0) {
-        *reinterpret_cast<uint4*>(yp) =
-            make_uint4(PackBf16x2(v[0], v[1]), PackBf16x2(v[2], v[3]), PackBf16x2(v[4], v[5]), PackBf16x2(v[6], v[7]));
-      } else {
-        for (int e = 0; e < nvalid; ++e) yp[e] = __float2bfloat16_rn(v[e]);
-      }
-    }
-  }
+  StoreTile<kBT, kBR, kThreads>(p, sc, tok_count, row0_out, split, tile_id, blockIdx.y, gs_a, gs_b, &s_is_last);
 }
 
-// Sets the shared-memory limit once per device, then launches.
 template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, bool kFp4, int kMinBlocks>
 cudaError_t LaunchW4Tile(const KernelParams& p, dim3 grid, cudaStream_t stream) {
   using T = Tile<kBT, kBR, kWR, kWT, kStages, kSub, kFp4>;
-  auto kernel = W4A16GemmKernel<kBT, kBR, kWR, kWT, kStages, kSub, kFp4, kMinBlocks>;
-  static std::atomic<uint64_t> configured{0};
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (bit == 0 || (configured.load(std::memory_order_acquire) & bit) == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    configured.fetch_or(bit, std::memory_order_acq_rel);
-  }
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  return cuda::LaunchWithSmem<W4A16GemmKernel<kBT, kBR, kWR, kWT, kStages, kSub, kFp4, kMinBlocks>>(
+      grid, T::kThreads, T::kSmemBytes, stream, p);
 }
 
 }  // namespace spar::gemm::w4

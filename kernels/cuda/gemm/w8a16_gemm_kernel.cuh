@@ -34,10 +34,10 @@
 
 #include <cuda_bf16.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/common/fp8_sm80.cuh"
+#include "kernels/cuda/common/launch_smem.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
 
@@ -507,25 +507,13 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
   }
 }
 
-// Sets the shared-memory limit (once per device: the driver call costs
-// microseconds of host time, as much as a decode GEMM runs) and launches one
-// configuration.
+// One configuration's kernel with its shared memory (the limit raised once
+// per device, kernels/cuda/common/launch_smem.cuh).
 template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks, bool kFold, bool kKTail>
 cudaError_t LaunchTileInstance(const KernelParams& p, dim3 grid, cudaStream_t stream) {
   using Tile = GemmTile<kBT, kBR, kWR, kWT, kStages, kSub>;
-  auto kernel = W8A16GemmKernel<kBT, kBR, kWR, kWT, kStages, kSub, kMinBlocks, kFold, kKTail>;
-  static std::atomic<uint64_t> configured{0};  // bit d: done on device d
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (bit == 0 || (configured.load(std::memory_order_acquire) & bit) == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    configured.fetch_or(bit, std::memory_order_acq_rel);
-  }
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  return cuda::LaunchWithSmem<W8A16GemmKernel<kBT, kBR, kWR, kWT, kStages, kSub, kMinBlocks, kFold, kKTail>>(
+      grid, Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
 template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, int kMinBlocks, bool kFold>

@@ -208,6 +208,24 @@ TEST(W4A16GemmTest, EveryConfigurationAndSplit) {
   }
 }
 
+// The decode kernel (per-warp rings, no block barrier in the K loop) on the
+// shapes that stress it: a partial last row block (idle warps), K splits
+// that start and end inside an int4 group, fewer chunks than ring slots,
+// more tokens than one decode tile, SiLU pairs, bf16 out.
+TEST(W4A16GemmTest, DecodeKernelEdges) {
+  SPAR_REQUIRE_GPU();
+  for (bool fp4 : {false, true}) {
+    for (int cfg = 0; cfg < kW4NumConfigs; ++cfg) {
+      if (!W4ConfigIsDecode(cfg)) continue;
+      RunDense({fp4, 1, 320, 640, 128, false, true, cfg, 0});     // the planner's split
+      RunDense({fp4, 3, 96, 1024, 256, true, false, cfg, 5});     // splits inside 256-column groups
+      RunDense({fp4, 16, 64, 128, 64, false, true, cfg, 1});      // 2 chunks, 1 group per chunk
+      RunDense({fp4, 11, 200, 384, 128, false, true, cfg, 2});    // several token tiles
+      RunDense({fp4, 2, 136, 1152, 64, false, true, cfg, 7, 24});  // a column range of a wider Y
+    }
+  }
+}
+
 TEST(W4A16GemmTest, SiluPairs) {
   SPAR_REQUIRE_GPU();
   for (bool fp4 : {false, true}) {
@@ -251,12 +269,14 @@ TEST(W4A16GemmTest, RejectsWhatItCannotRun) {
 
 // ---- grouped (MoE) ----
 
+
 struct GroupedCase {
   bool fp4;
   std::vector<int> rows_per_expert;  // permuted rows of each local expert
   int64_t n, k, group;
   bool silu;
   int force_config = -1;
+  int64_t max_rows_per_expert = 0;
 };
 
 void RunGrouped(const GroupedCase& c) {
@@ -306,7 +326,10 @@ void RunGrouped(const GroupedCase& c) {
       }
     }
   }
-  DeviceArray<uint8_t> dv, dz, df, ws(MoeGroupedGemmWorkspaceBytes(std::max<int64_t>(rows, 1), experts) + 64);
+  // Room for a 1-row tile's work list (one entry per row) when one is forced.
+  const size_t ws_bytes = std::max<size_t>(MoeGroupedGemmWorkspaceBytes(std::max<int64_t>(rows, 1), experts),
+                                           static_cast<size_t>(rows + 2) * 16);
+  DeviceArray<uint8_t> dv, dz, df, ws(ws_bytes);
   DeviceArray<float> dsc, dg, y(std::max<int64_t>(rows, 1) * c.n);
   DeviceArray<uint16_t> dx;
   DeviceArray<int32_t> doff, dri;
@@ -350,10 +373,20 @@ void RunGrouped(const GroupedCase& c) {
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();
   p.force_config = c.force_config;
+  p.max_rows_per_expert = c.max_rows_per_expert;
   SPAR_ASSERT_CUDA(cudaMemset(y.get(), 0xff, y.bytes()));
   const absl::Status st = LaunchW4MoeGroupedGemm(p, nullptr);
   ASSERT_TRUE(st.ok()) << st;
   SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+  if (c.force_config >= 0 && W4ConfigBlockTokens(c.force_config) == 1 &&
+      rows > (rows + 7) / 8 + std::min<int64_t>(experts, rows)) {
+    // The launcher's own workspace size (for >= 8-row tiles) cannot hold a
+    // 1-row tile's list here: refused, naming the field, nothing launched.
+    W4MoeGroupedGemmParams small = p;
+    small.workspace_bytes = MoeGroupedGemmWorkspaceBytes(rows, experts);
+    const absl::Status refused = LaunchW4MoeGroupedGemm(small, nullptr);
+    EXPECT_NE(refused.message().find("force_config"), absl::string_view::npos) << refused;
+  }
   if (rows == 0) return;
   EXPECT_LE(WorstRowError(y.Download(), want, rows, c.n, c.n), 2e-5);
 }
@@ -370,6 +403,20 @@ TEST(W4MoeGroupedGemmTest, EdgeCasesAndDecodeBatch) {
     for (int e = 0; e < 16; ++e) decode[e] = 16 + (e * 7) % 33;
     RunGrouped({fp4, decode, 256, 512, 128, true});
     for (int cfg = 0; cfg < kW4NumConfigs; ++cfg) RunGrouped({fp4, {3, 40, 1}, 128, 256, 128, true, cfg});
+  }
+}
+
+// A one-token decode step (max_rows_per_expert 1: the one-token tile) and
+// an 8-token one, as the engine launches them: top-8 of 32 local experts.
+TEST(W4MoeGroupedGemmTest, DecodeStepsPickTheDecodeTiles) {
+  SPAR_REQUIRE_GPU();
+  for (bool fp4 : {false, true}) {
+    std::vector<int> one(32, 0), eight(32, 0);
+    for (int e : {1, 4, 9, 13, 17, 22, 28, 31}) one[e] = 1;
+    for (int e = 0; e < 32; ++e) eight[e] = (e * 5) % 4;  // 0..3 rows each, 48 in all
+    RunGrouped({fp4, one, 192, 640, 128, true, -1, 1});
+    RunGrouped({fp4, one, 320, 256, 64, false, -1, 1});
+    RunGrouped({fp4, eight, 192, 640, 128, true, -1, 8});
   }
 }
 

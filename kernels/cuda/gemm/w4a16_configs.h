@@ -1,0 +1,62 @@
+// Internal to kernels/cuda/gemm: the W4A16 tile configurations, one table
+// read by the host planner (w4a16_gemm.cu) and by the translation units
+// that instantiate the kernels from it (w4a16_gemm.cu: the tile kernel,
+// w4a16_decode.cu: the decode kernel), so no configuration is written twice.
+#ifndef SPAR_KERNELS_CUDA_GEMM_W4A16_CONFIGS_H_
+#define SPAR_KERNELS_CUDA_GEMM_W4A16_CONFIGS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/gemm/w4a16_gemm.h"
+#include "kernels/cuda/gemm/w4a16_kernel_params.h"
+
+namespace spar::gemm::w4 {
+
+// Tile kernel (w4a16_gemm_kernel.cuh): bt tokens x br rows per block, wr x wt
+// warps, `stages` cp.async stages of `sub` 64-column chunks. Decode kernel
+// (w4a16_decode_kernel.cuh): `warps` warps of `mi` 16-row fragments each,
+// nj 8-token fragments of which xtok tokens are kept (bt = nj * xtok), a
+// per-warp ring of `stages` chunks.
+struct W4Config {
+  const char* name;
+  bool decode;
+  int bt, br;
+  int wr, wt, stages, sub, min_blocks;  // tile kernel (stages and min_blocks: both)
+  int warps, mi, nj, xtok;              // decode kernel
+};
+
+constexpr W4Config TileConfig(const char* name, int bt, int br, int wr, int wt, int stages, int sub, int min_blocks) {
+  return {name, false, bt, br, wr, wt, stages, sub, min_blocks, 0, 0, 0, 0};
+}
+constexpr W4Config DecodeConfig(const char* name, int warps, int mi, int nj, int xtok, int stages, int min_blocks) {
+  return {name, true, nj * xtok, warps * 16 * mi, 0, 0, stages, 0, min_blocks, warps, mi, nj, xtok};
+}
+
+// Decode tiles stream 256 columns (4 chunks) per stage so each 16-row tile
+// contributes 2 KB contiguous per stage; the prefill tile is 128 x 64 with
+// 8 warps (two accumulator sets per thread for int4: the running sum and
+// the group's). The decode configurations (M <= 16) follow: the ones the
+// planner picks from a sweep of eleven (bench/results/gemm.md, 2026-12-02).
+inline constexpr W4Config kW4Configs[kW4NumConfigs] = {
+    TileConfig("W4T8", 8, 64, 4, 1, 4, 4, 2),
+    TileConfig("W4T16", 16, 64, 4, 1, 4, 4, 2),
+    TileConfig("W4T32", 32, 64, 4, 1, 4, 2, 2),
+    TileConfig("W4T64", 64, 64, 2, 2, 4, 2, 2),
+    TileConfig("W4P128", 64, 128, 4, 2, 3, 2, 1),
+    DecodeConfig("W4D1M2S6", 4, 2, 1, 1, 6, 4),
+    DecodeConfig("W4D1M4S3", 4, 4, 1, 1, 3, 4),
+    DecodeConfig("W4D8M2S4", 4, 2, 1, 8, 4, 4),
+    DecodeConfig("W4D8M1S6", 4, 1, 1, 8, 6, 4),
+    DecodeConfig("W4D16M2S4", 4, 2, 2, 8, 4, 3),
+};
+
+// w4a16_decode.cu: the decode kernel of configuration `id` (decode == true).
+cudaError_t LaunchDecodeConfig(int id, bool fp4, const KernelParams& p, dim3 grid, cudaStream_t stream);
+// Its blocks resident per SM on the current device (cached), for the planner.
+int DecodeConfigBlocksPerSm(int id, bool fp4);
+
+}  // namespace spar::gemm::w4
+
+#endif  // SPAR_KERNELS_CUDA_GEMM_W4A16_CONFIGS_H_
