@@ -54,6 +54,16 @@ __device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src, 
                "r"(src_bytes));
 }
 
+// The same through L1 (.ca): data several warps of a block read (activations).
+__device__ __forceinline__ void CpAsync16Ca(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(SmemAddress(smem_dst)), "l"(gmem_src));
+}
+
+// A 4-byte copy (.ca: the only cache mode 4-byte copies have): scales.
+__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SmemAddress(smem_dst)), "l"(gmem_src));
+}
+
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int kPending>

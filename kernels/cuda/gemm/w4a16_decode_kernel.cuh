@@ -68,16 +68,6 @@ struct DecodeTile {
   static constexpr int kSmemBytes = (kWarps * kRingBytes > kEpilogueBytes ? kWarps * kRingBytes : kEpilogueBytes) + 16;
 };
 
-// 16-byte copy that allocates in L1 (.ca): the activations, which every
-// warp of the block reads.
-__device__ __forceinline__ void CpAsync16Ca(void* smem_dst, const void* gmem_src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(cuda::SmemAddress(smem_dst)), "l"(gmem_src));
-}
-
-__device__ __forceinline__ void CpAsync4Ca(void* smem_dst, const void* gmem_src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(cuda::SmemAddress(smem_dst)), "l"(gmem_src));
-}
-
 __device__ __forceinline__ uint4 Lds128(const unsigned char* p) { return *reinterpret_cast<const uint4*>(p); }
 
 // (a & b) | c in one LOP3 (the compiler splits the two constants into two).
@@ -213,8 +203,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) W4A16DecodeKernel(con
 #pragma unroll
       for (int nj = 0; nj < kNJ; ++nj) {
         if (xvalid[nj]) {  // g < kXTok: lane < kXLanes
-          CpAsync16Ca(sx + (nj * 2 + 0) * T::kXLanes * 16 + lane * 16, x_next[nj]);
-          CpAsync16Ca(sx + (nj * 2 + 1) * T::kXLanes * 16 + lane * 16, x_next[nj] + 16);
+          cuda::CpAsync16Ca(sx + (nj * 2 + 0) * T::kXLanes * 16 + lane * 16, x_next[nj]);
+          cuda::CpAsync16Ca(sx + (nj * 2 + 1) * T::kXLanes * 16 + lane * 16, x_next[nj] + 16);
         }
         x_next[nj] += 128;
       }
@@ -223,13 +213,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) W4A16DecodeKernel(con
 #pragma unroll
         for (int j = 0; j < kFp4Words; ++j) {
           const int idx = t + 4 * j;  // word ((idx / 2) * 8 + g) * 2 + idx % 2: (fragment, lo/hi)
-          if (idx < 2 * kMI) CpAsync4Ca(sm + (((idx / 2) * 8 + g) * 2 + idx % 2) * 4, meta_next + fp4_off[j]);
+          if (idx < 2 * kMI) cuda::CpAsync4(sm + (((idx / 2) * 8 + g) * 2 + idx % 2) * 4, meta_next + fp4_off[j]);
         }
         meta_next += 4;
       } else {
         if (issue_in_group == 0 || first_issue) {
 #pragma unroll
-          for (int mi = 0; mi < kMI; ++mi) CpAsync4Ca(sm + ((mi * 8 + g) * 4 + t) * 4, meta_next + mi * meta_frag_stride);
+          for (int mi = 0; mi < kMI; ++mi) cuda::CpAsync4(sm + ((mi * 8 + g) * 4 + t) * 4, meta_next + mi * meta_frag_stride);
         }
         first_issue = false;
         if (++issue_in_group == gc) {

@@ -70,13 +70,21 @@ static_assert(kTile16 >= 0 && kTile32 >= 0 && kTile64 >= 0 && kPrefill >= 0 && k
                   kDecode8 >= 0 && kDecode8Narrow >= 0 && kDecode16 >= 0,
               "configurations named by the planner");
 
+// Beyond 16 rows per tile, dense and grouped alike: the tile kernel by
+// tokens; the 128-row prefill tile only where it tiles the packed rows
+// (padded to 64).
+int TileConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
+  if (rows_per_tile <= 32) return kTile32;
+  if (rows_per_tile <= 128 || rows_padded % 128 != 0) return kTile64;
+  return kPrefill;
+}
+
 // The dense plan's tile, fitted to w4a16_bench --sweep on the H200 running
 // this sm80 code (bench/results/gemm.md, 2026-12-02): the decode kernel up
 // to 16 tokens, with more rows per warp (fewer, longer streams) on large
 // matrices and fewer on small ones; NVFP4 at 9-16 tokens on large matrices
 // keeps the tile kernel (the decode kernel's two token fragments cost it
-// more registers than int4's). Then the tile kernel by tokens; the 128-row
-// prefill tile only where it tiles the packed rows (padded to 64).
+// more registers than int4's). Then TileConfigFor.
 int DenseConfigFor(int64_t m, int64_t rows_padded, int64_t k, bool fp4) {
   const int64_t work = (rows_padded / 16) * (k / 64);  // 16 x 64 weight fragments
   const bool large = work >= 256 * 96;                   // e.g. 4096 x 6144
@@ -84,21 +92,17 @@ int DenseConfigFor(int64_t m, int64_t rows_padded, int64_t k, bool fp4) {
   if (m <= 1) return large ? kDecode1Wide : small ? kDecode8Narrow : kDecode8;
   if (m <= 8) return small ? kDecode8Narrow : kDecode8;
   if (m <= 16) return small ? kDecode8Narrow : (fp4 && large) ? kTile16 : kDecode16;
-  if (m <= 32) return kTile32;
-  if (m <= 128 || rows_padded % 128 != 0) return kTile64;
-  return kPrefill;
+  return TileConfigFor(m, rows_padded);
 }
 
 // Grouped (MoE): one token per expert (a one-token step) streams 32 rows
 // per warp from six-chunk rings; up to 8 rows per expert the 8-token decode
-// tile; then the tile kernel.
+// tile; then TileConfigFor.
 int GroupedConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
   if (rows_per_tile <= 1) return kDecode1;
   if (rows_per_tile <= 8) return kDecode8;
   if (rows_per_tile <= 16) return kDecode16;
-  if (rows_per_tile <= 32) return kTile32;
-  if (rows_per_tile <= 128 || rows_padded % 128 != 0) return kTile64;
-  return kPrefill;
+  return TileConfigFor(rows_per_tile, rows_padded);
 }
 
 // A forced configuration must tile the packed rows.

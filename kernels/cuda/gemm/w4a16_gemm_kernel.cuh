@@ -59,10 +59,6 @@ struct Tile {
   static_assert(kWPieces % kThreads == 0, "weight copies per thread");
 };
 
-__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(cuda::SmemAddress(smem_dst)), "l"(gmem_src));
-}
-
 __device__ __forceinline__ void Lds128(uint32_t (&r)[4], const unsigned char* p) {
   const uint4 v = *reinterpret_cast<const uint4*>(p);
   r[0] = v.x;
@@ -168,7 +164,7 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
       for (int j = tid; j < kBR * kSub; j += kThreads) {
         const int r = j / kSub, u = j % kSub;
         const int64_t c = cs + u;
-        if (c < c_end) CpAsync4(ss + (r * kSub + u) * 4, fp4s + (prow0 + r) * (p.k / 16) + c * 4);
+        if (c < c_end) cuda::CpAsync4(ss + (r * kSub + u) * 4, fp4s + (prow0 + r) * (p.k / 16) + c * 4);
       }
     }
   };

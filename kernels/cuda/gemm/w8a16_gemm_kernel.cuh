@@ -43,10 +43,6 @@
 
 namespace spar::gemm::internal {
 
-__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(cuda::SmemAddress(smem_dst)), "l"(gmem_src));
-}
-
 __device__ __forceinline__ void Lds128(uint32_t (&r)[4], const unsigned char* p) {
   const uint4 v = *reinterpret_cast<const uint4*>(p);
   r[0] = v.x;
@@ -266,7 +262,7 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     // columns [64q, 64q + 64): 128-column block q / 2).
     if (fp8 && tid < 2 * kSub) {
       const int u = tid >> 1;
-      CpAsync4(&s_scale[(buf * kSub + u) * 2 + (tid & 1)],
+      cuda::CpAsync4(&s_scale[(buf * kSub + u) * 2 + (tid & 1)],
                ((tid & 1) ? srow_hi : srow_lo) + ((ks * kSub + u) >> 1));
     }
   };

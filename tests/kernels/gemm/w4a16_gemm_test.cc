@@ -406,6 +406,37 @@ TEST(W4MoeGroupedGemmTest, EdgeCasesAndDecodeBatch) {
   }
 }
 
+// Validation reads no device memory, so this runs without a GPU: a negative
+// row hint is refused with a message naming it.
+TEST(W4MoeGroupedGemmTest, RejectsANegativeRowHint) {
+  alignas(256) static uint8_t host[4096];
+  W4MoeGroupedGemmParams p;
+  p.num_experts = 4;
+  p.expert_offsets = reinterpret_cast<const int32_t*>(host);
+  p.max_rows = 8;
+  p.k = 128;
+  p.x = reinterpret_cast<const __nv_bfloat16*>(host);
+  p.ldx = 128;
+  p.weight.type = W4WeightType::kInt4;
+  p.weight.values = host;
+  p.weight.scales = reinterpret_cast<const float*>(host);
+  p.weight.zeros = host;
+  p.weight.n = 64;
+  p.weight.rows_padded = 64;
+  p.weight.group = 64;
+  p.values_stride = 64 * 128 / 2;
+  p.scales_stride = 64 * 2;
+  p.zeros_stride = 64 * 2;
+  p.y = host;
+  p.ldy = 64;
+  p.workspace = host;
+  p.workspace_bytes = sizeof(host);
+  p.max_rows_per_expert = -1;
+  const absl::Status st = LaunchW4MoeGroupedGemm(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("max_rows_per_expert"), absl::string_view::npos) << st;
+}
+
 // A one-token decode step (max_rows_per_expert 1: the one-token tile) and
 // an 8-token one, as the engine launches them: top-8 of 32 local experts.
 TEST(W4MoeGroupedGemmTest, DecodeStepsPickTheDecodeTiles) {
