@@ -1,6 +1,11 @@
 // Sparse MLA decode / prefill and the per-layer small ops on the GPU.
 //
-//   attention_bench [peer.json]
+//   attention_bench [peer.json] [--decode-only] [--batches 1,64] [--heads 8,64]
+//                   [--rounds N]
+//
+// --decode-only skips prefill and the small ops; --rounds repeats the decode
+// grid (every configuration once per round, so two builds' binaries run
+// back to back give interleaved medians).
 //
 // Decode: batch {1, 16, 64, 128} x heads {8, 16, 64, 128} x topk 2048 over a
 // 1M-row latent cache (bf16 and FP8), random slots, 8 index sets rotated so
@@ -13,6 +18,7 @@
 // peer.json (bench/attention/peer_attention.py, same call) with the ratio.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -168,9 +174,35 @@ int main(int argc, char** argv) {
   using namespace spar;
   using namespace spar::bench;
   nlohmann::json peer;
-  if (argc > 1) {
-    std::ifstream in(argv[1]);
-    if (in) in >> peer;
+  bool decode_only = false;
+  int rounds = 1;
+  std::vector<int> batches = {1, 16, 64, 128}, head_counts = {8, 16, 64, 128};
+  auto parse_list = [](const char* s) {
+    std::vector<int> v;
+    for (const char* p = s; *p != 0;) {
+      v.push_back(std::atoi(p));
+      while (*p != 0 && *p != ',') ++p;
+      if (*p == ',') ++p;
+    }
+    return v;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--decode-only") {
+      decode_only = true;
+    } else if (a == "--batches" && i + 1 < argc) {
+      batches = parse_list(argv[++i]);
+    } else if (a == "--heads" && i + 1 < argc) {
+      head_counts = parse_list(argv[++i]);
+    } else if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::max(1, std::atoi(argv[++i]));
+    } else if (a[0] != '-') {
+      std::ifstream in(a);
+      if (in) in >> peer;
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      return 2;
+    }
   }
   const double copy_gbs = MeasureCopyBandwidthGBs();
   std::printf("device: %s (sm80 code), copy bandwidth %.0f GB/s (read+write)\n", DeviceName().c_str(), copy_gbs);
@@ -185,10 +217,11 @@ int main(int argc, char** argv) {
   std::printf("| fmt | batch | heads | tile x splits | us | TFLOP/s | GB/s gathered | %% copy BW | torch us | speedup | "
               "graph-replay us | %% copy BW (graph) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int round = 0; round < rounds; ++round)
   for (auto f : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
     const char* fn = f == LatentFormat::kBF16 ? "bf16" : "fp8";
-    for (int batch : {1, 16, 64, 128}) {
-      for (int heads : {8, 16, 64, 128}) {
+    for (int batch : batches) {
+      for (int heads : head_counts) {
         const MlaResult r = TimeMla(f, f == LatentFormat::kBF16 ? cache_bf16 : cache_fp8, kRows, batch, heads, kRows);
         const double peer_us = PeerUs(peer, "decode", std::string(fn) + "/" + std::to_string(batch) + "/" + std::to_string(heads));
         std::snprintf(line, sizeof(line),
@@ -202,6 +235,11 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (decode_only) {
+    cudaFree(cache_bf16);
+    cudaFree(cache_fp8);
+    return 0;
+  }
   std::printf("\n## sparse MLA prefill, 4096 tokens, topk 2048 over a 64K-token context\n");
   std::printf("| fmt | tokens | heads | tile x splits | us | TFLOP/s | GB/s gathered | %% copy BW | torch us | speedup |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");

@@ -1,5 +1,6 @@
 #include "kernels/cuda/common/arch.cuh"
 // Sparse MLA attention (absorbed form) and the split-K log-sum-exp merge.
+// FP8 rows with 8- or 16-head tiles go to sparse_mla_narrow.cu.
 //
 // One CTA computes [HM heads, 576] @ [keys of one index-list range, 576]ᵀ for
 // one token, in blocks of 32 gathered rows:
@@ -35,6 +36,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention/sparse_mla.h"
+#include "kernels/cuda/attention/sparse_mla_args.cuh"
 #include "kernels/cuda/attention/sparse_mla_config.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_info.h"
@@ -46,27 +48,6 @@ namespace spar {
 namespace {
 
 using namespace mla;  // NOLINT: the tile constants
-
-struct MlaArgs {
-  const __nv_bfloat16* q;
-  int64_t q_ts, q_hs;
-  const uint8_t* cache;
-  int64_t num_slots;
-  const int32_t* indices;
-  int64_t idx_stride;
-  int list_len;
-  const int32_t* block_table;
-  int64_t bt_stride;
-  const int32_t* token_seq;
-  const int32_t* kv_lens;
-  float scale_log2;
-  __nv_bfloat16* out;
-  int64_t o_ts, o_hs;
-  float* lse;
-  float* ws_o;    // [splits, tokens, heads, 512], null when not split
-  float* ws_lse;  // [splits, tokens, heads]
-  int tokens, heads, head_tiles, num_splits, keys_per_split;
-};
 
 template <int HM, bool kFp8>
 struct Cfg {
@@ -100,22 +81,6 @@ struct Cfg {
   static_assert(kNM * kNK == kWarps && kOGM * kOGN == kWarps, "warp tiling");
   static_assert(!kFp8 || (kONT % 4 == 0 && 128 % kOCols == 0), "fp8 O phase: 32-column groups in one scale block");
 };
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// The part of e4m3's 2^120 the FP8 path's copies of P carry (p * scale *
-// 2^104 stays far inside bf16's range for any scale below 2^23), and the
-// part the output takes back.
-constexpr float kPow2_104 = 2.028240960365167e31f;
-constexpr float kPow2_16 = 65536.0f;
-
-template <class T>
-__device__ __forceinline__ T LoadShared(const uint8_t* p) {
-  return *reinterpret_cast<const T*>(p);
-}
 
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const uint32_t b[2] = {b0, b1};
@@ -179,33 +144,11 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
   // end of the gather area; it needs no index, so it flies while the slots
   // are resolved.
   uint8_t* const qstage = gather + C::kQOffset;
-  {
-    constexpr int kChunks = kDim * 2 / 16;
-    const __nv_bfloat16* qt = a.q + t * a.q_ts;
-    for (int c = tid; c < HM * kChunks; c += kThreads) {
-      const int r = c / kChunks, cc = c - r * kChunks;
-      const bool ok = head0 + r < a.heads;
-      const __nv_bfloat16* src = ok ? qt + (head0 + r) * a.q_hs + cc * 8 : a.q;
-      cuda::CpAsync16(qstage + r * kRowBytes + cc * 16, src, ok ? 16 : 0);
-    }
-  }
+  StageQueryTile(a, t, head0, HM, kRowBytes, qstage);
   cuda::CpAsyncCommit();
 
   // Phase 1: resolve this CTA's range of the list to cache slots, -1 = skip.
-  for (int j = tid; j < nblocks * kBlockKeys; j += kThreads) {
-    const int k = k_begin + j;
-    int64_t slot = -1;
-    if (k < k_end) {
-      if (a.indices != nullptr) {
-        slot = a.indices[t * a.idx_stride + k];
-      } else if (k < a.kv_lens[t]) {
-        const int64_t blk = a.block_table[a.token_seq[t] * a.bt_stride + k / 64];
-        slot = blk < 0 ? -1 : blk * 64 + (k & 63);
-      }
-      if (slot >= a.num_slots) slot = -1;
-    }
-    sidx[j] = slot < 0 ? -1 : static_cast<int32_t>(slot);
-  }
+  ResolveSlots(a, t, k_begin, k_end, nblocks * kBlockKeys, sidx);
   __syncthreads();
 
   // The first blocks whose stages the query tile does not cover, one
@@ -639,6 +582,17 @@ absl::Status LaunchVariant(const MlaArgs& args, int64_t grid, cudaStream_t strea
   return absl::OkStatus();
 }
 
+// The split-K merge, when the plan splits the list.
+absl::Status LaunchMerge(const MlaArgs& args, const SparseMlaPlan& plan, const SparseMlaParams& p,
+                         cudaStream_t stream) {
+  if (plan.num_splits <= 1) return absl::OkStatus();
+  MergeSplitsKernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, 0, stream>>>(
+      args.ws_o, args.ws_lse, plan.num_splits, args.tokens, p.heads, p.out, p.out_token_stride, p.out_head_stride,
+      p.lse);
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("MergeSplitsKernel");
+  return absl::OkStatus();
+}
+
 constexpr absl::string_view kOp = "SparseMla";
 
 }  // namespace
@@ -675,7 +629,10 @@ absl::Status LaunchSparseMla(const SparseMlaParams& p, cudaStream_t stream) {
   if (plan.head_tile == 0 && plan.num_splits == 0 && plan.keys_per_split == 0) {
     if (auto st = PlanSparseMlaForDevice(p.tokens, p.heads, p.list_len, p.format, &plan); !st.ok()) return st;
   }
-  if (plan.head_tile != 16 && plan.head_tile != 32 && plan.head_tile != 64) return InvalidParam(kOp, "plan.head_tile", "must be 16, 32 or 64");
+  const bool fp8 = p.format == LatentFormat::kFp8Ds;
+  if (plan.head_tile != 16 && plan.head_tile != 32 && plan.head_tile != 64 && !(fp8 && plan.head_tile == 8)) {
+    return InvalidParam(kOp, "plan.head_tile", "must be 16, 32 or 64 (or 8 with FP8 rows)");
+  }
   if (plan.num_splits < 1 || plan.keys_per_split < kBlockKeys || plan.keys_per_split % kBlockKeys != 0 ||
       plan.keys_per_split > kMaxKeysPerCta) {
     return InvalidParam(kOp, "plan", "num_splits >= 1 and keys_per_split a multiple of 32 in [32, 2048]");
@@ -720,25 +677,21 @@ absl::Status LaunchSparseMla(const SparseMlaParams& p, cudaStream_t stream) {
   const int64_t grid = p.tokens * args.head_tiles * plan.num_splits;
   if (grid >= (int64_t{1} << 31)) return InvalidParam(kOp, "tokens", "too many CTAs");
 
-  const bool fp8 = p.format == LatentFormat::kFp8Ds;
+  if (fp8 && plan.head_tile <= 16) {
+    if (absl::Status st = LaunchNarrowFp8(args, plan.head_tile, grid, stream); !st.ok()) return st;
+    return LaunchMerge(args, plan, p, stream);
+  }
   using LaunchFn = absl::Status (*)(const MlaArgs&, int64_t, cudaStream_t);
   LaunchFn launch = nullptr;
   switch (plan.head_tile * 2 + (fp8 ? 1 : 0)) {
     case 32: launch = LaunchVariant<16, false>; break;
-    case 33: launch = LaunchVariant<16, true>; break;
     case 64: launch = LaunchVariant<32, false>; break;
     case 65: launch = LaunchVariant<32, true>; break;
     case 128: launch = LaunchVariant<64, false>; break;
     default: launch = LaunchVariant<64, true>; break;
   }
   if (absl::Status st = launch(args, grid, stream); !st.ok()) return st;
-  if (plan.num_splits > 1) {
-    MergeSplitsKernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, 0, stream>>>(
-        args.ws_o, args.ws_lse, plan.num_splits, args.tokens, p.heads, p.out, p.out_token_stride, p.out_head_stride,
-        p.lse);
-    SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("MergeSplitsKernel");
-  }
-  return absl::OkStatus();
+  return LaunchMerge(args, plan, p, stream);
 }
 
 }  // namespace spar

@@ -14,9 +14,9 @@
 // error <= 2^-9 per tile beyond the bf16 rounding (exact for power-of-two
 // scales); scales >= 128 take an exact fp32 path.
 //
-// One kernel serves every case: a CTA takes one token, a tile of 16/32/64
-// heads (all heads of the tile share each gathered row) and a range of the
-// index list. Small batches split the index list over several CTAs and a
+// A CTA takes one token, a tile of 16/32/64 heads (8/16 with FP8 rows: a
+// kernel of its own for the decode shapes of tensor parallelism, where few
+// heads share each gathered row) and a range of the index list. Small batches split the index list over several CTAs and a
 // second kernel merges the partial results by log-sum-exp, so batch 1 still
 // fills the GPU. The dense fast path (context <= index_topk) is the same
 // kernel reading positions 0..kv_len-1 through the block table instead of an
@@ -39,7 +39,7 @@ namespace spar {
 // How the work is cut; a pure function of the shapes and the GPU size, so a
 // decode step captured in a CUDA graph always gets the same plan.
 struct SparseMlaPlan {
-  int head_tile = 0;       // heads per CTA: 16, 32 or 64
+  int head_tile = 0;       // heads per CTA: 16, 32 or 64; 8 with FP8 rows
   int num_splits = 0;      // CTAs per (token, head tile) along the index list
   int keys_per_split = 0;  // index-list entries per split, a multiple of 32
 };

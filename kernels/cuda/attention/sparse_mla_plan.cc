@@ -14,9 +14,14 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 int SparseMlaCtasPerSm(int head_tile, bool fp8, int smem_per_sm) {
-  const mla::TileConfig cfg{head_tile, fp8};
   // The driver reserves 1 KB of shared memory per resident CTA.
-  return std::max(1, std::min(cfg.MaxCtasByRegisters(), smem_per_sm / (cfg.SmemBytes() + 1024)));
+  auto fit = [&](int by_registers, int smem) { return std::max(1, std::min(by_registers, smem_per_sm / (smem + 1024))); };
+  if (fp8 && head_tile <= 16) {
+    const mla::NarrowTileConfig cfg{head_tile};
+    return fit(cfg.MaxCtasByRegisters(), cfg.SmemBytes());
+  }
+  const mla::TileConfig cfg{head_tile, fp8};
+  return fit(cfg.MaxCtasByRegisters(), cfg.SmemBytes());
 }
 
 SparseMlaPlan PlanSparseMla(int64_t tokens, int heads, int list_len, int num_sms, int smem_per_sm, bool fp8) {
@@ -26,7 +31,8 @@ SparseMlaPlan PlanSparseMla(int64_t tokens, int heads, int list_len, int num_sms
   // At least two blocks per split, at most kMaxSplits splits.
   const int64_t max_splits = std::min<int64_t>(std::max(min_splits, nb / 2), mla::kMaxSplits);
   auto tiles = [&](int hm) { return CeilDiv(heads, hm); };
-  int hm = heads <= 16 ? 16 : heads <= 32 ? 32 : 64;
+  // FP8 rows have an 8-head tile (sparse_mla_narrow.cu): no padded rows.
+  int hm = fp8 && heads <= 8 ? 8 : heads <= 16 ? 16 : heads <= 32 ? 32 : 64;
   // Tiny batches: wide head tiles cannot make enough CTAs even with the
   // finest split; 16-head tiles trade row reuse (the other tiles re-read the
   // rows from L2) for parallelism.

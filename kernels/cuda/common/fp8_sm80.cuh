@@ -24,13 +24,22 @@ inline constexpr float kPow2_120 = 1.329227995784916e36f;  // 2^120
 
 // Four e4m3 bytes (little-endian in `v`) -> two bf16x2 registers holding
 // value * 2^-120: lo = bytes {0, 1}, hi = bytes {2, 3}.
+// One byte permute per register puts each byte in the low half of its 16-bit
+// lane and replicates the byte's sign over the high half (prmt's sign mode):
+// lane = SSSSSSSS.seeeemmm. Shifted left by 4, the magnitude sits at bf16
+// bits 4..10 and a copy of the sign at bits 12..15; the mask keeps bit 15
+// and bits 4..10 (and drops what the shift carried from the low lane into
+// the high one). Three instructions per register.
+__device__ __forceinline__ uint32_t PermuteWithSign(uint32_t v, uint32_t selector) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(v), "r"(0u), "r"(selector));
+  return d;
+}
+
 __device__ __forceinline__ void E4m3x4ToScaledBf16x4(uint32_t v, uint32_t& lo, uint32_t& hi) {
-  // Spread bytes 0,1 to the high bytes of two 16-bit lanes, then shift the
-  // 7 magnitude bits into place and keep the sign.
-  const uint32_t b01 = __byte_perm(v, 0, 0x1504);  // [0, b1, 0, b0] -> lanes (b0 << 8), (b1 << 8)
-  const uint32_t b23 = __byte_perm(v, 0, 0x3726);
-  lo = ((b01 & 0x80008000u)) | ((b01 & 0x7f007f00u) >> 4);
-  hi = ((b23 & 0x80008000u)) | ((b23 & 0x7f007f00u) >> 4);
+  // Selector nibbles: byte index, | 8 = that byte's sign replicated.
+  lo = (PermuteWithSign(v, 0x9180u) << 4) & 0x87f087f0u;
+  hi = (PermuteWithSign(v, 0xb3a2u) << 4) & 0x87f087f0u;
 }
 
 // Exact values: multiplies the scaled form by 2^120 in bf16.

@@ -1,5 +1,5 @@
 // sm80 tensor-core and async-copy primitives, one thin wrapper each:
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix, cp.async.
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix, movmatrix, cp.async.
 // Fragment layouts follow the PTX ISA ("Matrix Fragments for mma.m16n8k16").
 #ifndef SPAR_KERNELS_CUDA_COMMON_MMA_SM80_CUH_
 #define SPAR_KERNELS_CUDA_COMMON_MMA_SM80_CUH_
@@ -44,6 +44,16 @@ __device__ __forceinline__ void LdMatrixX2(uint32_t (&r)[2], const void* smem_ro
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
                : "r"(SmemAddress(smem_row)));
+}
+
+// Transposes an 8x8 b16 matrix held in mma fragment order (lane 4g + t
+// holds row g, columns 2t and 2t + 1): afterwards lane 4g + t holds rows 2t
+// and 2t + 1 of column g. Turns a 16x16 A fragment of K (keys x dims) into
+// the A fragment of V transposed (dims x keys) without touching memory.
+__device__ __forceinline__ uint32_t MovMatrixTrans(uint32_t a) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+  return d;
 }
 
 // 16-byte global -> shared copy that bypasses registers (and L1: .cg).

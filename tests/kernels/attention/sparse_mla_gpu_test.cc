@@ -252,13 +252,15 @@ INSTANTIATE_TEST_SUITE_P(All, SparseMlaHeads,
                          ::testing::Combine(::testing::Values(8, 16, 32, 64, 128),
                                             ::testing::Values(LatentFormat::kBF16, LatentFormat::kFp8Ds)));
 
-// Every head tile with no split, a few splits and one block per split.
+// Every head tile with no split, a few splits and one block per split; head
+// counts that leave the last tile partly empty (5 and 12 heads: padded rows
+// of the narrow FP8 tiles).
 TEST(SparseMla, ForcedPlans) {
   SPAR_REQUIRE_GPU();
   for (LatentFormat format : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
     Cache cache;
     MakeCache(cache, format, 64 * 32, 21);
-    for (int heads : {8, 48, 64, 128}) {
+    for (int heads : {5, 8, 12, 48, 64, 128}) {
       Problem p;
       p.tokens = 3;
       p.heads = heads;
@@ -266,7 +268,8 @@ TEST(SparseMla, ForcedPlans) {
       RandomQ(p, 31 + heads);
       p.indices = RandomIndices(p.tokens, p.list_len, cache.num_slots, 41 + heads, true);
       const Result want = RunRef(p, cache);
-      for (int tile : {16, 32, 64}) {
+      for (int tile : {8, 16, 32, 64}) {
+        if (tile == 8 && format != LatentFormat::kFp8Ds) continue;  // FP8 rows only
         for (int kps : {224, 96, 32}) {
           SparseMlaPlan plan{tile, (p.list_len + kps - 1) / kps, kps};
           ExpectClose(RunGpu(p, cache, plan), want, format,
@@ -373,7 +376,8 @@ TEST(SparseMla, DenseFastPathBitEqualsSparse) {
         }
       }
       const Result want = RunRef(d, cache);
-      for (const SparseMlaPlan& plan : {SparseMlaPlan{}, SparseMlaPlan{16, 3, 192}, SparseMlaPlan{64, 1, 544}}) {
+      for (const SparseMlaPlan& plan :
+           {SparseMlaPlan{}, SparseMlaPlan{16, 3, 192}, SparseMlaPlan{64, 1, 544}, SparseMlaPlan{format == LatentFormat::kFp8Ds ? 8 : 16, 2, 288}}) {
         const Result gd = RunGpu(d, cache, plan), gs = RunGpu(s, cache, plan);
         const std::string what = std::string(FormatName(format)) + " heads " + ::testing::PrintToString(heads) +
                                  " splits " + ::testing::PrintToString(gd.plan.num_splits);

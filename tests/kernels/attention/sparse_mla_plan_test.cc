@@ -33,7 +33,7 @@ TEST(SparseMlaPlan, CoversTheListWithinLimits) {
         for (bool fp8 : {false, true}) {
           const SparseMlaPlan p = PlanSparseMla(tokens, heads, len, kH200Sms, kH200Smem, fp8);
           SCOPED_TRACE(::testing::Message() << tokens << " x " << heads << " heads, len " << len);
-          EXPECT_TRUE(p.head_tile == 16 || p.head_tile == 32 || p.head_tile == 64);
+          EXPECT_TRUE(p.head_tile == 16 || p.head_tile == 32 || p.head_tile == 64 || (fp8 && p.head_tile == 8));
           EXPECT_GE(p.num_splits, 1);
           EXPECT_EQ(p.keys_per_split % 32, 0);
           EXPECT_GE(p.keys_per_split, 32);
@@ -47,16 +47,52 @@ TEST(SparseMlaPlan, CoversTheListWithinLimits) {
   }
 }
 
-// bf16 16-head tiles fit twice per SM on an H100/H200 only; FP8 ones, with
-// no widened bf16 copy of the rows, on an A100 too (registers allow no
-// third one on either).
+// bf16 16-head tiles fit twice per SM on an H100/H200 only; the narrow FP8
+// tiles (8 and 16 heads), with no widened bf16 copy of the rows, on an A100
+// too (registers allow no third one on either).
 TEST(SparseMlaPlan, CtasPerSmOfEachTile) {
   EXPECT_EQ(SparseMlaCtasPerSm(16, false, kH200Smem), 2);
   EXPECT_EQ(SparseMlaCtasPerSm(16, true, kH200Smem), 2);
+  EXPECT_EQ(SparseMlaCtasPerSm(8, true, kH200Smem), 2);
   EXPECT_EQ(SparseMlaCtasPerSm(16, false, kA100Smem), 1);
   EXPECT_EQ(SparseMlaCtasPerSm(16, true, kA100Smem), 2);
+  EXPECT_EQ(SparseMlaCtasPerSm(8, true, kA100Smem), 2);
   EXPECT_EQ(SparseMlaCtasPerSm(64, false, kA100Smem), 1);
   EXPECT_EQ(SparseMlaCtasPerSm(64, true, kA100Smem), 1);
+}
+
+// FP8 rows get the 8-head tile when the heads fit it (GLM-5 at tensor
+// parallelism 8); bf16 rows keep 16-head tiles.
+TEST(SparseMlaPlan, FewFp8HeadsGetTheNarrowTile) {
+  EXPECT_EQ(PlanSparseMla(64, 8, 2048, kH200Sms, kH200Smem, true).head_tile, 8);
+  EXPECT_EQ(PlanSparseMla(64, 5, 2048, kA100Sms, kA100Smem, true).head_tile, 8);
+  EXPECT_EQ(PlanSparseMla(64, 16, 2048, kH200Sms, kH200Smem, true).head_tile, 16);
+  EXPECT_EQ(PlanSparseMla(64, 8, 2048, kH200Sms, kH200Smem, false).head_tile, 16);
+}
+
+// A forced 8-head tile exists for FP8 rows only; the refusal names the field
+// (checked before any CUDA call, so it runs without a GPU).
+TEST(SparseMlaPlan, EightHeadTileNeedsFp8Rows) {
+  SparseMlaParams p;
+  p.tokens = 1;
+  p.heads = 8;
+  p.q = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
+  p.q_token_stride = 8 * 576;
+  p.q_head_stride = 576;
+  p.cache = reinterpret_cast<const uint8_t*>(uintptr_t{4096});
+  p.num_slots = 64;
+  p.indices = reinterpret_cast<const int32_t*>(uintptr_t{8192});
+  p.indices_stride = 64;
+  p.list_len = 64;
+  p.scale = 0.0625f;
+  p.out = reinterpret_cast<__nv_bfloat16*>(uintptr_t{16384});
+  p.out_token_stride = 8 * 512;
+  p.out_head_stride = 512;
+  p.plan = SparseMlaPlan{8, 1, 64};
+  p.format = LatentFormat::kBF16;
+  const absl::Status st = LaunchSparseMla(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("plan.head_tile"), absl::string_view::npos) << st;
 }
 
 }  // namespace
