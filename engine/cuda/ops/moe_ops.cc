@@ -18,7 +18,6 @@ struct GroupedGemm {
   const Tensor& workspace;
   size_t workspace_bytes;
   int64_t rows;
-  const MoePermuteParams* perm = nullptr;  // its work lists, once the permutation is set up
 
   // The FP8 / bf16 launch's parameters but the activations and the output.
   MoeGroupedGemmParams Params(int64_t k, const PackedExperts& weight, const PackedExperts* up) const {
@@ -47,8 +46,10 @@ struct GroupedGemm {
     return gemm::GetTileConfig(MoeGroupedGemmPlan(Params(k, weight, up)).config).block_tokens;
   }
 
+  // work / work_block_tokens: the list the permutation wrote for this
+  // launch's tile height (null / 0 for a 4-bit launch).
   absl::StatusOr<Tensor> Run(const Tensor& in, const int32_t* row_index, const PackedExperts& weight,
-                             const PackedExperts* up, int64_t n_out) const {
+                             const PackedExperts* up, int64_t n_out, const void* work, int work_block_tokens) const {
     SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(rows, n_out));
     if (weight.four_bit) {  // a 4-bit gate/up pair carries its own SiLU·mul
       W4MoeGroupedGemmParams g;
@@ -80,13 +81,8 @@ struct GroupedGemm {
     g.x_row_index = row_index;
     g.y = out.data();
     g.ldy = out.ld();
-    const int block_tokens = BlockTokens(in.cols(), weight, up);
-    for (int l = 0; perm != nullptr && l < perm->num_work_lists; ++l) {
-      if (perm->work_block_tokens[l] == block_tokens) {
-        g.work = perm->work[l];
-        g.work_block_tokens = perm->work_block_tokens[l];
-      }
-    }
+    g.work = work;
+    g.work_block_tokens = work_block_tokens;
     SPAR_RETURN_IF_ERROR(LaunchMoeGroupedGemm(g, ctx.stream));
     return out;
   }
@@ -137,20 +133,29 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
     SPAR_ASSIGN_OR_RETURN(Tensor ws, ctx.NewTensor(1, static_cast<int64_t>(ws_bytes) + 16, DType::kU8));
     GroupedGemm grouped{ctx, moe, offsets, ws, ws_bytes, rows};
     // The permutation writes the two GEMMs' work lists (one if their tiles
-    // agree): two launches fewer per layer.
+    // agree): two launches fewer per layer. Each GEMM's tile height is
+    // planned once here and its list handed to its launch.
     SPAR_ASSIGN_OR_RETURN(Tensor lists, ctx.NewTensor(1, 2 * static_cast<int64_t>(ws_bytes), DType::kU8));
-    for (const int bt : {grouped.BlockTokens(x.cols(), moe.gate, &moe.up), grouped.BlockTokens(moe.inter, moe.down, nullptr)}) {
-      if (bt == 0 || (perm.num_work_lists == 1 && perm.work_block_tokens[0] == bt)) continue;
+    auto list_for = [&](int bt) -> void* {
+      if (bt == 0) return nullptr;  // a 4-bit launch builds its own
+      for (int l = 0; l < perm.num_work_lists; ++l) {
+        if (perm.work_block_tokens[l] == bt) return perm.work[l];
+      }
+      void* list = static_cast<uint8_t*>(lists.data()) + perm.num_work_lists * ws_bytes;
       perm.work_block_tokens[perm.num_work_lists] = bt;
-      perm.work[perm.num_work_lists] = static_cast<uint8_t*>(lists.data()) + perm.num_work_lists * ws_bytes;
+      perm.work[perm.num_work_lists] = list;
       perm.num_work_lists += 1;
-    }
+      return list;
+    };
+    const int gate_up_bt = grouped.BlockTokens(x.cols(), moe.gate, &moe.up);
+    const int down_bt = grouped.BlockTokens(moe.inter, moe.down, nullptr);
+    const void* gate_up_list = list_for(gate_up_bt);
+    const void* down_list = list_for(down_bt);
     SPAR_RETURN_IF_ERROR(LaunchMoeRoutePermute(route, perm, ctx.moe_done_counter, ctx.stream));
-    grouped.perm = &perm;
     SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_gate_up"));
-    SPAR_ASSIGN_OR_RETURN(Tensor h, grouped.Run(x, sorted.as<int32_t>(), moe.gate, &moe.up, moe.inter));
+    SPAR_ASSIGN_OR_RETURN(Tensor h, grouped.Run(x, sorted.as<int32_t>(), moe.gate, &moe.up, moe.inter, gate_up_list, gate_up_bt));
     SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_down"));
-    SPAR_ASSIGN_OR_RETURN(yd, grouped.Run(h, nullptr, moe.down, nullptr, moe.hidden));
+    SPAR_ASSIGN_OR_RETURN(yd, grouped.Run(h, nullptr, moe.down, nullptr, moe.hidden, down_list, down_bt));
     return absl::OkStatus();
   };
   SPAR_RETURN_IF_ERROR(moe.shared ? ctx.Concurrently(shared_expert, routed_experts) : routed_experts());

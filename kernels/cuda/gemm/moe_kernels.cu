@@ -2,6 +2,7 @@
 // (one block), both in one launch (the last block permutes), weighted
 // combine (blocks of tokens x hidden columns).
 #include "kernels/cuda/common/arch.cuh"
+#include "kernels/cuda/common/reduce.cuh"
 
 #include <cuda_bf16.h>
 
@@ -117,42 +118,12 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRouteKernel(const MoeRoutePa
   RouteTokenBlock(p, blockIdx.x, s);
 }
 
-// Exclusive prefix sum of one int per thread over a block of kT threads
-// (warp shuffles, then the warp totals); *total: the sum of all. warp_sums:
-// 32 ints of shared memory, free again on return.
-template <int kT>
-__device__ __forceinline__ int BlockExclusiveSum(int v, int* warp_sums, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int incl = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int u = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += u;
-  }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    int s = lane < kT / 32 ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int u = __shfl_up_sync(0xffffffffu, s, o);
-      if (lane >= o) s += u;
-    }
-    warp_sums[lane] = s;
-  }
-  __syncthreads();
-  const int excl = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - v;
-  *total = warp_sums[kT / 32 - 1];
-  __syncthreads();
-  return excl;
-}
-
 // Counting sort by expert in one block of kT threads: counts (shared
 // atomics), exclusive scan (thread i owns experts [i*per, (i+1)*per)),
 // the grouped GEMMs' work lists when asked for (before the scatter, while
 // the cursors still hold each expert's first row), scatter through
 // per-expert cursors. cnt and cursor: n_local ints each of shared memory;
-// warp_sums: 32. expert_ids are read through L2 (__ldcg): in the fused
+// warp_sums: 33. expert_ids are read through L2 (__ldcg): in the fused
 // kernel other blocks wrote them during this launch.
 template <int kT>
 __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt, int* cursor, int* warp_sums) {
@@ -171,7 +142,7 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
   int v = 0;
   for (int e = e0; e < e1; ++e) v += cnt[e];
   int local_rows = 0;
-  int excl = BlockExclusiveSum<kT>(v, warp_sums, &local_rows);
+  int excl = cuda::BlockExclusiveScan<kT>(v, warp_sums, &local_rows);
   for (int e = e0; e < e1; ++e) {
     p.expert_offsets[e] = excl;
     cursor[e] = excl;
@@ -185,7 +156,7 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
     int tiles = 0;
     for (int e = e0; e < e1; ++e) tiles += (cnt[e] + bt - 1) / bt;
     int total_tiles = 0;
-    int at = BlockExclusiveSum<kT>(tiles, warp_sums, &total_tiles);
+    int at = cuda::BlockExclusiveScan<kT>(tiles, warp_sums, &total_tiles);
     int32_t* list = static_cast<int32_t*>(p.work[l]);
     int4* entries = reinterpret_cast<int4*>(list + 4);
     for (int e = e0; e < e1; ++e) {
@@ -207,7 +178,7 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
 
 __global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams p) {
   extern __shared__ int s_mem[];
-  __shared__ int warp_sums[32];
+  __shared__ int warp_sums[33];
   const int n_local = p.expert_end - p.expert_begin;
   PermuteBlock<1024>(p, s_mem, s_mem + n_local, warp_sums);
 }
@@ -220,7 +191,7 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRoutePermuteKernel(const Moe
                                                                       int32_t* done) {
   extern __shared__ int s_mem[];
   __shared__ RouteSmem route_smem;
-  __shared__ int warp_sums[32];
+  __shared__ int warp_sums[33];
   __shared__ bool is_last;
   if (static_cast<int64_t>(blockIdx.x) < r.tokens) RouteTokenBlock(r, blockIdx.x, route_smem);
   __threadfence();  // this block's ids and weights before its arrival

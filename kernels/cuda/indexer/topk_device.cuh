@@ -18,6 +18,7 @@
 #define SPAR_KERNELS_CUDA_INDEXER_TOPK_DEVICE_CUH_
 
 #include "kernels/cuda/common/arch.cuh"
+#include "kernels/cuda/common/reduce.cuh"
 
 #include <cstdint>
 
@@ -60,37 +61,8 @@ __device__ __forceinline__ const float* RowPtr(const TopKParams& p, int64_t row)
   return p.logits + row * p.logits_stride + start;
 }
 
-// Exclusive prefix sum over the CTA in thread order; *total gets the sum.
-// scratch: 33 words. Ends with a barrier.
-template <int kT>
-__device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t v, uint32_t* scratch, uint32_t* total) {
-  static_assert(kT % 32 == 0 && kT <= 1024, "whole warps");
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint32_t incl = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t n = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += n;
-  }
-  if (lane == 31) scratch[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    const uint32_t w = lane < kT / 32 ? scratch[lane] : 0;
-    uint32_t wi = w;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t n = __shfl_up_sync(0xffffffffu, wi, o);
-      if (lane >= o) wi += n;
-    }
-    scratch[lane] = wi - w;
-    if (lane == 31) scratch[32] = wi;
-  }
-  __syncthreads();
-  const uint32_t r = scratch[warp] + incl - v;
-  *total = scratch[32];
-  __syncthreads();
-  return r;
-}
+// The CTA-wide exclusive scan (kernels/cuda/common/reduce.cuh).
+using cuda::BlockExclusiveScan;
 
 struct Select {
   uint32_t bucket;  // chosen digit value
