@@ -13,7 +13,8 @@
 #       build-cuda/tests/kernels/attention/attention_sparse_mla_plan_test
 #   tar cJf .bundle-x/mla.tar.xz .bundle-mla
 # On the GPU host: OUT=$OUT bash tools/device/mla_fp8.sh   (carry .bundle-x)
-# Knobs: ROUNDS (2), BATCHES (1,16,64,128), HEADS (8,16,64), TESTS (1),
+# Knobs: ROUNDS (2), BATCHES (1,16,64,128), HEADS (8,16,64), TESTS (1: also
+# indexer_gpu_test, gemm_gpu_test and cuda_parity_gpu_test when bundled),
 # NCU (1: profile the FP8 batch-64 x 8-head launch of both builds),
 # EXTRA="name ..." (more bench binaries in the bundle, timed like "after").
 # Logs land in /tmp/mla, archived to $OUT/mla.tgz (the device tool returns
@@ -35,6 +36,16 @@ if [[ "${TESTS:-1}" != 0 ]]; then
     timeout 200 "$B/indexer_gpu_test" --gtest_brief=1 >"$out/indexer_gpu_test.log" 2>&1
     echo "indexer_gpu_test rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/indexer_gpu_test.log" | tr '\n' ' ')"
     grep -E "^\[  FAILED" "$out/indexer_gpu_test.log" | head -10
+  fi
+  if [[ -x "$B/gemm_gpu_test" ]]; then  # the MoE permutation's block scan
+    timeout 200 "$B/gemm_gpu_test" --gtest_brief=1 --gtest_filter=-*GroupedSplitK* >"$out/gemm_gpu_test.log" 2>&1
+    echo "gemm_gpu_test rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/gemm_gpu_test.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED" "$out/gemm_gpu_test.log" | head -10
+  fi
+  if [[ -x "$B/cuda_parity_gpu_test" ]]; then  # the engine's MoE and FP8 latent paths
+    timeout 240 "$B/cuda_parity_gpu_test" >"$out/parity.log" 2>&1
+    echo "cuda_parity_gpu_test rc=$? ok=$(grep -c '^\[       OK \]' "$out/parity.log") failed=$(grep -c '^\[  FAILED  \]' "$out/parity.log") skipped=$(grep -c '^\[  SKIPPED \]' "$out/parity.log")"
+    grep -E "^\[  FAILED" "$out/parity.log" | head -10
   fi
 fi
 args=(--decode-only --batches "${BATCHES:-1,16,64,128}" --heads "${HEADS:-8,16,64}")

@@ -69,7 +69,10 @@ struct NarrowTileConfig {
   static constexpr int kSredPitch = kBlockKeys + 4;  // floats per (warp, head) row of partial scores
   static constexpr int kPPitch = kBlockKeys + 8;     // bf16 per head row of P
   static constexpr int kOPitch = kDimV + 4;          // floats per head row of the output staging
-  constexpr int StageBytes() const { return kBlockKeys * kFp8RowBytes; }
+  // Rows sit 672 bytes apart in shared memory (656 + 16): 8-byte loads of
+  // eight rows' codes at one offset hit distinct banks.
+  static constexpr int kSmemRowBytes = kFp8RowBytes + 16;
+  constexpr int StageBytes() const { return kBlockKeys * kSmemRowBytes; }
   constexpr int GatherBytes() const { return kStages * StageBytes(); }
   constexpr int QTileBytes() const { return head_tile * kRowBytes; }
   constexpr int SredBytes() const { return kWarps * head_tile * kSredPitch * 4; }

@@ -43,6 +43,7 @@
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/fp8_sm80.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/common/reduce.cuh"
 
 namespace spar::mla {
 namespace {
@@ -62,6 +63,7 @@ struct Narrow {
   static constexpr int kQOffset = kGatherBytes - kTile.QTileBytes();
   static constexpr int kWarpDims = kDimV / kWarps;    // 64 e4m3 lanes / output columns per warp
   static constexpr int kWarpKSteps = kWarpDims / 16;  // 4
+  static constexpr int kRowPitch = NarrowTileConfig::kSmemRowBytes;
   // Every thread issues part of the gather, 8 per row (issuing it from the
   // four warps without rope work measured 8 % slower, H200).
   static constexpr int kRowThreads = kThreads / kBlockKeys;
@@ -101,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
   // scores are masked).
   const int grow = tid / C::kRowThreads, gsub = tid % C::kRowThreads;
   const uint8_t* const gsrc = a.cache + gsub * 16;
-  uint8_t* const gdst = gather + grow * kFp8RowBytes + gsub * 16;
+  uint8_t* const gdst = gather + grow * C::kRowPitch + gsub * 16;
   auto issue = [&](int b) {
     if (b >= nblocks) return;
     constexpr int kChunks = kFp8RowBytes / 16;  // 41
@@ -140,12 +142,15 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
   uint32_t qf[C::kWarpKSteps + 1][kNT][2];
 #pragma unroll
   for (int kk = 0; kk <= C::kWarpKSteps; ++kk) {
-    const int dim0 = kk < C::kWarpKSteps ? warp * C::kWarpDims + kk * 16 : kDimV + warp * 16;
+    // e4m3 k-step kk = 2h + i: lane t's dims 32h + 4i + 8t + 0..3 of the
+    // warp's 64 (two k-steps per 8-byte load); rope: dims 4t + 0..3.
+    const int dim_t = kk < C::kWarpKSteps ? warp * C::kWarpDims + (kk >> 1) * 32 + (kk & 1) * 4 + tq * 8
+                                          : kDimV + warp * 16 + tq * 4;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       qf[kk][nt][0] = qf[kk][nt][1] = 0;
       if (kk < C::kWarpKSteps || warp < kRopeKSteps) {
-        uint2 v = LoadShared<uint2>(qstage + (nt * 8 + g) * kRowBytes + (dim0 + tq * 4) * 2);
+        uint2 v = LoadShared<uint2>(qstage + (nt * 8 + g) * kRowBytes + dim_t * 2);
         if (kk < C::kWarpKSteps) {
           __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
           h[0] = __hmul2(h[0], q_pow2_60);
@@ -178,13 +183,20 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
 #pragma unroll
         for (int e = 0; e < 4; ++e) sacc[nt][e] = 0.0f;
       // A fragment: keys g and g + 8 of the m-tile, 4 contiguous codes each.
-      const uint8_t* const key_g = tile + (mt * 16 + g) * kFp8RowBytes;
-      const uint8_t* const codes = key_g + warp * C::kWarpDims + tq * 4;
+      const uint8_t* const key_g = tile + (mt * 16 + g) * C::kRowPitch;
+      const uint8_t* const codes = key_g + warp * C::kWarpDims + tq * 8;
+      uint2 raw_g[2], raw_g8[2];  // [h]: k-steps 2h (.x) and 2h + 1 (.y)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        raw_g[h] = LoadShared<uint2>(codes + h * 32);
+        raw_g8[h] = LoadShared<uint2>(codes + 8 * C::kRowPitch + h * 32);
+      }
 #pragma unroll
       for (int kk = 0; kk < C::kWarpKSteps; ++kk) {
         uint32_t af[4];
-        cuda::E4m3x4ToScaledBf16x4(LoadShared<uint32_t>(codes + kk * 16), af[0], af[2]);
-        cuda::E4m3x4ToScaledBf16x4(LoadShared<uint32_t>(codes + 8 * kFp8RowBytes + kk * 16), af[1], af[3]);
+        const uint2 v = raw_g[kk >> 1], v8 = raw_g8[kk >> 1];
+        cuda::E4m3x4ToScaledBf16x4(kk & 1 ? v.y : v.x, af[0], af[2]);
+        cuda::E4m3x4ToScaledBf16x4(kk & 1 ? v8.y : v8.x, af[1], af[3]);
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) Mma(sacc[nt], af, qf[kk][nt][0], qf[kk][nt][1]);
         // Rows of Vᵀ: dims g (a0/a2) and g + 8 (a1/a3); columns: keys.
@@ -197,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
       // the products still lack (finite for any scale below 2^68).
       const int scale_off = kDimV + (warp * C::kWarpDims / 128) * 4;
       const float s0 = LoadShared<float>(key_g + scale_off) * kPow2_60;
-      const float s1 = LoadShared<float>(key_g + 8 * kFp8RowBytes + scale_off) * kPow2_60;
+      const float s1 = LoadShared<float>(key_g + 8 * C::kRowPitch + scale_off) * kPow2_60;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         sacc[nt][0] *= s0;
@@ -207,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
       }
       if (warp < kRopeKSteps) {  // rope lanes, bf16, the same column order
         const uint8_t* const rope = key_g + kFp8RopeOffset + warp * 32 + tq * 8;
-        const uint2 x = LoadShared<uint2>(rope), y = LoadShared<uint2>(rope + 8 * kFp8RowBytes);
+        const uint2 x = LoadShared<uint2>(rope), y = LoadShared<uint2>(rope + 8 * C::kRowPitch);
         const uint32_t af[4] = {x.x, y.x, x.y, y.y};
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) Mma(sacc[nt], af, qf[C::kWarpKSteps][nt][0], qf[C::kWarpKSteps][nt][1]);
@@ -240,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
     l_lane[j] = 0.0f;
   }
   auto softmax = [&](int b) {
-    const uint8_t* const row = gather + (b % C::kStages) * C::kStageBytes + lane * kFp8RowBytes;
+    const uint8_t* const row = gather + (b % C::kStages) * C::kStageBytes + lane * C::kRowPitch;
     const float4 sc = LoadShared<float4>(row + kDimV);
     const bool valid = sidx[b * kBlockKeys + lane] >= 0;
 #pragma unroll
@@ -252,10 +264,7 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
       s = valid ? s * a.scale_log2 : -INFINITY;
       float alpha = 1.0f;
       if (__any_sync(0xffffffffu, s > m_run[j] + kLazyLog2)) {  // m_run = -inf: any valid key
-        float mx = s;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        const float m_new = fmaxf(m_run[j], mx);  // finite
+        const float m_new = fmaxf(m_run[j], cuda::WarpMax(s));  // finite
         alpha = exp2f(m_run[j] - m_new);         // 0 while nothing was seen
         m_run[j] = m_new;
         l_lane[j] *= alpha;
@@ -340,9 +349,7 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
   // write rows of 512 columns with 16-byte (fp32) / 8-byte (bf16) stores.
 #pragma unroll
   for (int j = 0; j < kNT; ++j) {
-    float l = l_lane[j];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    const float l = cuda::WarpSum(l_lane[j]);
     if (lane == 0) {
       sfin_m[warp + 8 * j] = m_run[j];
       sfin_l[warp + 8 * j] = l;
@@ -351,7 +358,8 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
   float* const ofin = reinterpret_cast<float*>(gather);
 #pragma unroll
   for (int kk = 0; kk < C::kWarpKSteps; ++kk) {
-    const int col = warp * C::kWarpDims + kk * 16 + 4 * (g >> 1) + (g & 1);  // row g of the k-step
+    // Row g of k-step kk: lane g / 2's code g % 2 (see the Q fragments).
+    const int col = warp * C::kWarpDims + (kk >> 1) * 32 + (kk & 1) * 4 + 8 * (g >> 1) + (g & 1);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       float* const o = ofin + (nt * 8 + 2 * tq) * C::kOPitch + col;
