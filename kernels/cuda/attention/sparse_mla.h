@@ -9,14 +9,15 @@
 // Index entries < 0 or >= num_slots are skipped, duplicates count as often as
 // they occur; a row with no valid entry gives out = 0 and lse = +inf.
 // Numerics: bf16 operands on mma.sync with fp32 accumulation, probabilities
-// rounded to bf16 (the normaliser sums the rounded values). FP8 rows are
-// widened to bf16 as e4m3 value x (per-128 scale rounded to bf16): relative
-// error <= 2^-9 per tile beyond the bf16 rounding (exact for power-of-two
-// scales); scales >= 128 take an exact fp32 path.
+// rounded to bf16 (bf16 rows: the normaliser sums the rounded values). FP8
+// rows: the e4m3 codes widen to bf16 exactly, each 128-column partial score
+// is multiplied by the key's fp32 scale, and P·V rounds p times the key's
+// scale to bf16 once per 128-column block of V (the normaliser sums p).
 //
 // A CTA takes one token, a tile of 16/32/64 heads (8/16 with FP8 rows: a
 // kernel of its own for the decode shapes of tensor parallelism, where few
-// heads share each gathered row) and a range of the index list. Small batches split the index list over several CTAs and a
+// heads share each gathered row) and a range of the index list. Small
+// batches split the index list over several CTAs and a
 // second kernel merges the partial results by log-sum-exp, so batch 1 still
 // fills the GPU. The dense fast path (context <= index_topk) is the same
 // kernel reading positions 0..kv_len-1 through the block table instead of an

@@ -27,7 +27,8 @@ inline constexpr int kMaxSplits = 256;          // merge kernel's smem weights
 inline constexpr int kSredStride = 40;          // floats per partial-score row
 inline constexpr int kPStride = 40;             // bf16 per probability row
 
-// Heads per CTA (16, 32, 64) and cache format fix the layout.
+// Heads per CTA (16, 32, 64) and cache format fix the layout of the wide-tile
+// kernel (sparse_mla.cu; FP8 rows use it for 32 and 64 heads only).
 struct TileConfig {
   int head_tile;
   bool fp8;
@@ -49,9 +50,9 @@ struct TileConfig {
   // each key's probability times that key's scale for the block.
   constexpr int PCopies() const { return fp8 ? kDimV / 128 : 1; }
   constexpr int PBytes() const { return PCopies() * head_tile * kPStride * 2; }
-  // Registers allow two 256-thread CTAs per SM at 16 heads (ptxas -v: 118
-  // (fp8) / 127 (bf16) registers) and one above (165-255 registers). The
-  // kernel's __launch_bounds__ asks for exactly this, and the planner counts it.
+  // Registers allow two 256-thread CTAs per SM at 16 heads (ptxas -v: 127
+  // registers) and one above (164-255 registers). The kernel's
+  // __launch_bounds__ asks for exactly this, and the planner counts it.
   constexpr int MaxCtasByRegisters() const { return head_tile == 16 ? 2 : 1; }
   constexpr int SmemBytes() const {
     return GatherBytes() + SredBytes() + PBytes() + 3 * head_tile * 4 + kMaxKeysPerCta * 4;
@@ -80,7 +81,7 @@ struct NarrowTileConfig {
   constexpr int SmemBytes() const {
     return GatherBytes() + SredBytes() + PBytes() + 3 * head_tile * 4 + kMaxKeysPerCta * 4;
   }
-  // ptxas -v: 93 (8 heads) / 126 (16 heads) registers. Three 8-head CTAs
+  // ptxas -v: 106 (8 heads) / 127 (16 heads) registers. Three 8-head CTAs
   // (80 registers, a few spilled) measured 7 % slower than two (H200).
   constexpr int MaxCtasByRegisters() const { return 2; }
 };
