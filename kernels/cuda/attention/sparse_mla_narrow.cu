@@ -21,12 +21,13 @@
 // - 8 threads gather one row (one slot lookup, 16-byte cp.async at fixed
 //   offsets).
 //
-// Column order inside a 16-dim k-step: lane t of a quad reads the 4
-// contiguous e4m3 bytes [4t, 4t + 4) of a key (one 32-bit load that widens
-// to the fragment's two registers of that key) and Q is read in the same
-// order, which a dot product allows; the output rows of Oᵀ then come in the
-// order 0 1 4 5 8 9 12 13 | 2 3 6 7 10 11 14 15, which the epilogue undoes
-// while staging O through shared memory for coalesced stores.
+// Column order: a dot product may sum its terms in any order if Q and K
+// agree, so lane t of a quad loads the 8 contiguous e4m3 bytes [8t, 8t + 8)
+// of each 32-byte half of the warp's 64 dims of a key (one conflict-free
+// 8-byte load, rows 672 bytes apart in shared memory); each 4-byte half is
+// one k-step's two registers of that key, and Q is read in the same order.
+// The rows of Oᵀ (output columns) then come permuted, which the epilogue
+// undoes while staging O through shared memory for coalesced stores.
 //
 // Scales: the codes widen to bf16 times 2^-120 (fp8_sm80.cuh); the query's
 // e4m3 lanes carry 2^60, and each warp's partial scores (in one 128-column
