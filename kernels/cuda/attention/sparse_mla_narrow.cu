@@ -68,6 +68,7 @@ struct Narrow {
   // Every thread issues part of the gather, 8 per row (issuing it from the
   // four warps without rope work measured 8 % slower, H200).
   static constexpr int kRowThreads = kThreads / kBlockKeys;
+  static constexpr int kThreadChunks = (kFp8RowBytes / 16 + kRowThreads - 1) / kRowThreads;  // per block
   static_assert(HN == 8 || HN == 16, "narrow tiles are 8 or 16 heads");
   static_assert(kQOffset >= (kStages - 1) * kStageBytes, "the query tile may only cover the last stage");
   static_assert(HN * kOPitch * 4 <= kGatherBytes, "the output staging fits the gather area");
@@ -105,14 +106,14 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
   const int grow = tid / C::kRowThreads, gsub = tid % C::kRowThreads;
   const uint8_t* const gsrc = a.cache + gsub * 16;
   uint8_t* const gdst = gather + grow * C::kRowPitch + gsub * 16;
-  auto issue = [&](int b) {
+  auto issue = [&](int b, int c_begin, int c_end) {
     if (b >= nblocks) return;
     constexpr int kChunks = kFp8RowBytes / 16;  // 41
     const int32_t slot = sidx[b * kBlockKeys + grow];
     const uint8_t* const src = gsrc + static_cast<int64_t>(max(slot, 0)) * kFp8RowBytes;
     uint8_t* const dst = gdst + (b % C::kStages) * C::kStageBytes;
 #pragma unroll
-    for (int c = 0; c < (kChunks + C::kRowThreads - 1) / C::kRowThreads; ++c) {
+    for (int c = c_begin; c < c_end; ++c) {
       if (gsub + c * C::kRowThreads < kChunks) {
         cuda::CpAsync16(dst + c * C::kRowThreads * 16, src + c * C::kRowThreads * 16, slot < 0 ? 0 : 16);
       }
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
   __syncthreads();
 #pragma unroll
   for (int b = 0; b < C::kStages - 1; ++b) {
-    issue(b);
+    issue(b, 0, C::kThreadChunks);
     cuda::CpAsyncCommit();
   }
   cuda::CpAsyncWait<C::kStages - 1>();  // the query group, the oldest
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
     }
   }
   __syncthreads();  // the query tile's area is free for the last stage
-  issue(C::kStages - 1);
+  issue(C::kStages - 1, 0, C::kThreadChunks);
   cuda::CpAsyncCommit();
   cuda::CpAsyncWait<C::kStages - 1>();  // block 0
   __syncthreads();
@@ -335,9 +336,12 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
     __syncthreads();
   }
   for (int b = 0; b < nblocks; ++b) {
-    issue(b + C::kStages);
-    cuda::CpAsyncCommit();
+    // The next block's copies in two halves around the P·V, so the warps'
+    // cp.async do not all queue for the memory pipe at once.
+    issue(b + C::kStages, 0, C::kThreadChunks / 2);
     accumulate();
+    issue(b + C::kStages, C::kThreadChunks / 2, C::kThreadChunks);
+    cuda::CpAsyncCommit();
     if (b + 1 < nblocks) scores(b + 1);
     __syncthreads();
     if (b + 1 < nblocks) softmax(b + 1);
