@@ -1,11 +1,9 @@
 // Sparse MLA decode / prefill and the per-layer small ops on the GPU.
 //
 //   attention_bench [peer.json] [--decode-only] [--batches 1,64] [--heads 8,64]
-//                   [--rounds N]
 //
-// --decode-only skips prefill and the small ops; --rounds repeats the decode
-// grid (every configuration once per round, so two builds' binaries run
-// back to back give interleaved medians).
+// --decode-only skips prefill and the small ops; --batches / --heads replace
+// the decode grid's lists (positive integers, comma-separated).
 //
 // Decode: batch {1, 16, 64, 128} x heads {8, 16, 64, 128} x topk 2048 over a
 // 1M-row latent cache (bf16 and FP8), random slots, 8 index sets rotated so
@@ -24,8 +22,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "base/numeric.h"
 #include "base/rng.h"
 #include "bench/common/bench_util.h"
@@ -175,14 +175,16 @@ int main(int argc, char** argv) {
   using namespace spar::bench;
   nlohmann::json peer;
   bool decode_only = false;
-  int rounds = 1;
   std::vector<int> batches = {1, 16, 64, 128}, head_counts = {8, 16, 64, 128};
-  auto parse_list = [](const char* s) {
+  // "N,N,..." of positive integers, or empty on anything else.
+  auto parse_list = [](const std::string& s) {
     std::vector<int> v;
-    for (const char* p = s; *p != 0;) {
-      v.push_back(std::atoi(p));
-      while (*p != 0 && *p != ',') ++p;
-      if (*p == ',') ++p;
+    for (size_t at = 0; at <= s.size();) {
+      const size_t end = std::min(s.find(',', at), s.size());
+      int x = 0;
+      if (!absl::SimpleAtoi(s.substr(at, end - at), &x) || x < 1) return std::vector<int>{};
+      v.push_back(x);
+      at = end + 1;
     }
     return v;
   };
@@ -190,12 +192,13 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--decode-only") {
       decode_only = true;
-    } else if (a == "--batches" && i + 1 < argc) {
-      batches = parse_list(argv[++i]);
-    } else if (a == "--heads" && i + 1 < argc) {
-      head_counts = parse_list(argv[++i]);
-    } else if (a == "--rounds" && i + 1 < argc) {
-      rounds = std::max(1, std::atoi(argv[++i]));
+    } else if ((a == "--batches" || a == "--heads") && i + 1 < argc) {
+      std::vector<int> v = parse_list(argv[++i]);
+      if (v.empty()) {
+        std::fprintf(stderr, "%s wants positive integers N,N,..., got '%s'\n", a.c_str(), argv[i]);
+        return 2;
+      }
+      (a == "--batches" ? batches : head_counts) = std::move(v);
     } else if (a[0] != '-') {
       std::ifstream in(a);
       if (in) in >> peer;
@@ -217,7 +220,6 @@ int main(int argc, char** argv) {
   std::printf("| fmt | batch | heads | tile x splits | us | TFLOP/s | GB/s gathered | %% copy BW | torch us | speedup | "
               "graph-replay us | %% copy BW (graph) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (int round = 0; round < rounds; ++round)
   for (auto f : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
     const char* fn = f == LatentFormat::kBF16 ? "bf16" : "fp8";
     for (int batch : batches) {

@@ -46,10 +46,6 @@ absl::Status LaunchNarrowFp8(const MlaArgs& args, int head_tile, int64_t grid, c
 // part the output takes back.
 constexpr float kPow2_104 = 2.028240960365167e31f;
 constexpr float kPow2_16 = 65536.0f;
-// The narrow kernel's query lanes carry 2^60 (bf16 bit pattern: exponent
-// field 187) and its key scales the other 2^60 of the widening's 2^-120.
-constexpr uint16_t kBf16Pow2_60 = 0x5d80;
-constexpr float kPow2_60 = 1.152921504606846976e18f;
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

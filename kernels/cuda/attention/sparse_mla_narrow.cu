@@ -49,6 +49,11 @@
 namespace spar::mla {
 namespace {
 
+// The query's e4m3 lanes carry 2^60 (bf16 bit pattern: exponent field 187)
+// and the key scales the other 2^60 of the widening's 2^-120.
+constexpr uint16_t kBf16Pow2_60 = 0x5d80;
+constexpr float kPow2_60 = 1.152921504606846976e18f;
+
 template <int HN>
 struct Narrow {
   static constexpr NarrowTileConfig kTile{HN};
@@ -136,8 +141,9 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
   __syncthreads();
 
   // Qᵀ fragments (B operand of Sᵀ) of this warp's four e4m3 k-steps and its
-  // rope k-step, kept in registers: b0 = dims 4t, 4t+1 and b1 = 4t+2, 4t+3
-  // of the k-step for head g of each n-tile. The e4m3 k-steps' query lanes
+  // rope k-step, kept in registers: b0 = the first two and b1 = the last two
+  // of lane t's four dims of the k-step (the order the codes are loaded in),
+  // for head g of each n-tile. The e4m3 k-steps' query lanes
   // carry 2^60 (exact: a power of two), so one multiply by the key's scale
   // times 2^60 takes the 2^-120 of the widening back.
   const __nv_bfloat162 q_pow2_60 = __halves2bfloat162(__ushort_as_bfloat16(kBf16Pow2_60), __ushort_as_bfloat16(kBf16Pow2_60));
