@@ -1,9 +1,10 @@
 // Sparse MLA decode / prefill and the per-layer small ops on the GPU.
 //
-//   attention_bench [peer.json] [--decode-only] [--batches 1,64] [--heads 8,64]
+//   attention_bench [peer.json] [--decode-only | --absorb-only] [--batches 1,64] [--heads 8,64]
 //
-// --decode-only skips prefill and the small ops; --batches / --heads replace
-// the decode grid's lists (positive integers, comma-separated).
+// --decode-only skips prefill and the small ops; --absorb-only runs only the
+// MLA absorptions; --batches / --heads replace the decode grid's lists
+// (positive integers, comma-separated).
 //
 // Decode: batch {1, 16, 64, 128} x heads {8, 16, 64, 128} x topk 2048 over a
 // 1M-row latent cache (bf16 and FP8), random slots, 8 index sets rotated so
@@ -162,6 +163,81 @@ MlaResult TimeMla(LatentFormat f, const uint8_t* cache, int64_t cache_rows, int6
   return r;
 }
 
+// The q absorption and output un-absorption (GLM-5 heads: Dn 192, Dv 256) at
+// 64 heads (TP 1) and 8 (TP 8): the engine's choice (16-row tiles up to 16
+// tokens) against the 64-row tile on the same arguments, as graph replays
+// rotating over 8 copies of kv_b so the weights come from DRAM as in a
+// decode step. % copy: the weight bytes read.
+void BenchAbsorb(double copy_gbs) {
+  std::printf("\n## MLA absorptions, graph replays (weights from DRAM)\n");
+  std::printf("| op | heads | tokens | engine us | 64-row tile us | ratio | %% copy BW (engine) |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  constexpr int kCopies = 8;
+  const int nope = 192, v = 256;
+  cudaStream_t stream;
+  CheckCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  for (int heads : {64, 8}) {
+    std::vector<__nv_bfloat16*> kvb(kCopies);
+    for (int c = 0; c < kCopies; ++c) {
+      kvb[c] = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(static_cast<size_t>(heads) * (nope + v) * 512, 8 + c)));
+    }
+    for (int64_t tokens : {1, 2, 4, 8, 16, 64}) {
+      auto* q = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * heads * (nope + 64), 20)));
+      auto* ol = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * heads * 512, 21)));
+      __nv_bfloat16 *qo = nullptr, *o = nullptr;
+      CheckCuda(cudaMalloc(&qo, tokens * heads * 576 * 2), "malloc");
+      CheckCuda(cudaMalloc(&o, tokens * heads * v * 2), "malloc");
+      auto tc_params = [&](int c, bool query) {
+        BatchedGemmParams p;
+        p.b_kn = query;
+        p.ldb = 512;
+        p.b_batch_stride = static_cast<int64_t>(nope + v) * 512;
+        p.m = tokens;
+        p.batch = heads;
+        p.tile_rows = 64;
+        if (query) {
+          p.a = q, p.lda = static_cast<int64_t>(heads) * (nope + 64), p.a_batch_stride = nope + 64;
+          p.b = kvb[c];
+          p.c = qo, p.ldc = static_cast<int64_t>(heads) * 576, p.c_batch_stride = 576;
+          p.n = 512, p.k = nope;
+        } else {
+          p.a = ol, p.lda = static_cast<int64_t>(heads) * 512, p.a_batch_stride = 512;
+          p.b = kvb[c] + static_cast<int64_t>(nope) * 512;
+          p.c = o, p.ldc = static_cast<int64_t>(heads) * v, p.c_batch_stride = v;
+          p.n = v, p.k = 512;
+        }
+        return p;
+      };
+      for (bool query : {true, false}) {
+        const double engine_us = GraphMedianMicros(
+            [&](int i) {
+              const MlaAbsorbWeights w{kvb[i % kCopies], heads, nope, v};
+              if (query) {
+                Check(LaunchMlaQAbsorb(w, q, tokens, nope + 64, qo, static_cast<int64_t>(heads) * 576, 576, stream),
+                      "absorb");
+              } else {
+                Check(LaunchMlaOutUnabsorb(w, ol, tokens, static_cast<int64_t>(heads) * 512, 512, o, stream),
+                      "unabsorb");
+              }
+            },
+            stream);
+        const double tc_us = GraphMedianMicros(
+            [&](int i) { Check(LaunchBatchedGemm(tc_params(i % kCopies, query), stream), "batched gemm"); }, stream);
+        const double bytes = 2.0 * heads * (query ? nope : v) * 512;
+        std::printf("| %s | %d | %lld | %.2f | %.2f | %.2fx | %.0f%% |\n", query ? "q absorption" : "un-absorption",
+                    heads, static_cast<long long>(tokens), engine_us, tc_us, tc_us / engine_us,
+                    100.0 * bytes / (engine_us * 1e-6) / 1e9 / copy_gbs);
+      }
+      cudaFree(q);
+      cudaFree(ol);
+      cudaFree(qo);
+      cudaFree(o);
+    }
+    for (auto* d : kvb) cudaFree(d);
+  }
+  CheckCuda(cudaStreamDestroy(stream), "stream");
+}
+
 double PeerUs(const nlohmann::json& peer, const char* phase, const std::string& key) {
   if (!peer.contains(phase) || !peer[phase].contains(key)) return 0.0;
   return peer[phase][key].get<double>();
@@ -174,7 +250,7 @@ int main(int argc, char** argv) {
   using namespace spar;
   using namespace spar::bench;
   nlohmann::json peer;
-  bool decode_only = false;
+  bool decode_only = false, absorb_only = false;
   std::vector<int> batches = {1, 16, 64, 128}, head_counts = {8, 16, 64, 128};
   // "N,N,..." of positive integers, or empty on anything else.
   auto parse_list = [](const std::string& s) {
@@ -192,6 +268,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--decode-only") {
       decode_only = true;
+    } else if (a == "--absorb-only") {
+      absorb_only = true;
     } else if ((a == "--batches" || a == "--heads") && i + 1 < argc) {
       std::vector<int> v = parse_list(argv[++i]);
       if (v.empty()) {
@@ -209,6 +287,10 @@ int main(int argc, char** argv) {
   }
   const double copy_gbs = MeasureCopyBandwidthGBs();
   std::printf("device: %s (sm80 code), copy bandwidth %.0f GB/s (read+write)\n", DeviceName().c_str(), copy_gbs);
+  if (absorb_only) {
+    BenchAbsorb(copy_gbs);
+    return 0;
+  }
 
   const int64_t kRows = int64_t{1} << 20;
   uint8_t* cache_bf16 = MakeCache(LatentFormat::kBF16, kRows);
@@ -258,6 +340,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  BenchAbsorb(copy_gbs);
   // Small ops at decode and prefill sizes (GLM-5 shapes).
   std::printf("\n## small ops\n| op | shape | us | GB/s |\n|---|---|---|---|\n");
   {
@@ -321,32 +404,6 @@ int main(int argc, char** argv) {
         cudaFree(dslots);
         cudaFree(dinv);
       }
-    }
-    for (int64_t tokens : {64, 4096}) {
-      const int heads = 64, nope = 192, v = 256;
-      auto* kvb = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(static_cast<size_t>(heads) * (nope + v) * 512, 8)));
-      auto* q = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * heads * (nope + 64), 9)));
-      auto* ol = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * heads * 512, 10)));
-      __nv_bfloat16 *qo = nullptr, *o = nullptr;
-      CheckCuda(cudaMalloc(&qo, tokens * heads * 576 * 2), "malloc");
-      CheckCuda(cudaMalloc(&o, tokens * heads * v * 2), "malloc");
-      MlaAbsorbWeights w{kvb, heads, nope, v};
-      const double us_q = MedianMicros([&] {
-        Check(LaunchMlaQAbsorb(w, q, tokens, nope + 64, qo, static_cast<int64_t>(heads) * 576, 576, nullptr), "absorb");
-      });
-      const double us_o = MedianMicros([&] {
-        Check(LaunchMlaOutUnabsorb(w, ol, tokens, static_cast<int64_t>(heads) * 512, 512, o, nullptr), "unabsorb");
-      });
-      const double fl_q = 2.0 * tokens * heads * nope * 512, fl_o = 2.0 * tokens * heads * v * 512;
-      std::printf("| q absorption (GLM-5, 64 heads) | %lld tokens | %.1f | %.1f TFLOP/s |\n", static_cast<long long>(tokens),
-                  us_q, fl_q / (us_q * 1e-6) / 1e12);
-      std::printf("| un-absorption (GLM-5, 64 heads) | %lld tokens | %.1f | %.1f TFLOP/s |\n", static_cast<long long>(tokens),
-                  us_o, fl_o / (us_o * 1e-6) / 1e12);
-      cudaFree(kvb);
-      cudaFree(q);
-      cudaFree(ol);
-      cudaFree(qo);
-      cudaFree(o);
     }
     for (int rows : {1, 64}) {
       for (int mode = 0; mode < 2; ++mode) {

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -38,7 +39,8 @@ TEST_P(AbsorbGemm, QAbsorbAndUnabsorbMatchReference) {
   DeviceArray<uint16_t> dkvb;
   dkvb.Upload(testing::ToBf16(kvb));
   MlaAbsorbWeights w{reinterpret_cast<const __nv_bfloat16*>(dkvb.get()), s.heads, s.nope, s.v};
-  for (int64_t tokens : {1, 7, 130}) {
+  // Up to 16 tokens take the 16-row tile, more the 64-row tile.
+  for (int64_t tokens : {1, 2, 7, 16, 17, 130}) {
     SCOPED_TRACE(::testing::Message() << "heads " << s.heads << " nope " << s.nope << " tokens " << tokens);
     // q absorption into the 576-wide attention query buffer.
     const auto q = RandomBf16(tokens * s.heads * qdim, 2 + tokens, -2.0f, 2.0f);
@@ -102,6 +104,52 @@ TEST_P(AbsorbGemm, QAbsorbAndUnabsorbMatchReference) {
   }
 }
 
+// A token's row has the same bits whichever tile shape its step took
+// (absorb_gemm.cu): the rows of a 1- / 5- / 16-token call (16-row tiles)
+// equal the same rows of a 40-token call (64-row tiles). A speculative
+// verify step's rows then equal a plain decode step's.
+TEST_P(AbsorbGemm, ARowHasTheSameBitsInEitherTileShape) {
+  SPAR_REQUIRE_GPU();
+  const Shape s = GetParam();
+  const int qdim = s.nope + 64;
+  const auto kvb = RandomBf16(static_cast<size_t>(s.heads) * (s.nope + s.v) * 512, 11, -0.1f, 0.1f);
+  DeviceArray<uint16_t> dkvb;
+  dkvb.Upload(testing::ToBf16(kvb));
+  MlaAbsorbWeights w{reinterpret_cast<const __nv_bfloat16*>(dkvb.get()), s.heads, s.nope, s.v};
+  const int64_t most = 40;
+  DeviceArray<uint16_t> dq, dol;
+  dq.Upload(testing::ToBf16(RandomBf16(most * s.heads * qdim, 12, -2.0f, 2.0f)));
+  dol.Upload(testing::ToBf16(RandomBf16(most * s.heads * 512, 13, -1.0f, 1.0f)));
+  auto run = [&](int64_t tokens, std::vector<uint16_t>* q_out, std::vector<uint16_t>* o_out) {
+    DeviceArray<uint16_t> dqo(tokens * s.heads * 576), dout(tokens * s.heads * s.v);
+    dqo.Poison();
+    dout.Poison();
+    ASSERT_TRUE(LaunchMlaQAbsorb(w, reinterpret_cast<const __nv_bfloat16*>(dq.get()), tokens, qdim,
+                                 reinterpret_cast<__nv_bfloat16*>(dqo.get()), static_cast<int64_t>(s.heads) * 576, 576,
+                                 nullptr)
+                    .ok());
+    ASSERT_TRUE(LaunchMlaOutUnabsorb(w, reinterpret_cast<const __nv_bfloat16*>(dol.get()), tokens,
+                                     static_cast<int64_t>(s.heads) * 512, 512,
+                                     reinterpret_cast<__nv_bfloat16*>(dout.get()), nullptr)
+                    .ok());
+    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+    *q_out = dqo.Download();
+    *o_out = dout.Download();
+  };
+  std::vector<uint16_t> wide_q, wide_o;
+  run(most, &wide_q, &wide_o);
+  for (int64_t tokens : {1, 5, 16}) {
+    SCOPED_TRACE(::testing::Message() << "tokens " << tokens);
+    std::vector<uint16_t> q, o;
+    run(tokens, &q, &o);
+    for (int64_t i = 0; i < tokens * s.heads; ++i) {  // the 512 latent lanes of each (token, head)
+      ASSERT_TRUE(std::equal(q.begin() + i * 576, q.begin() + i * 576 + 512, wide_q.begin() + i * 576))
+          << "q absorption, (token, head) " << i;
+    }
+    EXPECT_TRUE(std::equal(o.begin(), o.end(), wide_o.begin())) << "un-absorption";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, AbsorbGemm, ::testing::Values(Shape{8, 192, 256}, Shape{16, 128, 128}, Shape{64, 192, 256}));
 
 TEST(AbsorbGemmParams, RejectsBadShapes) {
@@ -110,6 +158,23 @@ TEST(AbsorbGemmParams, RejectsBadShapes) {
   p.n = 100;
   p.k = 32;
   EXPECT_EQ(LaunchBatchedGemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Refused before the kernel could read anything (host pointers): runs
+// without a GPU.
+TEST(AbsorbGemmParams, RejectsATileHeightItDoesNotHave) {
+  std::vector<uint16_t> buf(64 * 64);
+  BatchedGemmParams p;
+  p.a = p.b = reinterpret_cast<const __nv_bfloat16*>(buf.data());
+  p.c = reinterpret_cast<__nv_bfloat16*>(buf.data());
+  p.lda = p.ldb = p.ldc = 64;
+  p.m = 1;
+  p.n = 64;
+  p.k = 32;
+  p.tile_rows = 32;
+  const absl::Status st = LaunchBatchedGemm(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tile_rows"), std::string::npos) << st;
 }
 
 }  // namespace
