@@ -182,6 +182,10 @@ absl::StatusOr<Tensor> IndexerTopK(StepContext& ctx, int layer, const Tensor& q,
   tp.num_cols = stride;
   tp.out = out.as<int32_t>();
   tp.out_stride = spec.topk;
+  // Written as cache slots (what sparse MLA reads) by the top-k itself.
+  tp.block_table = m.tables;
+  tp.block_table_stride = m.table_stride;
+  tp.token_seq = m.seq;
   tp.plan = &ctx.TopKPlanFor(tp.rows, tp.num_cols);
   // Few long rows (decode) split each row over several CTAs, which needs scratch.
   Tensor topk_ws;
@@ -191,8 +195,6 @@ absl::StatusOr<Tensor> IndexerTopK(StepContext& ctx, int layer, const Tensor& q,
     tp.workspace_bytes = ws;
   }
   SPAR_RETURN_IF_ERROR(LaunchTopK(tp, ctx.stream));
-  SPAR_RETURN_IF_ERROR(LaunchPositionsToSlots(out.as<int32_t>(), m.tokens, spec.topk, m.seq, m.tables, m.table_stride,
-                                              ctx.stream));
   return out;
 }
 

@@ -40,6 +40,8 @@ __global__ void __launch_bounds__(64) MlaCacheWriteKernel(const MlaCacheWritePar
     }
   }
   if (p.norm_weight != nullptr) {
+    // Loaded before the sum: the round trip overlaps the reduction.
+    const uint4 wraw = *reinterpret_cast<const uint4*>(p.norm_weight + tid * 8);
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) ss = fmaf(c[i], c[i], ss);
@@ -50,7 +52,6 @@ __global__ void __launch_bounds__(64) MlaCacheWriteKernel(const MlaCacheWritePar
     __syncthreads();
     ss = warp_ss[0] + warp_ss[1];
     const float inv = 1.0f / sqrtf(ss / kNope + p.eps);
-    const uint4 wraw = *reinterpret_cast<const uint4*>(p.norm_weight + tid * 8);
     const __nv_bfloat162* w = reinterpret_cast<const __nv_bfloat162*>(&wraw);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {

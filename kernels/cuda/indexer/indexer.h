@@ -174,7 +174,8 @@ absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStr
 // last selected one. Exact radix select on the fp32 bit patterns (no coarse
 // keys); rows up to 262144 (2^18) entries (row_len values are clamped to
 // num_cols). With block_table set, position p of row r is written as the
-// cache slot block_table[(r / rows_per_seq)][p / 64] * 64 + p % 64.
+// cache slot block_table[seq][p / 64] * 64 + p % 64, seq = token_seq[r]
+// when token_seq is set, else r / rows_per_seq.
 //
 // Rows of at most kTopKShortMaxLen (16384) positions take a path sized by the
 // row (one CTA each, keys in registers, no workspace). Few long rows (decode
@@ -194,9 +195,10 @@ struct TopKParams {
   int64_t num_cols = 0;                // longest row; <= 262144
   int32_t* out = nullptr;              // [rows, out_stride]
   int64_t out_stride = 0;              // >= k
-  const int32_t* block_table = nullptr;  // optional [rows / rows_per_seq, block_table_stride]
+  const int32_t* block_table = nullptr;  // optional [sequences, block_table_stride]
   int64_t block_table_stride = 0;
-  int rows_per_seq = 1;
+  const int32_t* token_seq = nullptr;  // optional [rows]: each row's sequence (its block table row)
+  int rows_per_seq = 1;                // without token_seq: row r is sequence r / rows_per_seq
   void* workspace = nullptr;  // 16-byte aligned, >= TopKWorkspaceBytes(*this) bytes, or nullptr
   size_t workspace_bytes = 0;
   // 0: the launcher chooses (short rows, one CTA per long row, or split);
@@ -214,15 +216,9 @@ size_t TopKWorkspaceBytes(const TopKParams& p);
 absl::Status LaunchTopK(const TopKParams& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------
-// 7. Index lists as cache slots (slots.cu): token t's list idx[t][0, k)
-// holds positions of its sequence token_seq[t], whose pages are
-// block_table[token_seq[t]][0, block_table_stride).
-//
-// In place: position p >= 0 -> block_table[token_seq[t]][p / 64] * 64 + p % 64;
-// entries < 0 stay as they are (-1 marks an empty entry). Every p must be
-// covered by the sequence's table.
-absl::Status LaunchPositionsToSlots(int32_t* idx, int64_t tokens, int k, const int32_t* token_seq,
-                                    const int32_t* block_table, int64_t block_table_stride, cudaStream_t stream);
+// 7. Index lists as cache slots (slots.cu; the top-k writes slots itself,
+// section 6): token t's list idx[t][0, k) holds slots of its sequence
+// token_seq[t], whose pages are block_table[token_seq[t]][0, block_table_stride).
 // The list of a context that fits in k (no scoring): entry j is the slot of
 // position j for j < kv_len[t], ascending, else -1.
 absl::Status LaunchDenseSlots(int32_t* idx, int64_t tokens, int k, const int32_t* kv_len, const int32_t* token_seq,

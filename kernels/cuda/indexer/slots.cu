@@ -1,5 +1,5 @@
-// Index lists as cache slots (indexer.h, section 7): the top-k selects
-// positions of a sequence; sparse MLA reads cache slots.
+// Index lists as cache slots (indexer.h, section 7) for contexts that fit
+// in k: every visible position, as the slot sparse MLA reads.
 #include "kernels/cuda/common/arch.cuh"
 
 #include <cstdint>
@@ -12,16 +12,6 @@
 
 namespace spar {
 namespace {
-
-__global__ void PositionsToSlotsKernel(int32_t* idx, int k, const int32_t* token_seq, const int32_t* block_table,
-                                       int64_t stride) {
-  const int64_t t = blockIdx.x;
-  const int32_t* table = block_table + token_seq[t] * stride;
-  for (int j = threadIdx.x; j < k; j += blockDim.x) {
-    const int32_t p = idx[t * k + j];
-    if (p >= 0) idx[t * k + j] = table[p / kCacheBlockTokens] * kCacheBlockTokens + p % kCacheBlockTokens;
-  }
-}
 
 __global__ void DenseSlotsKernel(int32_t* idx, int k, const int32_t* kv_len, const int32_t* token_seq,
                                  const int32_t* block_table, int64_t stride) {
@@ -44,17 +34,6 @@ absl::Status CheckSlotArgs(absl::string_view op, const int32_t* idx, int64_t tok
 }
 
 }  // namespace
-
-absl::Status LaunchPositionsToSlots(int32_t* idx, int64_t tokens, int k, const int32_t* token_seq,
-                                    const int32_t* block_table, int64_t block_table_stride, cudaStream_t stream) {
-  SPAR_RETURN_IF_ERROR(
-      CheckSlotArgs("PositionsToSlots", idx, tokens, k, token_seq, block_table, block_table_stride));
-  if (tokens == 0 || k == 0) return absl::OkStatus();
-  PositionsToSlotsKernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(idx, k, token_seq, block_table,
-                                                                             block_table_stride);
-  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("PositionsToSlotsKernel");
-  return absl::OkStatus();
-}
 
 absl::Status LaunchDenseSlots(int32_t* idx, int64_t tokens, int k, const int32_t* kv_len, const int32_t* token_seq,
                               const int32_t* block_table, int64_t block_table_stride, cudaStream_t stream) {

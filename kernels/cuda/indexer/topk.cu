@@ -78,6 +78,7 @@ absl::Status ValidateTopK(const TopKParams& p) {
   if (p.out_stride < p.k) return InvalidParam(op, "out_stride", "must be >= k");
   if (p.block_table != nullptr && (p.rows_per_seq < 1 || p.block_table_stride < 1))
     return InvalidParam(op, "rows_per_seq/block_table_stride", "must be >= 1 with a block_table");
+  if (p.token_seq != nullptr && p.block_table == nullptr) return InvalidParam(op, "token_seq", "needs a block_table");
   if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
     return InvalidParam(op, "workspace", "must be 16-byte aligned");
   return absl::OkStatus();

@@ -61,6 +61,14 @@ __device__ __forceinline__ const float* RowPtr(const TopKParams& p, int64_t row)
   return p.logits + row * p.logits_stride + start;
 }
 
+// The block table of row's sequence when positions are written as cache
+// slots (TopKParams::block_table), else null.
+__device__ __forceinline__ const int32_t* SlotTable(const TopKParams& p, int64_t row) {
+  if (p.block_table == nullptr) return nullptr;
+  const int64_t seq = p.token_seq != nullptr ? p.token_seq[row] : row / p.rows_per_seq;
+  return p.block_table + seq * p.block_table_stride;
+}
+
 // The CTA-wide exclusive scan (kernels/cuda/common/reduce.cuh).
 using cuda::BlockExclusiveScan;
 
@@ -342,8 +350,7 @@ __device__ __forceinline__ void FinishRow(const TopKParams& p, int64_t row, cons
   for (int w = 0; w < kWordsPerThread; ++w) c += __popc(m.sel_bits[w0 + w]);
   uint32_t out_idx = BlockExclusiveScan<kRowThreads>(c, m.scratch, &total);
   int32_t* out = p.out + row * p.out_stride;
-  const int32_t* table =
-      p.block_table != nullptr ? p.block_table + (row / p.rows_per_seq) * p.block_table_stride : nullptr;
+  const int32_t* table = SlotTable(p, row);
 #pragma unroll
   for (int w = 0; w < kWordsPerThread; ++w) {
     uint32_t word = m.sel_bits[w0 + w];

@@ -188,18 +188,23 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   uint32_t total = 0;
   position_ranks(selected, &total);
   int32_t* out = p.out + row * p.out_stride;
-  const int32_t* table =
-      p.block_table != nullptr ? p.block_table + (row / p.rows_per_seq) * p.block_table_stride : nullptr;
+  const int32_t* table = SlotTable(p, row);
+  // Values first, stores after: out may alias table as far as the compiler
+  // knows, so a table load between two stores would wait for the first.
+  int32_t value[kKeys];
+#pragma unroll
+  for (int u = 0; u < kKeys; ++u) {
+    const int pos = u * kShortThreads + tid;
+    value[u] = pos;
+    if (table != nullptr && ((selected >> u) & 1u)) {
+      value[u] = table[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens;
+    }
+  }
 #pragma unroll
   for (int u = 0; u < kKeys; ++u) {
     const bool mine = (selected >> u) & 1u;
     const uint32_t b = __ballot_sync(0xffffffffu, mine);
-    if (mine) {
-      const int pos = u * kShortThreads + tid;
-      const uint32_t slot = counts[u * kShortWarps + warp] + __popc(b & LaneMaskLt());
-      out[slot] = table != nullptr ? table[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens
-                                   : pos;
-    }
+    if (mine) out[counts[u * kShortWarps + warp] + __popc(b & LaneMaskLt())] = value[u];
   }
   for (int i = static_cast<int>(total) + tid; i < p.k; i += kShortThreads) out[i] = -1;
 }
@@ -215,9 +220,13 @@ absl::Status Launch(const TopKParams& p, cudaStream_t stream) {
 
 absl::Status LaunchTopKShort(const TopKParams& p, cudaStream_t stream) {
   const int64_t len = p.num_cols;
+  // Between the powers of two too: a decode step at 8K + 1 positions would
+  // otherwise carry 16 keys per thread, half of them empty.
   if (len <= 2 * kShortThreads) return Launch<2>(p, stream);
   if (len <= 4 * kShortThreads) return Launch<4>(p, stream);
+  if (len <= 6 * kShortThreads) return Launch<6>(p, stream);
   if (len <= 8 * kShortThreads) return Launch<8>(p, stream);
+  if (len <= 12 * kShortThreads) return Launch<12>(p, stream);
   return Launch<16>(p, stream);
 }
 

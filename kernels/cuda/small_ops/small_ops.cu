@@ -89,6 +89,15 @@ __global__ void __launch_bounds__(1024) RmsNormKernel(const RmsNormParams p) {
 #pragma unroll
     for (int k = 0; k < 8; ++k) ss = fmaf(v[i][k], v[i][k], ss);
   }
+  // The weights are loaded before the sum so their memory round trip
+  // overlaps the block reduction (at decode the kernel is one CTA of
+  // latency: load, reduce, load, store).
+  uint4 w_raw[kChunksPerThread];
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c < chunks) w_raw[i] = *reinterpret_cast<const uint4*>(p.weight + c * 8);
+  }
   ss = BlockSum(ss, sh);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(p.dim) + p.eps);
 #pragma unroll
@@ -96,7 +105,7 @@ __global__ void __launch_bounds__(1024) RmsNormKernel(const RmsNormParams p) {
     const int c = threadIdx.x + i * blockDim.x;
     if (c >= chunks) continue;
     float w[8];
-    Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p.weight + c * 8), w);
+    Bf16x8ToFloat(w_raw[i], w);
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[i][k] = __fmul_rn(w[k], __fmul_rn(v[i][k], inv));
     *reinterpret_cast<uint4*>(p.out + r * p.out_stride + c * 8) = FloatToBf16x8(v[i]);

@@ -1,4 +1,4 @@
-// The index lists' positions -> cache slots kernels (indexer.h, section 7)
+// The dense index lists of short contexts as cache slots (indexer.h, section 7)
 // against a host computation on random block tables, outputs poisoned first.
 #include <cstdint>
 #include <vector>
@@ -37,34 +37,6 @@ int32_t SlotOf(const SlotCase& c, int64_t t, int32_t p) {
   return c.tables[c.token_seq[t] * c.stride + p / kCacheBlockTokens] * kCacheBlockTokens + p % kCacheBlockTokens;
 }
 
-TEST(PositionsToSlots, MapsPositionsAndKeepsEmptyEntries) {
-  SPAR_REQUIRE_GPU();
-  for (const auto& c : {MakeCase(1, 1, 1, 1, 7), MakeCase(2, 5, 40, 130, 2048), MakeCase(3, 64, 64, 33, 300)}) {
-    Rng rng(c.tokens);
-    std::vector<int32_t> idx(c.tokens * c.k);
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      for (int j = 0; j < c.k; ++j) {
-        // ~1 in 5 entries empty (-1, or another negative value: both stay).
-        idx[t * c.k + j] = rng.Below(5) == 0 ? -1 - static_cast<int32_t>(rng.Below(2))
-                                             : static_cast<int32_t>(rng.Below(c.kv_len[t]));
-      }
-    }
-    DeviceArray<int32_t> d_idx, d_seq, d_tab;
-    d_idx.Upload(idx);
-    d_seq.Upload(c.token_seq);
-    d_tab.Upload(c.tables);
-    ASSERT_TRUE(LaunchPositionsToSlots(d_idx.get(), c.tokens, c.k, d_seq.get(), d_tab.get(), c.stride, nullptr).ok());
-    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
-    const auto got = d_idx.Download();
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      for (int j = 0; j < c.k; ++j) {
-        const int32_t p = idx[t * c.k + j];
-        ASSERT_EQ(got[t * c.k + j], p < 0 ? p : SlotOf(c, t, p)) << "token " << t << " entry " << j;
-      }
-    }
-  }
-}
-
 TEST(DenseSlots, ListsEveryVisiblePositionAscendingThenEmpty) {
   SPAR_REQUIRE_GPU();
   for (const auto& c : {MakeCase(4, 1, 1, 1, 64), MakeCase(5, 3, 17, 32, 2048), MakeCase(6, 8, 70, 2, 100)}) {
@@ -88,10 +60,6 @@ TEST(DenseSlots, ListsEveryVisiblePositionAscendingThenEmpty) {
 TEST(Slots, RejectBadParams) {
   SPAR_REQUIRE_GPU();
   DeviceArray<int32_t> buf(16);
-  EXPECT_EQ(LaunchPositionsToSlots(buf.get(), 1, 4, nullptr, buf.get(), 1, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LaunchPositionsToSlots(buf.get(), 1, 4, buf.get(), buf.get(), 0, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LaunchDenseSlots(buf.get(), 1, 4, nullptr, buf.get(), buf.get(), 1, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LaunchDenseSlots(buf.get(), -1, 4, buf.get(), buf.get(), buf.get(), 1, nullptr).code(),

@@ -184,6 +184,12 @@ const TopKCase kCases[] = {
     {Dist::kTies, 16385, 2048, 1},
     {Dist::kRealLike, 8192, 2048, 64},
     {Dist::kAllNegInf, 4096, 2048, 1},
+    // The 6- and 12-keys-per-thread variants at their bounds (a decode step
+    // just past 4K / 8K positions).
+    {Dist::kRealLike, 4097, 2048, 2},
+    {Dist::kTies, 6144, 2048, 2},
+    {Dist::kRealLike, 8193, 2048, 4},
+    {Dist::kZerosAndTies, 12288, 2048, 2},
 };
 
 // One CTA per row (both ways), the planner's choice, and odd forced cuts.
@@ -193,9 +199,13 @@ INSTANTIATE_TEST_SUITE_P(Cases, TopKTest,
 
 class TopKSlotsTest : public ::testing::TestWithParam<int> {};
 
+// Positions written as cache slots, each row's sequence either row /
+// rows_per_seq or token_seq[row] (the engine's map, here not monotonic); row
+// 1 has fewer valid entries than k (every valid one taken, then -1).
 TEST_P(TopKSlotsTest, TranslatesPositionsToCacheSlots) {
   SPAR_REQUIRE_GPU();
   const int rows = 4, rows_per_seq = 2, len = 5000, k = 2048, tstride = 100;
+  const std::vector<int32_t> row_len = {5000, 1500, 4097, 5000}, token_seq = {1, 0, 1, 1};
   std::vector<float> logits(rows * len);
   for (int r = 0; r < rows; ++r) {
     const std::vector<float> row = MakeRow(Dist::kUniform, len, 50 + r);
@@ -205,32 +215,60 @@ TEST_P(TopKSlotsTest, TranslatesPositionsToCacheSlots) {
   for (int i = 0; i < 2 * tstride; ++i) table[i] = (i * 37) % 500;
   DeviceArray<float> d_logits;
   d_logits.Upload(logits);
-  DeviceArray<int32_t> d_table, d_out(rows * k);
+  DeviceArray<int32_t> d_table, d_seq, d_len;
   d_table.Upload(table);
-  d_out.Poison();
-  TopKParams p;
-  p.rows = rows;
-  p.k = k;
-  p.logits = d_logits.get();
-  p.logits_stride = len;
-  p.num_cols = len;
-  p.out = d_out.get();
-  p.out_stride = k;
-  p.block_table = d_table.get();
-  p.block_table_stride = tstride;
-  p.rows_per_seq = rows_per_seq;
-  DeviceArray<uint8_t> ws;
-  ASSERT_TRUE(RunTopK(p, GetParam(), nullptr, &ws).ok());
-  SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
-  const std::vector<int32_t> got = d_out.Download();
-  std::vector<int32_t> want(k);
-  for (int r = 0; r < rows; ++r) {
-    ref::TopK(logits.data() + r * len, len, k, want.data());
-    const int32_t* t = table.data() + (r / rows_per_seq) * tstride;
-    for (int i = 0; i < k; ++i) {
-      ASSERT_EQ(got[r * k + i], t[want[i] / 64] * 64 + want[i] % 64) << "row " << r << " slot " << i;
+  d_seq.Upload(token_seq);
+  d_len.Upload(row_len);
+  for (bool by_token_seq : {false, true}) {
+    SCOPED_TRACE(by_token_seq ? "token_seq" : "rows_per_seq");
+    DeviceArray<int32_t> d_out(rows * k);
+    d_out.Poison();
+    TopKParams p;
+    p.rows = rows;
+    p.k = k;
+    p.logits = d_logits.get();
+    p.logits_stride = len;
+    p.row_len = d_len.get();
+    p.num_cols = len;
+    p.out = d_out.get();
+    p.out_stride = k;
+    p.block_table = d_table.get();
+    p.block_table_stride = tstride;
+    p.rows_per_seq = rows_per_seq;
+    if (by_token_seq) p.token_seq = d_seq.get();
+    DeviceArray<uint8_t> ws;
+    ASSERT_TRUE(RunTopK(p, GetParam(), nullptr, &ws).ok());
+    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<int32_t> got = d_out.Download();
+    std::vector<int32_t> want(k);
+    for (int r = 0; r < rows; ++r) {
+      ref::TopK(logits.data() + r * len, row_len[r], k, want.data());
+      const int32_t* t = table.data() + (by_token_seq ? token_seq[r] : r / rows_per_seq) * tstride;
+      for (int i = 0; i < k; ++i) {
+        const int32_t expect = want[i] < 0 ? -1 : t[want[i] / 64] * 64 + want[i] % 64;
+        ASSERT_EQ(got[r * k + i], expect) << "row " << r << " entry " << i;
+      }
     }
   }
+}
+
+// Refused before anything touches the pointers (host memory here): runs
+// without a GPU.
+TEST(TopKParamsCheck, RefusesATokenSeqWithoutABlockTable) {
+  std::vector<float> logits(64);
+  std::vector<int32_t> out(64), seq(1);
+  TopKParams p;
+  p.rows = 1;
+  p.k = 8;
+  p.logits = logits.data();
+  p.logits_stride = 64;
+  p.num_cols = 64;
+  p.out = out.data();
+  p.out_stride = 64;
+  p.token_seq = seq.data();
+  const absl::Status st = LaunchTopK(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("token_seq"), std::string::npos) << st;
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, TopKSlotsTest, ::testing::Values(kNoWorkspace, 0, 3));
