@@ -52,14 +52,15 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   // Phase 1: LayerNorm in fp32 (biased variance, two passes over registers).
   float v[4];
   LoadBf16x4(p.x + t * p.x_stride + 4 * lane, v);
+  // Loaded before the sums: the round trips overlap the reductions.
+  const float4 wt = reinterpret_cast<const float4*>(p.norm_weight)[lane];
+  const float4 bs = reinterpret_cast<const float4*>(p.norm_bias)[lane];
   const float mean = cuda::WarpSum(v[0] + v[1] + v[2] + v[3]) * (1.0f / kDim);
   float sq = 0;
 #pragma unroll
   for (int e = 0; e < 4; ++e) sq += (v[e] - mean) * (v[e] - mean);
   const float var = cuda::WarpSum(sq) * (1.0f / kDim);
   const float inv = 1.0f / sqrtf(var + p.eps);
-  const float4 wt = reinterpret_cast<const float4*>(p.norm_weight)[lane];
-  const float4 bs = reinterpret_cast<const float4*>(p.norm_bias)[lane];
   v[0] = (v[0] - mean) * inv * wt.x + bs.x;
   v[1] = (v[1] - mean) * inv * wt.y + bs.y;
   v[2] = (v[2] - mean) * inv * wt.z + bs.z;
