@@ -39,6 +39,8 @@
 #include "kernels/cuda/attention/sparse_mla_args.cuh"
 #include "kernels/cuda/attention/sparse_mla_config.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/launch_smem.cuh"
+#include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/common/device_info.h"
 #include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/common/fp8_sm80.cuh"
@@ -100,14 +102,9 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
   int32_t* const sidx = reinterpret_cast<int32_t*>(sfin_l + HM);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int cta = blockIdx.x;
-  const int split = cta % a.num_splits;
-  cta /= a.num_splits;
-  const int head0 = (cta % a.head_tiles) * HM;
-  const int t = cta / a.head_tiles;
-  const int k_begin = split * a.keys_per_split;
-  const int k_end = min(a.list_len, k_begin + a.keys_per_split);
-  const int nblocks = (max(0, k_end - k_begin) + kBlockKeys - 1) / kBlockKeys;
+  const CtaWork work = LocateCta(a, HM, kBlockKeys);
+  const int split = work.split, head0 = work.head0, t = work.t;
+  const int k_begin = work.k_begin, k_end = work.k_end, nblocks = work.nblocks;
 
   // Gathers block b's 32 rows into its stage with 16-byte cp.async; skipped
   // slots are zero-filled (their scores are masked below).
@@ -513,72 +510,100 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
   }
 }
 
-// Merges the splits of one (token, head): weights exp(lse_s - max), summed
-// in a fixed order. The split log-sum-exps are read once, in parallel, into
-// shared memory, and the partial rows are read 8 splits at a time so the
-// loads overlap (batch 1 has up to 32 splits). Every split empty -> out 0,
-// lse +inf.
-__global__ void __launch_bounds__(128) MergeSplitsKernel(const float* __restrict__ ws_o, const float* __restrict__ ws_lse,
-                                                         int splits, int tokens, int heads, __nv_bfloat16* out,
-                                                         int64_t o_ts, int64_t o_hs, float* lse) {
+// Merges the splits of one (token, head): weights exp(lse_s - max), the
+// partial rows summed in split order. kCols output columns per thread: at
+// decode (few rows, <= 32 splits) one column per thread, and all of the
+// first 32 splits' partial values are loaded before the weights are known,
+// so the kernel waits for memory once (it sits between attention and the
+// un-absorption on the step's critical path); many rows take 4 columns per
+// thread (fewer, larger CTAs). Both sum in the same order (the weights'
+// total sequentially over the splits, then each column), so the variant
+// does not change a bit. Every split empty -> out 0, lse +inf.
+constexpr int kMergeLoads = 32;          // partial values in flight per thread
+constexpr int kMergeFewRows = 1024;      // up to this many (token, head) rows: one column per thread
+
+template <int kCols>
+__global__ void __launch_bounds__(kDimV / kCols) MergeSplitsKernel(const float* __restrict__ ws_o,
+                                                                   const float* __restrict__ ws_lse, int splits,
+                                                                   int tokens, int heads, __nv_bfloat16* out,
+                                                                   int64_t o_ts, int64_t o_hs, float* lse) {
+  constexpr int kThreadsPerRow = kDimV / kCols;
+  constexpr int kWarps = kThreadsPerRow / 32;
+  constexpr int kBatch = kMergeLoads / kCols;  // splits per round of loads
   __shared__ float sw[kMaxSplits];
-  __shared__ float sred[2][4];
+  __shared__ float smax[kWarps];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t th = blockIdx.x;
   const int t = static_cast<int>(th / heads), h = static_cast<int>(th % heads);
   const int64_t stride = static_cast<int64_t>(tokens) * heads;
-  float mx = -INFINITY;
-  for (int s = tid; s < splits; s += 128) {
-    const float v = ws_lse[s * stride + th];
-    sw[s] = v;
-    mx = fmaxf(mx, v);
-  }
+  const float* src = ws_o + th * kDimV + tid * kCols;
+  const int64_t split_stride = stride * kDimV;
+  float v[kBatch][kCols];
+  auto load = [&](int s0) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if (lane == 0) sred[0][warp] = mx;
+    for (int i = 0; i < kBatch; ++i) {
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) v[i][c] = 0.0f;
+      if (s0 + i < splits) {
+        if constexpr (kCols == 4) {
+          const float4 x = *reinterpret_cast<const float4*>(src + (s0 + i) * split_stride);
+          v[i][0] = x.x, v[i][1] = x.y, v[i][2] = x.z, v[i][3] = x.w;
+        } else {
+          v[i][0] = src[(s0 + i) * split_stride];
+        }
+      }
+    }
+  };
+  load(0);
+  float mx = -INFINITY;
+  for (int s = tid; s < splits; s += kThreadsPerRow) {
+    const float l = ws_lse[s * stride + th];
+    sw[s] = l;
+    mx = fmaxf(mx, l);
+  }
+  mx = cuda::WarpMax(mx);
+  if (lane == 0) smax[warp] = mx;
   __syncthreads();
-  mx = fmaxf(fmaxf(sred[0][0], sred[0][1]), fmaxf(sred[0][2], sred[0][3]));
-  const int c = tid * 4;
-  __nv_bfloat16* dst = out + t * o_ts + h * o_hs + c;
+  mx = smax[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, smax[w]);
+  __nv_bfloat16* dst = out + t * o_ts + h * o_hs + tid * kCols;
   if (mx == -INFINITY) {
-    *reinterpret_cast<uint2*>(dst) = make_uint2(0u, 0u);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) dst[c] = __float2bfloat16_rn(0.0f);
     if (tid == 0 && lse != nullptr) lse[th] = INFINITY;
     return;
   }
-  float part = 0.0f;
-  for (int s = tid; s < splits; s += 128) {
-    const float w = expf(sw[s] - mx);  // empty splits: exp(-inf) = 0
-    sw[s] = w;
-    part += w;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-  if (lane == 0) sred[1][warp] = part;
+  for (int s = tid; s < splits; s += kThreadsPerRow) sw[s] = expf(sw[s] - mx);  // empty splits: exp(-inf) = 0
   __syncthreads();
-  const float sum = (sred[1][0] + sred[1][1]) + (sred[1][2] + sred[1][3]);
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const float* src = ws_o + th * kDimV + c;
-#pragma unroll 8
-  for (int s = 0; s < splits; ++s) {
-    const float w = sw[s];
-    const float4 v = *reinterpret_cast<const float4*>(src + s * stride * kDimV);
-    acc.x += w * v.x;
-    acc.y += w * v.y;
-    acc.z += w * v.z;
-    acc.w += w * v.w;
+  float sum = 0.0f;
+  for (int s = 0; s < splits; ++s) sum += sw[s];
+  float acc[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) acc[c] = 0.0f;
+  for (int s0 = 0; s0 < splits; s0 += kBatch) {
+    if (s0 > 0) load(s0);
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      if (s0 + i < splits) {
+        const float w = sw[s0 + i];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) acc[c] = fmaf(w, v[i][c], acc[c]);
+      }
+    }
   }
   const float inv = 1.0f / sum;
-  *reinterpret_cast<uint2*>(dst) = make_uint2(PackBf16(acc.x * inv, acc.y * inv), PackBf16(acc.z * inv, acc.w * inv));
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) dst[c] = __float2bfloat16_rn(acc[c] * inv);
   if (tid == 0 && lse != nullptr) lse[th] = mx + logf(sum);
 }
 
 template <int HM, bool kFp8>
 absl::Status LaunchVariant(const MlaArgs& args, int64_t grid, cudaStream_t stream) {
   using C = Cfg<HM, kFp8>;
-  SPAR_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(SparseMlaKernel<HM, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
-  SparseMlaKernel<HM, kFp8><<<static_cast<unsigned>(grid), kThreads, C::kSmem, stream>>>(args);
-  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("SparseMlaKernel");
+  SPAR_CUDA_RETURN_IF_ERROR_NAMED((cuda::LaunchWithSmem<SparseMlaKernel<HM, kFp8>>(
+                                      dim3(static_cast<unsigned>(grid)), kThreads, C::kSmem, stream, args)),
+                                  "SparseMlaKernel");
   return absl::OkStatus();
 }
 
@@ -586,9 +611,16 @@ absl::Status LaunchVariant(const MlaArgs& args, int64_t grid, cudaStream_t strea
 absl::Status LaunchMerge(const MlaArgs& args, const SparseMlaPlan& plan, const SparseMlaParams& p,
                          cudaStream_t stream) {
   if (plan.num_splits <= 1) return absl::OkStatus();
-  MergeSplitsKernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, 0, stream>>>(
-      args.ws_o, args.ws_lse, plan.num_splits, args.tokens, p.heads, p.out, p.out_token_stride, p.out_head_stride,
-      p.lse);
+  const int64_t rows = p.tokens * p.heads;
+  if (rows <= kMergeFewRows) {
+    MergeSplitsKernel<1><<<static_cast<unsigned>(rows), kDimV, 0, stream>>>(
+        args.ws_o, args.ws_lse, plan.num_splits, args.tokens, p.heads, p.out, p.out_token_stride, p.out_head_stride,
+        p.lse);
+  } else {
+    MergeSplitsKernel<4><<<static_cast<unsigned>(rows), kDimV / 4, 0, stream>>>(
+        args.ws_o, args.ws_lse, plan.num_splits, args.tokens, p.heads, p.out, p.out_token_stride, p.out_head_stride,
+        p.lse);
+  }
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("MergeSplitsKernel");
   return absl::OkStatus();
 }

@@ -42,6 +42,7 @@
 #include "kernels/cuda/attention/sparse_mla_args.cuh"
 #include "kernels/cuda/attention/sparse_mla_config.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/launch_smem.cuh"
 #include "kernels/cuda/common/fp8_sm80.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/reduce.cuh"
@@ -413,10 +414,9 @@ __global__ void __launch_bounds__(kThreads, NarrowTileConfig{HN}.MaxCtasByRegist
 template <int HN>
 absl::Status LaunchNarrow(const MlaArgs& args, int64_t grid, cudaStream_t stream) {
   using C = Narrow<HN>;
-  SPAR_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(NarrowFp8Kernel<HN>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
-  NarrowFp8Kernel<HN><<<static_cast<unsigned>(grid), kThreads, C::kSmem, stream>>>(args);
-  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("NarrowFp8Kernel");
+  SPAR_CUDA_RETURN_IF_ERROR_NAMED(
+      cuda::LaunchWithSmem<NarrowFp8Kernel<HN>>(dim3(static_cast<unsigned>(grid)), kThreads, C::kSmem, stream, args),
+      "NarrowFp8Kernel");
   return absl::OkStatus();
 }
 

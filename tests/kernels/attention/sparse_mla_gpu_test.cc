@@ -281,6 +281,34 @@ TEST(SparseMla, ForcedPlans) {
   }
 }
 
+// The split merge runs one column per thread for up to 1024 (token, head)
+// rows and four above (sparse_mla.cu); both sum in the same order, so the
+// first 16 tokens of a 17-token call (1088 rows) have the bits of a
+// 16-token call (1024 rows). Some lists are empty (lse +inf, out 0).
+TEST(SparseMla, MergeVariantsGiveTheSameBits) {
+  SPAR_REQUIRE_GPU();
+  for (LatentFormat format : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
+    Cache cache;
+    MakeCache(cache, format, 64 * 32, 23);
+    Problem big;
+    big.tokens = 17;
+    big.heads = 64;
+    big.list_len = 256;
+    RandomQ(big, 61);
+    big.indices = RandomIndices(big.tokens, big.list_len, cache.num_slots, 62, true);
+    for (int j = 0; j < big.list_len; ++j) big.indices[3 * big.list_len + j] = -1;  // token 3: nothing to read
+    Problem small = big;
+    small.tokens = 16;
+    small.q.resize(small.tokens * small.heads * kLatentDim);
+    small.indices.resize(small.tokens * small.list_len);
+    const SparseMlaPlan plan{16, 4, 64};
+    const Result a = RunGpu(small, cache, plan), b = RunGpu(big, cache, plan);
+    EXPECT_TRUE(std::equal(a.out.begin(), a.out.end(), b.out.begin())) << FormatName(format) << ": out";
+    EXPECT_TRUE(std::equal(a.lse.begin(), a.lse.end(), b.lse.begin())) << FormatName(format) << ": lse";
+    ExpectClose(b, RunRef(big, cache), format, std::string(FormatName(format)) + " 17 tokens");
+  }
+}
+
 // Rows whose entries are all invalid give out 0 and lse +inf, split or not;
 // a list of one slot repeated gives exactly that row's values (up to bf16).
 TEST(SparseMla, EmptyRowsAndDuplicates) {
