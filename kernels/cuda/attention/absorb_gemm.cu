@@ -8,12 +8,12 @@
 // 32 x 32, 3 stages). At decode (<= 16 tokens) the GEMM is a stream of
 // weights and the 3-stage pipeline leaves each CTA waiting on memory once
 // per two K tiles (the un-absorption's 16 K tiles: ~10 us for 17 MB at 64
-// heads); there a 16-row tile (4 warps of 16 x 16) keeps 6 K tiles in
-// flight with the same shared memory. Every output element is the same
-// sequence of mma k-steps from zero in both shapes, so a token's row has
-// the same bits whichever shape its step took (a speculative verify step's
-// rows equal a plain decode step's: the engine's greedy equality relies on
-// it, and absorb_gemm_gpu_test checks it).
+// heads); there a 16-row tile (4 warps of 16 x 16, 7 stages in 44.8 KB of
+// static shared memory) keeps 6 K tiles in flight. Every output element is
+// the same sequence of mma k-steps from zero in both shapes, so a token's
+// row has the same bits whichever shape its step took (a speculative verify
+// step's rows equal a plain decode step's: the engine's greedy equality
+// relies on it, and absorb_gemm_gpu_test checks it).
 #include "kernels/cuda/attention/absorb_gemm.h"
 
 #include <cuda_bf16.h>
