@@ -79,16 +79,16 @@ if [[ ${SPAR_AB_SUITE:-1} == 1 ]]; then
     grep -E "^\[  FAILED|Failure" "$out/$name.log" | head -10
   done
   if [[ ${SPAR_AB_PARITY_BEFORE:-1} == 1 ]]; then
-  ( source .bundle-before/env.sh; timeout 240 .bundle-before/bin/cuda_parity_gpu_test > "$out/parity_before.log" 2>&1 )
-  summary+=("parity before: ok=$(grep -c '^\[       OK \]' "$out/parity_before.log") failed=$(grep -c '^\[  FAILED  \]' "$out/parity_before.log")")
-  # The numbers both print (errors, agreements, graph-vs-eager counts) must match.
-  grep -vE "^\[|ms\)|ms total|after [0-9.]+s|^rank 0 of 2" "$out/parity_before.log" | sort > "$out/parity_before.txt"
-  grep -vE "^\[|ms\)|ms total|after [0-9.]+s|^rank 0 of 2" "$out/cuda_parity_gpu_test.log" | sort > "$out/parity_after.txt"
-  if diff "$out/parity_before.txt" "$out/parity_after.txt" > "$out/parity_diff.txt"; then
-    summary+=("parity printed numbers: identical before/after")
-  else
-    summary+=("parity printed numbers: DIFFER ($(wc -l < "$out/parity_diff.txt") lines, parity_diff.txt)")
-  fi
+    ( source .bundle-before/env.sh; timeout 240 .bundle-before/bin/cuda_parity_gpu_test > "$out/parity_before.log" 2>&1 )
+    summary+=("parity before: ok=$(grep -c '^\[       OK \]' "$out/parity_before.log") failed=$(grep -c '^\[  FAILED  \]' "$out/parity_before.log")")
+    # The numbers both print (errors, agreements, graph-vs-eager counts) must match.
+    grep -vE "^\[|ms\)|ms total|after [0-9.]+s|^rank 0 of 2" "$out/parity_before.log" | sort > "$out/parity_before.txt"
+    grep -vE "^\[|ms\)|ms total|after [0-9.]+s|^rank 0 of 2" "$out/cuda_parity_gpu_test.log" | sort > "$out/parity_after.txt"
+    if diff "$out/parity_before.txt" "$out/parity_after.txt" > "$out/parity_diff.txt"; then
+      summary+=("parity printed numbers: identical before/after")
+    else
+      summary+=("parity printed numbers: DIFFER ($(wc -l < "$out/parity_diff.txt") lines, parity_diff.txt)")
+    fi
   fi
 fi
 # Optional sections (late): the indexer benchmark's top-k table, two cuda
