@@ -167,7 +167,8 @@ MlaResult TimeMla(LatentFormat f, const uint8_t* cache, int64_t cache_rows, int6
 // 64 heads (TP 1) and 8 (TP 8): the engine's choice (16-row tiles up to 16
 // tokens) against the 64-row tile on the same arguments, as graph replays
 // rotating over 8 copies of kv_b so the weights come from DRAM as in a
-// decode step. % copy: the weight bytes read.
+// decode step (4096 tokens: a prefill chunk, both at 64-row tiles). % copy:
+// the weight bytes read.
 void BenchAbsorb(double copy_gbs) {
   std::printf("\n## MLA absorptions, graph replays (weights from DRAM)\n");
   std::printf("| op | heads | tokens | engine us | 64-row tile us | ratio | %% copy BW (engine) |\n");
@@ -181,31 +182,19 @@ void BenchAbsorb(double copy_gbs) {
     for (int c = 0; c < kCopies; ++c) {
       kvb[c] = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(static_cast<size_t>(heads) * (nope + v) * 512, 8 + c)));
     }
-    for (int64_t tokens : {1, 2, 4, 8, 16, 64}) {
+    for (int64_t tokens : {1, 2, 4, 8, 16, 64, 4096}) {  // 4096: a prefill chunk
       auto* q = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * heads * (nope + 64), 20)));
       auto* ol = reinterpret_cast<__nv_bfloat16*>(DeviceUpload(RandomBf16(tokens * heads * 512, 21)));
       __nv_bfloat16 *qo = nullptr, *o = nullptr;
       CheckCuda(cudaMalloc(&qo, tokens * heads * 576 * 2), "malloc");
       CheckCuda(cudaMalloc(&o, tokens * heads * v * 2), "malloc");
-      auto tc_params = [&](int c, bool query) {
-        BatchedGemmParams p;
-        p.b_kn = query;
-        p.ldb = 512;
-        p.b_batch_stride = static_cast<int64_t>(nope + v) * 512;
-        p.m = tokens;
-        p.batch = heads;
+      // The engine's GEMM forced to the 64-row tile (kv_b copy c).
+      auto wide_tile = [&](int c, bool query) {
+        const MlaAbsorbWeights w{kvb[c], heads, nope, v};
+        BatchedGemmParams p =
+            query ? MlaQAbsorbGemm(w, q, tokens, nope + 64, qo, static_cast<int64_t>(heads) * 576, 576)
+                  : MlaOutUnabsorbGemm(w, ol, tokens, static_cast<int64_t>(heads) * 512, 512, o);
         p.tile_rows = 64;
-        if (query) {
-          p.a = q, p.lda = static_cast<int64_t>(heads) * (nope + 64), p.a_batch_stride = nope + 64;
-          p.b = kvb[c];
-          p.c = qo, p.ldc = static_cast<int64_t>(heads) * 576, p.c_batch_stride = 576;
-          p.n = 512, p.k = nope;
-        } else {
-          p.a = ol, p.lda = static_cast<int64_t>(heads) * 512, p.a_batch_stride = 512;
-          p.b = kvb[c] + static_cast<int64_t>(nope) * 512;
-          p.c = o, p.ldc = static_cast<int64_t>(heads) * v, p.c_batch_stride = v;
-          p.n = v, p.k = 512;
-        }
         return p;
       };
       for (bool query : {true, false}) {
@@ -221,11 +210,11 @@ void BenchAbsorb(double copy_gbs) {
               }
             },
             stream);
-        const double tc_us = GraphMedianMicros(
-            [&](int i) { Check(LaunchBatchedGemm(tc_params(i % kCopies, query), stream), "batched gemm"); }, stream);
+        const double wide_us = GraphMedianMicros(
+            [&](int i) { Check(LaunchBatchedGemm(wide_tile(i % kCopies, query), stream), "batched gemm"); }, stream);
         const double bytes = 2.0 * heads * (query ? nope : v) * 512;
         std::printf("| %s | %d | %lld | %.2f | %.2f | %.2fx | %.0f%% |\n", query ? "q absorption" : "un-absorption",
-                    heads, static_cast<long long>(tokens), engine_us, tc_us, tc_us / engine_us,
+                    heads, static_cast<long long>(tokens), engine_us, wide_us, wide_us / engine_us,
                     100.0 * bytes / (engine_us * 1e-6) / 1e9 / copy_gbs);
       }
       cudaFree(q);

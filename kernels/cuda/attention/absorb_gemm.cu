@@ -198,12 +198,8 @@ absl::Status LaunchBatchedGemm(const BatchedGemmParams& p, cudaStream_t stream) 
   return absl::OkStatus();
 }
 
-absl::Status LaunchMlaQAbsorb(const MlaAbsorbWeights& w, const __nv_bfloat16* q, int64_t tokens, int q_head_dim,
-                              __nv_bfloat16* q_out, int64_t q_out_token_stride, int64_t q_out_head_stride,
-                              cudaStream_t stream) {
-  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0 || q_head_dim < w.nope_dim) {
-    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive, q_head_dim >= nope_dim");
-  }
+BatchedGemmParams MlaQAbsorbGemm(const MlaAbsorbWeights& w, const __nv_bfloat16* q, int64_t tokens, int q_head_dim,
+                                 __nv_bfloat16* q_out, int64_t q_out_token_stride, int64_t q_out_head_stride) {
   BatchedGemmParams p;
   p.a = q;
   p.lda = static_cast<int64_t>(w.heads) * q_head_dim;
@@ -219,15 +215,11 @@ absl::Status LaunchMlaQAbsorb(const MlaAbsorbWeights& w, const __nv_bfloat16* q,
   p.n = 512;
   p.k = w.nope_dim;
   p.batch = w.heads;
-  return LaunchBatchedGemm(p, stream);
+  return p;
 }
 
-absl::Status LaunchMlaOutUnabsorb(const MlaAbsorbWeights& w, const __nv_bfloat16* o_lat, int64_t tokens,
-                                  int64_t o_lat_token_stride, int64_t o_lat_head_stride, __nv_bfloat16* out,
-                                  cudaStream_t stream) {
-  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0) {
-    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive");
-  }
+BatchedGemmParams MlaOutUnabsorbGemm(const MlaAbsorbWeights& w, const __nv_bfloat16* o_lat, int64_t tokens,
+                                     int64_t o_lat_token_stride, int64_t o_lat_head_stride, __nv_bfloat16* out) {
   BatchedGemmParams p;
   p.a = o_lat;
   p.lda = o_lat_token_stride;
@@ -243,7 +235,26 @@ absl::Status LaunchMlaOutUnabsorb(const MlaAbsorbWeights& w, const __nv_bfloat16
   p.n = w.v_dim;
   p.k = 512;
   p.batch = w.heads;
-  return LaunchBatchedGemm(p, stream);
+  return p;
+}
+
+absl::Status LaunchMlaQAbsorb(const MlaAbsorbWeights& w, const __nv_bfloat16* q, int64_t tokens, int q_head_dim,
+                              __nv_bfloat16* q_out, int64_t q_out_token_stride, int64_t q_out_head_stride,
+                              cudaStream_t stream) {
+  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0 || q_head_dim < w.nope_dim) {
+    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive, q_head_dim >= nope_dim");
+  }
+  return LaunchBatchedGemm(MlaQAbsorbGemm(w, q, tokens, q_head_dim, q_out, q_out_token_stride, q_out_head_stride),
+                           stream);
+}
+
+absl::Status LaunchMlaOutUnabsorb(const MlaAbsorbWeights& w, const __nv_bfloat16* o_lat, int64_t tokens,
+                                  int64_t o_lat_token_stride, int64_t o_lat_head_stride, __nv_bfloat16* out,
+                                  cudaStream_t stream) {
+  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0) {
+    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive");
+  }
+  return LaunchBatchedGemm(MlaOutUnabsorbGemm(w, o_lat, tokens, o_lat_token_stride, o_lat_head_stride, out), stream);
 }
 
 }  // namespace spar

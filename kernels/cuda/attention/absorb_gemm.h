@@ -69,6 +69,13 @@ absl::Status LaunchMlaOutUnabsorb(const MlaAbsorbWeights& w, const __nv_bfloat16
                                   int64_t o_lat_token_stride, int64_t o_lat_head_stride, __nv_bfloat16* out,
                                   cudaStream_t stream);
 
+// The batched GEMMs the two launchers above run (after checking w), for a
+// caller that sets more of them (benchmarks force BatchedGemmParams::tile_rows).
+BatchedGemmParams MlaQAbsorbGemm(const MlaAbsorbWeights& w, const __nv_bfloat16* q, int64_t tokens, int q_head_dim,
+                                 __nv_bfloat16* q_out, int64_t q_out_token_stride, int64_t q_out_head_stride);
+BatchedGemmParams MlaOutUnabsorbGemm(const MlaAbsorbWeights& w, const __nv_bfloat16* o_lat, int64_t tokens,
+                                     int64_t o_lat_token_stride, int64_t o_lat_head_stride, __nv_bfloat16* out);
+
 }  // namespace spar
 
 #endif  // SPAR_KERNELS_CUDA_ATTENTION_ABSORB_GEMM_H_
