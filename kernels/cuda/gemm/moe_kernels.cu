@@ -26,6 +26,7 @@ struct RouteSmem {
   float choice[kMaxRouteExperts];  // score + bias: the selection
   float group_score[kMaxRouteGroups];
   float selected_score[kMaxRouteTopK];
+  int selected_id[kMaxRouteTopK];  // the global expert ids in selection order
   uint32_t allowed_groups;
 };
 
@@ -99,6 +100,7 @@ __device__ __forceinline__ void RouteTokenBlock(const MoeRouteParams& p, int64_t
     if (place < p.top_k) {
       p.expert_ids[tok * p.top_k + place] = e;
       s.selected_score[place] = s.score[e];
+      s.selected_id[place] = e;
     }
   }
   __syncthreads();
@@ -176,6 +178,49 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
   }
 }
 
+// The permutation of one token's top_k distinct experts (ids: global, in
+// selection order, in shared memory), by the block that routed it: an
+// expert's offset is the number of this rank's selected experts below it,
+// so no counts, scans or cursors are needed, and each hit expert holds one
+// row (one work-list entry per hit, in expert order). The same outputs as
+// PermuteBlock for one token (its rows within an expert: only one).
+template <int kT>
+__device__ __forceinline__ void PermuteOneToken(const MoePermuteParams& p, const int* ids) {
+  const int n_local = p.expert_end - p.expert_begin;
+  const int k = p.top_k;
+  for (int e = threadIdx.x; e <= n_local; e += kT) {
+    int below = 0;
+    bool hit = false;
+    for (int i = 0; i < k; ++i) {
+      const int l = ids[i] - p.expert_begin;
+      below += l >= 0 && l < e;
+      hit |= l == e;
+    }
+    p.expert_offsets[e] = below;
+    if (hit && e < n_local) {
+      for (int w = 0; w < p.num_work_lists; ++w) {
+        reinterpret_cast<int4*>(static_cast<int32_t*>(p.work[w]) + 4)[below] = make_int4(e, below, 1, 0);
+      }
+    }
+    if (e == n_local) {  // below = this rank's rows = the lists' entry counts
+      for (int w = 0; w < p.num_work_lists; ++w) static_cast<int32_t*>(p.work[w])[0] = below;
+    }
+  }
+  for (int i = threadIdx.x; i < k; i += kT) {
+    const int l = ids[i] - p.expert_begin;
+    int pos = -1;
+    if (l >= 0 && l < n_local) {
+      pos = 0;
+      for (int j = 0; j < k; ++j) {
+        const int m = ids[j] - p.expert_begin;
+        pos += m >= 0 && m < l;
+      }
+      p.sorted_token[pos] = 0;
+    }
+    p.slot[i] = pos;
+  }
+}
+
 __global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams p) {
   extern __shared__ int s_mem[];
   __shared__ int warp_sums[33];
@@ -186,13 +231,19 @@ __global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams 
 // Routing and permutation in one launch (decode: two dependent kernels of a
 // few microseconds each become one): block t routes token t, and the last
 // block to finish (a device counter, reset by that block for the next
-// launch) permutes all of them.
+// launch) permutes all of them. One token: its block permutes it directly
+// (PermuteOneToken), without the counter.
 __global__ void __launch_bounds__(kRouteThreads) MoeRoutePermuteKernel(const MoeRouteParams r, const MoePermuteParams q,
                                                                       int32_t* done) {
   extern __shared__ int s_mem[];
   __shared__ RouteSmem route_smem;
   __shared__ int warp_sums[33];
   __shared__ bool is_last;
+  if (r.tokens == 1) {  // decode at batch 1: nothing to wait for, no scans to run
+    RouteTokenBlock(r, 0, route_smem);  // ends after a barrier that follows the selection
+    PermuteOneToken<kRouteThreads>(q, route_smem.selected_id);
+    return;
+  }
   if (static_cast<int64_t>(blockIdx.x) < r.tokens) RouteTokenBlock(r, blockIdx.x, route_smem);
   __threadfence();  // this block's ids and weights before its arrival
   __syncthreads();

@@ -181,7 +181,8 @@ TEST(Sm80_MoeRoutePermute, EqualsRouteThenPermute) {
   std::vector<float> bias256(256);
   for (auto& b : bias256) b = 0.1f * rng.Symmetric();
   const Case cases[] = {
-      {1, {256, 8, 1, 1, true, 2.5f}, 0, 256},   // GLM-5 decode, batch 1
+      {1, {256, 8, 1, 1, true, 2.5f}, 0, 256},   // GLM-5 decode, batch 1 (the one-token path)
+      {1, {256, 8, 8, 4, true, 2.5f}, 64, 128},  // one token on a rank of EP 4, DeepSeek groups
       {8, {256, 8, 1, 1, true, 2.5f}, 0, 256},   // exactly one block of tokens
       {9, {256, 8, 8, 4, true, 2.5f}, 0, 256},   // DeepSeek-V3.2 groups, a second block
       {64, {256, 8, 1, 1, true, 2.5f}, 64, 128}, // a rank of EP 4
@@ -226,18 +227,29 @@ TEST(Sm80_MoeRoutePermute, EqualsRouteThenPermute) {
     q.expert_offsets = offsets.get();
     q.sorted_token = sorted.get();
     q.slot = slot.get();
+    // Two work lists (8- and 64-row tiles), as the engine asks for them.
+    const size_t list_bytes = MoeGroupedGemmWorkspaceBytes(std::max<int64_t>(pairs, 1), n_local);
+    DeviceArray<int32_t> lists(2 * list_bytes / 4);
+    q.num_work_lists = 2;
+    q.work_block_tokens[0] = 8;
+    q.work_block_tokens[1] = 64;
+    q.work[0] = lists.get();
+    q.work[1] = lists.get() + list_bytes / 4;
     // The two launches first: the expected offsets (a function of the ids).
+    lists.Poison();
     ASSERT_TRUE(LaunchMoeRoute(r, nullptr).ok());
     ASSERT_TRUE(LaunchMoePermute(q, nullptr).ok());
     SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
     const auto want_ids = ids.Download(), want_off = offsets.Download();
     const auto want_w = w.Download();
+    const auto want_lists = lists.Download();
     for (int run = 0; run < 2; ++run) {  // run 1: a CUDA graph replayed twice
       ids.Poison();
       w.Poison();
       offsets.Poison();
       sorted.Poison();
       slot.Poison();
+      lists.Poison();
       if (run == 0) {
         ASSERT_TRUE(LaunchMoeRoutePermute(r, q, done.get(), nullptr).ok());
       } else {
@@ -263,6 +275,14 @@ TEST(Sm80_MoeRoutePermute, EqualsRouteThenPermute) {
       const auto got_w = w.Download();
       ASSERT_EQ(done.Download()[0], 0) << "the arrival counter was not reset";
       ASSERT_EQ(got_off, want_off);
+      const auto got_lists = lists.Download();
+      for (int l = 0; l < 2; ++l) {  // the entry count, then (expert, first row, rows, 0) per entry
+        const size_t base = l * list_bytes / 4;
+        ASSERT_EQ(got_lists[base], want_lists[base]) << "work list " << l << " entries";
+        for (int32_t i = 0; i < 4 * want_lists[base]; ++i) {
+          ASSERT_EQ(got_lists[base + 4 + i], want_lists[base + 4 + i]) << "work list " << l << " word " << i;
+        }
+      }
       for (int64_t i = 0; i < pairs; ++i) {
         ASSERT_EQ(got_ids[i], want_ids[i]) << "pair " << i;
         ASSERT_EQ(got_w[i], want_w[i]) << "pair " << i;
