@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "base/cache_layout.h"
 #include "base/sampling_params.h"
+#include "base/status_macros.h"
 #include "engine/host_activations.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
@@ -249,6 +250,17 @@ class Backend {
   // k: [T, 128] wk output; writes RoPE(LayerNorm(k)) to the indexer cache.
   virtual absl::Status WriteIndexerCache(int layer, const Tensor& k, const Weight& norm_w, const Weight& norm_b,
                                          float eps, const IndexerSpec& spec) = 0;
+  // RmsNorm(x) and WriteIndexerCache(k) of the same step (the layer's q_a
+  // norm and its indexer keys, both columns of the fused A projection): a
+  // backend may run them as one launch (cuda: the key write then leaves the
+  // indexer branch, the longer of the layer's two). The default runs both.
+  virtual absl::StatusOr<Tensor> RmsNormAndWriteIndexerCache(const Tensor& x, const Weight& w, float eps, int layer,
+                                                             const Tensor& k, const Weight& k_norm_w,
+                                                             const Weight& k_norm_b, float k_eps,
+                                                             const IndexerSpec& spec) {
+    SPAR_RETURN_IF_ERROR(WriteIndexerCache(layer, k, k_norm_w, k_norm_b, k_eps, spec));
+    return RmsNorm(x, w, eps);
+  }
   // q: [T, Hi·128] wq_b output (before RoPE), w: [T, Hi] weights_proj output.
   // Returns [T, topk] int32 cache slots, -1 padded.
   virtual absl::StatusOr<Tensor> IndexerTopK(int layer, const Tensor& q, const Tensor& w, const IndexerSpec& spec) = 0;

@@ -311,7 +311,17 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
   const ModelConfig& c = config_;
   const int64_t r = c.q_lora_rank, lat = c.latent_dim();
   SPAR_ASSIGN_OR_RETURN(Tensor a, backend_->Linear(h, *layer.fused_a));
-  SPAR_ASSIGN_OR_RETURN(Tensor qr, backend_->RmsNorm(a.Cols(0, r), *layer.q_a_norm, c.latent_norm_eps));
+  const int64_t k0 = r + lat, w0 = k0 + c.index_head_dim;  // the indexer's key, then its head weights
+  // The indexer keys are written with the q_a norm (one launch on cuda):
+  // only the logits read them, and the selection is the longer branch.
+  Tensor qr;
+  if (layer.full_indexer) {
+    SPAR_ASSIGN_OR_RETURN(qr, backend_->RmsNormAndWriteIndexerCache(a.Cols(0, r), *layer.q_a_norm, c.latent_norm_eps,
+                                                                    local, a.Cols(k0, w0), *layer.idx_norm_w,
+                                                                    *layer.idx_norm_b, c.indexer_norm_eps, indexer_));
+  } else {
+    SPAR_ASSIGN_OR_RETURN(qr, backend_->RmsNorm(a.Cols(0, r), *layer.q_a_norm, c.latent_norm_eps));
+  }
   // The query and the latent cache on one side, the indexer's selection on
   // the other: neither reads the other's results until SparseMla.
   Tensor q_abs;
@@ -322,9 +332,6 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
     return absl::OkStatus();
   };
   auto select = [&]() -> absl::Status {
-    const int64_t k0 = r + lat, w0 = k0 + c.index_head_dim;
-    SPAR_RETURN_IF_ERROR(backend_->WriteIndexerCache(local, a.Cols(k0, w0), *layer.idx_norm_w, *layer.idx_norm_b,
-                                                     c.indexer_norm_eps, indexer_));
     SPAR_ASSIGN_OR_RETURN(Tensor qi, backend_->Linear(qr, *layer.idx_wq_b));
     SPAR_ASSIGN_OR_RETURN(*shared_topk, backend_->IndexerTopK(local, qi, a.Cols(w0, w0 + c.index_n_heads), indexer_));
     return absl::OkStatus();

@@ -314,6 +314,12 @@ class CudaBackend final : public Backend {
                                  const IndexerSpec& spec) override {
     return cuda_ops::WriteIndexerCache(ctx_, layer, k, As<CudaVector>(norm_w), As<CudaVector>(norm_b), eps, spec);
   }
+  absl::StatusOr<Tensor> RmsNormAndWriteIndexerCache(const Tensor& x, const Weight& w, float eps, int layer,
+                                                     const Tensor& k, const Weight& k_norm_w, const Weight& k_norm_b,
+                                                     float k_eps, const IndexerSpec& spec) override {
+    return cuda_ops::RmsNormAndWriteIndexerCache(ctx_, x, As<CudaVector>(w), eps, layer, k, As<CudaVector>(k_norm_w),
+                                                 As<CudaVector>(k_norm_b), k_eps, spec);
+  }
   absl::StatusOr<Tensor> IndexerTopK(int layer, const Tensor& q, const Tensor& w, const IndexerSpec& spec) override {
     return cuda_ops::IndexerTopK(ctx_, layer, q, w, spec);
   }

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "engine/cuda/ops/ops.h"
 #include "engine/decode_graph_key.h"
@@ -86,12 +87,8 @@ absl::StatusOr<GatheredLogits> GatheredStepLogits(StepContext& ctx, int layer, c
   return g;
 }
 
-}  // namespace
-
-absl::Status WriteIndexerCache(StepContext& ctx, int layer, const Tensor& k, const CudaVector& norm_w,
-                               const CudaVector& norm_b, float eps, const IndexerSpec& spec) {
-  SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
-  SPAR_RETURN_IF_ERROR(ctx.Mark("indexer.key_write"));
+IndexerKeyWriteParams KeyWriteParams(StepContext& ctx, int layer, const Tensor& k, const CudaVector& norm_w,
+                                     const CudaVector& norm_b, float eps, const IndexerSpec& spec) {
   IndexerKeyWriteParams p;
   p.tokens = k.rows();
   p.x = k.as<__nv_bfloat16>();
@@ -104,7 +101,32 @@ absl::Status WriteIndexerCache(StepContext& ctx, int layer, const Tensor& k, con
   p.slots = ctx.meta.slots;
   p.format = ctx.caches->spec().indexer_format;
   p.cache = ctx.caches->indexer(layer);
-  return LaunchIndexerKeyWrite(p, ctx.stream);
+  return p;
+}
+
+}  // namespace
+
+absl::Status WriteIndexerCache(StepContext& ctx, int layer, const Tensor& k, const CudaVector& norm_w,
+                               const CudaVector& norm_b, float eps, const IndexerSpec& spec) {
+  SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
+  SPAR_RETURN_IF_ERROR(ctx.Mark("indexer.key_write"));
+  return LaunchIndexerKeyWrite(KeyWriteParams(ctx, layer, k, norm_w, norm_b, eps, spec), ctx.stream);
+}
+
+absl::StatusOr<Tensor> RmsNormAndWriteIndexerCache(StepContext& ctx, const Tensor& x, const CudaVector& w, float eps,
+                                                   int layer, const Tensor& k, const CudaVector& k_norm_w,
+                                                   const CudaVector& k_norm_b, float k_eps, const IndexerSpec& spec) {
+  SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
+  if (k.rows() != x.rows()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rms_norm + indexer key write: ", x.rows(), " rows to normalise but ", k.rows(), " keys"));
+  }
+  SPAR_RETURN_IF_ERROR(ctx.Mark("rms_norm+indexer.key_write"));
+  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(x.rows(), x.cols()));
+  SPAR_RETURN_IF_ERROR(LaunchRmsNormAndIndexerKeyWrite(RmsNormParamsFor(x, nullptr, w, eps, out),
+                                                       KeyWriteParams(ctx, layer, k, k_norm_w, k_norm_b, k_eps, spec),
+                                                       ctx.stream));
+  return out;
 }
 
 absl::StatusOr<Tensor> IndexerTopK(StepContext& ctx, int layer, const Tensor& q, const Tensor& w,

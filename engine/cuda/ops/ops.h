@@ -37,6 +37,8 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
 // ---- small_ops.cc: embedding, norms, residual add, row gather and zeroing ----
 absl::StatusOr<Tensor> Embed(StepContext& ctx, const CudaEmbedding& e);
 // RMSNorm of x, or of residual += x when residual is set.
+// The norm's launch arguments over x (and the residual, when set) into out.
+RmsNormParams RmsNormParamsFor(const Tensor& x, Tensor* residual, const CudaVector& w, float eps, Tensor& out);
 absl::StatusOr<Tensor> RmsNorm(StepContext& ctx, const Tensor& x, Tensor* residual, const CudaVector& w, float eps);
 absl::Status AddInPlace(StepContext& ctx, Tensor* acc, const Tensor& x);
 absl::StatusOr<Tensor> GatherRows(StepContext& ctx, const Tensor& x, const std::vector<int32_t>& rows);
@@ -52,6 +54,10 @@ absl::StatusOr<Tensor> UnabsorbOutput(StepContext& ctx, const Tensor& o_lat, con
 // ---- indexer_ops.cc: the lightning indexer's key cache and top-k ----
 absl::Status WriteIndexerCache(StepContext& ctx, int layer, const Tensor& k, const CudaVector& norm_w,
                                const CudaVector& norm_b, float eps, const IndexerSpec& spec);
+// RmsNorm(x) (no residual) and WriteIndexerCache(k) in one launch.
+absl::StatusOr<Tensor> RmsNormAndWriteIndexerCache(StepContext& ctx, const Tensor& x, const CudaVector& w, float eps,
+                                                   int layer, const Tensor& k, const CudaVector& k_norm_w,
+                                                   const CudaVector& k_norm_b, float k_eps, const IndexerSpec& spec);
 absl::StatusOr<Tensor> IndexerTopK(StepContext& ctx, int layer, const Tensor& q, const Tensor& w,
                                    const IndexerSpec& spec);
 

@@ -20,9 +20,7 @@ absl::StatusOr<Tensor> Embed(StepContext& ctx, const CudaEmbedding& e) {
   return x;
 }
 
-absl::StatusOr<Tensor> RmsNorm(StepContext& ctx, const Tensor& x, Tensor* residual, const CudaVector& w, float eps) {
-  SPAR_RETURN_IF_ERROR(ctx.Mark(residual != nullptr ? "add_rms_norm" : "rms_norm"));
-  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(x.rows(), x.cols()));
+RmsNormParams RmsNormParamsFor(const Tensor& x, Tensor* residual, const CudaVector& w, float eps, Tensor& out) {
   RmsNormParams p;
   p.x = x.as<__nv_bfloat16>();
   p.x_stride = x.ld();
@@ -36,7 +34,13 @@ absl::StatusOr<Tensor> RmsNorm(StepContext& ctx, const Tensor& x, Tensor* residu
   p.rows = x.rows();
   p.dim = static_cast<int>(x.cols());
   p.eps = eps;
-  SPAR_RETURN_IF_ERROR(LaunchRmsNorm(p, ctx.stream));
+  return p;
+}
+
+absl::StatusOr<Tensor> RmsNorm(StepContext& ctx, const Tensor& x, Tensor* residual, const CudaVector& w, float eps) {
+  SPAR_RETURN_IF_ERROR(ctx.Mark(residual != nullptr ? "add_rms_norm" : "rms_norm"));
+  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(x.rows(), x.cols()));
+  SPAR_RETURN_IF_ERROR(LaunchRmsNorm(RmsNormParamsFor(x, residual, w, eps, out), ctx.stream));
   return out;
 }
 

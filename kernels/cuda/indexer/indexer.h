@@ -1,7 +1,8 @@
 // Lightning-indexer kernels for sm80 (dsa-spec.md §2.5, §4.2; DESIGN.md §3-§4):
 //
 //   1. LaunchIndexerKeyWrite     k = LayerNorm(x_k) -> RoPE(first 64 dims) -> [Hadamard] -> paged cache
-//                                (FP8 e4m3 + one fp32 scale per token, or bf16)
+//                                (FP8 e4m3 + one fp32 scale per token, or bf16); also fused with the
+//                                layer's q_a RMSNorm in one launch (LaunchRmsNormAndIndexerKeyWrite)
 //   2. LaunchIndexerQueryPrep    q: RoPE(first 64 dims of every head) -> [Hadamard]; w = weights · scale
 //   3. LaunchIndexerGather       paged cache -> contiguous keys (+ scales) for the ragged prefill kernel
 //   4. LaunchIndexerLogits       ragged prefill: I[t, s] = Σ_h w[t,h]·relu(q[t,h]·k[s])·k_scale[s], s ∈ [ks, ke)
@@ -28,6 +29,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/small_ops/small_ops.h"
 #include "kernels/ref/cache_ref.h"
 #include "kernels/ref/rope_ref.h"
 
@@ -69,6 +71,12 @@ struct IndexerKeyWriteParams {
 };
 bool IndexerKeyWriteSupported(const IndexerKeyWriteParams& p);
 absl::Status LaunchIndexerKeyWrite(const IndexerKeyWriteParams& p, cudaStream_t stream);
+// The same key write and an RMSNorm without residual (the layer's q_a norm:
+// both read columns of the fused A projection) in one launch; the norm's
+// output and the cache bytes equal those of LaunchRmsNorm and
+// LaunchIndexerKeyWrite. Either part may be empty (rows / tokens 0).
+absl::Status LaunchRmsNormAndIndexerKeyWrite(const RmsNormParams& norm, const IndexerKeyWriteParams& key,
+                                             cudaStream_t stream);
 
 // ---------------------------------------------------------------------------
 // 2. Query preparation: RoPE on dims [0, 64) of every head (+ optional

@@ -1,4 +1,5 @@
-// Indexer key write, query preparation and the paged -> contiguous key gather.
+// Indexer key write (alone, or fused with the q_a RMSNorm), query
+// preparation and the paged -> contiguous key gather.
 // All three are memory-light elementwise kernels: one warp per 128-dim vector.
 #include "kernels/cuda/common/arch.cuh"
 
@@ -10,6 +11,7 @@
 #include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/indexer/indexer.h"
 #include "kernels/cuda/indexer/indexer_common.cuh"
+#include "kernels/cuda/small_ops/rms_norm_row.cuh"
 
 namespace spar {
 namespace {
@@ -40,12 +42,8 @@ __device__ __forceinline__ void StoreBf16x4(__nv_bfloat16* p, const float (&v)[4
 }
 
 // ---------------------------------------------------------------------------
-// Key write: one warp per token.
-static __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    IndexerKeyWriteKernel(IndexerKeyWriteParams p, bool fp8) {
-  const int lane = threadIdx.x & 31;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (t >= p.tokens) return;
+// Key write: one warp per token (token t, by the whole warp).
+__device__ __forceinline__ void KeyWriteWarp(const IndexerKeyWriteParams& p, bool fp8, int64_t t, int lane) {
   const int32_t slot = p.slots[t];
   if (slot < 0) return;
 
@@ -88,6 +86,30 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     __nv_bfloat16* page = reinterpret_cast<__nv_bfloat16*>(p.cache + block * cuda::indexer::kBf16PageBytes);
     StoreBf16x4(page + offset * kDim + 4 * lane, v);
   }
+}
+
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    IndexerKeyWriteKernel(IndexerKeyWriteParams p, bool fp8) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (t < p.tokens) KeyWriteWarp(p, fp8, t, threadIdx.x & 31);
+}
+
+// The q_a RMSNorm and the key write of one step in one launch: blocks
+// [0, norm.rows) normalise a row each (cuda::RmsNormRow, the CTA size of
+// LaunchRmsNorm, so the same bits), the blocks after them write keys, one
+// warp a token. Both read columns of the fused A projection; the decode
+// step's logits need the keys, so in a launch of their own they sat on the
+// indexer branch, the longer of the layer's two.
+static __global__ void __launch_bounds__(1024)
+    RmsNormAndKeyWriteKernel(const RmsNormParams norm, const IndexerKeyWriteParams key, bool fp8) {
+  __shared__ float sh[33];
+  if (blockIdx.x < norm.rows) {  // uniform over the CTA: RmsNormRow's barriers are safe
+    cuda::RmsNormRow<false>(norm, blockIdx.x, sh);
+    return;
+  }
+  const int warps = blockDim.x >> 5;
+  const int64_t t = (static_cast<int64_t>(blockIdx.x) - norm.rows) * warps + (threadIdx.x >> 5);
+  if (t < key.tokens) KeyWriteWarp(key, fp8, t, threadIdx.x & 31);
 }
 
 // ---------------------------------------------------------------------------
@@ -151,7 +173,9 @@ bool Aligned(const void* ptr, int bytes) { return reinterpret_cast<uintptr_t>(pt
 
 bool IndexerKeyWriteSupported(const IndexerKeyWriteParams& p) { return FormatOnDevice(p.format); }
 
-absl::Status LaunchIndexerKeyWrite(const IndexerKeyWriteParams& p, cudaStream_t stream) {
+namespace {
+
+absl::Status CheckKeyWrite(const IndexerKeyWriteParams& p) {
   const char* op = "LaunchIndexerKeyWrite";
   if (p.tokens < 0) return InvalidParam(op, "tokens", "must be >= 0");
   if (p.tokens == 0) return absl::OkStatus();
@@ -165,11 +189,35 @@ absl::Status LaunchIndexerKeyWrite(const IndexerKeyWriteParams& p, cudaStream_t 
   if (p.slots == nullptr) return InvalidParam(op, "slots", "is null");
   if (!FormatOnDevice(p.format)) return InvalidParam(op, "format", "must be kFp8 or kBF16");
   if (p.cache == nullptr || !Aligned(p.cache, 16)) return InvalidParam(op, "cache", "must be 16-byte aligned");
+  if ((p.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock > INT32_MAX) return InvalidParam(op, "tokens", "too large");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchIndexerKeyWrite(const IndexerKeyWriteParams& p, cudaStream_t stream) {
+  SPAR_RETURN_IF_ERROR(CheckKeyWrite(p));
+  if (p.tokens == 0) return absl::OkStatus();
   const int64_t blocks = (p.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (blocks > INT32_MAX) return InvalidParam(op, "tokens", "too large");
   IndexerKeyWriteKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
       p, p.format == IndexerFormat::kFp8);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("IndexerKeyWriteKernel");
+  return absl::OkStatus();
+}
+
+absl::Status LaunchRmsNormAndIndexerKeyWrite(const RmsNormParams& norm, const IndexerKeyWriteParams& key,
+                                             cudaStream_t stream) {
+  const char* op = "LaunchRmsNormAndIndexerKeyWrite";
+  if (norm.residual != nullptr) return InvalidParam(op, "norm.residual", "must be null (no residual add here)");
+  SPAR_RETURN_IF_ERROR(CheckRmsNormParams(norm));
+  SPAR_RETURN_IF_ERROR(CheckKeyWrite(key));
+  const int threads = cuda::NormThreads(norm.dim);
+  const int64_t blocks = norm.rows + (key.tokens + threads / 32 - 1) / (threads / 32);
+  if (blocks == 0) return absl::OkStatus();
+  if (blocks > INT32_MAX) return InvalidParam(op, "rows + key tokens", "too many blocks");
+  RmsNormAndKeyWriteKernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(norm, key,
+                                                                                 key.format == IndexerFormat::kFp8);
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("RmsNormAndKeyWriteKernel");
   return absl::OkStatus();
 }
 

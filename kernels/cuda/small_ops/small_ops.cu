@@ -7,119 +7,37 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/common/rope_device.cuh"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/common/reduce.cuh"
+#include "kernels/cuda/small_ops/rms_norm_row.cuh"
 
 namespace spar {
 namespace {
 
-// Norm rows live in registers: each thread holds up to kChunksPerThread
-// chunks of 8 values.
-constexpr int kChunksPerThread = 4;
-constexpr int kMaxNormDim = 1024 * kChunksPerThread * 8;
-
-int NormThreads(int dim) {
-  const int chunks = dim / 8;
-  const int t = (chunks + kChunksPerThread - 1) / kChunksPerThread;
-  return std::min(1024, std::max(32, (t + 31) / 32 * 32));
-}
-
-__device__ __forceinline__ void Bf16x8ToFloat(const uint4& raw, float (&v)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __low2float(h[i]);
-    v[2 * i + 1] = __high2float(h[i]);
-  }
-}
-
-__device__ __forceinline__ uint4 FloatToBf16x8(const float (&v)[8]) {
-  uint4 raw;
-  uint32_t* w = reinterpret_cast<uint32_t*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-    w[i] = *reinterpret_cast<const uint32_t*>(&h);
-  }
-  return raw;
-}
-
-// Sum over the CTA; every thread gets the result. `sh` holds 33 floats and
-// may be reused right after the call returns.
-__device__ __forceinline__ float BlockSum(float v, float* sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = cuda::WarpSum(v);
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float s = lane < nwarps ? sh[lane] : 0.0f;
-    s = cuda::WarpSum(s);
-    if (lane == 0) sh[32] = s;
-  }
-  __syncthreads();
-  const float total = sh[32];
-  __syncthreads();
-  return total;
-}
+using cuda::BlockSum;
+using cuda::Bf16x8ToFloat;
+using cuda::FloatToBf16x8;
+using cuda::kMaxNormDim;
+using cuda::kNormChunksPerThread;
+using cuda::NormThreads;
 
 template <bool kResidual>
 __global__ void __launch_bounds__(1024) RmsNormKernel(const RmsNormParams p) {
   __shared__ float sh[33];
-  const int64_t r = blockIdx.x;
-  const int chunks = p.dim / 8;
-  float v[kChunksPerThread][8];
-  float ss = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kChunksPerThread; ++i) {
-    const int c = threadIdx.x + i * blockDim.x;
-    if (c >= chunks) continue;
-    Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p.x + r * p.x_stride + c * 8), v[i]);
-    if constexpr (kResidual) {
-      __nv_bfloat16* res = p.residual + r * p.residual_stride + c * 8;
-      float rv[8];
-      Bf16x8ToFloat(*reinterpret_cast<const uint4*>(res), rv);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) rv[k] += v[i][k];
-      const uint4 packed = FloatToBf16x8(rv);
-      *reinterpret_cast<uint4*>(res) = packed;
-      Bf16x8ToFloat(packed, v[i]);  // normalise what was stored
-    }
-#pragma unroll
-    for (int k = 0; k < 8; ++k) ss = fmaf(v[i][k], v[i][k], ss);
-  }
-  // The weights are loaded before the sum so their memory round trip
-  // overlaps the block reduction (at decode the kernel is one CTA of
-  // latency: load, reduce, load, store).
-  uint4 w_raw[kChunksPerThread];
-#pragma unroll
-  for (int i = 0; i < kChunksPerThread; ++i) {
-    const int c = threadIdx.x + i * blockDim.x;
-    if (c < chunks) w_raw[i] = *reinterpret_cast<const uint4*>(p.weight + c * 8);
-  }
-  ss = BlockSum(ss, sh);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(p.dim) + p.eps);
-#pragma unroll
-  for (int i = 0; i < kChunksPerThread; ++i) {
-    const int c = threadIdx.x + i * blockDim.x;
-    if (c >= chunks) continue;
-    float w[8];
-    Bf16x8ToFloat(w_raw[i], w);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) v[i][k] = __fmul_rn(w[k], __fmul_rn(v[i][k], inv));
-    *reinterpret_cast<uint4*>(p.out + r * p.out_stride + c * 8) = FloatToBf16x8(v[i]);
-  }
+  cuda::RmsNormRow<kResidual>(p, blockIdx.x, sh);
 }
 
 __global__ void __launch_bounds__(1024) LayerNormKernel(const LayerNormParams p) {
   __shared__ float sh[33];
   const int64_t r = blockIdx.x;
   const int chunks = p.dim / 8;
-  float v[kChunksPerThread][8];
+  float v[kNormChunksPerThread][8];
   float sum = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kChunksPerThread; ++i) {
+  for (int i = 0; i < kNormChunksPerThread; ++i) {
     const int c = threadIdx.x + i * blockDim.x;
     if (c >= chunks) continue;
     Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p.x + r * p.x_stride + c * 8), v[i]);
@@ -129,7 +47,7 @@ __global__ void __launch_bounds__(1024) LayerNormKernel(const LayerNormParams p)
   const float mean = BlockSum(sum, sh) / static_cast<float>(p.dim);
   float var = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kChunksPerThread; ++i) {
+  for (int i = 0; i < kNormChunksPerThread; ++i) {
     const int c = threadIdx.x + i * blockDim.x;
     if (c >= chunks) continue;
 #pragma unroll
@@ -141,7 +59,7 @@ __global__ void __launch_bounds__(1024) LayerNormKernel(const LayerNormParams p)
   var = BlockSum(var, sh) / static_cast<float>(p.dim);
   const float inv = 1.0f / sqrtf(var + p.eps);
 #pragma unroll
-  for (int i = 0; i < kChunksPerThread; ++i) {
+  for (int i = 0; i < kNormChunksPerThread; ++i) {
     const int c = threadIdx.x + i * blockDim.x;
     if (c >= chunks) continue;
     float w[8], b[8];
@@ -207,7 +125,7 @@ unsigned Blocks(int64_t n, int threads) { return static_cast<unsigned>((n + thre
 
 bool RmsNormSupported(int dim) { return dim > 0 && dim % 8 == 0 && dim <= kMaxNormDim; }
 
-absl::Status LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
+absl::Status CheckRmsNormParams(const RmsNormParams& p) {
   constexpr absl::string_view kOp = "RmsNormParams";
   if (!RmsNormSupported(p.dim)) return InvalidParam(kOp, "dim", "must be a positive multiple of 8, <= 32768");
   if (p.rows < 0 || p.rows >= (int64_t{1} << 31)) return InvalidParam(kOp, "rows", "out of range");
@@ -218,6 +136,12 @@ absl::Status LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.residual && (!Aligned16(p.residual) || p.residual_stride % 8 != 0)) {
     return InvalidParam(kOp, "residual", "unaligned or stride not a multiple of 8");
   }
+  return absl::OkStatus();
+}
+
+absl::Status LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
+  SPAR_RETURN_IF_ERROR(CheckRmsNormParams(p));
+  if (p.rows == 0) return absl::OkStatus();
   const int threads = NormThreads(p.dim);
   if (p.residual) {
     RmsNormKernel<true><<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);

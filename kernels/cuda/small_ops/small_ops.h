@@ -37,6 +37,9 @@ struct RmsNormParams {
   float eps = 1e-6f;
 };
 bool RmsNormSupported(int dim);
+// The launch's argument checks (LaunchRmsNorm runs them; so does a kernel
+// that fuses an RMSNorm with another job).
+absl::Status CheckRmsNormParams(const RmsNormParams& params);
 absl::Status LaunchRmsNorm(const RmsNormParams& params, cudaStream_t stream);
 
 // out[r] = (x[r] - mean) · rsqrt(var + eps) ⊙ w + b (biased variance).
