@@ -36,9 +36,9 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
 
 // ---- small_ops.cc: embedding, norms, residual add, row gather and zeroing ----
 absl::StatusOr<Tensor> Embed(StepContext& ctx, const CudaEmbedding& e);
-// RMSNorm of x, or of residual += x when residual is set.
 // The norm's launch arguments over x (and the residual, when set) into out.
-RmsNormParams RmsNormParamsFor(const Tensor& x, Tensor* residual, const CudaVector& w, float eps, Tensor& out);
+RmsNormParams RmsNormParamsFor(const Tensor& x, Tensor* residual, const CudaVector& w, float eps, const Tensor& out);
+// RMSNorm of x, or of residual += x when residual is set.
 absl::StatusOr<Tensor> RmsNorm(StepContext& ctx, const Tensor& x, Tensor* residual, const CudaVector& w, float eps);
 absl::Status AddInPlace(StepContext& ctx, Tensor* acc, const Tensor& x);
 absl::StatusOr<Tensor> GatherRows(StepContext& ctx, const Tensor& x, const std::vector<int32_t>& rows);

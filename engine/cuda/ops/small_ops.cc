@@ -20,7 +20,7 @@ absl::StatusOr<Tensor> Embed(StepContext& ctx, const CudaEmbedding& e) {
   return x;
 }
 
-RmsNormParams RmsNormParamsFor(const Tensor& x, Tensor* residual, const CudaVector& w, float eps, Tensor& out) {
+RmsNormParams RmsNormParamsFor(const Tensor& x, Tensor* residual, const CudaVector& w, float eps, const Tensor& out) {
   RmsNormParams p;
   p.x = x.as<__nv_bfloat16>();
   p.x_stride = x.ld();
