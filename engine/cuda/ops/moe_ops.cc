@@ -106,8 +106,30 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
   };
   Tensor wts, slot, yd;  // what the combine reads of the routed experts
   auto routed_experts = [&]() -> absl::Status {
-    SPAR_ASSIGN_OR_RETURN(Tensor logits, Gemm(ctx, x, {&moe.router.gemm}, moe.route.num_experts, /*fp32_out=*/true));
-    SPAR_RETURN_IF_ERROR(ctx.Mark("moe.route_permute"));
+    // One token (decode at batch 1): the router's GEMV joins the routing
+    // launch (LaunchMoeRouterRoutePermute); otherwise the W8A16 GEMM.
+    const GemmWeight& rw = moe.router.gemm;
+    const int num_experts = moe.route.num_experts;
+    Tensor logits;
+    MoeRouterParams router;
+    bool router_gemv = false;
+    if (t_count == 1 && rw.type == GemmWeightType::kBf16 && rw.n == num_experts) {
+      SPAR_ASSIGN_OR_RETURN(logits, ctx.NewTensor(1, num_experts, DType::kF32));
+      router.x = x.as<__nv_bfloat16>();
+      router.weight = static_cast<const __nv_bfloat16*>(rw.data);
+      router.ld = rw.ld;
+      router.hidden = x.cols();
+      router.logits = logits.as<float>();
+      MoeRouteParams shape;
+      shape.tokens = 1;
+      shape.num_experts = num_experts;
+      shape.logits = logits.as<float>();
+      shape.ld_logits = logits.ld();
+      router_gemv = MoeRouterRoutePermuteSupported(router, shape);
+    }
+    if (!router_gemv) {
+      SPAR_ASSIGN_OR_RETURN(logits, Gemm(ctx, x, {&rw}, num_experts, /*fp32_out=*/true));
+    }
     SPAR_ASSIGN_OR_RETURN(Tensor ids, ctx.NewTensor(t_count, k, DType::kI32));
     SPAR_ASSIGN_OR_RETURN(wts, ctx.NewTensor(t_count, k, DType::kF32));
     MoeRouteParams route = moe.route;
@@ -151,7 +173,13 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
     const int down_bt = grouped.BlockTokens(moe.inter, moe.down, nullptr);
     const void* gate_up_list = list_for(gate_up_bt);
     const void* down_list = list_for(down_bt);
-    SPAR_RETURN_IF_ERROR(LaunchMoeRoutePermute(route, perm, ctx.moe_done_counter, ctx.stream));
+    if (router_gemv) {
+      SPAR_RETURN_IF_ERROR(ctx.Mark("moe.router_route_permute"));
+      SPAR_RETURN_IF_ERROR(LaunchMoeRouterRoutePermute(router, route, perm, ctx.moe_done_counter, ctx.stream));
+    } else {
+      SPAR_RETURN_IF_ERROR(ctx.Mark("moe.route_permute"));
+      SPAR_RETURN_IF_ERROR(LaunchMoeRoutePermute(route, perm, ctx.moe_done_counter, ctx.stream));
+    }
     SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_gate_up"));
     SPAR_ASSIGN_OR_RETURN(Tensor h, grouped.Run(x, sorted.as<int32_t>(), moe.gate, &moe.up, moe.inter, gate_up_list, gate_up_bt));
     SPAR_RETURN_IF_ERROR(ctx.Mark("moe.experts_down"));

@@ -14,6 +14,7 @@ namespace spar {
 struct MoeRouteParams;
 struct MoePermuteParams;
 struct MoeCombineParams;
+struct MoeRouterParams;
 }  // namespace spar
 
 namespace spar::gemm::internal {
@@ -74,6 +75,8 @@ cudaError_t LaunchMoeRouteKernel(const MoeRouteParams& p, cudaStream_t stream);
 cudaError_t LaunchMoePermuteKernel(const MoePermuteParams& p, cudaStream_t stream);
 cudaError_t LaunchMoeRoutePermuteKernel(const MoeRouteParams& r, const MoePermuteParams& q, int32_t* done,
                                         cudaStream_t stream);
+cudaError_t LaunchMoeRouterRoutePermuteKernel(const MoeRouterParams& g, const MoeRouteParams& r,
+                                              const MoePermuteParams& q, int32_t* done, cudaStream_t stream);
 cudaError_t LaunchMoeCombineKernel(const MoeCombineParams& p, cudaStream_t stream);
 
 }  // namespace spar::gemm::internal

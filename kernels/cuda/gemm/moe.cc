@@ -70,6 +70,18 @@ absl::Status ValidatePermute(const MoePermuteParams& p) {
   return absl::OkStatus();
 }
 
+// The checks of a launch that routes and then permutes the routing's ids.
+absl::Status ValidateRouteThenPermute(absl::string_view op, const MoeRouteParams& route, const MoePermuteParams& perm,
+                                      const int32_t* done_counter) {
+  SPAR_RETURN_IF_ERROR(ValidateRoute(route));
+  SPAR_RETURN_IF_ERROR(ValidatePermute(perm));
+  if (perm.tokens != route.tokens || perm.top_k != route.top_k || perm.expert_ids != route.expert_ids) {
+    return InvalidParam(op, "perm", "must permute the routing's own expert_ids (same tokens and top_k)");
+  }
+  if (done_counter == nullptr) return InvalidParam(op, "done_counter", "is null (a zeroed device int32)");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
@@ -86,16 +98,32 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream) {
 
 absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermuteParams& perm, int32_t* done_counter,
                                    cudaStream_t stream) {
-  constexpr absl::string_view kOp = "MoeRoutePermute";
-  SPAR_RETURN_IF_ERROR(ValidateRoute(route));
-  SPAR_RETURN_IF_ERROR(ValidatePermute(perm));
-  if (perm.tokens != route.tokens || perm.top_k != route.top_k || perm.expert_ids != route.expert_ids) {
-    return InvalidParam(kOp, "perm", "must permute the routing's own expert_ids (same tokens and top_k)");
-  }
-  if (done_counter == nullptr) return InvalidParam(kOp, "done_counter", "is null (a zeroed device int32)");
+  SPAR_RETURN_IF_ERROR(ValidateRouteThenPermute("MoeRoutePermute", route, perm, done_counter));
   // Runs with tokens == 0 too (one block), so expert_offsets is always written.
   return CudaStatus(gemm::internal::LaunchMoeRoutePermuteKernel(route, perm, done_counter, stream),
                     "MoeRoutePermuteKernel launch");
+}
+
+bool MoeRouterRoutePermuteSupported(const MoeRouterParams& router, const MoeRouteParams& route) {
+  const int64_t ld = router.ld > 0 ? router.ld : router.hidden;
+  return route.tokens == 1 && router.hidden > 0 && router.hidden % 8 == 0 && ld >= router.hidden && ld % 8 == 0 &&
+         router.x != nullptr && router.weight != nullptr && router.logits != nullptr && Aligned(router.x, 16) &&
+         Aligned(router.weight, 16) && route.logits == router.logits && route.ld_logits >= route.num_experts;
+}
+
+absl::Status LaunchMoeRouterRoutePermute(const MoeRouterParams& router, const MoeRouteParams& route,
+                                         const MoePermuteParams& perm, int32_t* done_counter, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "MoeRouterRoutePermute";
+  SPAR_RETURN_IF_ERROR(ValidateRouteThenPermute(kOp, route, perm, done_counter));
+  if (!MoeRouterRoutePermuteSupported(router, route)) {
+    return InvalidParam(kOp, "router",
+                        "needs one token, hidden and ld multiples of 8, 16-byte aligned x and weight, and "
+                        "route.logits == router.logits");
+  }
+  MoeRouterParams r = router;
+  if (r.ld == 0) r.ld = r.hidden;
+  return CudaStatus(gemm::internal::LaunchMoeRouterRoutePermuteKernel(r, route, perm, done_counter, stream),
+                    "MoeRouterRoutePermuteKernel launch");
 }
 
 size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts) {

@@ -11,7 +11,8 @@
 //   3. LaunchMoePermute(ids, [e0, e1))                  -> expert_offsets
 //        [E_local+1], sorted_token [T*K], slot [T, K] (-1: expert not local)
 //      (2 + 3 in one launch: LaunchMoeRoutePermute; the permutation can
-//      also write the work lists of the grouped GEMMs of steps 4-5)
+//      also write the work lists of the grouped GEMMs of steps 4-5; 1 + 2 + 3
+//      for one token: LaunchMoeRouterRoutePermute)
 //   4. LaunchMoeGroupedGemm(kSiluMul, x gathered by sorted_token,
 //        gate_proj/up_proj of the local experts)        -> h [T*K, I] bf16
 //   5. LaunchMoeGroupedGemm(kNone, h, down_proj)        -> yd [T*K, H] bf16
@@ -106,6 +107,27 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream);
 // one zeroed int serves every later launch on the stream (graph replays too).
 absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermuteParams& perm, int32_t* done_counter,
                                    cudaStream_t stream);
+
+// Steps 1-3 for one token (decode at batch 1) in one launch: the router's
+// logits as a bf16 GEMV (block b computes experts 2b and 2b + 1, each dot
+// product summed in a fixed order), then the last block to finish routes and
+// permutes the token (LaunchMoeRoutePermute's one-token path). At batch 1 the
+// W8A16 GEMM streams the 3 MB router through a split-K plan built for big
+// weights (~8-10 us for ~1 us of bytes) and the routing is a second launch.
+// `route.logits` must be `router.logits` (the logits are still written:
+// traces and tests read them); route.tokens == 1.
+struct MoeRouterParams {
+  const __nv_bfloat16* x = nullptr;       // [hidden], 16-byte aligned
+  const __nv_bfloat16* weight = nullptr;  // [num_experts, ld] bf16, 16-byte aligned
+  int64_t ld = 0;                         // 0: hidden; a multiple of 8
+  int64_t hidden = 0;                     // a multiple of 8
+  float* logits = nullptr;                // [num_experts] out
+};
+// Whether LaunchMoeRouterRoutePermute takes these shapes and pointers (else
+// run the GEMM and LaunchMoeRoutePermute).
+bool MoeRouterRoutePermuteSupported(const MoeRouterParams& router, const MoeRouteParams& route);
+absl::Status LaunchMoeRouterRoutePermute(const MoeRouterParams& router, const MoeRouteParams& route,
+                                         const MoePermuteParams& perm, int32_t* done_counter, cudaStream_t stream);
 
 // Y[rows of expert e] = X[rows] · W_eᵀ for every local expert, with the
 // epilogues of the dense GEMM (no residual; split-K only with a split

@@ -1,6 +1,7 @@
 // MoE helper kernels: routing (one block per token), permutation by expert
-// (one block), both in one launch (the last block permutes), weighted
-// combine (blocks of tokens x hidden columns).
+// (one block), both in one launch (the last block permutes), the router's
+// GEMV with both for one token, weighted combine (blocks of tokens x hidden
+// columns).
 #include "kernels/cuda/common/arch.cuh"
 #include "kernels/cuda/common/reduce.cuh"
 
@@ -42,7 +43,8 @@ __device__ __forceinline__ void RouteTokenBlock(const MoeRouteParams& p, int64_t
   const int num_experts = p.num_experts, group_size = p.num_experts / p.n_group;
   const float* lg = p.logits + tok * p.ld_logits;
   for (int e = tid; e < num_experts; e += kRouteThreads) {
-    const float score = 1.0f / (1.0f + expf(-lg[e]));
+    // Through L2: in MoeRouterRoutePermuteKernel other blocks wrote them.
+    const float score = 1.0f / (1.0f + expf(-__ldcg(lg + e)));
     const float choice = score + p.bias[e];
     s.score[e] = score;
     // NaN (a NaN hidden state) ranks last, so the places stay a permutation.
@@ -256,6 +258,78 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRoutePermuteKernel(const Moe
   if (threadIdx.x == 0) *done = 0;
 }
 
+// The router's GEMV for one token, then routing and permutation: block b
+// computes the logits of experts 2b and 2b + 1 (four warps each, a quarter
+// of the 16-byte vectors of the row each, interleaved so every warp load is
+// 512 contiguous bytes), then the last block to arrive routes and permutes
+// the token (RouteTokenBlock, PermuteOneToken) and resets the counter. Each
+// logit is summed in a fixed order (per lane, then a butterfly over the
+// warp, then the four warps in order): the bits do not depend on timing.
+constexpr int kRouterExpertsPerBlock = 2;
+constexpr int kRouterWarpsPerExpert = kRouteThreads / 32 / kRouterExpertsPerBlock;
+constexpr int kRouterBatch = 8;  // 16-byte vectors of weights a lane has in flight
+
+__device__ __forceinline__ float DotBf16x8(const uint4& a, const uint4& b) {
+  const uint32_t ra[4] = {a.x, a.y, a.z, a.w}, rb[4] = {b.x, b.y, b.z, b.w};
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    s = fmaf(__uint_as_float(ra[e] << 16), __uint_as_float(rb[e] << 16), s);
+    s = fmaf(__uint_as_float(ra[e] & 0xffff0000u), __uint_as_float(rb[e] & 0xffff0000u), s);
+  }
+  return s;
+}
+
+__global__ void __launch_bounds__(kRouteThreads) MoeRouterRoutePermuteKernel(const MoeRouterParams g,
+                                                                            const MoeRouteParams r,
+                                                                            const MoePermuteParams q, int32_t* done) {
+  __shared__ RouteSmem route_smem;
+  __shared__ float partial[kRouterExpertsPerBlock][kRouterWarpsPerExpert];
+  __shared__ bool is_last;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int local = warp / kRouterWarpsPerExpert, quarter = warp % kRouterWarpsPerExpert;
+  const int e = blockIdx.x * kRouterExpertsPerBlock + local;
+  float acc = 0.0f;
+  if (e < r.num_experts) {
+    const uint4* w = reinterpret_cast<const uint4*>(g.weight + static_cast<int64_t>(e) * g.ld);
+    const uint4* x = reinterpret_cast<const uint4*>(g.x);
+    const int vecs = static_cast<int>(g.hidden / 8);
+    constexpr int kStride = kRouterWarpsPerExpert * 32;
+    for (int v0 = quarter * 32 + lane; v0 < vecs; v0 += kRouterBatch * kStride) {
+      uint4 wv[kRouterBatch];
+#pragma unroll
+      for (int i = 0; i < kRouterBatch; ++i) {  // all loads first: one memory latency per batch
+        const int v = v0 + i * kStride;
+        wv[i] = v < vecs ? __ldg(w + v) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kRouterBatch; ++i) {
+        const int v = v0 + i * kStride;
+        if (v < vecs) acc += DotBf16x8(wv[i], __ldg(x + v));
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) partial[local][quarter] = acc;
+  __syncthreads();
+  if (tid < kRouterExpertsPerBlock) {
+    const int ex = blockIdx.x * kRouterExpertsPerBlock + tid;
+    float s = 0.0f;
+    for (int i = 0; i < kRouterWarpsPerExpert; ++i) s += partial[tid][i];
+    if (ex < r.num_experts) g.logits[ex] = s;
+  }
+  __threadfence();  // this block's logits before its arrival
+  __syncthreads();
+  if (tid == 0) is_last = atomicAdd(done, 1) == static_cast<int32_t>(gridDim.x) - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  RouteTokenBlock(r, 0, route_smem);  // ends after a barrier that follows the selection
+  PermuteOneToken<kRouteThreads>(q, route_smem.selected_id);
+  if (tid == 0) *done = 0;
+}
+
 __device__ __forceinline__ void AddBf16x8(float (&acc)[8], const __nv_bfloat16* src, float w) {
   const uint4 raw = *reinterpret_cast<const uint4*>(src);
   const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -328,6 +402,13 @@ cudaError_t LaunchMoeRoutePermuteKernel(const MoeRouteParams& r, const MoePermut
   const int64_t blocks = std::max<int64_t>(1, r.tokens);
   MoeRoutePermuteKernel<<<static_cast<unsigned>(blocks), kRouteThreads, 2 * n_local * sizeof(int), stream>>>(r, q,
                                                                                                              done);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeRouterRoutePermuteKernel(const MoeRouterParams& g, const MoeRouteParams& r,
+                                              const MoePermuteParams& q, int32_t* done, cudaStream_t stream) {
+  const int blocks = (r.num_experts + kRouterExpertsPerBlock - 1) / kRouterExpertsPerBlock;
+  MoeRouterRoutePermuteKernel<<<blocks, kRouteThreads, 0, stream>>>(g, r, q, done);
   return cudaGetLastError();
 }
 
