@@ -23,6 +23,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <cublas_v2.h>
 
 #include <algorithm>
 #include <cmath>
@@ -427,6 +428,37 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
     Row row{shape.name, m, n_total, k, PlanName(plan), us, flops / us * 1e-6, weight_bytes / us * 1e-3,
             100.0 * (weight_bytes / (g_copy_gbs * 1e3)) / us, max_diff / std::max(max_ref, 1e-30), us_stream};
     Emit(row);
+    if (m >= 1024) {
+      // The peer at prefill sizes: cuBLAS bf16 on the same shape (on the
+      // H200 it runs Hopper wgmma kernels, which sm80 code cannot use),
+      // Y[m, n] = X[m, k] W[n, k]^T with random bf16 weights.
+      static cublasHandle_t cublas = [] {
+        cublasHandle_t h = nullptr;
+        if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return static_cast<cublasHandle_t>(nullptr);
+        cublasSetStream(h, g_stream);
+        return h;
+      }();
+      if (cublas != nullptr) {
+        __nv_bfloat16* wb = DeviceAlloc<__nv_bfloat16>(n_total * k);
+        FillBf16<<<1024, 256>>>(wb, n_total * k, 4000);
+        CheckCuda(cudaDeviceSynchronize(), "fill cublas weights");
+        const float one = 1.0f, zero = 0.0f;
+        bool ok = true;
+        const double cublas_us = TimePerLaunchGraph(
+            [&](int) {
+              ok &= cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_total), static_cast<int>(m),
+                                 static_cast<int>(k), &one, wb, CUDA_R_16BF, static_cast<int>(k), x, CUDA_R_16BF,
+                                 static_cast<int>(k), &zero, y, CUDA_R_16BF, static_cast<int>(n_total),
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+            },
+            20);
+        if (ok) {
+          std::printf("  cublas bf16   %-12s M=%-5lld %9.2f us %7.1f TFLOP/s; ours / cuBLAS %.2fx\n", shape.name,
+                      static_cast<long long>(m), cublas_us, flops / cublas_us * 1e-6, us / cublas_us);
+        }
+        cudaFree(wb);
+      }
+    }
 
     if (opt.sweep) {
       // Every (configuration, split) at decode sizes; prefill: 64/128-token
