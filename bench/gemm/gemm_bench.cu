@@ -23,7 +23,6 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <cmath>
@@ -37,6 +36,7 @@
 #include "base/numeric.h"
 #include "base/rng.h"
 #include "bench/common/bench_util.h"
+#include "bench/common/cublas_peer.h"
 #include "kernels/cuda/common/device_info.h"
 #include "kernels/cuda/gemm/moe.h"
 #include "kernels/cuda/gemm/w8a16_gemm.h"
@@ -429,9 +429,8 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
             100.0 * (weight_bytes / (g_copy_gbs * 1e3)) / us, max_diff / std::max(max_ref, 1e-30), us_stream};
     Emit(row);
     if (m >= 1024) {
-      // The peer at prefill sizes: cuBLAS bf16 on the same shape (on the
-      // H200 it runs Hopper wgmma kernels, which sm80 code cannot use),
-      // Y[m, n] = X[m, k] W[n, k]^T with random bf16 weights.
+      // The peer at prefill sizes: cuBLAS bf16 on the same shape, random
+      // bf16 weights (bench/common/cublas_peer.h).
       static cublasHandle_t cublas = [] {
         cublasHandle_t h = nullptr;
         if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return static_cast<cublasHandle_t>(nullptr);
@@ -442,16 +441,9 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
         __nv_bfloat16* wb = DeviceAlloc<__nv_bfloat16>(n_total * k);
         FillBf16<<<1024, 256>>>(wb, n_total * k, 4000);
         CheckCuda(cudaDeviceSynchronize(), "fill cublas weights");
-        const float one = 1.0f, zero = 0.0f;
         bool ok = true;
         const double cublas_us = TimePerLaunchGraph(
-            [&](int) {
-              ok &= cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_total), static_cast<int>(m),
-                                 static_cast<int>(k), &one, wb, CUDA_R_16BF, static_cast<int>(k), x, CUDA_R_16BF,
-                                 static_cast<int>(k), &zero, y, CUDA_R_16BF, static_cast<int>(n_total),
-                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
-            },
-            20);
+            [&](int) { ok &= bench::CublasBf16Gemm(cublas, m, n_total, k, wb, x, y) == CUBLAS_STATUS_SUCCESS; }, 20);
         if (ok) {
           std::printf("  cublas bf16   %-12s M=%-5lld %9.2f us %7.1f TFLOP/s; ours / cuBLAS %.2fx\n", shape.name,
                       static_cast<long long>(m), cublas_us, flops / cublas_us * 1e-6, us / cublas_us);

@@ -38,6 +38,7 @@
 #include "base/numeric.h"
 #include "base/rng.h"
 #include "bench/common/bench_util.h"
+#include "bench/common/cublas_peer.h"
 #include "kernels/cuda/gemm/moe.h"
 #include "kernels/cuda/gemm/w4_layout.h"
 #include "kernels/cuda/gemm/w4a16_gemm.h"
@@ -199,16 +200,11 @@ void RunDense(bool fp4, const Shape& s, const std::vector<int64_t>& ms, double c
     const double us = bench::GraphMedianMicros(launch, stream, 20, 9);
     double vs_cublas = -1;
     if (m >= 1024 && cublas != nullptr) {
-      // cuBLAS bf16 on the same shape: Y[m, n] = X[m, k] W[n, k]^T.
+      // cuBLAS bf16 on the same shape (bench/common/cublas_peer.h).
       void* wb = nullptr;
       CheckCuda(cudaMalloc(&wb, s.n * s.k * 2), "malloc");
       CheckCuda(cudaMemset(wb, 0, s.n * s.k * 2), "memset");
-      const float one = 1.0f, zero = 0.0f;
-      auto gemm = [&](int) {
-        cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(m), static_cast<int>(s.k),
-                     &one, wb, CUDA_R_16BF, static_cast<int>(s.k), x, CUDA_R_16BF, static_cast<int>(s.k), &zero, y,
-                     CUDA_R_16BF, static_cast<int>(s.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      };
+      auto gemm = [&](int) { bench::CublasBf16Gemm(cublas, m, s.n, s.k, wb, x, y); };
       const double cublas_us = bench::GraphMedianMicros(gemm, stream, 10, 9);
       vs_cublas = us / cublas_us;
       cudaFree(wb);
