@@ -15,7 +15,8 @@
 // Model::Forward (host launch work included when it stalls the GPU); "host"
 // is the wall time the eager step's Forward call takes to enqueue its work.
 // --op-profile adds, per shape, where an eager step's GPU time goes, op by
-// op (Backend::TakeOpProfile; the host's enqueueing hidden behind a GPU wait).
+// op (Backend::TakeOpProfile; the host's enqueueing hidden behind a GPU wait),
+// and the same for the last full prefill chunk of the first sequence.
 // --verify-tokens 2,3,4 also times speculative decoding's verify steps (n
 // query tokens per sequence: the last token and n - 1 drafts) at each
 // context and batch, graph and eager, against the decode step of the same
@@ -235,50 +236,61 @@ absl::StatusOr<StepPlan> DecodePlan(int batch, int context, const ModelConfig& c
   return plan;
 }
 
-// Per shape: the median over 5 eager steps of each op label's GPU time per
-// step (summed over the layers and the label's calls), largest first.
+// The median over 5 eager runs of `run` (after one warm-up) of each op
+// label's GPU time per run (summed over the layers and the label's calls),
+// printed largest first under `title`.
+template <typename Run>
+absl::Status PrintOpProfile(const Flags& f, Backend* backend, const std::string& title, const Run& run) {
+  const int layers = f.last_layer - f.first_layer;
+  std::map<std::string, std::vector<double>> per_label;
+  std::map<std::string, int> calls;
+  for (int r = 0; r < 6; ++r) {
+    backend->set_op_profile(true);
+    const absl::Status st = run();
+    backend->set_op_profile(false);
+    SPAR_ASSIGN_OR_RETURN(std::vector<OpTime> ops, backend->TakeOpProfile());
+    SPAR_RETURN_IF_ERROR(st);
+    if (r == 0) continue;  // warm-up
+    std::map<std::string, double> step;
+    std::map<std::string, int> n;
+    for (const OpTime& op : ops) {
+      step[op.label] += op.seconds;
+      n[op.label] += 1;
+    }
+    for (const auto& [label, sec] : step) per_label[label].push_back(sec);
+    calls = n;
+  }
+  std::vector<std::pair<double, std::string>> rows;
+  double total = 0;
+  for (auto& [label, v] : per_label) {
+    const double m = Median(v);
+    rows.emplace_back(m, label);
+    total += m;
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  if (f.tp.rank != 0) return absl::OkStatus();
+  std::printf("\nop profile, %s (eager, per layer; sum %.1f us):\n| op | calls/layer | us/layer | share |\n|---|---|---|---|\n",
+              title.c_str(), total * 1e6 / layers);
+  for (const auto& [sec, label] : rows) {
+    std::printf("| %s | %.1f | %.1f | %.0f%% |\n", label.c_str(), static_cast<double>(calls[label]) / layers,
+                sec * 1e6 / layers, 100.0 * sec / total);
+  }
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+// Per decode shape: where an eager step's GPU time goes.
 template <typename TableOf, typename RandomHidden>
 absl::Status PrintOpProfiles(const Flags& f, Backend* backend, Model* model, const ModelConfig& config,
                              const TableOf& table_of, const RandomHidden& random_hidden) {
-  const int layers = f.last_layer - f.first_layer;
   backend->set_step_replay(false);
   for (int context : f.contexts) {
     for (int b : f.batches) {
       SPAR_ASSIGN_OR_RETURN(StepPlan plan, DecodePlan(b, context, config, model->num_blocks(), table_of));
       SPAR_ASSIGN_OR_RETURN(Tensor in, backend->FromHost(random_hidden(b), b, config.hidden_size));
-      std::map<std::string, std::vector<double>> per_label;
-      std::map<std::string, int> calls;
-      for (int r = 0; r < 6; ++r) {
-        backend->set_op_profile(true);
-        SPAR_RETURN_IF_ERROR(model->Forward(plan, &in).status());
-        backend->set_op_profile(false);
-        SPAR_ASSIGN_OR_RETURN(std::vector<OpTime> ops, backend->TakeOpProfile());
-        if (r == 0) continue;  // warm-up
-        std::map<std::string, double> step;
-        std::map<std::string, int> n;
-        for (const OpTime& op : ops) {
-          step[op.label] += op.seconds;
-          n[op.label] += 1;
-        }
-        for (const auto& [label, sec] : step) per_label[label].push_back(sec);
-        calls = n;
-      }
-      std::vector<std::pair<double, std::string>> rows;
-      double total = 0;
-      for (auto& [label, v] : per_label) {
-        const double m = Median(v);
-        rows.emplace_back(m, label);
-        total += m;
-      }
-      std::sort(rows.rbegin(), rows.rend());
-      if (f.tp.rank != 0) continue;
-      std::printf("\nop profile, context %d, batch %d (eager, per layer; sum %.1f us):\n| op | calls/layer | us/layer | share |\n|---|---|---|---|\n",
-                  context, b, total * 1e6 / layers);
-      for (const auto& [sec, label] : rows) {
-        std::printf("| %s | %.1f | %.1f | %.0f%% |\n", label.c_str(), static_cast<double>(calls[label]) / layers,
-                    sec * 1e6 / layers, 100.0 * sec / total);
-      }
-      std::fflush(stdout);
+      const std::string title = "context " + std::to_string(context) + ", batch " + std::to_string(b);
+      SPAR_RETURN_IF_ERROR(
+          PrintOpProfile(f, backend, title, [&] { return model->Forward(plan, &in).status(); }));
     }
   }
   backend->set_step_replay(true);
@@ -401,18 +413,23 @@ absl::Status Run(const Flags& f) {
   SPAR_ASSIGN_OR_RETURN(const Tensor chunk_in, backend->FromHost(random_hidden(f.prefill_chunk), f.prefill_chunk, hidden));
   std::vector<double> prefill_s;
   const auto p0 = std::chrono::steady_clock::now();
+  // The chunk [start, start + n) of sequence seq.
+  auto prefill_plan = [&](int seq, int start, int n) -> absl::StatusOr<StepPlan> {
+    StepPlan plan;
+    SequenceStep s;
+    s.seq_id = seq;
+    s.start_pos = start;
+    s.tokens.assign(n, 1);
+    s.block_table = table_of(seq, (start + n + kCacheBlockTokens - 1) / kCacheBlockTokens);
+    s.num_logits = 0;
+    plan.seqs.push_back(s);
+    SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, mo.num_blocks));
+    return plan;
+  };
   for (int seq = 0; seq < max_batch; ++seq) {
     for (int start = 0; start < max_context; start += f.prefill_chunk) {
       const int n = std::min(f.prefill_chunk, max_context - start);
-      StepPlan plan;
-      SequenceStep s;
-      s.seq_id = seq;
-      s.start_pos = start;
-      s.tokens.assign(n, 1);
-      s.block_table = table_of(seq, (start + n + kCacheBlockTokens - 1) / kCacheBlockTokens);
-      s.num_logits = 0;
-      plan.seqs.push_back(s);
-      SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, mo.num_blocks));
+      SPAR_ASSIGN_OR_RETURN(const StepPlan plan, prefill_plan(seq, start, n));
       const Tensor in = chunk_in.Rows(0, n);
       SPAR_ASSIGN_OR_RETURN(double sec, backend->TimeWork([&]() -> absl::Status {
         return model->Forward(plan, &in).status();
@@ -493,7 +510,20 @@ absl::Status Run(const Flags& f) {
   if (!f.verify_tokens.empty()) {
     SPAR_RETURN_IF_ERROR(PrintVerifySteps(f, backend.get(), model.get(), config, table_of, random_hidden));
   }
-  if (f.op_profile) SPAR_RETURN_IF_ERROR(PrintOpProfiles(f, backend.get(), model.get(), config, table_of, random_hidden));
+  if (f.op_profile) {
+    SPAR_RETURN_IF_ERROR(PrintOpProfiles(f, backend.get(), model.get(), config, table_of, random_hidden));
+    // The last full chunk of sequence 0 again (it rewrites the same cache
+    // rows with the same values).
+    const int start = (max_context / f.prefill_chunk - 1) * f.prefill_chunk;
+    if (start >= 0) {
+      SPAR_ASSIGN_OR_RETURN(const StepPlan plan, prefill_plan(0, start, f.prefill_chunk));
+      const Tensor in = chunk_in.Rows(0, f.prefill_chunk);
+      const std::string title = "prefill chunk of " + std::to_string(f.prefill_chunk) + " tokens at position " +
+                                std::to_string(start);
+      SPAR_RETURN_IF_ERROR(
+          PrintOpProfile(f, backend.get(), title, [&] { return model->Forward(plan, &in).status(); }));
+    }
+  }
   if (f.tp.rank == 0) {
     const StepGraphStats g = backend->graph_stats();
     std::printf("graphs: %lld held, %lld captured, %lld replayed steps, %lld eager steps, %lld capture failures\n",
