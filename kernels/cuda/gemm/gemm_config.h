@@ -34,8 +34,9 @@ enum class TileConfigId : int {
   kT8W2Q = 11,      // 64 x 8, 128 B/row/stage, 3 stages: 4 blocks per SM
   kT8W2QF = 12,     // kT8W2Q, 2^120 folded into the block scale
   kT8R128M2F = 13,  // 128 rows x 8, 4 warps of two 16-row fragments, folded
+  kT128W2F = 14,    // kT128W2 with 2^120 folded: the prefill tile (2026-12-03)
 };
-inline constexpr int kNumTileConfigs = 14;
+inline constexpr int kNumTileConfigs = 15;
 
 struct TileConfig {
   TileConfigId id;
@@ -114,6 +115,14 @@ inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
     {TileConfigId::kT8W2Q, "T8W2Q", 8, 64, 4, 1, 3, 2, 4, 0.3, 0.863, false},
     {TileConfigId::kT8W2QF, "T8W2QF", 8, 64, 4, 1, 3, 2, 4, 0.3, 0.903, true},
     {TileConfigId::kT8R128M2F, "T8R128M2F", 8, 128, 4, 1, 4, 2, 2, 0.3, 1.0, true},
+    // The prefill tile with the widening's bf16 multiply folded into the
+    // block scale (3 instead of 4 instructions per widened register; the
+    // multiply was 8.8 % of the tile's instructions under ncu): 2-6 % faster
+    // than kT128W2 on every GLM-5 projection at M = 256-2048 and 3-8 % on
+    // the grouped MoE at 4096 tokens (H200 running this sm80 code, sweep of
+    // 2026-12-03, bench/results/gemm.md). Its mma efficiency is kT128W2's
+    // times the measured 1.05; kT128W2 stays as its unfolded twin in the tests.
+    {TileConfigId::kT128W2F, "T128W2F", 128, 128, 4, 2, 3, 2, 1, 0.43, 0.79, true},
 };
 
 const TileConfig& GetTileConfig(TileConfigId id);

@@ -472,8 +472,7 @@ TEST(Sm80_W8A16Gemm, SplitKIsDeterministicAndReusesWorkspace) {
   }
 }
 
-// The decode tiles that fold 2^120 into the block scale against unfolded
-// twins (same summation order per output): the products differ by
+// The tiles that fold 2^120 into the block scale against unfolded twins (same summation order per output): the products differ by
 // exactly 2^120 except where the folded one is an fp32 subnormal, so the
 // outputs agree to far below a bf16 ulp.
 TEST(Sm80_W8A16Gemm, FoldedCandidatesEqualTheirTwins) {
@@ -485,10 +484,11 @@ TEST(Sm80_W8A16Gemm, FoldedCandidatesEqualTheirTwins) {
       {TileConfigId::kT16W4, TileConfigId::kT16W4F},
       {TileConfigId::kT8W2Q, TileConfigId::kT8W2QF},
       {TileConfigId::kT8W2Q, TileConfigId::kT8R128M2F},
+      {TileConfigId::kT128W2, TileConfigId::kT128W2F},
   };
   const HostWeight w = MakeWeight(kFp8, 328, 2048, 81);
   for (const auto& [plain, folded] : twins) {
-    for (int64_t m : {1, 8, 13}) {
+    for (int64_t m : {1, 8, 13, 200}) {
       GemmCase c;
       c.m = m;
       c.k = 2048;
