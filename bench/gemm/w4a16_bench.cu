@@ -165,7 +165,8 @@ void RunDense(bool fp4, const Shape& s, const std::vector<int64_t>& ms, double c
   void* y = nullptr;
   CheckCuda(cudaMalloc(&y, max_m * s.n * 4), "malloc");
   for (int64_t m : ms) {
-    const int forced_last = sweep && m <= 16 ? kW4NumConfigs - 1 : -1;
+    // (--force NAME times that configuration at any M.)
+    const int forced_last = sweep && (m <= 16 || g_force >= 0) ? kW4NumConfigs - 1 : -1;
     // forced -1: the planner's plan; >= 0: that configuration (--sweep, --force).
     auto launch_with = [&](int forced) {
       return [&, forced](int i) {

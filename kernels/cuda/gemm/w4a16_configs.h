@@ -50,6 +50,9 @@ inline constexpr W4Config kW4Configs[kW4NumConfigs] = {
     DecodeConfig("W4D8M2S4", 4, 2, 1, 8, 4, 4),
     DecodeConfig("W4D8M1S6", 4, 1, 1, 8, 6, 4),
     DecodeConfig("W4D16M2S4", 4, 2, 2, 8, 4, 3),
+    // Prefill candidate (2026-12-03, not yet measured, not planned): 128
+    // tokens x 128 rows, warps of 32 rows x 64 tokens, as the W8A16 T128W2.
+    TileConfig("W4P128T", 128, 128, 4, 2, 3, 2, 1),
 };
 
 // w4a16_decode.cu: the decode kernel of configuration `id` (decode == true).
