@@ -35,24 +35,24 @@ constexpr W4Config DecodeConfig(const char* name, int warps, int mi, int nj, int
 }
 
 // Decode tiles stream 256 columns (4 chunks) per stage so each 16-row tile
-// contributes 2 KB contiguous per stage; the prefill tile is 128 x 64 with
-// 8 warps (two accumulator sets per thread for int4: the running sum and
-// the group's). The decode configurations (M <= 16) follow: the ones the
+// contributes 2 KB contiguous per stage; the prefill tile is 128 rows x 128
+// tokens with 8 warps of 32 x 64 (two accumulator sets per thread for int4:
+// the running sum and the group's). It replaced a 128 x 64 tile (W4P128,
+// warps of 32 x 32) on 2026-12-03: 1.19-1.23x faster for int4 and 1.34x for
+// NVFP4 at M = 2048, 1.05-1.12x on the grouped MoE at 4096 tokens (H200
+// running this sm80 code, bench/results/gemm.md). The decode configurations (M <= 16) follow: the ones the
 // planner picks from a sweep of eleven (bench/results/gemm.md, 2026-12-02).
 inline constexpr W4Config kW4Configs[kW4NumConfigs] = {
     TileConfig("W4T8", 8, 64, 4, 1, 4, 4, 2),
     TileConfig("W4T16", 16, 64, 4, 1, 4, 4, 2),
     TileConfig("W4T32", 32, 64, 4, 1, 4, 2, 2),
     TileConfig("W4T64", 64, 64, 2, 2, 4, 2, 2),
-    TileConfig("W4P128", 64, 128, 4, 2, 3, 2, 1),
+    TileConfig("W4P128T", 128, 128, 4, 2, 3, 2, 1),
     DecodeConfig("W4D1M2S6", 4, 2, 1, 1, 6, 4),
     DecodeConfig("W4D1M4S3", 4, 4, 1, 1, 3, 4),
     DecodeConfig("W4D8M2S4", 4, 2, 1, 8, 4, 4),
     DecodeConfig("W4D8M1S6", 4, 1, 1, 8, 6, 4),
     DecodeConfig("W4D16M2S4", 4, 2, 2, 8, 4, 3),
-    // Prefill candidate (2026-12-03, not yet measured, not planned): 128
-    // tokens x 128 rows, warps of 32 rows x 64 tokens, as the W8A16 T128W2.
-    TileConfig("W4P128T", 128, 128, 4, 2, 3, 2, 1),
 };
 
 // w4a16_decode.cu: the decode kernel of configuration `id` (decode == true).

@@ -60,7 +60,7 @@ constexpr int IdOf(const char* name) {
 constexpr int kTile16 = IdOf("W4T16");
 constexpr int kTile32 = IdOf("W4T32");
 constexpr int kTile64 = IdOf("W4T64");
-constexpr int kPrefill = IdOf("W4P128");
+constexpr int kPrefill = IdOf("W4P128T");
 constexpr int kDecode1Wide = IdOf("W4D1M4S3");  // 64 rows per warp
 constexpr int kDecode1 = IdOf("W4D1M2S6");
 constexpr int kDecode8 = IdOf("W4D8M2S4");
@@ -71,11 +71,13 @@ static_assert(kTile16 >= 0 && kTile32 >= 0 && kTile64 >= 0 && kPrefill >= 0 && k
               "configurations named by the planner");
 
 // Beyond 16 rows per tile, dense and grouped alike: the tile kernel by
-// tokens; the 128-row prefill tile only where it tiles the packed rows
-// (padded to 64).
+// tokens; the 128 x 128 prefill tile from 65 tokens, where it tiles the
+// packed rows (padded to 64). At 128 rows per expert (the grouped MoE of a
+// 4096-token chunk) it took 18.3 ms against W4T64's 24.0 for int4 (H200
+// running this sm80 code, 2026-12-03).
 int TileConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
   if (rows_per_tile <= 32) return kTile32;
-  if (rows_per_tile <= 128 || rows_padded % 128 != 0) return kTile64;
+  if (rows_per_tile <= 64 || rows_padded % 128 != 0) return kTile64;
   return kPrefill;
 }
 

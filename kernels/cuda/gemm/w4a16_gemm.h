@@ -113,7 +113,7 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
 // Tile configurations (for tests and benchmarks that force one): the tile
 // kernel's (any M) and the decode kernel's (M <= 16 per tile; chosen for
 // decode shapes, see w4a16_gemm.cu).
-inline constexpr int kW4NumConfigs = 11;
+inline constexpr int kW4NumConfigs = 10;
 const char* W4ConfigName(int config);
 bool W4ConfigIsDecode(int config);
 int W4ConfigBlockTokens(int config);  // rows per tile (grouped: per work entry)
