@@ -40,8 +40,9 @@ constexpr W4Config DecodeConfig(const char* name, int warps, int mi, int nj, int
 // the running sum and the group's). It replaced a 128 x 64 tile (W4P128,
 // warps of 32 x 32) on 2026-12-03: 1.19-1.23x faster for int4 and 1.34x for
 // NVFP4 at M = 2048, 1.05-1.12x on the grouped MoE at 4096 tokens (H200
-// running this sm80 code, bench/results/gemm.md). The decode configurations (M <= 16) follow: the ones the
-// planner picks from a sweep of eleven (bench/results/gemm.md, 2026-12-02).
+// running this sm80 code, bench/RESULTS.md). The decode configurations
+// (M <= 16) follow: the ones the planner picks from a sweep of eleven
+// (bench/results/gemm.md, 2026-12-02).
 inline constexpr W4Config kW4Configs[kW4NumConfigs] = {
     TileConfig("W4T8", 8, 64, 4, 1, 4, 4, 2),
     TileConfig("W4T16", 16, 64, 4, 1, 4, 4, 2),
