@@ -472,9 +472,10 @@ TEST(Sm80_W8A16Gemm, SplitKIsDeterministicAndReusesWorkspace) {
   }
 }
 
-// The tiles that fold 2^120 into the block scale against unfolded twins (same summation order per output): the products differ by
-// exactly 2^120 except where the folded one is an fp32 subnormal, so the
-// outputs agree to far below a bf16 ulp.
+// The tiles that fold 2^120 into the block scale against unfolded twins
+// (same summation order per output): the products differ by exactly 2^120
+// except where the folded one is an fp32 subnormal, so the outputs agree to
+// far below a bf16 ulp.
 TEST(Sm80_W8A16Gemm, FoldedCandidatesEqualTheirTwins) {
   SPAR_REQUIRE_GPU();
   using gemm::TileConfigId;
