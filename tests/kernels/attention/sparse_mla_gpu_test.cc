@@ -1,7 +1,8 @@
 // Sparse MLA attention (kernels/cuda/attention/sparse_mla.h) against
 // ref::SparseMla on fresh random inputs: every head count, both cache
 // formats, forced and automatic splits, -1 / out-of-range / duplicate
-// indices, empty rows, and the dense fast path (bit-equal to the sparse path).
+// indices, empty rows, the dense fast path (bit-equal to the sparse path),
+// and FP8 rows widened for prefill read by the bf16 kernel.
 #include "kernels/cuda/attention/sparse_mla.h"
 
 #include <cuda_bf16.h>
@@ -14,6 +15,7 @@
 
 #include "base/rng.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/attention/latent_widen.h"
 #include "kernels/ref/cache_ref.h"
 #include "kernels/ref/sparse_mla_ref.h"
 #include "tests/kernels/gpu_test_util.h"
@@ -438,6 +440,92 @@ TEST(SparseMla, PrefillManyTokens) {
       const Result got = RunGpu(p, cache);
       EXPECT_EQ(got.plan.num_splits, 1);
       ExpectClose(got, RunRef(p, cache), format, std::string(FormatName(format)) + " heads " + ::testing::PrintToString(heads));
+    }
+  }
+}
+
+// The prefill path of FP8 caches (latent_widen.h): the step's context blocks
+// widened into a bf16 scratch, the index lists remapped into it and read by
+// the bf16 kernel, against the exact FP8 reference on the original lists.
+// Three ragged sequences over shuffled pool blocks, one block shared.
+TEST(SparseMla, WidenedFp8RowsMatchTheFp8Reference) {
+  SPAR_REQUIRE_GPU();
+  Cache fp8;
+  const int64_t pool_blocks = 20;
+  MakeCache(fp8, LatentFormat::kFp8Ds, 64 * pool_blocks, 91);
+  std::vector<int32_t> perm(pool_blocks);
+  for (int i = 0; i < pool_blocks; ++i) perm[i] = i;
+  Rng rng(92);
+  for (int i = pool_blocks - 1; i > 0; --i) std::swap(perm[i], perm[rng.Below(i + 1)]);
+  const int64_t stride = 5;
+  const std::vector<int> seq_blocks = {4, 1, 5};
+  const std::vector<int> seq_tokens = {7, 2, 9};
+  std::vector<int32_t> table(seq_blocks.size() * stride, 0), base = {0};
+  int next = 0;
+  for (size_t s = 0; s < seq_blocks.size(); ++s) {
+    for (int j = 0; j < seq_blocks[s]; ++j) table[s * stride + j] = perm[next++];
+    base.push_back(base.back() + seq_blocks[s]);
+  }
+  table[2 * stride + 1] = table[0];  // a prefix block two sequences share
+  for (int heads : {32, 64}) {
+    Problem p;
+    p.heads = heads;
+    p.list_len = 256;
+    for (size_t s = 0; s < seq_blocks.size(); ++s) {
+      for (int t = 0; t < seq_tokens[s]; ++t) {
+        for (int j = 0; j < p.list_len; ++j) {
+          const int64_t pos = static_cast<int64_t>(rng.Below(seq_blocks[s] * 64));
+          const uint64_t r = rng.Below(100);
+          p.indices.push_back(r < 6 ? -1 : r < 8 ? static_cast<int32_t>(fp8.num_slots + r)
+                                                 : table[s * stride + pos / 64] * 64 + static_cast<int32_t>(pos % 64));
+        }
+      }
+    }
+    p.tokens = static_cast<int64_t>(p.indices.size()) / p.list_len;
+    RandomQ(p, 93 + heads);
+
+    DeviceArray<int32_t> dtable, dbase, dmap(pool_blocks), didx, dremap(p.indices.size());
+    dtable.Upload(table);
+    dbase.Upload(base);
+    didx.Upload(p.indices);
+    dmap.Poison();
+    dremap.Poison();
+    DeviceArray<uint8_t> wide(WidenedLatentBytes(base.back()));
+    wide.Poison();
+    LatentWidenParams w;
+    w.cache = fp8.dev.get();
+    w.num_slots = fp8.num_slots;
+    w.block_table = dtable.get();
+    w.block_table_stride = stride;
+    w.num_seqs = static_cast<int64_t>(seq_blocks.size());
+    w.seq_block_base = dbase.get();
+    w.max_seq_blocks = 5;
+    w.widened = reinterpret_cast<__nv_bfloat16*>(wide.get());
+    w.block_map = dmap.get();
+    ASSERT_TRUE(LaunchWidenLatentBlocks(w, nullptr).ok());
+    SlotRemapParams m;
+    m.indices = didx.get();
+    m.tokens = p.tokens;
+    m.list_len = p.list_len;
+    m.in_stride = m.out_stride = p.list_len;
+    m.block_map = dmap.get();
+    m.num_slots = fp8.num_slots;
+    m.out = dremap.get();
+    ASSERT_TRUE(LaunchRemapSlots(m, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+    Cache widened;
+    widened.format = LatentFormat::kBF16;
+    widened.num_slots = base.back() * 64;
+    widened.bytes = wide.Download();
+    widened.dev.Upload(widened.bytes);
+    Problem pw = p;
+    pw.indices = dremap.Download();
+    const Result want = RunRef(p, fp8);
+    for (const SparseMlaPlan& plan : {SparseMlaPlan{}, SparseMlaPlan{64, 1, 256}, SparseMlaPlan{32, 2, 128}}) {
+      const Result got = RunGpu(pw, widened, plan);
+      ExpectClose(got, want, LatentFormat::kFp8Ds,
+                  "widened, heads " + ::testing::PrintToString(heads) + " tile " + ::testing::PrintToString(got.plan.head_tile));
     }
   }
 }

@@ -1,9 +1,10 @@
 // The sparse MLA planner (host only): enough CTAs for small batches, no
 // split for large ones, every split at most 2048 entries, cuts that cover
-// the list.
+// the list; when a prefill step widens FP8 rows first.
 #include <cstdint>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/attention/latent_widen.h"
 #include "kernels/cuda/attention/sparse_mla.h"
 
 namespace spar {
@@ -93,6 +94,27 @@ TEST(SparseMlaPlan, EightHeadTileNeedsFp8Rows) {
   const absl::Status st = LaunchSparseMla(p, nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("plan.head_tile"), absl::string_view::npos) << st;
+}
+
+// A 4096-token chunk at 64 heads over an 8K or 128K context widens; decode
+// batches (each row read by one token), narrow head counts (the FP8 tiles
+// beat bf16 rows there), bf16 rows and scratches past the cap do not.
+TEST(LatentWidenPolicy, WidensOnlyWhereRowsAreReused) {
+  EXPECT_TRUE(ShouldWidenLatentRows(true, 4096, 64, 2048, 8192 / 64));
+  EXPECT_TRUE(ShouldWidenLatentRows(true, 4096, 64, 2048, 131072 / 64));
+  EXPECT_TRUE(ShouldWidenLatentRows(true, 4096, 32, 2048, 8192 / 64));
+  EXPECT_FALSE(ShouldWidenLatentRows(false, 4096, 64, 2048, 8192 / 64));
+  EXPECT_FALSE(ShouldWidenLatentRows(true, 4096, 16, 2048, 8192 / 64));
+  EXPECT_FALSE(ShouldWidenLatentRows(true, 64, 64, 2048, 64 * 8192 / 64));  // decode, 64 sequences
+  EXPECT_FALSE(ShouldWidenLatentRows(true, 1, 64, 2048, 32));               // one token, 2K context
+  EXPECT_FALSE(ShouldWidenLatentRows(true, 4096, 64, 2048, 0));
+  // The cap: 512 MiB of bf16 rows is 466,033 rows (7281 blocks).
+  EXPECT_EQ(WidenedLatentBytes(1), size_t{64} * 1152);
+  EXPECT_TRUE(ShouldWidenLatentRows(true, 16384, 64, 2048, 7281));
+  EXPECT_FALSE(ShouldWidenLatentRows(true, 16384, 64, 2048, 7282));
+  // Reuse: 4 index entries per widened row.
+  EXPECT_TRUE(ShouldWidenLatentRows(true, 512, 64, 2048, 4096));
+  EXPECT_FALSE(ShouldWidenLatentRows(true, 511, 64, 2048, 4096));
 }
 
 }  // namespace
