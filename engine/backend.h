@@ -283,6 +283,12 @@ class Backend {
   // Turns the overlap of RunConcurrently on or off at run time (benchmarks
   // and tests compare both on the same caches); a no-op where it is serial.
   virtual void set_branch_overlap(bool enabled) { (void)enabled; }
+  // FP8 latent rows widened into a bf16 scratch before a prefill step's
+  // sparse MLA (kernels/cuda/attention/latent_widen.h): nullopt follows the
+  // policy (ShouldWidenLatentRows), true / false widen always / never where
+  // the rows are FP8, for tests and same-binary A/Bs. A no-op where there is
+  // no such path.
+  virtual void set_latent_widening(std::optional<bool> forced) { (void)forced; }
 
   // Sums x over the ranks of the tensor-parallel group, in place; every rank
   // ends with the same values. A no-op without a group.

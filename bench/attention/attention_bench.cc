@@ -1,10 +1,12 @@
 // Sparse MLA decode / prefill and the per-layer small ops on the GPU.
 //
-//   attention_bench [peer.json] [--decode-only | --absorb-only] [--batches 1,64] [--heads 8,64]
+//   attention_bench [peer.json] [--decode-only | --absorb-only | --prefill-only] [--batches 1,64]
+//                   [--heads 8,64] [--prefill-heads 64,128]
 //
 // --decode-only skips prefill and the small ops; --absorb-only runs only the
-// MLA absorptions; --batches / --heads replace the decode grid's lists
-// (positive integers, comma-separated).
+// MLA absorptions; --prefill-only only the prefill table; --batches /
+// --heads / --prefill-heads replace the grids' lists (positive integers,
+// comma-separated).
 //
 // Decode: batch {1, 16, 64, 128} x heads {8, 16, 64, 128} x topk 2048 over a
 // 1M-row latent cache (bf16 and FP8), random slots, 8 index sets rotated so
@@ -31,6 +33,7 @@
 #include "base/rng.h"
 #include "bench/common/bench_util.h"
 #include "kernels/cuda/attention/absorb_gemm.h"
+#include "kernels/cuda/attention/latent_widen.h"
 #include "kernels/cuda/attention/mla_cache.h"
 #include "kernels/cuda/sampling/sampling.h"
 #include "kernels/cuda/small_ops/small_ops.h"
@@ -92,8 +95,11 @@ struct MlaResult {
   SparseMlaPlan plan;
 };
 
+// widen: FP8 rows widened first (latent_widen.h, the engine's prefill path):
+// the first index_range rows as one sequence's context, widened and the
+// lists remapped inside the timed launch, then the bf16 kernel.
 MlaResult TimeMla(LatentFormat f, const uint8_t* cache, int64_t cache_rows, int64_t tokens, int heads,
-                  int64_t index_range) {
+                  int64_t index_range, bool widen = false) {
   // Enough index sets that the rotation's gathered rows exceed the L2 cache
   // (batch 1 gathers only 2.4 MB per set).
   const int sets = tokens >= 1024 ? 2 : tokens <= 4 ? 64 : 8;
@@ -125,7 +131,39 @@ MlaResult TimeMla(LatentFormat f, const uint8_t* cache, int64_t cache_rows, int6
   p.out_head_stride = 512;
   p.out_token_stride = static_cast<int64_t>(heads) * 512;
   p.lse = lse;
-  Check(PlanSparseMlaForDevice(tokens, heads, kTopk, f, &p.plan), "plan");
+  const int64_t ctx_blocks = index_range / 64;
+  int32_t *table = nullptr, *base = nullptr, *block_map = nullptr, *lists = nullptr;
+  __nv_bfloat16* wide = nullptr;
+  LatentWidenParams w;
+  SlotRemapParams m;
+  if (widen) {
+    std::vector<int32_t> t(ctx_blocks);
+    for (int64_t b = 0; b < ctx_blocks; ++b) t[b] = static_cast<int32_t>(b);
+    table = DeviceUpload(t);
+    base = DeviceUpload(std::vector<int32_t>{0, static_cast<int32_t>(ctx_blocks)});
+    CheckCuda(cudaMalloc(&block_map, cache_rows / 64 * 4), "malloc map");
+    CheckCuda(cudaMalloc(&lists, tokens * kTopk * 4), "malloc lists");
+    CheckCuda(cudaMalloc(&wide, WidenedLatentBytes(ctx_blocks)), "malloc widened");
+    w.cache = cache;
+    w.num_slots = cache_rows;
+    w.block_table = table;
+    w.block_table_stride = ctx_blocks;
+    w.num_seqs = 1;
+    w.seq_block_base = base;
+    w.max_seq_blocks = ctx_blocks;
+    w.widened = wide;
+    w.block_map = block_map;
+    m.tokens = tokens;
+    m.list_len = kTopk;
+    m.in_stride = m.out_stride = kTopk;
+    m.block_map = block_map;
+    m.num_slots = cache_rows;
+    m.out = lists;
+    p.format = LatentFormat::kBF16;
+    p.cache = reinterpret_cast<const uint8_t*>(wide);
+    p.num_slots = ctx_blocks * 64;
+  }
+  Check(PlanSparseMlaForDevice(tokens, heads, kTopk, p.format, &p.plan), "plan");
   const size_t ws = SparseMlaWorkspaceBytes(p.plan, tokens, heads);
   void* wsp = nullptr;
   if (ws > 0) CheckCuda(cudaMalloc(&wsp, ws), "malloc ws");
@@ -136,6 +174,12 @@ MlaResult TimeMla(LatentFormat f, const uint8_t* cache, int64_t cache_rows, int6
       [&] {
         p.indices = idx[s];
         s = (s + 1) % sets;
+        if (widen) {
+          m.indices = p.indices;
+          Check(LaunchWidenLatentBlocks(w, nullptr), "widen");
+          Check(LaunchRemapSlots(m, nullptr), "remap");
+          p.indices = lists;
+        }
         Check(LaunchSparseMla(p, nullptr), "sparse mla");
       },
       5, tokens >= 1024 ? 10 : 50);
@@ -155,6 +199,10 @@ MlaResult TimeMla(LatentFormat f, const uint8_t* cache, int64_t cache_rows, int6
   r.tflops = 2.0 * tokens * heads * kTopk * (576 + 512) / (us * 1e-6) / 1e12;
   r.gbs = static_cast<double>(tokens) * kTopk * LatentRowBytes(f) / (us * 1e-6) / 1e9;
   r.plan = p.plan;
+  for (void* d : {static_cast<void*>(table), static_cast<void*>(base), static_cast<void*>(block_map),
+                  static_cast<void*>(lists), static_cast<void*>(wide)}) {
+    cudaFree(d);
+  }
   for (auto* d : idx) cudaFree(d);
   cudaFree(q);
   cudaFree(out);
@@ -239,8 +287,8 @@ int main(int argc, char** argv) {
   using namespace spar;
   using namespace spar::bench;
   nlohmann::json peer;
-  bool decode_only = false, absorb_only = false;
-  std::vector<int> batches = {1, 16, 64, 128}, head_counts = {8, 16, 64, 128};
+  bool decode_only = false, absorb_only = false, prefill_only = false;
+  std::vector<int> batches = {1, 16, 64, 128}, head_counts = {8, 16, 64, 128}, prefill_heads = {64, 128};
   // "N,N,..." of positive integers, or empty on anything else.
   auto parse_list = [](const std::string& s) {
     std::vector<int> v;
@@ -259,13 +307,15 @@ int main(int argc, char** argv) {
       decode_only = true;
     } else if (a == "--absorb-only") {
       absorb_only = true;
-    } else if ((a == "--batches" || a == "--heads") && i + 1 < argc) {
+    } else if (a == "--prefill-only") {
+      prefill_only = true;
+    } else if ((a == "--batches" || a == "--heads" || a == "--prefill-heads") && i + 1 < argc) {
       std::vector<int> v = parse_list(argv[++i]);
       if (v.empty()) {
         std::fprintf(stderr, "%s wants positive integers N,N,..., got '%s'\n", a.c_str(), argv[i]);
         return 2;
       }
-      (a == "--batches" ? batches : head_counts) = std::move(v);
+      (a == "--batches" ? batches : a == "--heads" ? head_counts : prefill_heads) = std::move(v);
     } else if (a[0] != '-') {
       std::ifstream in(a);
       if (in) in >> peer;
@@ -287,6 +337,7 @@ int main(int argc, char** argv) {
   std::string summary;
   char line[512];
 
+  if (prefill_only) batches.clear();
   std::printf("\n## sparse MLA decode, topk 2048, 1M-row cache\n");
   std::printf("| fmt | batch | heads | tile x splits | us | TFLOP/s | GB/s gathered | %% copy BW | torch us | speedup | "
               "graph-replay us | %% copy BW (graph) |\n");
@@ -313,13 +364,18 @@ int main(int argc, char** argv) {
     cudaFree(cache_fp8);
     return 0;
   }
+  // "fp8 widened": the engine's prefill path for FP8 rows at >= 32 heads
+  // (the 64K-row context widened once per launch, lists remapped, bf16
+  // kernel), timed whole; heads 8-32 show where the policy's cut lies.
   std::printf("\n## sparse MLA prefill, 4096 tokens, topk 2048 over a 64K-token context\n");
   std::printf("| fmt | tokens | heads | tile x splits | us | TFLOP/s | GB/s gathered | %% copy BW | torch us | speedup |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-  for (auto f : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
-    const char* fn = f == LatentFormat::kBF16 ? "bf16" : "fp8";
-    for (int heads : {64, 128}) {
-      const MlaResult r = TimeMla(f, f == LatentFormat::kBF16 ? cache_bf16 : cache_fp8, kRows, 4096, heads, 65536);
+  for (int variant : {0, 1, 2}) {
+    const LatentFormat f = variant == 0 ? LatentFormat::kBF16 : LatentFormat::kFp8Ds;
+    const char* fn = variant == 0 ? "bf16" : variant == 1 ? "fp8" : "fp8 widened";
+    for (int heads : prefill_heads) {
+      const MlaResult r =
+          TimeMla(f, f == LatentFormat::kBF16 ? cache_bf16 : cache_fp8, kRows, 4096, heads, 65536, variant == 2);
       const double peer_us = f == LatentFormat::kBF16 ? PeerUs(peer, "prefill", "bf16/4096/" + std::to_string(heads)) : 0.0;
       std::snprintf(line, sizeof(line), "| %s | 4096 | %d | %dx%d | %.0f | %.1f | %.0f | %.0f%% | %.0f | %.1fx |\n", fn, heads,
                     r.plan.head_tile, r.plan.num_splits, r.us, r.tflops, r.gbs, 100.0 * r.gbs / copy_gbs, peer_us,
@@ -329,6 +385,12 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (prefill_only) {
+    std::printf("\n## summary\n%s", summary.c_str());
+    cudaFree(cache_bf16);
+    cudaFree(cache_fp8);
+    return 0;
+  }
   BenchAbsorb(copy_gbs);
   // Small ops at decode and prefill sizes (GLM-5 shapes).
   std::printf("\n## small ops\n| op | shape | us | GB/s |\n|---|---|---|---|\n");

@@ -23,7 +23,9 @@
 // shape: the step-time ratio is the mean acceptance length (tokens per
 // verify step) speculation needs to break even before its drafting cost.
 // --no-branch-overlap runs the layer's independent branches one after the
-// other on one stream (Backend::RunConcurrently), for a same-binary A/B.
+// other on one stream (Backend::RunConcurrently), for a same-binary A/B;
+// --latent-widening always|never overrides the policy that widens FP8 latent
+// rows before a prefill chunk's attention (--latent fp8), likewise.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,6 +33,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,6 +71,7 @@ struct Flags {
   std::string nccl_id_file;
   bool op_profile = false;  // per-op GPU time of an eager step per shape
   bool branch_overlap = true;  // --no-branch-overlap: Backend::RunConcurrently serial (A/B)
+  std::optional<bool> latent_widening;  // --latent-widening auto|always|never (A/B)
   std::vector<int> verify_tokens;  // speculative verify steps: query tokens per sequence
 };
 
@@ -94,6 +98,13 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.op_profile = true;
     } else if (a == "--no-branch-overlap") {
       f.branch_overlap = false;
+    } else if (a == "--latent-widening") {
+      SPAR_ASSIGN_OR_RETURN(std::string v, value());
+      if (v == "always" || v == "never") {
+        f.latent_widening = v == "always";
+      } else if (v != "auto") {
+        return absl::InvalidArgumentError("--latent-widening wants auto, always or never, got " + v);
+      }
     } else if (a == "--bf16-weights") {
       f.fp8 = false;
     } else if (a == "--make-quant") {
@@ -377,6 +388,7 @@ absl::Status Run(const Flags& f) {
   }
   SPAR_ASSIGN_OR_RETURN(auto backend, CreateBackend(bo));
   backend->set_branch_overlap(f.branch_overlap);
+  backend->set_latent_widening(f.latent_widening);
   SPAR_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(f.model + "/config.json"));
   const int max_batch = *std::max_element(f.batches.begin(), f.batches.end());
   const int max_context = *std::max_element(f.contexts.begin(), f.contexts.end());

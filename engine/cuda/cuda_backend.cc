@@ -270,6 +270,9 @@ class CudaBackend final : public Backend {
     graphs_->Clear();
     ctx_.overlap_branches = enabled;
   }
+  // Never used in a graph capture (the widening is for prefill steps), so
+  // the recorded graphs stay valid.
+  void set_latent_widening(std::optional<bool> forced) override { ctx_.widen_latent_rows = forced; }
   StepGraphStats graph_stats() const override { return graphs_->stats(); }
 
   // ---- ops: the adapters of engine/cuda/ops ----

@@ -62,6 +62,7 @@ class StepContext {
   BranchStreams* branches = nullptr;  // null: Concurrently runs serially
   bool overlap_branches = true;       // Backend::set_branch_overlap
   bool capturing = false;  // a graph capture is recording the ops
+  std::optional<bool> widen_latent_rows;  // Backend::set_latent_widening
   StepMeta meta;
 
   // The stream of the ops from now on (and of the frees of the tensors that

@@ -1,6 +1,11 @@
+#include <algorithm>
+#include <optional>
+#include <vector>
+
 #include "base/status_macros.h"
 #include "engine/cuda/ops/ops.h"
 #include "kernels/cuda/attention/absorb_gemm.h"
+#include "kernels/cuda/attention/latent_widen.h"
 #include "kernels/cuda/attention/mla_cache.h"
 #include "kernels/cuda/attention/sparse_mla.h"
 #include "kernels/cuda/small_ops/small_ops.h"
@@ -56,10 +61,72 @@ absl::StatusOr<Tensor> AbsorbQuery(StepContext& ctx, const Tensor& q, const Cuda
   return out;
 }
 
+namespace {
+
+// FP8 rows that a prefill step reads many times (latent_widen.h): the step's
+// context blocks (every sequence of the step) widened once into a bf16
+// scratch, and the index lists pointed into it; nothing where the policy
+// keeps the FP8 kernel (and never in a graph capture: the base offsets are a
+// host upload).
+struct WidenedRows {
+  Tensor rows, lists;
+  int64_t num_slots = 0;
+};
+
+absl::StatusOr<std::optional<WidenedRows>> MaybeWidenLatent(StepContext& ctx, int layer, int heads,
+                                                             const Tensor& indices) {
+  const StepPlan* plan = ctx.meta.plan;
+  if (ctx.capturing || plan == nullptr || ctx.caches->spec().latent_format != LatentFormat::kFp8Ds) {
+    return std::nullopt;
+  }
+  std::vector<int32_t> base = {0};
+  int64_t longest = 0;
+  for (const SequenceStep& s : plan->seqs) {
+    base.push_back(base.back() + static_cast<int32_t>(s.block_table.size()));
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(s.block_table.size()));
+  }
+  const bool widen = ctx.widen_latent_rows.has_value()
+                         ? *ctx.widen_latent_rows && base.back() > 0
+                         : ShouldWidenLatentRows(true, indices.rows(), heads, static_cast<int>(indices.cols()), base.back());
+  if (!widen) return std::nullopt;
+  SPAR_RETURN_IF_ERROR(ctx.Mark("sparse_mla.widen"));
+  WidenedRows w;
+  w.num_slots = static_cast<int64_t>(base.back()) * kCacheBlockTokens;
+  SPAR_ASSIGN_OR_RETURN(Tensor dev_base, ctx.Upload(base.data(), static_cast<int64_t>(base.size()), DType::kI32));
+  SPAR_ASSIGN_OR_RETURN(Tensor block_map, ctx.NewTensor(1, ctx.caches->spec().num_blocks, DType::kI32));
+  SPAR_ASSIGN_OR_RETURN(w.rows, ctx.NewTensor(w.num_slots, kLatentDim));
+  LatentWidenParams p;
+  p.cache = ctx.caches->latent(layer);
+  p.num_slots = ctx.caches->num_slots();
+  p.block_table = ctx.meta.tables;
+  p.block_table_stride = ctx.meta.table_stride;
+  p.num_seqs = ctx.meta.num_seqs;
+  p.seq_block_base = dev_base.as<int32_t>();
+  p.max_seq_blocks = longest;
+  p.widened = w.rows.as<__nv_bfloat16>();
+  p.block_map = block_map.as<int32_t>();
+  SPAR_RETURN_IF_ERROR(LaunchWidenLatentBlocks(p, ctx.stream));
+  SPAR_ASSIGN_OR_RETURN(w.lists, ctx.NewTensor(indices.rows(), indices.cols(), DType::kI32));
+  SlotRemapParams m;
+  m.indices = indices.as<int32_t>();
+  m.tokens = indices.rows();
+  m.list_len = static_cast<int>(indices.cols());
+  m.in_stride = indices.ld();
+  m.block_map = block_map.as<int32_t>();
+  m.num_slots = ctx.caches->num_slots();
+  m.out = w.lists.as<int32_t>();
+  m.out_stride = w.lists.ld();
+  SPAR_RETURN_IF_ERROR(LaunchRemapSlots(m, ctx.stream));
+  return w;
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> SparseMla(StepContext& ctx, int layer, const Tensor& q_abs, const Tensor& indices,
                                  float scale) {
   SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
   const int heads = static_cast<int>(q_abs.cols() / kLatentDim);
+  SPAR_ASSIGN_OR_RETURN(std::optional<WidenedRows> widened, MaybeWidenLatent(ctx, layer, heads, indices));
   SPAR_RETURN_IF_ERROR(ctx.Mark("sparse_mla"));
   SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(q_abs.rows(), static_cast<int64_t>(heads) * kLatentNopeDim));
   SparseMlaParams p;
@@ -68,11 +135,11 @@ absl::StatusOr<Tensor> SparseMla(StepContext& ctx, int layer, const Tensor& q_ab
   p.heads = heads;
   p.q_token_stride = q_abs.ld();
   p.q_head_stride = kLatentDim;
-  p.format = ctx.caches->spec().latent_format;
-  p.cache = ctx.caches->latent(layer);
-  p.num_slots = ctx.caches->num_slots();
-  p.indices = indices.as<int32_t>();
-  p.indices_stride = indices.ld();
+  p.format = widened ? LatentFormat::kBF16 : ctx.caches->spec().latent_format;
+  p.cache = widened ? widened->rows.as<uint8_t>() : ctx.caches->latent(layer);
+  p.num_slots = widened ? widened->num_slots : ctx.caches->num_slots();
+  p.indices = widened ? widened->lists.as<int32_t>() : indices.as<int32_t>();
+  p.indices_stride = widened ? widened->lists.ld() : indices.ld();
   p.list_len = static_cast<int>(indices.cols());
   p.scale = scale;
   p.out = out.as<__nv_bfloat16>();
