@@ -127,6 +127,13 @@ inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
 
 const TileConfig& GetTileConfig(TileConfigId id);
 
+// Token tiles of block_tokens one group (an expert's rows) fills on
+// average when its row count N is Poisson with mean `mean_rows` (T tokens
+// each routed to k of E experts: N ~ Binomial(T, k / E)), given N >= 1:
+// E[ceil(N / block_tokens) | N >= 1]. A 4096-token chunk of GLM-5 (~128
+// rows per expert) fills 1.48 tiles of 128 on average, not 1.
+double ExpectedTokenTilesPerGroup(double mean_rows, int block_tokens);
+
 inline constexpr int kMaxGemmSegments = 4;
 
 // One weight matrix streamed by the launch (see w8a16_gemm.h).

@@ -224,6 +224,20 @@ TEST(GemmConfig, PicksTheMeasuredBestOnTheH200) {
   EXPECT_EQ(ChooseGemmPlan(g).config, TileConfigId::kT128W2F);
 }
 
+// Rows per expert spread around their mean (Poisson): a group of mean m
+// fills more than ceil(m / bt) tiles on average. Values from the sum
+// written out independently (Python, 2026-12-03).
+TEST(GemmConfig, ExpectedTokenTilesFollowThePoissonSpread) {
+  EXPECT_NEAR(ExpectedTokenTilesPerGroup(128, 128), 1.4765, 1e-3);  // a 4096-token chunk of GLM-5
+  EXPECT_NEAR(ExpectedTokenTilesPerGroup(128, 160), 1.0027, 1e-3);
+  EXPECT_NEAR(ExpectedTokenTilesPerGroup(64, 64), 1.4668, 1e-3);
+  EXPECT_NEAR(ExpectedTokenTilesPerGroup(8, 8), 1.4113, 1e-3);
+  EXPECT_NEAR(ExpectedTokenTilesPerGroup(2, 8), 1.0003, 1e-3);
+  EXPECT_NEAR(ExpectedTokenTilesPerGroup(1000, 128), 8.2182, 1e-3);  // log space: e^-1000 underflows
+  EXPECT_EQ(ExpectedTokenTilesPerGroup(0, 128), 1.0);
+  EXPECT_GT(ExpectedTokenTilesPerGroup(129, 128), ExpectedTokenTilesPerGroup(128, 128));
+}
+
 // The grouped MoE GEMMs at decode as MoeGroupedGemmPlan poses them (no
 // split workspace: split-K measured slower for every grouped decode shape's
 // best tile), against the fastest tiles of the H200 sweep of 2026-12-02
@@ -252,6 +266,36 @@ TEST(GemmConfig, GroupedDecodePicksTheMeasuredBest) {
     const GemmPlan plan = ChooseGemmPlan(g);
     EXPECT_EQ(plan.config, c.config) << c.tokens << " tokens, " << (c.gate_up ? "gate/up" : "down") << ": " << plan;
     EXPECT_EQ(plan.splits, 1);
+  }
+}
+
+// The grouped MoE GEMMs of prefill chunks (GLM-5: 256 experts, top-8), as
+// the decode cases are posed, against gemm_bench's plans and sweeps of
+// 2026-12-03 (device call 1 of session 18, whole gate/up + down in µs): at
+// 2048 tokens (64 rows per expert, which spread over 1.47 64-token tiles)
+// the 128-token tile; at 256 tokens (8 rows per expert) the 8-token decode
+// tile stays (16-token tile 2.7 % slower).
+TEST(GemmConfig, GroupedPrefillPicksTheMeasuredBest) {
+  struct Case {
+    int64_t tokens;
+    TileConfigId config;
+  };
+  const Case cases[] = {
+      {256, TileConfigId::kT8R128M2F},  // 2771 us (T16W4F 2847)
+      {2048, TileConfigId::kT128W2F},   // 8692 us (T64W2 9715)
+      {4096, TileConfigId::kT128W2F},   // 13017 us (T128B2 14651, T64W2 16890 in the sweep)
+      {8192, TileConfigId::kT128W2F},   // 22397 us
+  };
+  for (const Case& c : cases) {
+    for (bool gate_up : {true, false}) {
+      const int64_t rows = c.tokens * 8;
+      GemmProblem g = Dense(rows / 256, gate_up ? 2048 : 6144, gate_up ? 6144 : 2048, kH200Sms, /*ws=*/0);
+      g.silu_mul = gate_up;
+      g.grouped = true;
+      g.groups = 256;
+      const GemmPlan plan = ChooseGemmPlan(g);
+      EXPECT_EQ(plan.config, c.config) << c.tokens << " tokens, " << (gate_up ? "gate/up" : "down") << ": " << plan;
+    }
   }
 }
 
