@@ -7,18 +7,15 @@
 # cache, the widening off and on (same binary, --latent-widening never /
 # auto, two rounds interleaved) and with bf16 rows: prefill tokens/s and the
 # decode steps (which must not change: decode never widens).
-# Bundle (.bundle-fw, tarred into .bundle-z/fw.tar.xz, extracted to .fw): attention_latent_widen_gpu_test,
-# attention_sparse_mla_gpu_test, cuda_parity_gpu_test, attention_bench, engine_bench.
+# Bundle .bundle-fw (attention_latent_widen_gpu_test, attention_sparse_mla_gpu_test,
+# cuda_parity_gpu_test, attention_bench, engine_bench), carried as
+# .bundle-x/fw.tar.xz (a tar of the folder; tools/device/bundle_setup.sh).
 set -uo pipefail
 out=${OUT:-/tmp/out}/fw
 mkdir -p "$out"
-for z in .bundle-z/*.tar.xz; do
-  d=.${z##*/}; d=${d%.tar.xz}; mkdir -p "$d"
-  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$z" "$d"
-done
-export NCCL_NVLS_ENABLE=0 SPAR_SOURCE_DIR=$PWD
-source .fw/env.sh
-B=.fw/bin
+BUNDLE=.bundle-fw
+source tools/device/bundle_setup.sh
+export NCCL_NVLS_ENABLE=0
 t() { echo "$1 rc=$2 ok=$(grep -c '^\[       OK \]' $3) failed=$(grep -c '^\[  FAILED  \]' $3) skipped=$(grep -c '^\[  SKIPPED \]' $3) at ${SECONDS}s"; grep -E '^\[  FAILED|Failure' $3 | head -8; }
 timeout 60 $B/attention_latent_widen_gpu_test > $out/widen_test.log 2>&1; t widen $? $out/widen_test.log
 timeout 200 $B/attention_sparse_mla_gpu_test > $out/mla_test.log 2>&1; t sparse_mla $? $out/mla_test.log
@@ -26,7 +23,6 @@ grep -B3 -A10 Failure $out/mla_test.log | head -40
 timeout 200 $B/cuda_parity_gpu_test --gtest_filter='AllVariants/*Fp8*' > $out/parity.log 2>&1; t parity_fp8 $? $out/parity.log
 grep -E 'widened vs read|FP8 caches' $out/parity.log | head -20
 timeout 150 $B/attention_bench --prefill-only --prefill-heads ${HEADS:-8,16,32,64,128} > $out/attn.log 2>&1; echo "attention_bench rc=$? at ${SECONDS}s"
-m=/dev/shm/glm5full
 timeout 120 $B/engine_bench --make-geometry glm5-full --make-layers 4 --model $m --layers 3:4 --batches 1 \
   --contexts 1024 --reps 3 > $out/make.log 2>&1; echo "make rc=$? at ${SECONDS}s"
 eb() {  # name, args...
