@@ -8,6 +8,7 @@
 #include "kernels/cuda/attention/latent_widen.h"
 #include "kernels/cuda/attention/mla_cache.h"
 #include "kernels/cuda/attention/sparse_mla.h"
+#include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/small_ops/small_ops.h"
 
 namespace spar::cuda_ops {
@@ -94,6 +95,8 @@ absl::StatusOr<std::optional<WidenedRows>> MaybeWidenLatent(StepContext& ctx, in
   w.num_slots = static_cast<int64_t>(base.back()) * kCacheBlockTokens;
   SPAR_ASSIGN_OR_RETURN(Tensor dev_base, ctx.Upload(base.data(), static_cast<int64_t>(base.size()), DType::kI32));
   SPAR_ASSIGN_OR_RETURN(Tensor block_map, ctx.NewTensor(1, ctx.caches->spec().num_blocks, DType::kI32));
+  // -1 everywhere first: a slot outside the widened blocks is dropped, not misread.
+  SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(block_map.data(), 0xFF, block_map.cols() * sizeof(int32_t), ctx.stream));
   SPAR_ASSIGN_OR_RETURN(w.rows, ctx.NewTensor(w.num_slots, kLatentDim));
   LatentWidenParams p;
   p.cache = ctx.caches->latent(layer);

@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(kThreads) RemapSlotsKernel(const SlotRemapPara
     const int32_t slot = __ldg(p.indices + t * p.in_stride + j);
     int32_t row = -1;
     if (slot >= 0 && slot < p.num_slots) {
-      row = __ldg(p.block_map + slot / kCacheBlockTokens) * kCacheBlockTokens + slot % kCacheBlockTokens;
+      const int32_t block = __ldg(p.block_map + slot / kCacheBlockTokens);
+      if (block >= 0) row = block * kCacheBlockTokens + slot % kCacheBlockTokens;
     }
     p.out[t * p.out_stride + j] = row;
   }

@@ -64,8 +64,10 @@ absl::Status LaunchWidenLatentBlocks(const LatentWidenParams& p, cudaStream_t st
 
 // out[t * out_stride + j] = the scratch row of slot indices[t * in_stride + j]
 // (block_map[slot / 64] * 64 + slot % 64), or -1 where the slot is < 0 or
-// >= num_slots (the kernel skips those entries as it skips them in the pool).
-// Every valid slot must lie in a widened block.
+// >= num_slots or its block's map entry is negative (the kernel skips those
+// entries as it skips them in the pool). A caller that fills the map with -1
+// before the widening drops, instead of misreading, any slot outside the
+// widened blocks (the engine's lists never name one).
 struct SlotRemapParams {
   const int32_t* indices = nullptr;
   int64_t tokens = 0;

@@ -122,6 +122,7 @@ TEST(LatentWiden, RemapPointsIntoTheScratchAndDropsInvalidSlots) {
   const int64_t num_slots = 16 * 64;
   std::vector<int32_t> map(16);
   for (int b = 0; b < 16; ++b) map[b] = (b * 7 + 3) % 16;
+  map[5] = -1;  // a block not widened: its slots are dropped
   const int64_t tokens = 37;
   const int list_len = 300, in_stride = 301, out_stride = 304;
   Rng rng(9);
@@ -155,7 +156,7 @@ TEST(LatentWiden, RemapPointsIntoTheScratchAndDropsInvalidSlots) {
       int32_t want = -1;  // the poison past list_len: untouched
       if (j < list_len) {
         const int32_t s = idx[t * in_stride + j];
-        want = s < 0 || s >= num_slots ? -1 : map[s / 64] * 64 + s % 64;
+        want = s < 0 || s >= num_slots || map[s / 64] < 0 ? -1 : map[s / 64] * 64 + s % 64;
       }
       if (got[t * out_stride + j] != want) ++bad;
     }
