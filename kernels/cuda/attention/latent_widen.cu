@@ -18,8 +18,8 @@ namespace spar {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kFp8RowBytes = 656;               // LatentRowBytes(kFp8Ds)
-constexpr int kWideRowBytes = kLatentDim * 2;   // 1152
+constexpr int kFp8RowBytes = static_cast<int>(LatentRowBytes(LatentFormat::kFp8Ds));   // 656
+constexpr int kWideRowBytes = static_cast<int>(LatentRowBytes(LatentFormat::kBF16));  // 1152
 constexpr int kCodePieces = kLatentNopeDim / 8; // 64 pieces of 8 codes
 constexpr int kRopePieces = kLatentRopeDim * 2 / 16;  // 8 pieces of 16 bytes
 constexpr int kPiecesPerRow = kCodePieces + kRopePieces;

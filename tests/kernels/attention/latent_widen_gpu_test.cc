@@ -22,7 +22,7 @@ namespace {
 
 using testing::DeviceArray;
 
-constexpr int kFp8Row = 656;
+constexpr int kFp8Row = static_cast<int>(LatentRowBytes(LatentFormat::kFp8Ds));
 
 // A pool of random FP8 rows with differing tile magnitudes, and three
 // sequences of 3, 1 and 5 blocks over shuffled pool blocks; sequence 2's
