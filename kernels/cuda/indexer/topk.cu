@@ -76,6 +76,9 @@ absl::Status ValidateTopK(const TopKParams& p) {
     return InvalidParam(op, "logits", "must be non-null and 4-byte aligned");
   if (p.out == nullptr) return InvalidParam(op, "out", "is null");
   if (p.out_stride < p.k) return InvalidParam(op, "out_stride", "must be >= k");
+  // A row starting at column 0 may be read up to num_cols whatever its length.
+  if (p.row_start == nullptr && p.num_cols > p.logits_stride)
+    return InvalidParam(op, "num_cols", "must be <= logits_stride (rows are read up to num_cols)");
   if (p.block_table != nullptr && (p.rows_per_seq < 1 || p.block_table_stride < 1))
     return InvalidParam(op, "rows_per_seq/block_table_stride", "must be >= 1 with a block_table");
   if (p.token_seq != nullptr && p.block_table == nullptr) return InvalidParam(op, "token_seq", "needs a block_table");

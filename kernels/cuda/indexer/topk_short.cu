@@ -6,16 +6,21 @@
 //
 //   keys:    kKeys per thread in registers, position u * 1024 + tid (loads
 //            coalesced across the warp), mapped by OrderedKey (NaN, -inf -> 0);
+//            decode rows' loads do not wait for the row length (they stop
+//            at num_cols; positions past the length are masked afterwards);
 //   select:  radix select over four 8-bit digits, top first, on 256-bin
 //            histograms (8 copies by lane & 7, double-buffered so the next
 //            level's is zeroed while this one counts); threads 0..255 find
 //            the bucket holding the rem-th key with one block scan. A row
-//            with at most k valid keys selects all of them, no levels;
+//            with at most k valid keys selects all of them, no levels. Once
+//            the chosen bucket holds at most 32 keys, one warp ranks them
+//            and the remaining levels are skipped;
 //   output:  positions key > T, plus the need_eq lowest positions with
 //            key == T, in ascending order: per (u, warp) ballot counts, one
 //            block exclusive scan in position order (u-major, then warp),
 //            then each lane its slot. The tie ranking is the same scan over
-//            the key == T flags, skipped when every tied key is taken.
+//            the key == T flags, skipped when every tied key is taken. The
+//            row's block table (slots output) is read while the levels run.
 // Same semantics and the same bits as ref::TopK and the other paths.
 #include "kernels/cuda/common/arch.cuh"
 
@@ -36,9 +41,36 @@ constexpr int kShortBins = 256;
 constexpr int kShortCopies = 8;
 static_assert(kTopKShortMaxLen <= 16 * kShortThreads, "at most 16 keys per thread (the instantiated variants)");
 
+constexpr int kWarpFinishMax = 32;  // bucket size one warp ranks
+
 struct ShortSelect {
   uint32_t bucket, above, count, total;
 };
+
+// The rem-th largest (1-based) of the n <= 32 keys in cand, for the whole
+// CTA: the threshold T, how many keys above it (taken) and equal to it.
+// Warp 0 ranks them; the others wait at the barriers.
+struct WarpFinish {
+  uint32_t threshold, above, equal;
+};
+__device__ __forceinline__ WarpFinish FinishInWarp(const uint32_t* cand, uint32_t n, uint32_t rem, WarpFinish* out) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  if (tid < 32) {
+    const uint32_t mine = lane < static_cast<int>(n) ? cand[lane] : 0u;
+    uint32_t above = 0, equal = 0;
+    for (uint32_t j = 0; j < n; ++j) {
+      const uint32_t other = __shfl_sync(0xffffffffu, mine, static_cast<int>(j));
+      above += other > mine;
+      equal += other == mine;
+    }
+    // Exactly the lanes holding the rem-th key qualify; they write alike.
+    if (lane < static_cast<int>(n) && above < rem && above + equal >= rem) *out = WarpFinish{mine, above, equal};
+  }
+  __syncthreads();
+  const WarpFinish f = *out;
+  __syncthreads();
+  return f;
+}
 
 // The digit bucket holding the rem-th largest key of hist (bins x copies),
 // for the whole CTA. Threads 0..255 own one bin each in descending order.
@@ -87,20 +119,38 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   __shared__ uint32_t counts[kKeys * kShortWarps];
   __shared__ uint32_t scratch[33];
   __shared__ ShortSelect sel;
+  __shared__ uint32_t cand[kWarpFinishMax];
+  __shared__ uint32_t cand_count;
+  __shared__ WarpFinish finish;
+  constexpr int kTableEntries = kKeys * kShortThreads / kCacheBlockTokens;
+  __shared__ int32_t table_s[kTableEntries];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int copy = lane & (kShortCopies - 1);
   const int64_t row = blockIdx.x;
-  const int len = RowLen(p, row);
   const float* x = RowPtr(p, row);
 
-  uint32_t key[kKeys];
+  // Rows that start at column 0 (decode) are loaded up to num_cols, a
+  // parameter, so the loads need not wait for the row length; a row with
+  // its own start (prefill) may end before num_cols and is read to its length.
+  const int len = RowLen(p, row);
+  const int64_t load_end = p.row_start == nullptr ? p.num_cols : len;
+  float raw[kKeys];
 #pragma unroll
   for (int u = 0; u < kKeys; ++u) {
     const int pos = u * kShortThreads + tid;
-    key[u] = pos < len ? OrderedKey(__ldg(x + pos)) : 0u;
+    raw[u] = pos < load_end ? __ldg(x + pos) : 0.0f;
   }
+  const int32_t* table = SlotTable(p, row);
+  uint32_t key[kKeys];
+#pragma unroll
+  for (int u = 0; u < kKeys; ++u) key[u] = u * kShortThreads + tid < len ? OrderedKey(raw[u]) : 0u;
   reinterpret_cast<uint4*>(&hist[0][0][0])[tid] = make_uint4(0, 0, 0, 0);  // 1024 x 16 B = both buffers
+  if (tid == 0) cand_count = 0;
   __syncthreads();
+  // The block table entries of the row's positions, stored to shared memory
+  // at the output: their loads fly while the levels run.
+  int32_t table_entry = 0;
+  if (table != nullptr && tid < kTableEntries && tid * kCacheBlockTokens < len) table_entry = table[tid];
 
   // ---- radix select: T (a full key) and how many keys == T to take --------
   const uint32_t k = static_cast<uint32_t>(p.k);
@@ -138,6 +188,19 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
     prefix = (prefix << 8) | s.bucket;
     rem -= s.above;
     eq_count = s.count;
+    if (level < 3 && s.count <= kWarpFinishMax) {
+      // The bucket's keys (top 8 * (level + 1) bits == prefix) to one warp.
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        if (key[u] != 0 && (key[u] >> shift) == prefix) cand[atomicAdd(&cand_count, 1u)] = key[u];
+      }
+      __syncthreads();
+      const WarpFinish f = FinishInWarp(cand, s.count, rem, &finish);
+      prefix = f.threshold;
+      rem -= f.above;
+      eq_count = f.equal;
+      break;
+    }
   }
   if (!take_all_valid) {
     threshold = prefix;
@@ -186,18 +249,16 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
 
   // ---- write the selected positions in ascending order, then -1 ----------
   uint32_t total = 0;
+  if (tid < kTableEntries) table_s[tid] = table_entry;  // published by position_ranks' barriers
   position_ranks(selected, &total);
   int32_t* out = p.out + row * p.out_stride;
-  const int32_t* table = SlotTable(p, row);
-  // Values first, stores after: out may alias table as far as the compiler
-  // knows, so a table load between two stores would wait for the first.
   int32_t value[kKeys];
 #pragma unroll
   for (int u = 0; u < kKeys; ++u) {
     const int pos = u * kShortThreads + tid;
     value[u] = pos;
     if (table != nullptr && ((selected >> u) & 1u)) {
-      value[u] = table[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens;
+      value[u] = table_s[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens;
     }
   }
 #pragma unroll

@@ -252,6 +252,69 @@ TEST_P(TopKSlotsTest, TranslatesPositionsToCacheSlots) {
   }
 }
 
+// Decode rows (no row_start: read up to num_cols, masked by row_len) whose
+// threshold bucket holds a few keys, so one warp ranks them: ties inside the
+// bucket decided by position (row 0: 3 keys above the tie, 4 of 5 tied keys
+// taken; row 1: 8 of 20 tied keys, the whole bucket one value), and a row
+// shorter than num_cols with huge decoys past its length (row 2).
+TEST(TopK, ShortRowsFinishSmallBucketsInOneWarp) {
+  SPAR_REQUIRE_GPU();
+  const int rows = 3, num_cols = 8192, k = 2048, tstride = 130;
+  const std::vector<int32_t> row_len = {8192, 8100, 7000};
+  std::vector<float> logits(static_cast<size_t>(rows) * num_cols);
+  Rng rng(77);
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> v;
+    const int above = r == 0 ? 2041 : 2040;
+    for (int i = 0; i < above; ++i) v.push_back(2.0f + 1.9f * rng.Uniform());  // [2, 4): a higher top digit
+    if (r == 0) {
+      for (int i = 0; i < 3; ++i) v.push_back(0.75f);
+      for (int i = 0; i < 5; ++i) v.push_back(0.625f);
+    }
+    for (int i = 0; i < 20; ++i) v.push_back(0.5f);  // [0.5, 1): one top digit with the two above
+    while (static_cast<int>(v.size()) < row_len[r]) v.push_back(0.01f + 0.08f * rng.Uniform());  // below
+    for (int i = static_cast<int>(v.size()) - 1; i > 0; --i) std::swap(v[i], v[rng.Below(i + 1)]);
+    for (int i = 0; i < num_cols; ++i) logits[static_cast<size_t>(r) * num_cols + i] = i < row_len[r] ? v[i] : 1e30f;
+  }
+  std::vector<int32_t> table(rows * tstride);
+  for (int i = 0; i < rows * tstride; ++i) table[i] = (i * 53) % 1000;
+  DeviceArray<float> d_logits;
+  d_logits.Upload(logits);
+  DeviceArray<int32_t> d_table, d_len, d_out(rows * k);
+  d_table.Upload(table);
+  d_len.Upload(row_len);
+  d_out.Poison();
+  TopKParams p;
+  p.rows = rows;
+  p.k = k;
+  p.logits = d_logits.get();
+  p.logits_stride = num_cols;
+  p.row_len = d_len.get();
+  p.num_cols = num_cols;
+  p.out = d_out.get();
+  p.out_stride = k;
+  p.block_table = d_table.get();
+  p.block_table_stride = tstride;
+  ASSERT_TRUE(LaunchTopK(p, nullptr).ok());
+  SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<int32_t> got = d_out.Download();
+  std::vector<int32_t> want(k);
+  for (int r = 0; r < rows; ++r) {
+    ref::TopK(logits.data() + static_cast<size_t>(r) * num_cols, row_len[r], k, want.data());
+    int ties = 0;
+    for (int i = 0; i < k; ++i) {
+      ASSERT_GE(want[i], 0);
+      ties += logits[static_cast<size_t>(r) * num_cols + want[i]] == (r == 0 ? 0.625f : 0.5f);
+      const int32_t slot = table[r * tstride + want[i] / 64] * 64 + want[i] % 64;
+      ASSERT_EQ(got[r * k + i], slot) << "row " << r << " entry " << i;
+    }
+    EXPECT_EQ(ties, r == 0 ? 4 : 8) << "row " << r << ": the reference itself picks part of the tie";
+  }
+  // The loads stop at num_cols, which must fit the rows.
+  p.logits_stride = num_cols - 1;
+  EXPECT_EQ(LaunchTopK(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // Refused before anything touches the pointers (host memory here): runs
 // without a GPU.
 TEST(TopKParamsCheck, RefusesATokenSeqWithoutABlockTable) {
