@@ -142,33 +142,41 @@ absl::StatusOr<Tensor> IndexerTopK(StepContext& ctx, int layer, const Tensor& q,
                                           m.table_stride, ctx.stream));
     return out;
   }
-  // q in place: RoPE on each head's first 64 dims; w scaled into fp32.
-  SPAR_ASSIGN_OR_RETURN(Tensor wf, ctx.NewTensor(m.tokens, spec.heads, DType::kF32));
-  IndexerQueryPrepParams qp;
-  qp.tokens = m.tokens;
-  qp.heads = spec.heads;
-  qp.q = q.as<__nv_bfloat16>();
-  qp.q_stride = q.ld();
-  qp.q_out = q.as<__nv_bfloat16>();
-  qp.q_out_stride = q.ld();
-  qp.positions = m.pos;
-  qp.rope = ctx.rope->ForIndexer(spec.rope_pairs);
-  qp.w_in_bf16 = w.as<__nv_bfloat16>();
-  qp.w_in_stride = w.ld();
-  qp.weight_scale = spec.weight_scale;
-  qp.w_out = wf.as<float>();
-  SPAR_RETURN_IF_ERROR(LaunchIndexerQueryPrep(qp, ctx.stream));
   // Logits [tokens, stride]; rows are either per-sequence paged (decode
   // steps, and verify steps: next_n = 1 + drafts query rows per sequence,
   // each causal up to its own position) or over each sequence's gathered
   // keys (prefill and mixed steps).
-  SPAR_RETURN_IF_ERROR(ctx.Mark("indexer.logits"));
   Tensor logits;
   GatheredLogits gathered;
   const int32_t* row_start = nullptr;  // the paged rows start at 0
   int64_t stride = (m.max_ctx + 3) / 4 * 4;
   const int64_t next_n = m.tokens_per_seq;
-  if (next_n >= 1 && next_n <= 1 + kMaxSpeculativeTokens && next_n * spec.heads <= kMaxPagedQueryRows) {
+  const IndexerFormat format = ctx.caches->spec().indexer_format;
+  const bool paged = next_n >= 1 && next_n <= 1 + kMaxSpeculativeTokens && next_n * spec.heads <= kMaxPagedQueryRows;
+  // The paged kernel preps the query itself where its tile fits a pipeline
+  // slot (decode: one launch fewer on the indexer's branch, the longer of
+  // the layer's two); otherwise q is roped in place and w scaled into fp32.
+  const bool prep_in_logits = paged && next_n * spec.heads <= IndexerLogitsPagedPrepMaxRows(format);
+  Tensor wf;
+  if (!prep_in_logits) {
+    SPAR_ASSIGN_OR_RETURN(wf, ctx.NewTensor(m.tokens, spec.heads, DType::kF32));
+    IndexerQueryPrepParams qp;
+    qp.tokens = m.tokens;
+    qp.heads = spec.heads;
+    qp.q = q.as<__nv_bfloat16>();
+    qp.q_stride = q.ld();
+    qp.q_out = q.as<__nv_bfloat16>();
+    qp.q_out_stride = q.ld();
+    qp.positions = m.pos;
+    qp.rope = ctx.rope->ForIndexer(spec.rope_pairs);
+    qp.w_in_bf16 = w.as<__nv_bfloat16>();
+    qp.w_in_stride = w.ld();
+    qp.weight_scale = spec.weight_scale;
+    qp.w_out = wf.as<float>();
+    SPAR_RETURN_IF_ERROR(LaunchIndexerQueryPrep(qp, ctx.stream));
+  }
+  SPAR_RETURN_IF_ERROR(ctx.Mark(prep_in_logits ? "indexer.query_prep+logits" : "indexer.logits"));
+  if (paged) {
     SPAR_ASSIGN_OR_RETURN(logits, ctx.NewTensor(m.tokens, stride, DType::kF32));
     IndexerLogitsPagedParams lp;
     lp.num_seqs = static_cast<int>(m.num_seqs);
@@ -176,13 +184,21 @@ absl::StatusOr<Tensor> IndexerTopK(StepContext& ctx, int layer, const Tensor& q,
     lp.heads = spec.heads;
     lp.q = q.as<__nv_bfloat16>();
     lp.q_stride = q.ld();
-    lp.w = wf.as<float>();
-    lp.w_stride = spec.heads;
+    if (prep_in_logits) {
+      lp.prep_positions = m.pos;
+      lp.prep_rope = ctx.rope->ForIndexer(spec.rope_pairs);
+      lp.w_bf16 = w.as<__nv_bfloat16>();
+      lp.w_stride = w.ld();
+      lp.weight_scale = spec.weight_scale;
+    } else {
+      lp.w = wf.as<float>();
+      lp.w_stride = spec.heads;
+    }
     lp.context_lens = m.kv_len;
     lp.max_context_len = static_cast<int>(m.max_ctx);
     lp.block_table = m.tables;
     lp.block_table_stride = m.table_stride;
-    lp.format = ctx.caches->spec().indexer_format;
+    lp.format = format;
     lp.cache = ctx.caches->indexer(layer);
     lp.logits = logits.as<float>();
     lp.logits_stride = stride;

@@ -171,7 +171,22 @@ struct IndexerLogitsPagedParams {
   int64_t logits_stride = 0;  // >= max_context_len
   bool fill_tail = false;
   int pages_per_cta = 0;  // 0: the launcher splits sequences; 1..512 forces the split (tests, tuning)
+
+  // The query prep in this launch (decode: one launch fewer on the indexer's
+  // branch). With prep_positions set, q is the wq_b output before RoPE and
+  // the weights come raw as w_bf16 [rows, w_stride] (w unused): every CTA
+  // does what LaunchIndexerQueryPrep does (RoPE at prep_positions[row], the
+  // Hadamard when prep_hadamard, w · weight_scale) with the same device code,
+  // so the logits equal prep-then-logits bit for bit. Needs next_n * heads
+  // <= IndexerLogitsPagedPrepMaxRows(format) (the query tile is staged in a
+  // pipeline slot that is free until the key loop starts).
+  const int32_t* prep_positions = nullptr;  // [num_seqs * next_n]
+  IndexerRope prep_rope;
+  bool prep_hadamard = false;
+  const __nv_bfloat16* w_bf16 = nullptr;
+  float weight_scale = 1.0f;
 };
+int IndexerLogitsPagedPrepMaxRows(IndexerFormat format);
 bool IndexerLogitsPagedSupported(const IndexerLogitsPagedParams& p);
 absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStream_t stream);
 

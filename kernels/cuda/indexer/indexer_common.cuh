@@ -83,6 +83,41 @@ __device__ __forceinline__ void HadamardWarp(float (&v)[4], int lane) {
   for (int e = 0; e < 4; ++e) v[e] *= scale;
 }
 
+__device__ __forceinline__ void LoadBf16x4(const __nv_bfloat16* p, float (&v)[4]) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+  const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+  v[0] = __low2float(a);
+  v[1] = __high2float(a);
+  v[2] = __low2float(b);
+  v[3] = __high2float(b);
+}
+
+__device__ __forceinline__ void StoreBf16x4(__nv_bfloat16* p, const float (&v)[4]) {
+  // __floats2bfloat162_rn rounds to nearest even, like spar::FloatToBf16.
+  const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(v[2], v[3]);
+  uint2 raw;
+  raw.x = *reinterpret_cast<const uint32_t*>(&a);
+  raw.y = *reinterpret_cast<const uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+
+// One query head's prep, by a warp: in (the wq_b output, bf16) -> RoPE at
+// `pos` -> Hadamard when asked -> out (bf16). The query prep kernel and the
+// paged logits kernel's own prep both run this, so their q bits agree.
+__device__ __forceinline__ void PrepQueryWarp(const __nv_bfloat16* in, __nv_bfloat16* out, int lane,
+                                              const IndexerRope& rope, int64_t pos, bool hadamard) {
+  float v[4];
+  LoadBf16x4(in + 4 * lane, v);
+  RopeWarp(v, lane, rope.cos + pos * kRopeHalf, rope.sin + pos * kRopeHalf, rope.pairs == ref::RopePairs::kInterleaved);
+  if (hadamard) HadamardWarp(v, lane);
+  StoreBf16x4(out + 4 * lane, v);
+}
+
+// A head's weight as the logits use it (the same multiply in both preps).
+__device__ __forceinline__ float ScaledHeadWeight(float w, float weight_scale) { return w * weight_scale; }
+
 // float -> e4m3, round to nearest even, saturating to +-448, bit-identical
 // to spar::FloatToE4m3 (base/numeric.cc). sm80 has no cvt to e4m3.
 __device__ __forceinline__ uint32_t FloatToE4m3Rn(float f) {

@@ -18,28 +18,10 @@ namespace {
 
 using cuda::indexer::kDim;
 using cuda::indexer::kRopeHalf;
+using cuda::indexer::LoadBf16x4;
+using cuda::indexer::StoreBf16x4;
 
 constexpr int kWarpsPerBlock = 8;
-
-__device__ __forceinline__ void LoadBf16x4(const __nv_bfloat16* p, float (&v)[4]) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
-  const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
-  v[0] = __low2float(a);
-  v[1] = __high2float(a);
-  v[2] = __low2float(b);
-  v[3] = __high2float(b);
-}
-
-__device__ __forceinline__ void StoreBf16x4(__nv_bfloat16* p, const float (&v)[4]) {
-  // __floats2bfloat162_rn rounds to nearest even, like spar::FloatToBf16.
-  const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]);
-  const __nv_bfloat162 b = __floats2bfloat162_rn(v[2], v[3]);
-  uint2 raw;
-  raw.x = *reinterpret_cast<const uint32_t*>(&a);
-  raw.y = *reinterpret_cast<const uint32_t*>(&b);
-  *reinterpret_cast<uint2*>(p) = raw;
-}
 
 // ---------------------------------------------------------------------------
 // Key write: one warp per token (token t, by the whole warp).
@@ -120,18 +102,12 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) IndexerQueryPrepKe
   if (row >= p.tokens * p.heads) return;
   const int64_t t = row / p.heads;
   const int h = static_cast<int>(row % p.heads);
-  float v[4];
-  LoadBf16x4(p.q + t * p.q_stride + h * kDim + 4 * lane, v);
-  const int64_t pos = p.positions[t];
-  cuda::indexer::RopeWarp(v, lane, p.rope.cos + pos * kRopeHalf, p.rope.sin + pos * kRopeHalf,
-                          p.rope.pairs == ref::RopePairs::kInterleaved);
-  if (p.hadamard) cuda::indexer::HadamardWarp(v, lane);
-  StoreBf16x4(p.q_out + t * p.q_out_stride + h * kDim + 4 * lane, v);
+  cuda::indexer::PrepQueryWarp(p.q + t * p.q_stride + h * kDim, p.q_out + t * p.q_out_stride + h * kDim, lane,
+                               p.rope, p.positions[t], p.hadamard);
   if (lane == 0) {
-    const float w = p.w_in_f32 != nullptr
-                        ? p.w_in_f32[t * p.w_in_stride + h]
-                        : __bfloat162float(p.w_in_bf16[t * p.w_in_stride + h]);
-    p.w_out[row] = w * p.weight_scale;
+    const float w = p.w_in_f32 != nullptr ? p.w_in_f32[t * p.w_in_stride + h]
+                                          : __bfloat162float(p.w_in_bf16[t * p.w_in_stride + h]);
+    p.w_out[row] = cuda::indexer::ScaledHeadWeight(w, p.weight_scale);
   }
 }
 

@@ -137,19 +137,43 @@ static __global__ void __launch_bounds__(kThreads, 2)
     cuda::CpAsyncCommit();
   }
 
+  // The query prep, when this launch does it: every (token, head) vector
+  // roped (and rotated) by a warp into the last pipeline slot, which the key
+  // loop first fills after its first barrier.
+  const bool prep = p.prep_positions != nullptr;
+  const uint16_t* qtile = reinterpret_cast<const uint16_t*>(p.q) + row0 * p.q_stride;
+  int64_t qtoken_stride = p.q_stride;
+  if (prep) {
+    __nv_bfloat16* staged = reinterpret_cast<__nv_bfloat16*>(smem + (Cfg::kStages - 1) * Cfg::kStageBytes);
+    for (int r = warp; r < p.next_n * p.heads; r += kWarps) {
+      const int j = r / p.heads, h = r - j * p.heads;
+      cuda::indexer::PrepQueryWarp(p.q + (row0 + j) * p.q_stride + h * kDim, staged + r * kDim, lane, p.prep_rope,
+                                   p.prep_positions[row0 + j], p.prep_hadamard);
+    }
+    __syncthreads();
+    qtile = reinterpret_cast<const uint16_t*>(staged);
+    qtoken_stride = static_cast<int64_t>(p.heads) * kDim;
+  }
+
   const int token = rg / groups_per_token;  // query token of this warp's rows
   uint32_t qa[2][8][4];
   float wgt[2][2];
   {
     const int head0 = (rg % groups_per_token) * kRowsPerWarp;
-    const uint16_t* qrow = reinterpret_cast<const uint16_t*>(p.q) + (row0 + token) * p.q_stride + 32 * t;
-    const float* wrow = p.w + (row0 + token) * p.w_stride;
+    const uint16_t* qrow = qtile + token * qtoken_stride + 32 * t;
+    const int64_t wrow = (row0 + token) * p.w_stride;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int head = head0 + mt * 16 + half * 8 + g;
-        wgt[mt][half] = computes ? wrow[head] : 0.0f;
+        if (!computes) {
+          wgt[mt][half] = 0.0f;
+        } else if (prep) {
+          wgt[mt][half] = cuda::indexer::ScaledHeadWeight(__bfloat162float(p.w_bf16[wrow + head]), p.weight_scale);
+        } else {
+          wgt[mt][half] = p.w[wrow + head];
+        }
         uint32_t words[16];
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
@@ -306,6 +330,12 @@ static __global__ void __launch_bounds__(256) FillTailKernel(const int32_t* cont
 
 }  // namespace
 
+int IndexerLogitsPagedPrepMaxRows(IndexerFormat format) {
+  if (format == IndexerFormat::kFp8) return PagedCfg<true>::kStageBytes / (kDim * 2);
+  if (format == IndexerFormat::kBF16) return PagedCfg<false>::kStageBytes / (kDim * 2);
+  return 0;
+}
+
 bool IndexerLogitsPagedSupported(const IndexerLogitsPagedParams& p) {
   if (p.heads != 32 && p.heads != 64) return false;
   if (p.next_n < 1 || p.next_n * p.heads > kMaxRowGroups * kRowsPerWarp) return false;
@@ -326,7 +356,15 @@ absl::Status LaunchIndexerLogitsPaged(const IndexerLogitsPagedParams& p, cudaStr
   if (p.q == nullptr || reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return InvalidParam(op, "q", "must be 16-byte aligned");
   if (p.q_stride < int64_t{p.heads} * kDim || p.q_stride % 8 != 0)
     return InvalidParam(op, "q_stride", "must be >= heads * 128 and a multiple of 8");
-  if (p.w == nullptr) return InvalidParam(op, "w", "is null");
+  if (p.prep_positions != nullptr) {
+    if (p.next_n * p.heads > IndexerLogitsPagedPrepMaxRows(p.format))
+      return InvalidParam(op, "prep_positions", "the query prep in this launch needs next_n * heads <= IndexerLogitsPagedPrepMaxRows");
+    if (p.w_bf16 == nullptr) return InvalidParam(op, "w_bf16", "is null (the query prep reads raw bf16 weights)");
+    if (p.prep_rope.cos == nullptr || p.prep_rope.sin == nullptr) return InvalidParam(op, "prep_rope", "cos/sin are null");
+    if (p.q_stride % 4 != 0) return InvalidParam(op, "q_stride", "must be a multiple of 4 for the query prep");
+  } else if (p.w == nullptr) {
+    return InvalidParam(op, "w", "is null");
+  }
   if (p.w_stride < p.heads) return InvalidParam(op, "w_stride", "must be >= heads");
   if (p.context_lens == nullptr) return InvalidParam(op, "context_lens", "is null");
   if (p.block_table == nullptr) return InvalidParam(op, "block_table", "is null");

@@ -159,6 +159,151 @@ TEST(IndexerLogitsPaged, RejectsBadParams) {
   EXPECT_EQ(LaunchIndexerLogitsPaged(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The query prep inside the paged launch (IndexerLogitsPagedParams::
+// prep_positions) against the prep kernel followed by the plain launch: the
+// logits must agree bit for bit (a decode step preps in the launch, a long
+// verify step with the kernel, and their rows must select alike).
+struct PrepCase {
+  IndexerFormat format;
+  int heads, next_n;
+  bool interleaved, hadamard;
+  int pages_per_cta = 0;
+};
+
+class IndexerLogitsPagedPrepTest : public ::testing::TestWithParam<PrepCase> {};
+
+TEST_P(IndexerLogitsPagedPrepTest, EqualsPrepKernelThenLogits) {
+  SPAR_REQUIRE_GPU();
+  const PrepCase c = GetParam();
+  ASSERT_LE(c.next_n * c.heads, IndexerLogitsPagedPrepMaxRows(c.format));
+  const std::vector<int> lens = {c.next_n + 3, 64, 2049, 4000, 131};
+  const int nseq = static_cast<int>(lens.size()), rows = nseq * c.next_n;
+  testing::PagedCache cache = testing::BuildPagedCache(c.format, lens, 5 + c.heads * c.next_n);
+  const int max_len = 4000, stride = max_len + 4, tstride = (max_len + 63) / 64 + 1;
+  std::vector<int32_t> table(nseq * tstride, 0), ctx(rows), pos(rows);
+  for (int b = 0; b < nseq; ++b) {
+    for (size_t i = 0; i < cache.seq_tables[b].size(); ++i) table[b * tstride + i] = cache.seq_tables[b][i];
+    for (int j = 0; j < c.next_n; ++j) {
+      ctx[b * c.next_n + j] = lens[b] - c.next_n + j + 1;
+      pos[b * c.next_n + j] = ctx[b * c.next_n + j] - 1;
+    }
+  }
+  // Raw wq_b output and weights_proj output, both bf16; q rows padded (the
+  // fused A projection's column slices have a larger stride).
+  const int64_t q_stride = static_cast<int64_t>(c.heads) * 128 + 64, w_stride = c.heads + 8;
+  const std::vector<uint16_t> q_raw = testing::ToBf16(testing::RandomFloats(rows * q_stride, 21 + c.heads, -2.0f, 2.0f));
+  const std::vector<uint16_t> w_raw = testing::ToBf16(testing::RandomFloats(rows * w_stride, 22 + c.next_n, -0.5f, 0.5f));
+  std::vector<float> cos_t, sin_t;
+  testing::RopeTables(testing::IndexerRopeParams(!c.interleaved), max_len + 1, &cos_t, &sin_t);
+  DeviceArray<float> d_cos, d_sin, d_wf(rows * c.heads), d_a(rows * stride), d_b(rows * stride);
+  d_cos.Upload(cos_t);
+  d_sin.Upload(sin_t);
+  DeviceArray<uint16_t> d_q, d_q_roped(rows * q_stride), d_w;
+  d_q.Upload(q_raw);
+  d_w.Upload(w_raw);
+  DeviceArray<int32_t> d_ctx, d_table, d_pos;
+  d_ctx.Upload(ctx);
+  d_table.Upload(table);
+  d_pos.Upload(pos);
+  DeviceArray<uint8_t> d_pages;
+  d_pages.Upload(cache.pages);
+  d_a.Poison();
+  d_b.Poison();
+  d_q_roped.Poison();
+  IndexerRope rope{d_cos.get(), d_sin.get(), max_len + 1,
+                   c.interleaved ? ref::RopePairs::kInterleaved : ref::RopePairs::kHalfSplit};
+
+  IndexerQueryPrepParams qp;
+  qp.tokens = rows;
+  qp.heads = c.heads;
+  qp.q = testing::AsBf16(d_q.get());
+  qp.q_stride = q_stride;
+  qp.q_out = testing::AsBf16(d_q_roped.get());
+  qp.q_out_stride = q_stride;
+  qp.positions = d_pos.get();
+  qp.rope = rope;
+  qp.hadamard = c.hadamard;
+  qp.w_in_bf16 = testing::AsBf16(d_w.get());
+  qp.w_in_stride = w_stride;
+  qp.weight_scale = 0.0883883f;
+  qp.w_out = d_wf.get();
+  ASSERT_TRUE(LaunchIndexerQueryPrep(qp, nullptr).ok());
+
+  IndexerLogitsPagedParams p;
+  p.num_seqs = nseq;
+  p.next_n = c.next_n;
+  p.heads = c.heads;
+  p.q = testing::AsBf16(d_q_roped.get());
+  p.q_stride = q_stride;
+  p.w = d_wf.get();
+  p.w_stride = c.heads;
+  p.context_lens = d_ctx.get();
+  p.max_context_len = max_len;
+  p.block_table = d_table.get();
+  p.block_table_stride = tstride;
+  p.format = c.format;
+  p.cache = d_pages.get();
+  p.logits = d_a.get();
+  p.logits_stride = stride;
+  p.fill_tail = true;
+  p.pages_per_cta = c.pages_per_cta;
+  absl::Status st = LaunchIndexerLogitsPaged(p, nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+
+  p.q = testing::AsBf16(d_q.get());  // raw: the launch preps it
+  p.w = nullptr;
+  p.w_bf16 = testing::AsBf16(d_w.get());
+  p.w_stride = w_stride;
+  p.weight_scale = qp.weight_scale;
+  p.prep_positions = d_pos.get();
+  p.prep_rope = rope;
+  p.prep_hadamard = c.hadamard;
+  p.logits = d_b.get();
+  st = LaunchIndexerLogitsPaged(p, nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  SPAR_ASSERT_CUDA(cudaGetLastError());
+  SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+
+  const std::vector<float> a = d_a.Download(), b = d_b.Download();
+  int64_t differ = 0, finite = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    finite += std::isfinite(b[i]);
+  }
+  EXPECT_EQ(differ, 0) << "of " << a.size() << " logits";
+  int64_t want_finite = 0;
+  for (int r = 0; r < rows; ++r) want_finite += ctx[r];
+  EXPECT_EQ(finite, want_finite);
+  EXPECT_EQ(std::memcmp(q_raw.data(), d_q.Download().data(), q_raw.size() * 2), 0) << "the launch wrote its q input";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, IndexerLogitsPagedPrepTest,
+                         ::testing::Values(PrepCase{IndexerFormat::kFp8, 32, 1, true, false},
+                                           PrepCase{IndexerFormat::kFp8, 32, 2, false, true},
+                                           PrepCase{IndexerFormat::kFp8, 64, 1, false, false},
+                                           PrepCase{IndexerFormat::kFp8, 32, 1, true, true, 5},
+                                           PrepCase{IndexerFormat::kBF16, 32, 4, true, false},
+                                           PrepCase{IndexerFormat::kBF16, 64, 2, false, true},
+                                           PrepCase{IndexerFormat::kBF16, 32, 1, false, false, 9}));
+
+TEST(IndexerLogitsPaged, PrepRefusesATileThatDoesNotFitItsSlot) {
+  EXPECT_EQ(IndexerLogitsPagedPrepMaxRows(IndexerFormat::kFp8), 66);
+  EXPECT_EQ(IndexerLogitsPagedPrepMaxRows(IndexerFormat::kBF16), 128);
+  IndexerLogitsPagedParams p;
+  p.num_seqs = 1;
+  p.heads = 32;
+  p.next_n = 3;  // 96 rows
+  p.format = IndexerFormat::kFp8;
+  p.max_context_len = 64;
+  p.q = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});  // checked before the prep, never read
+  p.q_stride = 32 * 128;
+  int32_t dummy[4] = {};
+  p.prep_positions = dummy;
+  const absl::Status s = LaunchIndexerLogitsPaged(p, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("prep_positions"), absl::string_view::npos) << s;
+}
+
 // --- ragged prefill ---------------------------------------------------------------
 
 struct PrefillCase {
