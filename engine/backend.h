@@ -247,6 +247,14 @@ class Backend {
   virtual absl::Status WriteLatentCache(int layer, const Tensor& kv_a, const Weight& kv_a_norm, float eps) = 0;
   // q: [T, H·(Dn+Dr)] → [T, H·576] = q_nope·W_UK ‖ RoPE(q_pe).
   virtual absl::StatusOr<Tensor> AbsorbQuery(const Tensor& q, const Weight& absorb) = 0;
+  // WriteLatentCache then AbsorbQuery of the same step. A backend may fuse
+  // them (cuda: RoPE(q_pe) runs in the cache write's launch, one launch
+  // fewer on the layer's query branch); the results are the same.
+  virtual absl::StatusOr<Tensor> WriteLatentCacheAndAbsorbQuery(int layer, const Tensor& kv_a, const Weight& kv_a_norm,
+                                                                float eps, const Tensor& q, const Weight& absorb) {
+    SPAR_RETURN_IF_ERROR(WriteLatentCache(layer, kv_a, kv_a_norm, eps));
+    return AbsorbQuery(q, absorb);
+  }
   // k: [T, 128] wk output; writes RoPE(LayerNorm(k)) to the indexer cache.
   virtual absl::Status WriteIndexerCache(int layer, const Tensor& k, const Weight& norm_w, const Weight& norm_b,
                                          float eps, const IndexerSpec& spec) = 0;
@@ -268,6 +276,15 @@ class Backend {
   virtual absl::StatusOr<Tensor> SparseMla(int layer, const Tensor& q_abs, const Tensor& indices, float scale) = 0;
   // o_lat: [T, H·512] → [T, H·Dv].
   virtual absl::StatusOr<Tensor> UnabsorbOutput(const Tensor& o_lat, const Weight& absorb) = 0;
+  // SparseMla then UnabsorbOutput: q_abs [T, H·576] → [T, H·Dv]. A backend
+  // may fuse them (cuda, at decode sizes: the attention's split merge runs
+  // inside the un-absorption, one launch fewer on the step's critical
+  // path); the result is the same.
+  virtual absl::StatusOr<Tensor> AttendAndUnabsorb(int layer, const Tensor& q_abs, const Tensor& indices, float scale,
+                                                   const Weight& absorb) {
+    SPAR_ASSIGN_OR_RETURN(Tensor o_lat, SparseMla(layer, q_abs, indices, scale));
+    return UnabsorbOutput(o_lat, absorb);
+  }
 
   // Runs two pieces of the layer graph that do not read each other's
   // results (each enqueues ops on this backend). A backend may overlap them:

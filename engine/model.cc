@@ -327,8 +327,8 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
   Tensor q_abs;
   auto query = [&]() -> absl::Status {
     SPAR_ASSIGN_OR_RETURN(Tensor q, backend_->Linear(qr, *layer.q_b));
-    SPAR_RETURN_IF_ERROR(backend_->WriteLatentCache(local, a.Cols(r, r + lat), *layer.kv_a_norm, c.latent_norm_eps));
-    SPAR_ASSIGN_OR_RETURN(q_abs, backend_->AbsorbQuery(q, *layer.absorb));
+    SPAR_ASSIGN_OR_RETURN(q_abs, backend_->WriteLatentCacheAndAbsorbQuery(local, a.Cols(r, r + lat), *layer.kv_a_norm,
+                                                                         c.latent_norm_eps, q, *layer.absorb));
     return absl::OkStatus();
   };
   auto select = [&]() -> absl::Status {
@@ -350,9 +350,8 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
     SPAR_ASSIGN_OR_RETURN(std::vector<float> host, backend_->ToHost(*shared_topk));
     for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(host[i]);
   }
-  SPAR_ASSIGN_OR_RETURN(Tensor o_lat,
-                        backend_->SparseMla(local, q_abs, *shared_topk, static_cast<float>(c.softmax_scale())));
-  SPAR_ASSIGN_OR_RETURN(Tensor o, backend_->UnabsorbOutput(o_lat, *layer.absorb));
+  SPAR_ASSIGN_OR_RETURN(Tensor o, backend_->AttendAndUnabsorb(local, q_abs, *shared_topk,
+                                                              static_cast<float>(c.softmax_scale()), *layer.absorb));
   SPAR_ASSIGN_OR_RETURN(Tensor out, backend_->Linear(o, *layer.o_proj));
   // Each rank's o_proj saw only its heads: the partial sums add up.
   SPAR_RETURN_IF_ERROR(backend_->AllReduceSum(&out));

@@ -313,6 +313,11 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Tensor> AbsorbQuery(const Tensor& q, const Weight& absorb) override {
     return cuda_ops::AbsorbQuery(ctx_, q, As<CudaAbsorb>(absorb));
   }
+  absl::StatusOr<Tensor> WriteLatentCacheAndAbsorbQuery(int layer, const Tensor& kv_a, const Weight& kv_a_norm,
+                                                        float eps, const Tensor& q, const Weight& absorb) override {
+    return cuda_ops::WriteLatentCacheAndAbsorbQuery(ctx_, layer, kv_a, As<CudaVector>(kv_a_norm), eps, q,
+                                                    As<CudaAbsorb>(absorb));
+  }
   absl::Status WriteIndexerCache(int layer, const Tensor& k, const Weight& norm_w, const Weight& norm_b, float eps,
                                  const IndexerSpec& spec) override {
     return cuda_ops::WriteIndexerCache(ctx_, layer, k, As<CudaVector>(norm_w), As<CudaVector>(norm_b), eps, spec);
@@ -331,6 +336,10 @@ class CudaBackend final : public Backend {
   }
   absl::StatusOr<Tensor> UnabsorbOutput(const Tensor& o_lat, const Weight& absorb) override {
     return cuda_ops::UnabsorbOutput(ctx_, o_lat, As<CudaAbsorb>(absorb));
+  }
+  absl::StatusOr<Tensor> AttendAndUnabsorb(int layer, const Tensor& q_abs, const Tensor& indices, float scale,
+                                           const Weight& absorb) override {
+    return cuda_ops::AttendAndUnabsorb(ctx_, layer, q_abs, indices, scale, As<CudaAbsorb>(absorb));
   }
 
   absl::StatusOr<std::vector<SampleResult>> Sample(const Tensor& logits,

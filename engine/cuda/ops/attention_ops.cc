@@ -13,9 +13,10 @@
 
 namespace spar::cuda_ops {
 
-absl::Status WriteLatentCache(StepContext& ctx, int layer, const Tensor& kv_a, const CudaVector& norm, float eps) {
-  SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
-  SPAR_RETURN_IF_ERROR(ctx.Mark("latent_cache_write"));
+namespace {
+
+MlaCacheWriteParams CacheWriteParams(StepContext& ctx, int layer, const Tensor& kv_a, const CudaVector& norm,
+                                     float eps) {
   MlaCacheWriteParams p;
   p.kv = kv_a.as<__nv_bfloat16>();
   p.tokens = kv_a.rows();
@@ -30,25 +31,31 @@ absl::Status WriteLatentCache(StepContext& ctx, int layer, const Tensor& kv_a, c
   p.format = ctx.caches->spec().latent_format;
   p.cache = ctx.caches->latent(layer);
   p.num_slots = ctx.caches->num_slots();
-  return LaunchMlaCacheWrite(p, ctx.stream);
+  return p;
 }
 
-absl::StatusOr<Tensor> AbsorbQuery(StepContext& ctx, const Tensor& q, const CudaAbsorb& a) {
+// The absorbed query [T, H·576] of q [T, H·(Dn+Dr)]: its buffer, and the
+// RoPE of each head's q_pe into the last 64 lanes (who runs it is the
+// caller's choice).
+struct AbsorbedQuery {
+  Tensor out;
+  int q_head_dim = 0;
+  RopeApplyParams rope;
+};
+
+absl::StatusOr<AbsorbedQuery> NewAbsorbedQuery(StepContext& ctx, const Tensor& q, const CudaAbsorb& a) {
   const int heads = a.w.heads;
-  const int q_head_dim = static_cast<int>(q.cols() / heads);
-  if (!q.contiguous() || q_head_dim != a.w.nope_dim + kLatentRopeDim) {
+  AbsorbedQuery aq;
+  aq.q_head_dim = static_cast<int>(q.cols() / heads);
+  if (!q.contiguous() || aq.q_head_dim != a.w.nope_dim + kLatentRopeDim) {
     return absl::InvalidArgumentError("absorb: bad query layout");
   }
-  SPAR_RETURN_IF_ERROR(ctx.Mark("absorb_query"));
-  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(q.rows(), static_cast<int64_t>(heads) * kLatentDim));
-  SPAR_RETURN_IF_ERROR(LaunchMlaQAbsorb(a.w, q.as<__nv_bfloat16>(), q.rows(), q_head_dim, out.as<__nv_bfloat16>(),
-                                        static_cast<int64_t>(heads) * kLatentDim, kLatentDim, ctx.stream));
-  // The rope part of each head: RoPE(q_pe) after the absorbed 512 values.
-  RopeApplyParams r;
+  SPAR_ASSIGN_OR_RETURN(aq.out, ctx.NewTensor(q.rows(), static_cast<int64_t>(heads) * kLatentDim));
+  RopeApplyParams& r = aq.rope;
   r.in = q.as<__nv_bfloat16>();
-  r.in_stride = q_head_dim;
+  r.in_stride = aq.q_head_dim;
   r.in_offset = a.w.nope_dim;
-  r.out = out.as<__nv_bfloat16>();
+  r.out = aq.out.as<__nv_bfloat16>();
   r.out_stride = kLatentDim;
   r.out_offset = kLatentNopeDim;
   r.rows = q.rows() * heads;
@@ -58,8 +65,44 @@ absl::StatusOr<Tensor> AbsorbQuery(StepContext& ctx, const Tensor& q, const Cuda
   r.inv_freq = ctx.rope->inv_freq();
   r.attention_factor = ctx.rope->attention_factor();
   r.interleaved = true;
-  SPAR_RETURN_IF_ERROR(LaunchRopeApply(r, ctx.stream));
-  return out;
+  return aq;
+}
+
+absl::Status LaunchQueryAbsorption(StepContext& ctx, const Tensor& q, const CudaAbsorb& a, const AbsorbedQuery& aq) {
+  const int heads = a.w.heads;
+  return LaunchMlaQAbsorb(a.w, q.as<__nv_bfloat16>(), q.rows(), aq.q_head_dim, aq.out.as<__nv_bfloat16>(),
+                          static_cast<int64_t>(heads) * kLatentDim, kLatentDim, ctx.stream);
+}
+
+}  // namespace
+
+absl::Status WriteLatentCache(StepContext& ctx, int layer, const Tensor& kv_a, const CudaVector& norm, float eps) {
+  SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
+  SPAR_RETURN_IF_ERROR(ctx.Mark("latent_cache_write"));
+  return LaunchMlaCacheWrite(CacheWriteParams(ctx, layer, kv_a, norm, eps), ctx.stream);
+}
+
+absl::StatusOr<Tensor> AbsorbQuery(StepContext& ctx, const Tensor& q, const CudaAbsorb& a) {
+  SPAR_ASSIGN_OR_RETURN(AbsorbedQuery aq, NewAbsorbedQuery(ctx, q, a));
+  SPAR_RETURN_IF_ERROR(ctx.Mark("absorb_query"));
+  SPAR_RETURN_IF_ERROR(LaunchQueryAbsorption(ctx, q, a, aq));
+  // The rope part of each head: RoPE(q_pe) after the absorbed 512 values.
+  SPAR_RETURN_IF_ERROR(LaunchRopeApply(aq.rope, ctx.stream));
+  return aq.out;
+}
+
+absl::StatusOr<Tensor> WriteLatentCacheAndAbsorbQuery(StepContext& ctx, int layer, const Tensor& kv_a,
+                                                      const CudaVector& norm, float eps, const Tensor& q,
+                                                      const CudaAbsorb& a) {
+  SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
+  SPAR_ASSIGN_OR_RETURN(AbsorbedQuery aq, NewAbsorbedQuery(ctx, q, a));
+  SPAR_RETURN_IF_ERROR(ctx.Mark("latent_cache_write+query_rope"));
+  MlaCacheWriteParams p = CacheWriteParams(ctx, layer, kv_a, norm, eps);
+  p.query_rope = aq.rope;
+  SPAR_RETURN_IF_ERROR(LaunchMlaCacheWrite(p, ctx.stream));
+  SPAR_RETURN_IF_ERROR(ctx.Mark("absorb_query"));
+  SPAR_RETURN_IF_ERROR(LaunchQueryAbsorption(ctx, q, a, aq));
+  return aq.out;
 }
 
 namespace {
@@ -123,15 +166,17 @@ absl::StatusOr<std::optional<WidenedRows>> MaybeWidenLatent(StepContext& ctx, in
   return w;
 }
 
-}  // namespace
-
-absl::StatusOr<Tensor> SparseMla(StepContext& ctx, int layer, const Tensor& q_abs, const Tensor& indices,
-                                 float scale) {
+// The sparse MLA over the step's index lists. With `absorb` (the fused
+// tail): where the plan splits and LaunchMlaMergeUnabsorb takes the shape,
+// the partials are left in the workspace and merged by the un-absorption,
+// which then returns [T, H·Dv]; otherwise the merged [T, H·512] o_lat comes
+// back and *fused stays false.
+absl::StatusOr<Tensor> LaunchAttention(StepContext& ctx, int layer, const Tensor& q_abs, const Tensor& indices,
+                                       float scale, const CudaAbsorb* absorb, bool* fused) {
+  *fused = false;
   SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
   const int heads = static_cast<int>(q_abs.cols() / kLatentDim);
   SPAR_ASSIGN_OR_RETURN(std::optional<WidenedRows> widened, MaybeWidenLatent(ctx, layer, heads, indices));
-  SPAR_RETURN_IF_ERROR(ctx.Mark("sparse_mla"));
-  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(q_abs.rows(), static_cast<int64_t>(heads) * kLatentNopeDim));
   SparseMlaParams p;
   p.q = q_abs.as<__nv_bfloat16>();
   p.tokens = q_abs.rows();
@@ -145,10 +190,9 @@ absl::StatusOr<Tensor> SparseMla(StepContext& ctx, int layer, const Tensor& q_ab
   p.indices_stride = widened ? widened->lists.ld() : indices.ld();
   p.list_len = static_cast<int>(indices.cols());
   p.scale = scale;
-  p.out = out.as<__nv_bfloat16>();
-  p.out_token_stride = out.ld();
-  p.out_head_stride = kLatentNopeDim;
   p.plan = ctx.SparseMlaPlanFor(p.tokens, heads, p.list_len, p.format);
+  p.defer_merge = absorb != nullptr && absorb->w.heads == heads && p.plan.num_splits > 1 &&
+                  MlaMergeUnabsorbFits(p.tokens, p.plan.num_splits);
   const size_t ws = SparseMlaWorkspaceBytes(p.plan, p.tokens, heads);
   Tensor workspace;
   if (ws > 0) {
@@ -156,8 +200,34 @@ absl::StatusOr<Tensor> SparseMla(StepContext& ctx, int layer, const Tensor& q_ab
     p.workspace = workspace.data();
     p.workspace_bytes = ws;
   }
+  SPAR_RETURN_IF_ERROR(ctx.Mark("sparse_mla"));
+  if (!p.defer_merge) {
+    SPAR_ASSIGN_OR_RETURN(Tensor o_lat, ctx.NewTensor(p.tokens, static_cast<int64_t>(heads) * kLatentNopeDim));
+    p.out = o_lat.as<__nv_bfloat16>();
+    p.out_token_stride = o_lat.ld();
+    p.out_head_stride = kLatentNopeDim;
+    SPAR_RETURN_IF_ERROR(LaunchSparseMla(p, ctx.stream));
+    return o_lat;
+  }
   SPAR_RETURN_IF_ERROR(LaunchSparseMla(p, ctx.stream));
+  SPAR_RETURN_IF_ERROR(ctx.Mark("merge_unabsorb_output"));
+  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(p.tokens, static_cast<int64_t>(heads) * absorb->w.v_dim));
+  const SparseMlaPartialsView view = SparseMlaPartials(p.plan, p.tokens, heads, p.workspace);
+  MlaSplitPartials parts;
+  parts.o = view.o;
+  parts.lse = view.lse;
+  parts.splits = p.plan.num_splits;
+  SPAR_RETURN_IF_ERROR(LaunchMlaMergeUnabsorb(absorb->w, parts, p.tokens, out.as<__nv_bfloat16>(), ctx.stream));
+  *fused = true;
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> SparseMla(StepContext& ctx, int layer, const Tensor& q_abs, const Tensor& indices,
+                                 float scale) {
+  bool fused = false;
+  return LaunchAttention(ctx, layer, q_abs, indices, scale, nullptr, &fused);
 }
 
 absl::StatusOr<Tensor> UnabsorbOutput(StepContext& ctx, const Tensor& o_lat, const CudaAbsorb& a) {
@@ -166,6 +236,14 @@ absl::StatusOr<Tensor> UnabsorbOutput(StepContext& ctx, const Tensor& o_lat, con
   SPAR_RETURN_IF_ERROR(LaunchMlaOutUnabsorb(a.w, o_lat.as<__nv_bfloat16>(), o_lat.rows(), o_lat.ld(), kLatentNopeDim,
                                             out.as<__nv_bfloat16>(), ctx.stream));
   return out;
+}
+
+absl::StatusOr<Tensor> AttendAndUnabsorb(StepContext& ctx, int layer, const Tensor& q_abs, const Tensor& indices,
+                                         float scale, const CudaAbsorb& a) {
+  bool fused = false;
+  SPAR_ASSIGN_OR_RETURN(Tensor t, LaunchAttention(ctx, layer, q_abs, indices, scale, &a, &fused));
+  if (fused) return t;
+  return UnabsorbOutput(ctx, t, a);
 }
 
 }  // namespace spar::cuda_ops

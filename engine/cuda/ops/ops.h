@@ -48,8 +48,16 @@ absl::Status ZeroRows(StepContext& ctx, Tensor* x, const std::vector<int32_t>& r
 // ---- attention_ops.cc: MLA's latent cache, absorption, sparse attention ----
 absl::Status WriteLatentCache(StepContext& ctx, int layer, const Tensor& kv_a, const CudaVector& norm, float eps);
 absl::StatusOr<Tensor> AbsorbQuery(StepContext& ctx, const Tensor& q, const CudaAbsorb& a);
+// WriteLatentCache + AbsorbQuery with the query's RoPE in the cache write's launch.
+absl::StatusOr<Tensor> WriteLatentCacheAndAbsorbQuery(StepContext& ctx, int layer, const Tensor& kv_a,
+                                                      const CudaVector& norm, float eps, const Tensor& q,
+                                                      const CudaAbsorb& a);
 absl::StatusOr<Tensor> SparseMla(StepContext& ctx, int layer, const Tensor& q_abs, const Tensor& indices, float scale);
 absl::StatusOr<Tensor> UnabsorbOutput(StepContext& ctx, const Tensor& o_lat, const CudaAbsorb& a);
+// SparseMla + UnabsorbOutput; at decode sizes the split merge runs inside the
+// un-absorption (LaunchMlaMergeUnabsorb), the same bits in one launch fewer.
+absl::StatusOr<Tensor> AttendAndUnabsorb(StepContext& ctx, int layer, const Tensor& q_abs, const Tensor& indices,
+                                         float scale, const CudaAbsorb& a);
 
 // ---- indexer_ops.cc: the lightning indexer's key cache and top-k ----
 absl::Status WriteIndexerCache(StepContext& ctx, int layer, const Tensor& k, const CudaVector& norm_w,

@@ -14,6 +14,15 @@
 // row has the same bits whichever shape its step took (a speculative verify
 // step's rows equal a plain decode step's: the engine's greedy equality
 // relies on it, and absorb_gemm_gpu_test checks it).
+//
+// The merged variant (LaunchMlaMergeUnabsorb, decode only) builds its A
+// operand, all 512 columns of up to 16 rows, from the sparse MLA's split
+// partials before the K loop, with the merge kernel's arithmetic (weights
+// e^(lse_s - max), partials summed by fmaf in split order, times 1 / the
+// weights' sum, one rounding to bf16), so its rows equal merge-then-GEMM
+// bit for bit; only B streams through the pipeline. Every CTA merges its
+// head's rows itself (the four 64-column CTAs of a head each once): at a
+// few tokens that re-read from L2 costs less than the merge launch it saves.
 #include "kernels/cuda/attention/absorb_gemm.h"
 
 #include <cuda_bf16.h>
@@ -51,12 +60,97 @@ struct TileShape {
 };
 using WideTile = TileShape<2, 2, 3>;   // 64 rows
 using SmallTile = TileShape<1, 1, 7>;  // 16 rows, 6 K tiles in flight
+// The merged variant: 16 rows of A merged whole into shared memory, B in 6
+// stages (48 KB of static shared memory in all).
+using MergedTile = TileShape<1, 1, 6>;
+constexpr int kMergedK = 512;                   // the latent width: all of A
+constexpr int kMergedAStride = kMergedK + 8;    // 1040-byte rows: ldmatrix conflict-free
+constexpr int kMergedMaxEntries = 64;           // rows x splits one CTA merges
+static_assert(MergedTile::kBM * kMergedAStride * 2 + MergedTile::kStages * kBStage * 2 +
+                      3 * kMergedMaxEntries * 4 <= 48 * 1024,
+              "merged variant: static shared memory");
 
-template <bool kBKn, class S>
-__global__ void __launch_bounds__(kThreads) BatchedGemmKernel(const BatchedGemmParams p) {
+// Where the merged variant's A comes from: split s of row th = token * heads
+// + head at o[(s * rows + th) * 512], its log-sum-exp at lse[s * rows + th].
+struct MergeSource {
+  const float* o = nullptr;
+  const float* lse = nullptr;
+  int splits = 0;
+  int64_t rows = 0;  // tokens * heads
+  int heads = 0;
+};
+
+// A[r][0..512) for rows m0 + r < m of head `head`, as MergeSplitsKernel
+// (sparse_mla.cu) computes them: w_s = expf(lse_s - max), sum = Σ w_s in
+// split order, acc = fmaf(w_s, o_s, acc) in split order, bf16(acc * (1 /
+// sum)); a row whose splits are all empty is 0. Rows past m are zeroed.
+// The caller's barrier makes a visible.
+__device__ __forceinline__ void MergeRowsIntoA(const MergeSource& src, int64_t m0, int64_t m, int head,
+                                               __nv_bfloat16 (*a)[kMergedAStride], float* slse, float* sw,
+                                               float* smax) {
+  constexpr int kRows = MergedTile::kBM;
+  constexpr int kColsPerThread = kMergedK / kThreads;  // 4
+  constexpr int kBatch = 8;                            // splits loaded at once (32 floats in flight)
+  const int tid = threadIdx.x;
+  const int rows = static_cast<int>(m - m0 < kRows ? m - m0 : kRows);
+  const int entries = rows * src.splits;
+  for (int i = tid; i < entries; i += kThreads) {
+    const int r = i / src.splits, s = i - r * src.splits;
+    slse[i] = src.lse[s * src.rows + (m0 + r) * src.heads + head];
+  }
+  __syncthreads();
+  if (tid < rows) {
+    float mx = -INFINITY;
+    for (int s = 0; s < src.splits; ++s) mx = fmaxf(mx, slse[tid * src.splits + s]);
+    smax[tid] = mx;
+  }
+  __syncthreads();
+  for (int i = tid; i < entries; i += kThreads) sw[i] = expf(slse[i] - smax[i / src.splits]);
+  __syncthreads();
+  const int c0 = tid * kColsPerThread;
+  for (int r = 0; r < kRows; ++r) {
+    float acc[kColsPerThread] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float inv = 0.0f;
+    if (r < rows && smax[r] != -INFINITY) {
+      const float* w = sw + r * src.splits;
+      float sum = 0.0f;
+      for (int s = 0; s < src.splits; ++s) sum += w[s];
+      const float* o = src.o + ((m0 + r) * src.heads + head) * kMergedK + c0;
+      for (int s0 = 0; s0 < src.splits; s0 += kBatch) {
+        float4 v[kBatch];
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          v[i] = s0 + i < src.splits ? *reinterpret_cast<const float4*>(o + (s0 + i) * src.rows * kMergedK)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          if (s0 + i < src.splits) {
+            acc[0] = fmaf(w[s0 + i], v[i].x, acc[0]);
+            acc[1] = fmaf(w[s0 + i], v[i].y, acc[1]);
+            acc[2] = fmaf(w[s0 + i], v[i].z, acc[2]);
+            acc[3] = fmaf(w[s0 + i], v[i].w, acc[3]);
+          }
+        }
+      }
+      inv = 1.0f / sum;
+    }
+    // An empty or padding row: acc and inv 0, so the row is 0.
+    *reinterpret_cast<__nv_bfloat162*>(&a[r][c0]) = __floats2bfloat162_rn(acc[0] * inv, acc[1] * inv);
+    *reinterpret_cast<__nv_bfloat162*>(&a[r][c0 + 2]) = __floats2bfloat162_rn(acc[2] * inv, acc[3] * inv);
+  }
+}
+
+// kMerged: A is merged from `merge` (MergedTile, p.a unused); otherwise it
+// streams with B.
+template <bool kBKn, class S, bool kMerged = false>
+__global__ void __launch_bounds__(kThreads) BatchedGemmKernel(const BatchedGemmParams p, const MergeSource merge) {
   constexpr int kStages = S::kStages;
-  __shared__ __align__(16) __nv_bfloat16 as[kStages][S::kAStage];
+  static_assert(!kMerged || (S::kBM == MergedTile::kBM && S::kMT == 1), "the merged A is one 16-row fragment");
+  __shared__ __align__(16) __nv_bfloat16 as[kMerged ? 1 : kStages][kMerged ? 8 : S::kAStage];
   __shared__ __align__(16) __nv_bfloat16 bs[kStages][kBStage];
+  __shared__ __align__(16) __nv_bfloat16 amerged[kMerged ? S::kBM : 1][kMerged ? kMergedAStride : 8];
+  __shared__ float merge_scratch[kMerged ? 2 * kMergedMaxEntries + S::kBM : 1];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % S::kWM, wn = warp / S::kWM;
   const int n0 = blockIdx.x * kBN;
@@ -72,6 +166,7 @@ __global__ void __launch_bounds__(kThreads) BatchedGemmKernel(const BatchedGemmP
     const int k0 = kt * kBK;
 #pragma unroll
     for (int i = 0; i < (S::kBM * 4 + kThreads - 1) / kThreads; ++i) {  // A: kBM rows x 4 chunks
+      if constexpr (kMerged) break;
       const int c = tid + i * kThreads;
       if (c >= S::kBM * 4) break;
       const int r = c >> 2, cc = c & 3;
@@ -105,6 +200,10 @@ __global__ void __launch_bounds__(kThreads) BatchedGemmKernel(const BatchedGemmP
     issue(kt);
     cuda::CpAsyncCommit();
   }
+  if constexpr (kMerged) {  // while the first B tiles fly
+    MergeRowsIntoA(merge, m0, p.m, batch, amerged, merge_scratch, merge_scratch + kMergedMaxEntries,
+                   merge_scratch + 2 * kMergedMaxEntries);
+  }
   for (int kt = 0; kt < ktiles; ++kt) {
     cuda::CpAsyncWait<kStages - 2>();
     __syncthreads();  // tile kt landed; tile kt-1 fully consumed
@@ -116,8 +215,12 @@ __global__ void __launch_bounds__(kThreads) BatchedGemmKernel(const BatchedGemmP
       uint32_t af[S::kMT][4];
 #pragma unroll
       for (int mt = 0; mt < S::kMT; ++mt) {
-        cuda::LdMatrixX4(af[mt],
-                         &as[s][(wm * S::kMT * 16 + mt * 16 + (lane & 15)) * kAStride + kk * 16 + (lane >> 4) * 8]);
+        if constexpr (kMerged) {
+          cuda::LdMatrixX4(af[mt], &amerged[lane & 15][kt * kBK + kk * 16 + (lane >> 4) * 8]);
+        } else {
+          cuda::LdMatrixX4(af[mt],
+                           &as[s][(wm * S::kMT * 16 + mt * 16 + (lane & 15)) * kAStride + kk * 16 + (lane >> 4) * 8]);
+        }
       }
 #pragma unroll
       for (int np = 0; np < S::kNT / 2; ++np) {
@@ -162,9 +265,9 @@ template <class S>
 void Launch(const BatchedGemmParams& p, cudaStream_t stream) {
   const dim3 grid(p.n / kBN, static_cast<unsigned>((p.m + S::kBM - 1) / S::kBM), p.batch);
   if (p.b_kn) {
-    BatchedGemmKernel<true, S><<<grid, kThreads, 0, stream>>>(p);
+    BatchedGemmKernel<true, S><<<grid, kThreads, 0, stream>>>(p, MergeSource{});
   } else {
-    BatchedGemmKernel<false, S><<<grid, kThreads, 0, stream>>>(p);
+    BatchedGemmKernel<false, S><<<grid, kThreads, 0, stream>>>(p, MergeSource{});
   }
 }
 
@@ -255,6 +358,41 @@ absl::Status LaunchMlaOutUnabsorb(const MlaAbsorbWeights& w, const __nv_bfloat16
     return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive");
   }
   return LaunchBatchedGemm(MlaOutUnabsorbGemm(w, o_lat, tokens, o_lat_token_stride, o_lat_head_stride, out), stream);
+}
+
+bool MlaMergeUnabsorbFits(int64_t tokens, int splits) {
+  return tokens >= 1 && tokens <= MergedTile::kBM && splits >= 1 && tokens * splits <= kMergedMaxEntries;
+}
+
+absl::Status LaunchMlaMergeUnabsorb(const MlaAbsorbWeights& w, const MlaSplitPartials& parts, int64_t tokens,
+                                    __nv_bfloat16* out, cudaStream_t stream) {
+  constexpr absl::string_view kMergeOp = "MlaMergeUnabsorb";
+  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0) {
+    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive");
+  }
+  if (!MlaMergeUnabsorbFits(tokens, parts.splits)) {
+    return InvalidParam(kMergeOp, "tokens/splits",
+                        absl::StrCat("needs 1..16 tokens and tokens x splits <= ", kMergedMaxEntries, ", got ", tokens,
+                                     " x ", parts.splits));
+  }
+  if (parts.o == nullptr || !Aligned16(parts.o)) return InvalidParam(kMergeOp, "parts.o", "null or not 16-byte aligned");
+  if (parts.lse == nullptr) return InvalidParam(kMergeOp, "parts.lse", "is null");
+  // The batched GEMM's checks cover B and C; A is the merged partials.
+  BatchedGemmParams p = MlaOutUnabsorbGemm(w, nullptr, tokens, 0, 0, out);
+  if (!BatchedGemmSupported(p.n, p.k) || p.k != kMergedK) return InvalidParam(kMergeOp, "v_dim", "must be a multiple of 64");
+  if (!p.b || !Aligned16(p.b)) return InvalidParam(kMergeOp, "w.kv_b", "null or not 16-byte aligned");
+  if (!p.c || (reinterpret_cast<uintptr_t>(p.c) & 3) != 0) return InvalidParam(kMergeOp, "out", "null or not 4-byte aligned");
+  if (p.batch > 65535) return InvalidParam(kMergeOp, "w.heads", "at most 65535");
+  MergeSource src;
+  src.o = parts.o;
+  src.lse = parts.lse;
+  src.splits = parts.splits;
+  src.rows = tokens * w.heads;
+  src.heads = w.heads;
+  const dim3 grid(p.n / kBN, 1, p.batch);
+  BatchedGemmKernel<false, MergedTile, true><<<grid, kThreads, 0, stream>>>(p, src);
+  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("BatchedGemmKernel<merged>");
+  return absl::OkStatus();
 }
 
 }  // namespace spar

@@ -69,7 +69,25 @@ absl::Status LaunchMlaOutUnabsorb(const MlaAbsorbWeights& w, const __nv_bfloat16
                                   int64_t o_lat_token_stride, int64_t o_lat_head_stride, __nv_bfloat16* out,
                                   cudaStream_t stream);
 
-// The batched GEMMs the two launchers above run (after checking w), for a
+// The sparse MLA's split partials (SparseMlaParams::defer_merge): split s
+// of row t * heads + h at o[(s * tokens * heads + t * heads + h) * 512], its
+// log-sum-exp at lse[s * tokens * heads + t * heads + h] (SparseMlaPartials).
+struct MlaSplitPartials {
+  const float* o = nullptr;
+  const float* lse = nullptr;
+  int splits = 0;
+};
+
+// The split merge and the un-absorption in one launch at decode sizes:
+// o[t, h] = merge_s(partials[s, t, h]) · W_UV[h]ᵀ, bit for bit what
+// LaunchSparseMla's merge followed by LaunchMlaOutUnabsorb writes. Each
+// head's CTAs merge its rows themselves, so it fits few tokens x splits
+// only (MlaMergeUnabsorbFits: 1..16 tokens, tokens x splits <= 64).
+bool MlaMergeUnabsorbFits(int64_t tokens, int splits);
+absl::Status LaunchMlaMergeUnabsorb(const MlaAbsorbWeights& w, const MlaSplitPartials& parts, int64_t tokens,
+                                    __nv_bfloat16* out, cudaStream_t stream);
+
+// The batched GEMMs the q absorption and un-absorption launchers run (after checking w), for a
 // caller that sets more of them (benchmarks force BatchedGemmParams::tile_rows).
 BatchedGemmParams MlaQAbsorbGemm(const MlaAbsorbWeights& w, const __nv_bfloat16* q, int64_t tokens, int q_head_dim,
                                  __nv_bfloat16* q_out, int64_t q_out_token_stride, int64_t q_out_head_stride);

@@ -13,6 +13,7 @@
 #include "kernels/cuda/common/rope_device.cuh"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/invalid_arg.h"
+#include "kernels/cuda/small_ops/rope_apply.cuh"
 
 namespace spar {
 namespace {
@@ -20,10 +21,17 @@ namespace {
 constexpr int kNope = 512;
 constexpr int kRope = 64;
 
+constexpr int kThreads = 64;
+
 template <bool kFp8>
-__global__ void __launch_bounds__(64) MlaCacheWriteKernel(const MlaCacheWriteParams p) {
+__global__ void __launch_bounds__(kThreads) MlaCacheWriteKernel(const MlaCacheWriteParams p) {
   const int64_t t = blockIdx.x;
   const int tid = threadIdx.x;
+  if (t >= p.tokens) {  // the query rope's CTAs, after the tokens'
+    const int64_t idx = (t - p.tokens) * kThreads + tid;
+    if (idx < p.query_rope.rows * (p.query_rope.rotary_dim / 2)) cuda::RopeApplyPair(p.query_rope, idx);
+    return;
+  }
   const int32_t slot = p.slot_mapping[t];
   if (slot < 0 || slot >= p.num_slots) return;  // uniform over the CTA
   const __nv_bfloat16* row = p.kv + t * p.kv_stride;
@@ -139,11 +147,16 @@ absl::Status LaunchMlaCacheWrite(const MlaCacheWriteParams& p, cudaStream_t stre
   if (p.slot_mapping == nullptr) return InvalidParam(kOp, "slot_mapping", "null");
   if (p.cache == nullptr || (reinterpret_cast<uintptr_t>(p.cache) & 15) != 0) return InvalidParam(kOp, "cache", "null or not 16-byte aligned");
   if (p.num_slots < 0 || p.num_slots > (int64_t{1} << 31) - 1) return InvalidParam(kOp, "num_slots", "out of int32 range");
-  const unsigned grid = static_cast<unsigned>(p.tokens);
+  if (absl::Status st = CheckRopeApplyParams(p.query_rope); !st.ok()) {
+    return InvalidParam(kOp, "query_rope", st.message());
+  }
+  const int64_t rope_pairs = p.query_rope.rows * (p.query_rope.rotary_dim / 2);
+  const int64_t grid = p.tokens + (rope_pairs + kThreads - 1) / kThreads;
+  if (grid > (int64_t{1} << 31) - 1) return InvalidParam(kOp, "tokens + query_rope.rows", "too many CTAs");
   if (p.format == LatentFormat::kFp8Ds) {
-    MlaCacheWriteKernel<true><<<grid, 64, 0, stream>>>(p);
+    MlaCacheWriteKernel<true><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
   } else {
-    MlaCacheWriteKernel<false><<<grid, 64, 0, stream>>>(p);
+    MlaCacheWriteKernel<false><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
   }
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("MlaCacheWriteKernel");
   return absl::OkStatus();

@@ -7,7 +7,8 @@
 // and stores [c ‖ k_r] at the token's cache slot: 1152 B of bf16, or the
 // 656-byte FP8 row (512 e4m3 with one fp32 scale max(amax, 1e-4)/448 per 128
 // values, then 64 bf16 rope values), exactly as ref::EncodeLatentRow encodes
-// the fp32 row.
+// the fp32 row. The same launch may rope the step's queries too
+// (MlaCacheWriteParams::query_rope).
 #ifndef SPAR_KERNELS_CUDA_ATTENTION_MLA_CACHE_H_
 #define SPAR_KERNELS_CUDA_ATTENTION_MLA_CACHE_H_
 
@@ -17,6 +18,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/small_ops/small_ops.h"
 #include "kernels/ref/cache_ref.h"
 
 namespace spar {
@@ -42,6 +44,12 @@ struct MlaCacheWriteParams {
   LatentFormat format = LatentFormat::kBF16;  // kBF16 or kFp8Ds
   uint8_t* cache = nullptr;
   int64_t num_slots = 0;
+
+  // Optional, in the same launch: LaunchRopeApply's work (small_ops.h) on
+  // other rows, here the queries' rope lanes of the step, so the decode
+  // step's query branch has one launch fewer. Same bits as LaunchRopeApply
+  // (one device function); rows == 0: none.
+  RopeApplyParams query_rope;
 };
 
 bool MlaCacheWriteSupported(LatentFormat format);

@@ -518,7 +518,9 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
 // un-absorption on the step's critical path); many rows take 4 columns per
 // thread (fewer, larger CTAs). Both sum in the same order (the weights'
 // total sequentially over the splits, then each column), so the variant
-// does not change a bit. Every split empty -> out 0, lse +inf.
+// does not change a bit. Every split empty -> out 0, lse +inf. The merged
+// un-absorption (absorb_gemm.cu, MergeRowsIntoA) repeats this arithmetic
+// exactly; absorb_gemm_gpu_test checks the two agree bit for bit.
 constexpr int kMergeLoads = 32;          // partial values in flight per thread
 constexpr int kMergeFewRows = 1024;      // up to this many (token, head) rows: one column per thread
 
@@ -610,7 +612,7 @@ absl::Status LaunchVariant(const MlaArgs& args, int64_t grid, cudaStream_t strea
 // The split-K merge, when the plan splits the list.
 absl::Status LaunchMerge(const MlaArgs& args, const SparseMlaPlan& plan, const SparseMlaParams& p,
                          cudaStream_t stream) {
-  if (plan.num_splits <= 1) return absl::OkStatus();
+  if (plan.num_splits <= 1 || p.defer_merge) return absl::OkStatus();
   const int64_t rows = p.tokens * p.heads;
   if (rows <= kMergeFewRows) {
     MergeSplitsKernel<1><<<static_cast<unsigned>(rows), kDimV, 0, stream>>>(
@@ -654,8 +656,12 @@ absl::Status LaunchSparseMla(const SparseMlaParams& p, cudaStream_t stream) {
     return InvalidParam(kOp, "indices", "null, and the dense mode needs block_table, token_seq and kv_lens");
   }
   if (!std::isfinite(p.scale)) return InvalidParam(kOp, "scale", "not finite");
-  if (p.out == nullptr || (reinterpret_cast<uintptr_t>(p.out) & 7) != 0) return InvalidParam(kOp, "out", "null or not 8-byte aligned");
-  if (p.out_token_stride % 4 != 0 || p.out_head_stride % 4 != 0) return InvalidParam(kOp, "out_*_stride", "must be multiples of 4");
+  if (!p.defer_merge) {
+    if (p.out == nullptr || (reinterpret_cast<uintptr_t>(p.out) & 7) != 0) return InvalidParam(kOp, "out", "null or not 8-byte aligned");
+    if (p.out_token_stride % 4 != 0 || p.out_head_stride % 4 != 0) return InvalidParam(kOp, "out_*_stride", "must be multiples of 4");
+  } else if (p.lse != nullptr) {
+    return InvalidParam(kOp, "lse", "must be null with defer_merge (the merge writes it)");
+  }
 
   SparseMlaPlan plan = p.plan;
   if (plan.head_tile == 0 && plan.num_splits == 0 && plan.keys_per_split == 0) {
@@ -670,6 +676,7 @@ absl::Status LaunchSparseMla(const SparseMlaParams& p, cudaStream_t stream) {
     return InvalidParam(kOp, "plan", "num_splits >= 1 and keys_per_split a multiple of 32 in [32, 2048]");
   }
   if (plan.num_splits > kMaxSplits) return InvalidParam(kOp, "plan.num_splits", "at most 256");
+  if (p.defer_merge && plan.num_splits < 2) return InvalidParam(kOp, "defer_merge", "needs a plan with 2 or more splits");
   if (static_cast<int64_t>(plan.num_splits) * plan.keys_per_split < p.list_len) {
     return InvalidParam(kOp, "plan", "num_splits * keys_per_split must cover list_len");
   }
@@ -703,8 +710,9 @@ absl::Status LaunchSparseMla(const SparseMlaParams& p, cudaStream_t stream) {
   args.num_splits = plan.num_splits;
   args.keys_per_split = plan.keys_per_split;
   if (plan.num_splits > 1) {
-    args.ws_o = static_cast<float*>(p.workspace);
-    args.ws_lse = args.ws_o + static_cast<size_t>(plan.num_splits) * p.tokens * p.heads * kDimV;
+    const SparseMlaPartialsView parts = SparseMlaPartials(plan, p.tokens, p.heads, p.workspace);
+    args.ws_o = parts.o;
+    args.ws_lse = parts.lse;
   }
   const int64_t grid = p.tokens * args.head_tiles * plan.num_splits;
   if (grid >= (int64_t{1} << 31)) return InvalidParam(kOp, "tokens", "too many CTAs");

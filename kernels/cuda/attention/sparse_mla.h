@@ -107,7 +107,21 @@ struct SparseMlaParams {
 
   // All zero: PlanSparseMlaForDevice. Tests force splits/head tiles here.
   SparseMlaPlan plan;
+
+  // Leave a split plan's partials in the workspace for a consumer that
+  // merges them itself (LaunchMlaMergeUnabsorb, absorb_gemm.h) instead of
+  // running the merge kernel: out and lse are then not written (out may be
+  // null, lse must be). Needs plan.num_splits > 1.
+  bool defer_merge = false;
 };
+
+// Where a split plan's partial outputs and log-sum-exps sit in `workspace`
+// (the layout MlaSplitPartials describes).
+struct SparseMlaPartialsView {
+  float* o = nullptr;
+  float* lse = nullptr;
+};
+SparseMlaPartialsView SparseMlaPartials(const SparseMlaPlan& plan, int64_t tokens, int heads, void* workspace);
 
 bool SparseMlaSupported(int heads, LatentFormat format);
 

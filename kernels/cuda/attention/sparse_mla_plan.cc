@@ -70,4 +70,12 @@ size_t SparseMlaWorkspaceBytes(const SparseMlaPlan& plan, int64_t tokens, int he
   return static_cast<size_t>(plan.num_splits) * tokens * heads * (mla::kDimV + 1) * sizeof(float);
 }
 
+SparseMlaPartialsView SparseMlaPartials(const SparseMlaPlan& plan, int64_t tokens, int heads, void* workspace) {
+  SparseMlaPartialsView v;
+  if (plan.num_splits <= 1 || workspace == nullptr) return v;
+  v.o = static_cast<float*>(workspace);
+  v.lse = v.o + static_cast<size_t>(plan.num_splits) * tokens * heads * mla::kDimV;
+  return v;
+}
+
 }  // namespace spar

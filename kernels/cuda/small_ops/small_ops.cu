@@ -1,6 +1,7 @@
 #include "kernels/cuda/common/arch.cuh"
 // Norms, RoPE, embedding gather and SiLU·mul (see small_ops.h).
 #include "kernels/cuda/small_ops/small_ops.h"
+#include "kernels/cuda/small_ops/rope_apply.cuh"
 
 #include <cuda_bf16.h>
 
@@ -73,21 +74,9 @@ __global__ void __launch_bounds__(1024) LayerNormKernel(const LayerNormParams p)
 
 // One thread per rotated pair.
 __global__ void RopeApplyKernel(const RopeApplyParams p) {
-  const int half = p.rotary_dim / 2;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= p.rows * half) return;
-  const int64_t r = idx / half;
-  const int i = static_cast<int>(idx - r * half);
-  const int a = p.interleaved ? 2 * i : i;
-  const int b = p.interleaved ? 2 * i + 1 : i + half;
-  const __nv_bfloat16* src = p.in + r * p.in_stride + p.in_offset;
-  const float x0 = __bfloat162float(src[a]), x1 = __bfloat162float(src[b]);
-  float c, s, y0, y1;
-  cuda::RopeCosSin(p.positions[r / p.rows_per_position], p.inv_freq[i], p.attention_factor, c, s);
-  cuda::RopeRotate(x0, x1, c, s, y0, y1);
-  __nv_bfloat16* dst = p.out + r * p.out_stride + p.out_offset;
-  dst[a] = __float2bfloat16_rn(y0);
-  dst[b] = __float2bfloat16_rn(y1);
+  if (idx >= p.rows * (p.rotary_dim / 2)) return;
+  cuda::RopeApplyPair(p, idx);
 }
 
 // One thread per 8-value chunk.
@@ -166,7 +155,7 @@ absl::Status LaunchLayerNorm(const LayerNormParams& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-absl::Status LaunchRopeApply(const RopeApplyParams& p, cudaStream_t stream) {
+absl::Status CheckRopeApplyParams(const RopeApplyParams& p) {
   constexpr absl::string_view kOp = "RopeApplyParams";
   if (p.rotary_dim <= 0 || p.rotary_dim % 2 != 0) return InvalidParam(kOp, "rotary_dim", "must be positive and even");
   if (p.rows < 0) return InvalidParam(kOp, "rows", "negative");
@@ -175,8 +164,14 @@ absl::Status LaunchRopeApply(const RopeApplyParams& p, cudaStream_t stream) {
   if (p.in_offset < 0 || p.out_offset < 0) return InvalidParam(kOp, "offsets", "negative");
   if (!p.positions || !p.inv_freq) return InvalidParam(kOp, "positions/inv_freq", "null");
   if (p.rows_per_position < 1) return InvalidParam(kOp, "rows_per_position", "must be >= 1");
+  if (p.rows * (p.rotary_dim / 2) >= (int64_t{1} << 40)) return InvalidParam(kOp, "rows", "too many");
+  return absl::OkStatus();
+}
+
+absl::Status LaunchRopeApply(const RopeApplyParams& p, cudaStream_t stream) {
+  SPAR_RETURN_IF_ERROR(CheckRopeApplyParams(p));
+  if (p.rows == 0) return absl::OkStatus();
   const int64_t n = p.rows * (p.rotary_dim / 2);
-  if (n >= (int64_t{1} << 40)) return InvalidParam(kOp, "rows", "too many");
   RopeApplyKernel<<<Blocks(n, 256), 256, 0, stream>>>(p);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("RopeApplyKernel");
   return absl::OkStatus();

@@ -78,6 +78,8 @@ struct RopeApplyParams {
   float attention_factor = 1.0f;
   bool interleaved = true;  // false: half-split (NeoX) pairs (i, i + d/2)
 };
+// InvalidArgument naming the field, or OK (rows == 0 is a no-op).
+absl::Status CheckRopeApplyParams(const RopeApplyParams& params);
 absl::Status LaunchRopeApply(const RopeApplyParams& params, cudaStream_t stream);
 
 // out[t] = table[ids[t]]; ids outside [0, vocab) give a zero row.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "base/numeric.h"
@@ -16,6 +17,7 @@
 #include "kernels/ref/cache_ref.h"
 #include "kernels/ref/norm_ref.h"
 #include "kernels/ref/rope_ref.h"
+#include "kernels/cuda/small_ops/small_ops.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace spar {
@@ -159,6 +161,97 @@ TEST(MlaCacheWrite, MatchesReference) {
     RunCase({f, false, false, true});  // half-split pairs
     RunCase({f, true, true, false});   // pre-normalised input
   }
+}
+
+// The queries' RoPE in the same launch (MlaCacheWriteParams::query_rope)
+// against the cache write alone followed by LaunchRopeApply: the cache bytes
+// and the roped lanes must be equal bit for bit, and the other query lanes
+// untouched. 37 tokens x 8 heads of GLM-5's q layout (192 + 64 per head).
+TEST(MlaCacheWrite, QueryRopeInTheSameLaunchEqualsRopeApply) {
+  SPAR_REQUIRE_GPU();
+  const int64_t tokens = 37, heads = 8, qdim = 256, stride = 576, num_slots = 128;
+  for (LatentFormat f : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
+    SCOPED_TRACE(f == LatentFormat::kBF16 ? "bf16" : "fp8");
+    const size_t rb = LatentRowBytes(f);
+    Rng rng(11);
+    std::vector<int32_t> pos(tokens), slots(tokens);
+    for (int64_t t = 0; t < tokens; ++t) {
+      pos[t] = static_cast<int32_t>(rng.Below(150000));
+      slots[t] = static_cast<int32_t>((t * 5) % num_slots);
+    }
+    slots[3] = -1;  // a padding token: its cache row is skipped, its query still roped
+    ref::RopeParams rp;
+    rp.theta = 1e6;
+    DeviceArray<float> dinv;
+    dinv.Upload(ref::RopeInvFreq(rp));
+    DeviceArray<uint16_t> dkv, dw, dq, out_a(tokens * heads * 576), out_b(tokens * heads * 576);
+    dkv.Upload(testing::ToBf16(testing::RandomFloats(tokens * stride, 12, -2.0f, 2.0f)));
+    dw.Upload(testing::ToBf16(testing::RandomFloats(512, 13, 0.5f, 1.5f)));
+    dq.Upload(testing::ToBf16(testing::RandomFloats(tokens * heads * qdim, 14, -3.0f, 3.0f)));
+    DeviceArray<int32_t> dpos, dslots;
+    dpos.Upload(pos);
+    dslots.Upload(slots);
+    DeviceArray<uint8_t> cache_a(num_slots * rb), cache_b(num_slots * rb);
+    for (auto* c : {&cache_a, &cache_b}) SPAR_ASSERT_CUDA(cudaMemset(c->get(), 0xAB, c->bytes()));
+    out_a.Poison();
+    out_b.Poison();
+    MlaCacheWriteParams p;
+    p.kv = reinterpret_cast<const __nv_bfloat16*>(dkv.get());
+    p.tokens = tokens;
+    p.kv_stride = stride;
+    p.norm_weight = reinterpret_cast<const __nv_bfloat16*>(dw.get());
+    p.positions = dpos.get();
+    p.inv_freq = dinv.get();
+    p.slot_mapping = dslots.get();
+    p.format = f;
+    p.num_slots = num_slots;
+    RopeApplyParams r;
+    r.in = reinterpret_cast<const __nv_bfloat16*>(dq.get());
+    r.in_stride = qdim;
+    r.in_offset = 192;
+    r.out_stride = 576;
+    r.out_offset = 512;
+    r.rows = tokens * heads;
+    r.rows_per_position = heads;
+    r.positions = dpos.get();
+    r.inv_freq = dinv.get();
+    // Two launches.
+    p.cache = cache_a.get();
+    ASSERT_TRUE(LaunchMlaCacheWrite(p, nullptr).ok());
+    r.out = reinterpret_cast<__nv_bfloat16*>(out_a.get());
+    ASSERT_TRUE(LaunchRopeApply(r, nullptr).ok());
+    // One.
+    p.cache = cache_b.get();
+    r.out = reinterpret_cast<__nv_bfloat16*>(out_b.get());
+    p.query_rope = r;
+    const absl::Status st = LaunchMlaCacheWrite(p, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    SPAR_ASSERT_CUDA(cudaGetLastError());
+    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_TRUE(cache_a.Download() == cache_b.Download()) << "cache bytes differ";
+    const std::vector<uint16_t> a = out_a.Download(), b = out_b.Download();
+    int64_t differ = 0, roped = 0, touched_elsewhere = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      differ += a[i] != b[i];
+      const bool rope_lane = i % 576 >= 512;
+      roped += rope_lane && b[i] != 0xFFFF;
+      touched_elsewhere += !rope_lane && b[i] != 0xFFFF;
+    }
+    EXPECT_EQ(differ, 0);
+    EXPECT_EQ(roped, tokens * heads * 64);
+    EXPECT_EQ(touched_elsewhere, 0);
+  }
+  MlaCacheWriteParams bad;
+  bad.tokens = 1;
+  bad.kv = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
+  bad.kv_stride = 576;
+  bad.slot_mapping = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  bad.cache = reinterpret_cast<uint8_t*>(uintptr_t{256});
+  bad.num_slots = 1;
+  bad.query_rope.rows = 4;  // no buffers
+  const absl::Status st = LaunchMlaCacheWrite(bad, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("query_rope"), std::string::npos) << st;
 }
 
 TEST(MlaCacheWrite, RejectsBadParams) {

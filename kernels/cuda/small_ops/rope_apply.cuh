@@ -1,0 +1,36 @@
+// One RoPE pair of LaunchRopeApply (small_ops.h), as a device function: the
+// RoPE op's kernel and the latent cache write's launch (which ropes the
+// queries' rope lanes beside the cache rows, mla_cache.h) both run it, so
+// their bits agree.
+#ifndef SPAR_KERNELS_CUDA_SMALL_OPS_ROPE_APPLY_CUH_
+#define SPAR_KERNELS_CUDA_SMALL_OPS_ROPE_APPLY_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/rope_device.cuh"
+#include "kernels/cuda/small_ops/small_ops.h"
+
+namespace spar::cuda {
+
+// Pair idx < p.rows * rotary_dim / 2: row idx / (rotary_dim / 2).
+__device__ __forceinline__ void RopeApplyPair(const RopeApplyParams& p, int64_t idx) {
+  const int half = p.rotary_dim / 2;
+  const int64_t r = idx / half;
+  const int i = static_cast<int>(idx - r * half);
+  const int a = p.interleaved ? 2 * i : i;
+  const int b = p.interleaved ? 2 * i + 1 : i + half;
+  const __nv_bfloat16* src = p.in + r * p.in_stride + p.in_offset;
+  const float x0 = __bfloat162float(src[a]), x1 = __bfloat162float(src[b]);
+  float c, s, y0, y1;
+  RopeCosSin(p.positions[r / p.rows_per_position], p.inv_freq[i], p.attention_factor, c, s);
+  RopeRotate(x0, x1, c, s, y0, y1);
+  __nv_bfloat16* dst = p.out + r * p.out_stride + p.out_offset;
+  dst[a] = __float2bfloat16_rn(y0);
+  dst[b] = __float2bfloat16_rn(y1);
+}
+
+}  // namespace spar::cuda
+
+#endif  // SPAR_KERNELS_CUDA_SMALL_OPS_ROPE_APPLY_CUH_
