@@ -385,6 +385,11 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const MakeTinyOptions& o) {
                                                    o.max_position_embeddings));
   }
   if (o.max_position_embeddings > 0) c.max_position_embeddings = o.max_position_embeddings;
+  if (o.moe_intermediate_size < 0 || o.moe_intermediate_size > 8192 || o.moe_intermediate_size % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--moe-intermediate-size must be a multiple of 8 in [8, 8192] (0: the default), got ", o.moe_intermediate_size));
+  }
+  if (o.moe_intermediate_size > 0) c.moe_intermediate_size = o.moe_intermediate_size;
   c.num_key_value_heads = c.num_attention_heads;
   c.routed_scaling_factor = 2.5;
   c.norm_topk_prob = true;

@@ -35,6 +35,10 @@ struct MakeTinyOptions {
   // 131072 for long-context tests (glm5: default RoPE; dsv32: its YaRN
   // factor stays 40 over 4096 original positions).
   int64_t max_position_embeddings = 0;
+  // 0: the geometry's default (tiny: GLM-5 192, DeepSeek 128); e.g. 96 for
+  // tests of expert widths that are no whole number of the GEMM's 64-byte
+  // stages. A multiple of 8 (the kernels' activation rows), at most 8192.
+  int64_t moe_intermediate_size = 0;
   uint64_t max_shard_bytes = 0;  // 0: one safetensors file
   // Per-layer indexer kinds as letters, F = full, S = shared (GLM-5.2 style
   // cross-layer top-k sharing; glm5 only). Empty: every layer full.

@@ -200,30 +200,37 @@ absl::Status UploadMlpInto(const MlpSource& src, CudaMlp* m) {
   return absl::OkStatus();
 }
 
+// Experts back to back, each [rows, ld] with rows of `cols` values padded
+// with zeros to ld (PaddedGemmRowElements: the grouped GEMM streams whole
+// 64-byte stages; an expert width of 96, say, is served as 128).
 absl::Status PackExperts(const std::vector<const MatrixSource*>& mats, PackedExperts* out) {
   const int64_t rows = mats[0]->rows(), cols = mats[0]->cols();
   const bool fp8 = mats[0]->weight.dtype == DType::kF8E4M3;
   const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
-  std::vector<uint8_t> values;
+  const int64_t ld = PaddedGemmRowElements(cols, fp8 ? GemmWeightType::kFp8Block128 : GemmWeightType::kBf16);
+  const int64_t elem = fp8 ? 1 : 2, row_bytes = cols * elem, ld_bytes = ld * elem;
+  std::vector<uint8_t> values(static_cast<size_t>(mats.size() * rows * ld_bytes), 0);
   std::vector<float> scales;
-  for (const MatrixSource* m : mats) {
+  for (size_t e = 0; e < mats.size(); ++e) {
+    const MatrixSource* m = mats[e];
     if (m->rows() != rows || m->cols() != cols || (m->weight.dtype == DType::kF8E4M3) != fp8) {
       return absl::InvalidArgumentError(absl::StrCat("expert tensor \"", m->weight.name, "\" differs from expert 0"));
     }
+    uint8_t* dst = values.data() + e * rows * ld_bytes;
     if (fp8) {
-      values.insert(values.end(), m->weight.data, m->weight.data + rows * cols);
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_bytes, m->weight.data + r * row_bytes, row_bytes);
       const float* s = reinterpret_cast<const float*>(m->scale_inv->data);
       scales.insert(scales.end(), s, s + srows * scols);
     } else {
       SPAR_ASSIGN_OR_RETURN(std::vector<float> f, MatrixToFloat(*m));
       const auto b = ToBf16(f);
-      const auto* bytes = reinterpret_cast<const uint8_t*>(b.data());
-      values.insert(values.end(), bytes, bytes + b.size() * 2);
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_bytes, b.data() + r * cols, row_bytes);
     }
   }
   SPAR_RETURN_IF_ERROR(out->values.Upload(values.data(), values.size()));
   out->first.n = rows;
-  out->weight_stride = rows * cols;
+  out->first.ld = ld;
+  out->weight_stride = rows * ld;
   if (fp8) {
     SPAR_RETURN_IF_ERROR(out->scales.Upload(scales.data(), scales.size() * 4));
     out->first.type = GemmWeightType::kFp8Block128;

@@ -1,6 +1,6 @@
 // spar make-tiny --arch glm5|dsv32 --out DIR [--fp8 | --quant awq|gptq|int4-ct|nvfp4]
 //                [--seed N] [--geometry tiny|glm5-full] [--layers N] [--index-topk K]
-//                [--max-position-embeddings N] [--mtp] [--predictable]
+//                [--max-position-embeddings N] [--moe-intermediate-size N] [--mtp] [--predictable]
 #include <iostream>
 
 #include "engine/make_tiny.h"
@@ -12,7 +12,7 @@ namespace spar {
 int RunMakeTiny(int argc, char** argv) {
   std::string arch = "glm5", geometry = "tiny", out, indexer_pattern, quant;
   bool fp8 = false, mtp = false, predictable = false;
-  int64_t seed = 0, layers = 0, index_topk = 0, shard_mb = 0, max_positions = 0;
+  int64_t seed = 0, layers = 0, index_topk = 0, shard_mb = 0, max_positions = 0, moe_inter = 0;
   ArgParser args("make-tiny");
   args.AddString("arch", &arch, "glm5 (GlmMoeDsaForCausalLM) or dsv32 (DeepseekV32ForCausalLM)");
   args.AddString("out", &out, "output directory (created if missing)");
@@ -26,6 +26,8 @@ int RunMakeTiny(int argc, char** argv) {
   args.AddInt("index-topk", &index_topk, "override index_topk (default: 32 tiny, 2048 glm5-full)");
   args.AddInt("max-position-embeddings", &max_positions,
               "the context length in config.json (default: 4096 tiny glm5, 163840 tiny dsv32, 202752 glm5-full)");
+  args.AddInt("moe-intermediate-size", &moe_inter,
+              "each routed expert's width, a multiple of 8 (default: 192 tiny glm5, 128 tiny dsv32, 2048 glm5-full)");
   args.AddString("indexer-pattern", &indexer_pattern, "per-layer indexer kinds, F = full, S = shared (glm5), e.g. FSF");
   args.AddBool("mtp", &mtp, "also write the multi-token-prediction layer (model.layers.{layers}.*) for speculative decoding");
   args.AddBool("predictable", &predictable,
@@ -64,6 +66,7 @@ int RunMakeTiny(int argc, char** argv) {
   options.layers = static_cast<int>(layers);
   options.index_topk = static_cast<int>(index_topk);
   options.max_position_embeddings = max_positions;
+  options.moe_intermediate_size = moe_inter;
   options.max_shard_bytes = static_cast<uint64_t>(shard_mb) << 20;
   options.out_dir = out;
   options.indexer_pattern = indexer_pattern;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "base/hash.h"
 #include "base/numeric.h"
@@ -150,6 +151,39 @@ TEST(MakeTinyTest, Fp8IsTheBlockQuantizedBf16Model) {
   for (int64_t i = 0; i < s->numel(); ++i) {
     int e;
     EXPECT_EQ(std::frexp(reinterpret_cast<const float*>(s->data)[i], &e), 0.5f);
+  }
+}
+
+// --moe-intermediate-size: every routed expert (and the shared one, of
+// that width times n_shared_experts) at the given width; a width the
+// kernels' activation rows cannot take is refused with the flag's name.
+TEST(MakeTinyTest, ExpertWidthOverride) {
+  for (bool fp8 : {false, true}) {
+    MakeTinyOptions o;
+    o.fp8 = fp8;
+    o.moe_intermediate_size = 96;
+    o.out_dir = testing::TempDir(fp8 ? "expert96_fp8" : "expert96_bf16");
+    ASSERT_TRUE(MakeTinyModel(o).ok());
+    auto config = LoadModelConfig(o.out_dir + "/config.json");
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->moe_intermediate_size, 96);
+    auto ck = Checkpoint::Open(o.out_dir);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    const int l = config->first_k_dense_replace;  // the first MoE layer
+    const int64_t h = config->hidden_size;
+    const DType t = fp8 ? DType::kF8E4M3 : DType::kBF16;
+    for (int e : {0, config->n_routed_experts - 1}) {
+      EXPECT_TRUE((*ck)->GetChecked(names::Expert(l, e, "gate_proj"), t, {96, h}).ok()) << e;
+      EXPECT_TRUE((*ck)->GetChecked(names::Expert(l, e, "down_proj"), t, {h, 96}).ok()) << e;
+    }
+  }
+  for (int64_t bad : {int64_t{100}, int64_t{-8}, int64_t{8200}}) {
+    MakeTinyOptions o;
+    o.moe_intermediate_size = bad;
+    o.out_dir = testing::TempDir("expert_bad");
+    const absl::Status st = MakeTinyModel(o);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("--moe-intermediate-size"), std::string::npos) << st;
   }
 }
 

@@ -131,11 +131,19 @@ size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts) {
   return static_cast<size_t>(entries + 1) * 16;
 }
 
+namespace {
+
+// The K the kernel streams: the experts' row length (weight.ld, padded to
+// whole 64-byte stages where k is not), else k.
+int64_t StreamedK(const MoeGroupedGemmParams& p) { return p.weight.ld > 0 ? p.weight.ld : p.k; }
+
+}  // namespace
+
 gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
   gemm::GemmProblem prob;
   prob.workspace_bytes = p.split_workspace != nullptr ? p.split_workspace_bytes : 0;
   prob.m = std::max<int64_t>(1, p.expected_rows_per_expert);
-  prob.k = p.k;
+  prob.k = StreamedK(p);
   prob.num_segments = 1;
   prob.segments[0].rows = p.weight.n;
   prob.segments[0].weight_bytes = p.weight.type == GemmWeightType::kBf16 ? 2 : 1;
@@ -167,7 +175,7 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   constexpr absl::string_view kOp = "MoeGroupedGemm";
   if (p.num_experts < 1 || p.num_experts > 1024) return InvalidParam(kOp, "num_experts", "must be in [1, 1024]");
   if (p.max_rows < 0 || p.max_rows >= (int64_t{1} << 31)) return InvalidParam(kOp, "max_rows", "must be in [0, 2^31)");
-  if (p.k <= 0 || p.k % 64 != 0) return InvalidParam(kOp, "k", "must be a positive multiple of 64");
+  if (p.k <= 0 || p.k % 8 != 0) return InvalidParam(kOp, "k", absl::StrCat("must be a positive multiple of 8, got ", p.k));
   if (p.max_rows == 0) return absl::OkStatus();
   if (p.expert_offsets == nullptr) return InvalidParam(kOp, "expert_offsets", "is null");
   if (p.x == nullptr || !Aligned(p.x, 16)) return InvalidParam(kOp, "x", "must be non-null and 16-byte aligned");
@@ -185,8 +193,15 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
     return InvalidParam(kOp, "up", "must have the type and n of weight");
   }
   const int wbytes = p.weight.type == GemmWeightType::kBf16 ? 2 : 1;
-  if (p.expert_weight_stride < p.weight.n * p.k || (p.expert_weight_stride * wbytes) % 16 != 0) {
-    return InvalidParam(kOp, "expert_weight_stride", "must be >= n * k elements and a multiple of 16 bytes");
+  const int64_t k_rows = StreamedK(p);
+  if (k_rows < p.k || (k_rows * wbytes) % 64 != 0) {
+    return InvalidParam(kOp, "weight.ld",
+                        absl::StrCat("must be >= k with rows of whole 64-byte stages (PaddedGemmRowElements); got ",
+                                     k_rows, " for k ", p.k));
+  }
+  if (silu && (p.up.ld > 0 ? p.up.ld : p.k) != k_rows) return InvalidParam(kOp, "up.ld", "must equal weight's row length");
+  if (p.expert_weight_stride < p.weight.n * k_rows || (p.expert_weight_stride * wbytes) % 16 != 0) {
+    return InvalidParam(kOp, "expert_weight_stride", "must be >= n * row length elements and a multiple of 16 bytes");
   }
   if (p.weight.type == GemmWeightType::kFp8Block128 &&
       p.expert_scale_stride < CeilDiv(p.weight.n, 128) * CeilDiv(p.k, 128)) {
@@ -205,8 +220,9 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   }
   const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);
   const gemm::TileConfig& cfg = gemm::GetTileConfig(plan.config);
-  if ((p.k * wbytes) % cfg.row_bytes_per_stage() != 0) {
-    return InvalidParam(kOp, "force_config", "the configuration's stage does not divide k");
+  if ((k_rows * wbytes) % cfg.row_bytes_per_stage() != 0) {
+    return InvalidParam(kOp, "force_config", absl::StrCat(cfg.name, "'s stage does not divide the experts' rows (",
+                                                          k_rows * wbytes, " bytes)"));
   }
   if (gemm::internal::KernelSmemBytes(plan.config) != cfg.smem_bytes()) {
     return absl::InternalError(absl::StrCat(kOp, ": kernel instance ", cfg.name, " disagrees with its TileConfig"));
@@ -230,8 +246,8 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   }
 
   gemm::internal::KernelParams kp;
-  kp.k = p.k;
-  kp.k_valid = p.k;
+  kp.k = k_rows;
+  kp.k_valid = p.k;  // X columns past k are zero-filled (the kKTail instances)
   kp.x = reinterpret_cast<const uint16_t*>(p.x);
   kp.ldx = p.ldx;
   kp.x_row_index = p.x_row_index;

@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -54,23 +57,27 @@ struct MoeCase {
   uint64_t seed = 1;
 };
 
-// Local experts' matrices stored as one strided allocation each.
+// Local experts' matrices stored as one strided allocation each, rows
+// zero-padded to whole 64-byte stages where k is not (as the engine packs them).
 struct ExpertBank {
   std::vector<HostWeight> host;  // per local expert
   DeviceArray<uint8_t> bytes;
   DeviceArray<float> scale;
-  int64_t weight_stride = 0, scale_stride = 0;
+  int64_t weight_stride = 0, scale_stride = 0, ld = 0;
 
   void Build(int n_local, int64_t n, int64_t k, uint64_t seed) {
     host.clear();
-    std::vector<uint8_t> b;
+    ld = PaddedGemmRowElements(k, kFp8);
+    std::vector<uint8_t> b(static_cast<size_t>(n_local * n * ld), 0);
     std::vector<float> s;
     for (int e = 0; e < n_local; ++e) {
       host.push_back(MakeWeight(kFp8, n, k, seed + e));
-      b.insert(b.end(), host.back().bytes.begin(), host.back().bytes.end());
+      for (int64_t r = 0; r < n; ++r) {
+        std::memcpy(b.data() + (e * n + r) * ld, host.back().bytes.data() + r * k, static_cast<size_t>(k));
+      }
       s.insert(s.end(), host.back().scale.begin(), host.back().scale.end());
     }
-    weight_stride = n * k;
+    weight_stride = n * ld;
     scale_stride = static_cast<int64_t>(host[0].scale.size());
     bytes.Upload(b);
     scale.Upload(s);
@@ -81,6 +88,7 @@ struct ExpertBank {
     g.data = bytes.get();
     g.scale = scale.get();
     g.n = host[0].n;
+    g.ld = ld;
     return g;
   }
 };
@@ -372,6 +380,48 @@ TEST(Sm80_MoeLayer, ExpertParallelSubset) {
     c.seed = 10 + tokens;
     RunMoeLayer(c);  // tokens = 1: most local experts have zero tokens
   }
+}
+
+// Hidden sizes and expert widths that are no whole number of the GEMM's
+// 64-byte stages (the experts' rows zero-padded, X columns past k never
+// read): both grouped GEMMs' K and N tails, every tile whose stage divides
+// the padded rows, and the heuristic's own plan, at 1 and 40 tokens.
+TEST(Sm80_MoeLayer, KTails) {
+  SPAR_REQUIRE_GPU();
+  for (const auto& [hidden, inter] : {std::pair<int64_t, int64_t>{200, 96}, {256, 96}, {136, 200}}) {
+    // e4m3: a padded row's elements are its bytes.
+    const int64_t row_bytes[2] = {PaddedGemmRowElements(hidden, kFp8), PaddedGemmRowElements(inter, kFp8)};
+    for (int cfg = -1; cfg < gemm::kNumTileConfigs; ++cfg) {
+      if (cfg >= 0) {
+        const int stage = gemm::GetTileConfig(static_cast<gemm::TileConfigId>(cfg)).row_bytes_per_stage();
+        if (row_bytes[0] % stage != 0 || row_bytes[1] % stage != 0) continue;
+      }
+      for (int64_t tokens : {1, 40}) {
+        MoeCase c;
+        c.tokens = tokens;
+        c.hidden = hidden;
+        c.inter = inter;
+        c.force_config = cfg;
+        c.seed = 900 + hidden + inter + tokens + cfg;
+        RunMoeLayer(c);
+      }
+    }
+  }
+  // Rows not padded to whole stages are refused, naming the field.
+  MoeGroupedGemmParams p;
+  p.num_experts = 1;
+  p.max_rows = 1;
+  p.k = 96;
+  p.expert_offsets = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  p.x = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
+  p.ldx = 96;
+  p.weight.data = reinterpret_cast<const void*>(uintptr_t{256});
+  p.weight.scale = reinterpret_cast<const float*>(uintptr_t{256});
+  p.weight.n = 128;
+  p.expert_weight_stride = 128 * 96;
+  const absl::Status st = LaunchMoeGroupedGemm(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("weight.ld"), std::string::npos) << st;
 }
 
 TEST(Sm80_MoeLayer, HiddenWiderThanOneCombineBlock) {
