@@ -88,14 +88,25 @@ size_t SplitWorkspaceBytes(const TileConfig& c, int64_t tiles, int splits) {
 
 double ExpectedTokenTilesPerGroup(double mean_rows, int block_tokens) {
   if (mean_rows <= 0 || block_tokens <= 0) return 1.0;
-  // Poisson probabilities by recurrence, in log space where e^-mean would
-  // underflow; the tail past mean + 12 sd holds nothing that shows.
-  const double limit = mean_rows + 12.0 * std::sqrt(mean_rows) + 20.0;
-  double log_p = -mean_rows;  // log P(N = 0)
-  double tiles = 0.0;
-  for (int64_t n = 1; n <= static_cast<int64_t>(limit); ++n) {
-    log_p += std::log(mean_rows / static_cast<double>(n));
-    tiles += std::exp(log_p) * static_cast<double>(CeilDiv(n, block_tokens));
+  // Poisson probabilities from the mode outwards by the ratio p(n+1) / p(n)
+  // = mean / (n + 1): one exp at the mode (in log space, where e^-mean would
+  // underflow) and a multiply per term. (A log and an exp per term made a
+  // 4096-token chunk's plan ~16 us, planned a few times a layer.) The tail
+  // past mean + 12 sd holds nothing that shows.
+  const int64_t limit = static_cast<int64_t>(mean_rows + 12.0 * std::sqrt(mean_rows) + 20.0);
+  const int64_t mode = std::clamp<int64_t>(static_cast<int64_t>(mean_rows), 1, limit);
+  const double p_mode = std::exp(-mean_rows + static_cast<double>(mode) * std::log(mean_rows) -
+                                 std::lgamma(static_cast<double>(mode) + 1.0));
+  double tiles = p_mode * static_cast<double>(CeilDiv(mode, block_tokens));
+  double p = p_mode;
+  for (int64_t n = mode + 1; n <= limit; ++n) {
+    p *= mean_rows / static_cast<double>(n);
+    tiles += p * static_cast<double>(CeilDiv(n, block_tokens));
+  }
+  p = p_mode;
+  for (int64_t n = mode - 1; n >= 1; --n) {
+    p *= static_cast<double>(n + 1) / mean_rows;
+    tiles += p * static_cast<double>(CeilDiv(n, block_tokens));
   }
   return tiles / (1.0 - std::exp(-mean_rows));
 }

@@ -1,6 +1,7 @@
 // The W8A16 GEMM tile heuristic (host only, runs in CI without a GPU).
 #include "kernels/cuda/gemm/gemm_config.h"
 
+#include <cmath>
 #include <limits>
 #include <sstream>
 
@@ -236,6 +237,23 @@ TEST(GemmConfig, ExpectedTokenTilesFollowThePoissonSpread) {
   EXPECT_NEAR(ExpectedTokenTilesPerGroup(1000, 128), 8.2182, 1e-3);  // log space: e^-1000 underflows
   EXPECT_EQ(ExpectedTokenTilesPerGroup(0, 128), 1.0);
   EXPECT_GT(ExpectedTokenTilesPerGroup(129, 128), ExpectedTokenTilesPerGroup(128, 128));
+  // Against the plain sum in log space (a log and an exp per term: the
+  // earlier implementation), over the means the engine poses.
+  auto plain = [](double m, int bt) {
+    const double limit = m + 12.0 * std::sqrt(m) + 20.0;
+    double log_p = -m, tiles = 0.0;
+    for (int64_t n = 1; n <= static_cast<int64_t>(limit); ++n) {
+      log_p += std::log(m / static_cast<double>(n));
+      tiles += std::exp(log_p) * static_cast<double>((n + bt - 1) / bt);
+    }
+    return tiles / (1.0 - std::exp(-m));
+  };
+  for (double m : {0.3, 1.0, 2.5, 8.0, 31.9, 64.0, 128.0, 200.5, 1000.0, 5000.0}) {
+    for (int bt : {8, 32, 64, 128, 160}) {
+      const double want = plain(m, bt);
+      EXPECT_NEAR(ExpectedTokenTilesPerGroup(m, bt), want, 1e-10 * want) << "mean " << m << " tiles of " << bt;
+    }
+  }
 }
 
 // The grouped MoE GEMMs at decode as MoeGroupedGemmPlan poses them (no
