@@ -133,9 +133,9 @@ absl::StatusOr<Tensor> IndexerTopK(StepContext& ctx, int layer, const Tensor& q,
                                    const IndexerSpec& spec) {
   SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
   const StepMeta& m = ctx.meta;
-  SPAR_RETURN_IF_ERROR(ctx.Mark("indexer.query_prep"));
   SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(m.tokens, spec.topk, DType::kI32));
   if (m.max_ctx <= spec.topk) {
+    SPAR_RETURN_IF_ERROR(ctx.Mark("indexer.dense_slots"));
     // Every token sees at most topk keys: all of them are selected, in
     // ascending order (what the top-k would return), without scoring.
     SPAR_RETURN_IF_ERROR(LaunchDenseSlots(out.as<int32_t>(), m.tokens, spec.topk, m.kv_len, m.seq, m.tables,
@@ -159,6 +159,7 @@ absl::StatusOr<Tensor> IndexerTopK(StepContext& ctx, int layer, const Tensor& q,
   const bool prep_in_logits = paged && next_n * spec.heads <= IndexerLogitsPagedPrepMaxRows(format);
   Tensor wf;
   if (!prep_in_logits) {
+    SPAR_RETURN_IF_ERROR(ctx.Mark("indexer.query_prep"));
     SPAR_ASSIGN_OR_RETURN(wf, ctx.NewTensor(m.tokens, spec.heads, DType::kF32));
     IndexerQueryPrepParams qp;
     qp.tokens = m.tokens;
