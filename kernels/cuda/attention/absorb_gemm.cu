@@ -90,10 +90,24 @@ __device__ __forceinline__ void MergeRowsIntoA(const MergeSource& src, int64_t m
                                                float* smax) {
   constexpr int kRows = MergedTile::kBM;
   constexpr int kColsPerThread = kMergedK / kThreads;  // 4
-  constexpr int kBatch = 8;                            // splits loaded at once (32 floats in flight)
+  // Splits loaded at once: 32 float4 a thread (128 registers, no spill;
+  // the engine's batch-1 plan has 32 splits), so a row waits for memory once.
+  constexpr int kBatch = 32;
   const int tid = threadIdx.x;
   const int rows = static_cast<int>(m - m0 < kRows ? m - m0 : kRows);
   const int entries = rows * src.splits;
+  const int c0 = tid * kColsPerThread;
+  float4 v[kBatch];
+  auto load = [&](int r, int s0) {
+    const float* o = src.o + ((m0 + r) * src.heads + head) * kMergedK + c0;
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      v[i] = s0 + i < src.splits ? *reinterpret_cast<const float4*>(o + (s0 + i) * src.rows * kMergedK)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  // The first row's first partials fly while the weights are worked out.
+  load(0, 0);
   for (int i = tid; i < entries; i += kThreads) {
     const int r = i / src.splits, s = i - r * src.splits;
     slse[i] = src.lse[s * src.rows + (m0 + r) * src.heads + head];
@@ -107,7 +121,6 @@ __device__ __forceinline__ void MergeRowsIntoA(const MergeSource& src, int64_t m
   __syncthreads();
   for (int i = tid; i < entries; i += kThreads) sw[i] = expf(slse[i] - smax[i / src.splits]);
   __syncthreads();
-  const int c0 = tid * kColsPerThread;
   for (int r = 0; r < kRows; ++r) {
     float acc[kColsPerThread] = {0.0f, 0.0f, 0.0f, 0.0f};
     float inv = 0.0f;
@@ -115,14 +128,8 @@ __device__ __forceinline__ void MergeRowsIntoA(const MergeSource& src, int64_t m
       const float* w = sw + r * src.splits;
       float sum = 0.0f;
       for (int s = 0; s < src.splits; ++s) sum += w[s];
-      const float* o = src.o + ((m0 + r) * src.heads + head) * kMergedK + c0;
       for (int s0 = 0; s0 < src.splits; s0 += kBatch) {
-        float4 v[kBatch];
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          v[i] = s0 + i < src.splits ? *reinterpret_cast<const float4*>(o + (s0 + i) * src.rows * kMergedK)
-                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
+        if (r > 0 || s0 > 0) load(r, s0);
 #pragma unroll
         for (int i = 0; i < kBatch; ++i) {
           if (s0 + i < src.splits) {
