@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
@@ -286,16 +287,38 @@ constexpr absl::string_view kOp = "BatchedGemm";
 
 bool BatchedGemmSupported(int n, int k) { return n > 0 && n % kBN == 0 && k > 0 && k % kBK == 0; }
 
-absl::Status LaunchBatchedGemm(const BatchedGemmParams& p, cudaStream_t stream) {
+namespace {
+
+// The batched GEMM's checks; a_merged: A is merged from split partials
+// (LaunchMlaMergeUnabsorb), so p.a is not read. m == 0 or batch == 0 passes
+// (a no-op launch) without the pointer checks.
+absl::Status CheckBatchedGemm(const BatchedGemmParams& p, bool a_merged) {
   if (!BatchedGemmSupported(p.n, p.k)) return InvalidParam(kOp, "n/k", "n must be a multiple of 64 and k of 32");
   if (p.m < 0 || p.batch < 0 || p.batch > 65535) return InvalidParam(kOp, "m/batch", "out of range");
   if (p.m == 0 || p.batch == 0) return absl::OkStatus();
   if ((p.m + WideTile::kBM - 1) / WideTile::kBM > 65535) return InvalidParam(kOp, "m", "too many rows");
-  if (!p.a || !Aligned16(p.a) || p.lda % 8 != 0 || p.a_batch_stride % 8 != 0) return InvalidParam(kOp, "a", "null, unaligned or stride not a multiple of 8");
+  if (!a_merged && (!p.a || !Aligned16(p.a) || p.lda % 8 != 0 || p.a_batch_stride % 8 != 0)) {
+    return InvalidParam(kOp, "a", "null, unaligned or stride not a multiple of 8");
+  }
   if (!p.b || !Aligned16(p.b) || p.ldb % 8 != 0 || p.b_batch_stride % 8 != 0) return InvalidParam(kOp, "b", "null, unaligned or stride not a multiple of 8");
   if (!p.c || (reinterpret_cast<uintptr_t>(p.c) & 3) != 0 || p.ldc % 2 != 0 || p.c_batch_stride % 2 != 0) {
     return InvalidParam(kOp, "c", "null, unaligned or odd stride");
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAbsorbWeights(const MlaAbsorbWeights& w) {
+  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0) {
+    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchBatchedGemm(const BatchedGemmParams& p, cudaStream_t stream) {
+  SPAR_RETURN_IF_ERROR(CheckBatchedGemm(p, /*a_merged=*/false));
+  if (p.m == 0 || p.batch == 0) return absl::OkStatus();
   if (p.tile_rows != 0 && p.tile_rows != SmallTile::kBM && p.tile_rows != WideTile::kBM) {
     return InvalidParam(kOp, "tile_rows", "must be 0, 16 or 64");
   }
@@ -351,9 +374,8 @@ BatchedGemmParams MlaOutUnabsorbGemm(const MlaAbsorbWeights& w, const __nv_bfloa
 absl::Status LaunchMlaQAbsorb(const MlaAbsorbWeights& w, const __nv_bfloat16* q, int64_t tokens, int q_head_dim,
                               __nv_bfloat16* q_out, int64_t q_out_token_stride, int64_t q_out_head_stride,
                               cudaStream_t stream) {
-  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0 || q_head_dim < w.nope_dim) {
-    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive, q_head_dim >= nope_dim");
-  }
+  SPAR_RETURN_IF_ERROR(CheckAbsorbWeights(w));
+  if (q_head_dim < w.nope_dim) return absl::InvalidArgumentError("MlaQAbsorb: q_head_dim must be >= nope_dim");
   return LaunchBatchedGemm(MlaQAbsorbGemm(w, q, tokens, q_head_dim, q_out, q_out_token_stride, q_out_head_stride),
                            stream);
 }
@@ -361,9 +383,7 @@ absl::Status LaunchMlaQAbsorb(const MlaAbsorbWeights& w, const __nv_bfloat16* q,
 absl::Status LaunchMlaOutUnabsorb(const MlaAbsorbWeights& w, const __nv_bfloat16* o_lat, int64_t tokens,
                                   int64_t o_lat_token_stride, int64_t o_lat_head_stride, __nv_bfloat16* out,
                                   cudaStream_t stream) {
-  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0) {
-    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive");
-  }
+  SPAR_RETURN_IF_ERROR(CheckAbsorbWeights(w));
   return LaunchBatchedGemm(MlaOutUnabsorbGemm(w, o_lat, tokens, o_lat_token_stride, o_lat_head_stride, out), stream);
 }
 
@@ -374,9 +394,7 @@ bool MlaMergeUnabsorbFits(int64_t tokens, int splits) {
 absl::Status LaunchMlaMergeUnabsorb(const MlaAbsorbWeights& w, const MlaSplitPartials& parts, int64_t tokens,
                                     __nv_bfloat16* out, cudaStream_t stream) {
   constexpr absl::string_view kMergeOp = "MlaMergeUnabsorb";
-  if (w.heads <= 0 || w.nope_dim <= 0 || w.v_dim <= 0) {
-    return absl::InvalidArgumentError("MlaAbsorbWeights: heads, nope_dim, v_dim must be positive");
-  }
+  SPAR_RETURN_IF_ERROR(CheckAbsorbWeights(w));
   if (!MlaMergeUnabsorbFits(tokens, parts.splits)) {
     return InvalidParam(kMergeOp, "tokens/splits",
                         absl::StrCat("needs 1..16 tokens and tokens x splits <= ", kMergedMaxEntries, ", got ", tokens,
@@ -384,12 +402,9 @@ absl::Status LaunchMlaMergeUnabsorb(const MlaAbsorbWeights& w, const MlaSplitPar
   }
   if (parts.o == nullptr || !Aligned16(parts.o)) return InvalidParam(kMergeOp, "parts.o", "null or not 16-byte aligned");
   if (parts.lse == nullptr) return InvalidParam(kMergeOp, "parts.lse", "is null");
-  // The batched GEMM's checks cover B and C; A is the merged partials.
-  BatchedGemmParams p = MlaOutUnabsorbGemm(w, nullptr, tokens, 0, 0, out);
-  if (!BatchedGemmSupported(p.n, p.k) || p.k != kMergedK) return InvalidParam(kMergeOp, "v_dim", "must be a multiple of 64");
-  if (!p.b || !Aligned16(p.b)) return InvalidParam(kMergeOp, "w.kv_b", "null or not 16-byte aligned");
-  if (!p.c || (reinterpret_cast<uintptr_t>(p.c) & 3) != 0) return InvalidParam(kMergeOp, "out", "null or not 4-byte aligned");
-  if (p.batch > 65535) return InvalidParam(kMergeOp, "w.heads", "at most 65535");
+  // The un-absorption's GEMM (k = 512, the whole merged row); A is the partials.
+  const BatchedGemmParams p = MlaOutUnabsorbGemm(w, nullptr, tokens, 0, 0, out);
+  SPAR_RETURN_IF_ERROR(CheckBatchedGemm(p, /*a_merged=*/true));
   MergeSource src;
   src.o = parts.o;
   src.lse = parts.lse;
