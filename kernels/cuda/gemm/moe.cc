@@ -135,7 +135,7 @@ namespace {
 
 // The K the kernel streams: the experts' row length (weight.ld, padded to
 // whole 64-byte stages where k is not), else k.
-int64_t StreamedK(const MoeGroupedGemmParams& p) { return p.weight.ld > 0 ? p.weight.ld : p.k; }
+int64_t StreamedK(const MoeGroupedGemmParams& p) { return GemmRowElements(p.weight, p.k); }
 
 }  // namespace
 
@@ -199,7 +199,7 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
                         absl::StrCat("must be >= k with rows of whole 64-byte stages (PaddedGemmRowElements); got ",
                                      k_rows, " for k ", p.k));
   }
-  if (silu && (p.up.ld > 0 ? p.up.ld : p.k) != k_rows) return InvalidParam(kOp, "up.ld", "must equal weight's row length");
+  if (silu && GemmRowElements(p.up, p.k) != k_rows) return InvalidParam(kOp, "up.ld", "must equal weight's row length");
   if (p.expert_weight_stride < p.weight.n * k_rows || (p.expert_weight_stride * wbytes) % 16 != 0) {
     return InvalidParam(kOp, "expert_weight_stride", "must be >= n * row length elements and a multiple of 16 bytes");
   }

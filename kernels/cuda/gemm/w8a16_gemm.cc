@@ -33,10 +33,8 @@ absl::Status ValidateWeight(const GemmWeight& w, const std::string& name) {
 
 int WeightBytes(GemmWeightType type) { return type == GemmWeightType::kBf16 ? 2 : 1; }
 
-int64_t RowElements(const GemmWeight& w, int64_t k) { return w.ld > 0 ? w.ld : k; }
-
 // The K the kernel streams: every weight's row length (they must agree).
-int64_t StreamedK(const W8A16GemmParams& p) { return RowElements(p.segments[0], p.k); }
+int64_t StreamedK(const W8A16GemmParams& p) { return GemmRowElements(p.segments[0], p.k); }
 
 absl::Status Validate(const W8A16GemmParams& p) {
   if (p.m < 0) return InvalidParam(kOp, "m", "must be >= 0");
@@ -53,7 +51,7 @@ absl::Status Validate(const W8A16GemmParams& p) {
     const std::string name = absl::StrCat("segments[", s, "]");
     absl::Status st = ValidateWeight(p.segments[s], name);
     if (!st.ok()) return st;
-    const int64_t ld = RowElements(p.segments[s], p.k);
+    const int64_t ld = GemmRowElements(p.segments[s], p.k);
     if (ld < p.k || ld != k_rows || (ld * WeightBytes(p.segments[s].type)) % 64 != 0) {
       return InvalidParam(kOp, name + ".ld",
                           absl::StrCat("must be >= k, the same for every weight, and rows of whole 64-byte stages ",
@@ -66,7 +64,7 @@ absl::Status Validate(const W8A16GemmParams& p) {
     if (!st.ok()) return st;
     if (p.up.type != p.segments[0].type) return InvalidParam(kOp, "up.type", "must equal segments[0].type");
     if (p.up.n != p.segments[0].n) return InvalidParam(kOp, "up.n", "must equal segments[0].n");
-    if (RowElements(p.up, p.k) != k_rows) return InvalidParam(kOp, "up.ld", "must equal segments[0]'s row length");
+    if (GemmRowElements(p.up, p.k) != k_rows) return InvalidParam(kOp, "up.ld", "must equal segments[0]'s row length");
   } else if (p.epilogue != GemmEpilogue::kNone) {
     return InvalidParam(kOp, "epilogue", "is not a known epilogue");
   }

@@ -79,6 +79,10 @@ struct GemmWeight {
 // else rounded up to that with zero columns.
 int64_t PaddedGemmRowElements(int64_t k, GemmWeightType type);
 
+// The row length in elements the kernels stream for a weight of k columns:
+// its ld, or k where ld is 0.
+inline int64_t GemmRowElements(const GemmWeight& w, int64_t k) { return w.ld > 0 ? w.ld : k; }
+
 struct W8A16GemmParams {
   int64_t m = 0;  // tokens; 0 is a no-op
   int64_t k = 0;  // multiple of 8; every weight's row (ld) a whole number of 64-byte stages
