@@ -1,8 +1,9 @@
 // Row-wise exact top-k (ref::TopK semantics): the launcher and the one-CTA
 // path. The key mapping, the radix select and the tie rule are described in
 // topk_device.cuh; rows of at most kTopKShortMaxLen positions take the
-// short-row path (topk_short.cu), and few long rows the split path (several
-// CTAs per row, chosen by PlanTopKSplit: topk_split.cu).
+// short-row path (topk_short.cu), and few long rows the row-group path or the
+// split path (several CTAs per row, chosen by PlanTopKSplit: topk_group.cu,
+// topk_split.cu).
 //
 // One-CTA path (long rows): one 1024-thread CTA per row.
 //   pass A (global):  histogram of bits [31:21];
@@ -69,8 +70,10 @@ absl::Status ValidateTopK(const TopKParams& p) {
   if (p.rows > INT32_MAX) return InvalidParam(op, "rows", "too large");
   if (p.num_cols < 0 || p.num_cols > kTopKMaxLen) return InvalidParam(op, "num_cols", "must be in [0, 262144]");
   if (p.split_chunks < 0) return InvalidParam(op, "split_chunks", "must be >= 0");
-  if (p.plan != nullptr && p.plan->split() && p.plan->chunks * p.plan->chunk_len < p.num_cols)
+  if (p.plan != nullptr && (p.plan->split() || p.plan->group()) && p.plan->chunks * p.plan->chunk_len < p.num_cols)
     return InvalidParam(op, "plan", "does not cover num_cols (not PlanTopKSplit of these rows)");
+  if (p.plan != nullptr && p.plan->group() && p.plan->chunk_len != int64_t{p.plan->group_keys} * kTopKGroupThreads)
+    return InvalidParam(op, "plan", "is not a row-group plan (TopKGroupPlan)");
   if (p.rows == 0) return absl::OkStatus();
   if (p.logits == nullptr || reinterpret_cast<uintptr_t>(p.logits) % 4 != 0)
     return InvalidParam(op, "logits", "must be non-null and 4-byte aligned");
@@ -100,18 +103,28 @@ bool TopKSupported(const TopKParams& p) {
 size_t TopKWorkspaceBytes(const TopKParams& p) {
   if (p.rows <= 0 || p.num_cols <= 0) return 0;
   const TopKSplitPlan plan = PlanFor(p);
+  if (plan.group()) return TopKGroupWorkspaceLayout(plan, p.rows).total;
   return TopKSplitWorkspaceLayout(plan, p.rows).total;
 }
 
 absl::Status LaunchTopK(const TopKParams& p, cudaStream_t stream) {
   SPAR_RETURN_IF_ERROR(ValidateTopK(p));
   if (p.rows == 0) return absl::OkStatus();
-  if (p.split_chunks == 0 && p.num_cols <= kTopKShortMaxLen && (p.plan == nullptr || !p.plan->split())) {
-    return topk::LaunchTopKShort(p, stream);
-  }
+  const TopKSplitPlan plan = PlanFor(p);
+  const bool short_row = p.split_chunks == 0 && p.num_cols <= kTopKShortMaxLen && !plan.split();
+  if (short_row && (!plan.group() || p.workspace == nullptr)) return topk::LaunchTopKShort(p, stream);
   // No workspace: the one-CTA path, always correct, only slower for few rows.
   if (p.workspace != nullptr) {
-    const TopKSplitPlan plan = PlanFor(p);
+    if (plan.group()) {
+      const size_t need = TopKGroupWorkspaceLayout(plan, p.rows).total;
+      if (p.workspace_bytes < need)
+        return InvalidParam("LaunchTopK", "workspace_bytes", "is below TopKWorkspaceBytes(params)");
+      SPAR_ASSIGN_OR_RETURN(const bool fits, topk::TopKGroupFits(plan, p.rows, CurrentDeviceInfo().sm_count));
+      // A grid the device cannot hold at once would not pass its barriers:
+      // the short-row or the one-CTA path serves it (never the planner's choice).
+      if (fits) return topk::LaunchTopKGroup(p, plan, stream);
+      if (short_row) return topk::LaunchTopKShort(p, stream);
+    }
     if (plan.split()) {
       const size_t need = TopKSplitWorkspaceLayout(plan, p.rows).total;
       if (p.workspace_bytes < need)

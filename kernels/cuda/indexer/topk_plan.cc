@@ -36,6 +36,15 @@ TopKSplitPlan PlanTopKSplit(int64_t rows, int64_t num_cols, int sm_count, int fo
   if (forced_chunks >= 2) {
     chunks = std::min<int64_t>(forced_chunks, CeilDiv(num_cols, kTopKChunkAlign));
   } else {
+    if (num_cols <= kTopKGroupMinLen) return plan;  // the short-row path
+    // The row-group path with the fewest keys per thread (the most chunks)
+    // whose CTAs fit one per SM; rows up to kTopKShortMaxLen only with up to
+    // 8 keys per thread (the short-row path's CTA beats a 16-key chunk's).
+    for (int keys : kTopKGroupKeyOptions) {
+      if (num_cols <= kTopKShortMaxLen && keys > 8) break;
+      const TopKSplitPlan g = TopKGroupPlan(rows, num_cols, keys);
+      if (g.group() && rows * g.chunks <= sm_count) return g;
+    }
     if (num_cols <= kTopKShortMaxLen) return plan;  // the short-row path
     // Split only for a modelled gain of 10% or more, about the model's error:
     // 32 x 32K models 30.2 vs 33.1 us and measured 34.8 (8 chunks) vs 33.3.
@@ -59,6 +68,31 @@ TopKSplitPlan PlanTopKSplit(int64_t rows, int64_t num_cols, int sm_count, int fo
   plan.candidate_cap = std::clamp<int64_t>(CeilDiv(num_cols, 4 * kTopKChunkAlign) * kTopKChunkAlign,
                                            kTopKMinCandidates, kTopKMaxCandidates);
   return plan;
+}
+
+TopKSplitPlan TopKGroupPlan(int64_t rows, int64_t num_cols, int keys_per_thread) {
+  TopKSplitPlan plan;
+  bool known = false;
+  for (int k : kTopKGroupKeyOptions) known = known || k == keys_per_thread;
+  if (!known || rows <= 0 || rows > 65535 || num_cols <= 0) return plan;
+  const int64_t chunk_len = int64_t{keys_per_thread} * kTopKGroupThreads;
+  const int64_t chunks = CeilDiv(std::min<int64_t>(num_cols, kTopKMaxLen), chunk_len);
+  if (chunks > kTopKGroupMaxChunks) return plan;
+  plan.chunks = static_cast<int>(chunks);
+  plan.chunk_len = chunk_len;
+  plan.group_keys = keys_per_thread;
+  return plan;
+}
+
+TopKGroupLayout TopKGroupWorkspaceLayout(const TopKSplitPlan& plan, int64_t rows) {
+  TopKGroupLayout l;
+  if (!plan.group() || rows <= 0) return l;
+  const size_t r = static_cast<size_t>(rows);
+  l.arrived = 0;
+  l.hists = Align16(r * 4);
+  l.list = l.hists + Align16(r * kTopKGroupLevels * static_cast<size_t>(plan.chunks) * kTopKGroupBins * 4);
+  l.total = l.list + Align16(r * kTopKGroupListCap * 8);
+  return l;
 }
 
 TopKSplitLayout TopKSplitWorkspaceLayout(const TopKSplitPlan& plan, int64_t rows) {

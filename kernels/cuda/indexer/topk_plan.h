@@ -46,14 +46,48 @@ inline constexpr int kTopKMaxCandidates = 32768;
 // 1 x 8K takes 11.2 us on it against 27.8 one CTA; 1 x 32K 32.2 us, no
 // faster than one CTA (32.9) and slower than the split (27.3).
 inline constexpr int kTopKShortMaxLen = 16384;
+// Rows longer than this take the row-group path when its CTAs fit one per
+// SM (PlanTopKSplit). Measured on the H200 (graph replays, real-like rows,
+// 2026-12-04, group vs the short or split path): 1 x 8193 10.9 vs 11.7 us,
+// 1 x 16K 10.5 vs 16.4, 1 x 32K 11.1 vs 28.7, 8 x 32K 11.9 vs 29.4, 1 x 128K
+// 14.1 vs 28.6, 8 x 128K 17.0 vs 30.1; at 8K itself 10.6 vs 10.2 (short).
+inline constexpr int kTopKGroupMinLen = 8192;
+
+// The row-group path (topk_group.cu): each row is cut into `chunks` chunks
+// of group_keys x kTopKGroupThreads positions, one CTA each holding its
+// chunk's keys in registers, all CTAs of all rows resident at once (one
+// cooperative launch). The CTAs of a row run the short-row path's radix
+// select (8-bit digits, 256 bins) together: at each level every CTA
+// publishes its chunk's histogram in the workspace and waits at the row's
+// barrier, then each sums the row's histograms itself; once the chosen
+// bucket holds at most kTopKGroupListCap keys they are listed in the
+// workspace and every CTA ranks the list. Each CTA then writes its chunk's
+// selected positions at the offset the earlier chunks' counts give. A row
+// is read once, by `chunks` SMs, in one launch (the split path: three
+// launches and a memset, two reads).
+inline constexpr int kTopKGroupThreads = 512;  // two CTAs per SM fit the registers (<= 64 each)
+inline constexpr int kTopKGroupLevels = 4;     // 8-bit digits, top first
+inline constexpr int kTopKGroupBins = 256;
+inline constexpr int kTopKGroupListCap = 256;  // bucket size the CTAs rank as one list
+inline constexpr int kTopKGroupMaxChunks = 32;
+inline constexpr int kTopKGroupKeyOptions[] = {4, 8, 16};  // keys per thread (instantiated)
 
 struct TopKSplitPlan {
   int chunks = 1;              // <= 1: the one-CTA path
   int64_t chunk_len = 0;       // positions per chunk, a multiple of kTopKChunkAlign
-  int64_t candidate_cap = 0;   // (key, position) pairs each row's list holds
-  int64_t bitmap_words = 0;    // per row: chunks * chunk_len / 32
-  bool split() const { return chunks > 1; }
+  int64_t candidate_cap = 0;   // (key, position) pairs each row's list holds (split path)
+  int64_t bitmap_words = 0;    // per row: chunks * chunk_len / 32 (split path)
+  int group_keys = 0;          // > 0: the row-group path, this many keys per thread
+  bool split() const { return chunks > 1 && group_keys == 0; }
+  bool group() const { return group_keys > 0; }
 };
+
+// The row-group plan of rows x num_cols with keys_per_thread keys per
+// thread (one of kTopKGroupKeyOptions): chunks of keys_per_thread x
+// kTopKGroupThreads positions. A plan with group() false when the options,
+// the row count (grid.y) or kTopKGroupMaxChunks do not allow it. Whether
+// its rows x chunks CTAs fit the device at once is the launcher's check.
+TopKSplitPlan TopKGroupPlan(int64_t rows, int64_t num_cols, int keys_per_thread);
 
 // Modelled µs of the one-CTA path and of the split path (graph replays,
 // launch overhead excluded); PlanTopKSplit splits when the second is at
@@ -62,10 +96,12 @@ double TopKOneCtaMicros(int64_t rows, int64_t num_cols, int sm_count);
 double TopKSplitMicros(int64_t rows, int64_t num_cols, int sm_count);
 
 // rows × num_cols on a device with sm_count SMs. forced_chunks: 0 chooses
-// (never a split for rows of at most kTopKShortMaxLen: the short-row path
-// beats it); 1 forces the one-CTA path; >= 2 asks for that many chunks
-// (tests, tuning; clamped so that each chunk keeps at least kTopKChunkAlign
-// positions).
+// (rows of at most kTopKGroupMinLen: the short-row path; longer rows: the
+// row-group path when rows x chunks fit one CTA per SM, else rows up to
+// kTopKShortMaxLen the short-row path and longer ones the split or the
+// one-CTA path by the time model); 1 forces the one-CTA path; >= 2 asks for
+// that many split chunks (tests, tuning; clamped so that each chunk keeps at
+// least kTopKChunkAlign positions).
 TopKSplitPlan PlanTopKSplit(int64_t rows, int64_t num_cols, int sm_count, int forced_chunks = 0);
 
 // Byte offsets of the split path's workspace (16-byte aligned pieces):
@@ -77,6 +113,15 @@ struct TopKSplitLayout {
   size_t row_hist = 0, chunk_hist = 0, bitmap = 0, candidates = 0, total = 0;
 };
 TopKSplitLayout TopKSplitWorkspaceLayout(const TopKSplitPlan& plan, int64_t rows);
+
+// Byte offsets of the row-group path's workspace (16-byte aligned pieces):
+//   arrived: [rows] u32 barrier counters (the launcher zeroes them on the stream)
+//   hists:   [rows][kTopKGroupLevels][chunks][kTopKGroupBins] u32 chunk histograms
+//   list:    [rows][kTopKGroupListCap] (key, position) u32 pairs
+struct TopKGroupLayout {
+  size_t arrived = 0, hists = 0, list = 0, total = 0;
+};
+TopKGroupLayout TopKGroupWorkspaceLayout(const TopKSplitPlan& plan, int64_t rows);
 
 }  // namespace spar
 

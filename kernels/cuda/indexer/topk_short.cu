@@ -29,6 +29,7 @@
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/indexer/indexer.h"
 #include "kernels/cuda/indexer/topk_device.cuh"
+#include "kernels/cuda/indexer/topk_keys.cuh"
 #include "kernels/cuda/indexer/topk_plan.h"
 #include "kernels/cuda/indexer/topk_paths.h"
 
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   __shared__ WarpFinish finish;
   constexpr int kTableEntries = kKeys * kShortThreads / kCacheBlockTokens;
   __shared__ int32_t table_s[kTableEntries];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31;
   const int copy = lane & (kShortCopies - 1);
   const int64_t row = blockIdx.x;
   const float* x = RowPtr(p, row);
@@ -161,19 +162,7 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   for (int level = 0; level < 4; ++level) {
     const int shift = 24 - 8 * level;
     uint32_t(*h)[kShortBins] = hist[level & 1];
-    uint32_t bin = 0, run = 0;  // runs of one digit are added at once
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      const bool in = key[u] != 0 && (level == 0 || (key[u] >> (shift + 8)) == prefix);
-      const uint32_t d = (key[u] >> shift) & 0xffu;
-      if (in && d != bin) {
-        if (run != 0) atomicAdd(&h[copy][bin], run);
-        bin = d;
-        run = 0;
-      }
-      run += in;
-    }
-    if (run != 0) atomicAdd(&h[copy][bin], run);
+    CountDigitRuns(key, shift, level == 0, prefix, h[copy]);
     // The other buffer was last read by the previous level's bucket search,
     // which ended with a barrier: zero it for the next level.
     if (level < 3 && tid < kShortCopies * kShortBins / 4) {
@@ -207,19 +196,7 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
     need_eq = rem;
   }
 
-  // ---- ranks in position order: per (u, warp) ballot counts, one scan ----
-  auto position_ranks = [&](uint32_t flags, uint32_t* total) {
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      const uint32_t b = __ballot_sync(0xffffffffu, (flags >> u) & 1u);
-      if (lane == 0) counts[u * kShortWarps + warp] = __popc(b);
-    }
-    __syncthreads();
-    const uint32_t v = tid < kKeys * kShortWarps ? counts[tid] : 0u;
-    const uint32_t excl = BlockExclusiveScan<kShortThreads>(v, scratch, total);
-    if (tid < kKeys * kShortWarps) counts[tid] = excl;
-    __syncthreads();
-  };
+  // ---- ranks in position order (PositionRanks) ---------------------------
   uint32_t selected = 0;  // bit u: position u * 1024 + tid is selected
   if (take_all_valid) {
 #pragma unroll
@@ -236,11 +213,10 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
     } else {
       // Keep the need_eq lowest tied positions.
       uint32_t unused;
-      position_ranks(eq, &unused);
+      PositionRanks<kShortThreads, kKeys>(eq, counts, scratch, &unused);
 #pragma unroll
       for (int u = 0; u < kKeys; ++u) {
-        const uint32_t b = __ballot_sync(0xffffffffu, (eq >> u) & 1u);
-        const uint32_t rank = counts[u * kShortWarps + warp] + __popc(b & LaneMaskLt());
+        const uint32_t rank = RankInOrder<kShortThreads>(eq, u, counts);
         if (((eq >> u) & 1u) && rank < need_eq) selected |= 1u << u;
       }
       __syncthreads();  // counts is rewritten below
@@ -250,7 +226,7 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   // ---- write the selected positions in ascending order, then -1 ----------
   uint32_t total = 0;
   if (tid < kTableEntries) table_s[tid] = table_entry;  // published by position_ranks' barriers
-  position_ranks(selected, &total);
+  PositionRanks<kShortThreads, kKeys>(selected, counts, scratch, &total);
   int32_t* out = p.out + row * p.out_stride;
   int32_t value[kKeys];
 #pragma unroll
@@ -263,9 +239,8 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   }
 #pragma unroll
   for (int u = 0; u < kKeys; ++u) {
-    const bool mine = (selected >> u) & 1u;
-    const uint32_t b = __ballot_sync(0xffffffffu, mine);
-    if (mine) out[counts[u * kShortWarps + warp] + __popc(b & LaneMaskLt())] = value[u];
+    const uint32_t rank = RankInOrder<kShortThreads>(selected, u, counts);
+    if ((selected >> u) & 1u) out[rank] = value[u];
   }
   for (int i = static_cast<int>(total) + tid; i < p.k; i += kShortThreads) out[i] = -1;
 }

@@ -16,46 +16,14 @@
 #include "kernels/cuda/indexer/topk_plan.h"
 #include "kernels/ref/topk_ref.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/indexer/topk_test_rows.h"
 
 namespace spar {
 namespace {
 
 using testing::DeviceArray;
-
-enum class Dist { kUniform, kTies, kZerosAndTies, kNarrow, kAllEqual, kSpecials, kAllNegInf, kRealLike };
-
-std::vector<float> MakeRow(Dist d, int len, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(len);
-  const float ninf = -std::numeric_limits<float>::infinity();
-  for (int i = 0; i < len; ++i) {
-    switch (d) {
-      case Dist::kUniform: v[i] = 10.0f * rng.Symmetric(); break;
-      case Dist::kTies: v[i] = static_cast<float>(rng.Below(5)); break;  // 5 distinct values
-      case Dist::kZerosAndTies:  // relu-like: many +0 and -0, a few tied positives
-        v[i] = rng.Below(3) == 0 ? (rng.Below(2) ? 0.0f : -0.0f) : static_cast<float>(rng.Below(40)) * 0.25f;
-        break;
-      case Dist::kNarrow: v[i] = 1.0f + rng.Uniform(); break;  // one exponent: huge top-level buckets
-      case Dist::kAllEqual: v[i] = 3.5f; break;
-      case Dist::kSpecials: {
-        const uint64_t r = rng.Below(16);
-        v[i] = r == 0 ? ninf : r == 1 ? std::numeric_limits<float>::quiet_NaN()
-                       : r == 2 ? std::numeric_limits<float>::infinity()
-                                : 5.0f * rng.Symmetric();
-        break;
-      }
-      case Dist::kAllNegInf: v[i] = ninf; break;
-      case Dist::kRealLike: {
-        // Sum of relu'd weighted dot products over 32 heads, as the indexer makes.
-        float s = 0;
-        for (int h = 0; h < 32; ++h) s += std::max(0.0f, rng.Symmetric() + 0.3f) * (0.02f + 0.01f * rng.Uniform());
-        v[i] = s * (i % 997 == 0 ? 3.0f : 1.0f);
-        break;
-      }
-    }
-  }
-  return v;
-}
+using testing::Dist;
+using testing::MakeRow;
 
 struct TopKCase {
   Dist dist;
@@ -392,8 +360,9 @@ TEST(TopK, SplitPathReplaysFromACudaGraph) {
 }
 
 // The cuda backend plans once per step and passes its plan: the launcher
-// must follow it (a split plan needs the workspace it sizes; a one-CTA plan
-// for short rows takes the short-row path) and refuse one that does not fit.
+// must follow it (a row-group plan needs the workspace it sizes; a one-CTA
+// plan for short rows takes the short-row path) and refuse one that does not
+// cover the row.
 TEST(TopK, FollowsTheCallersPlan) {
   SPAR_REQUIRE_GPU();
   for (const int len : {8192, 100000}) {
@@ -418,11 +387,12 @@ TEST(TopK, FollowsTheCallersPlan) {
     int sms = 0;
     SPAR_ASSERT_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const TopKSplitPlan plan = PlanTopKSplit(rows, len, sms);
-    EXPECT_EQ(plan.split(), len > kTopKShortMaxLen);
+    EXPECT_EQ(plan.group(), len > kTopKShortMaxLen);  // 2 rows x 25 chunks of 8 keys per thread
+    EXPECT_FALSE(plan.split());
     p.plan = &plan;
     DeviceArray<uint8_t> ws;
     const size_t bytes = TopKWorkspaceBytes(p);
-    EXPECT_EQ(bytes, TopKSplitWorkspaceLayout(plan, rows).total);
+    EXPECT_EQ(bytes, TopKGroupWorkspaceLayout(plan, rows).total);
     if (bytes > 0) {
       ws.Resize(bytes);
       p.workspace = ws.get();
@@ -436,7 +406,7 @@ TEST(TopK, FollowsTheCallersPlan) {
       ref::TopK(logits.data() + static_cast<size_t>(r) * len, len, k, want.data());
       for (int i = 0; i < k; ++i) ASSERT_EQ(got[static_cast<size_t>(r) * k + i], want[i]) << "len " << len;
     }
-    if (plan.split()) {
+    if (plan.group()) {
       TopKSplitPlan short_cover = plan;
       short_cover.chunks = 2;  // covers 2 chunks only: not this row
       p.plan = &short_cover;

@@ -1,7 +1,8 @@
-// The top-k work split (host only): few long rows are cut into chunks that
-// fill the GPU, many rows keep one CTA each (the measured crossovers),
-// chunks cover the row in whole bitmap words, forced splits are honored, and
-// the workspace layout holds every piece at 16-byte alignment.
+// The top-k work split (host only): few long rows take the row group (or
+// are cut into chunks that fill the GPU), many rows keep one CTA each (the
+// measured crossovers), chunks cover the row in whole bitmap words, forced
+// splits are honored, and the workspace layouts hold every piece at 16-byte
+// alignment.
 #include "kernels/cuda/indexer/topk_plan.h"
 
 #include <cstdint>
@@ -31,33 +32,59 @@ TEST(TopKPlan, FewLongRowsSplitIntoOneWave) {
   EXPECT_EQ(p.candidate_cap, 32768);
 }
 
-TEST(TopKPlan, OneRowSpreadsOverManySms) {
-  const TopKSplitPlan p = PlanTopKSplit(1, 32768, kH200Sms);
-  ExpectCovers(p, 32768);
-  EXPECT_EQ(p.chunks, kTopKMaxChunks);
-  EXPECT_EQ(p.candidate_cap, 8192);
-  const TopKSplitPlan o = PlanTopKSplit(1, 65536, kH200Sms);  // longer than the short-row path takes
-  ExpectCovers(o, 65536);
-  EXPECT_EQ(o.chunks, kTopKMaxChunks);
-  const TopKSplitPlan q = PlanTopKSplit(1, 200000, kA100Sms);
-  ExpectCovers(q, 200000);
-  EXPECT_EQ(q.chunks, kTopKMaxChunks);
-  const TopKSplitPlan r = PlanTopKSplit(8, 131072, kH200Sms);
-  ExpectCovers(r, 131072);
-  EXPECT_EQ(r.chunks, kTopKMaxChunks);
+void ExpectGroup(const TopKSplitPlan& p, int64_t rows, int64_t cols, int keys, int sms) {
+  ASSERT_TRUE(p.group()) << rows << " x " << cols;
+  EXPECT_FALSE(p.split());
+  EXPECT_EQ(p.group_keys, keys) << rows << " x " << cols;
+  EXPECT_EQ(p.chunk_len, int64_t{keys} * kTopKGroupThreads);
+  EXPECT_GE(p.chunks * p.chunk_len, cols);
+  EXPECT_LT((p.chunks - 1) * p.chunk_len, cols);
+  EXPECT_LE(p.chunks, kTopKGroupMaxChunks);
+  EXPECT_LE(rows * p.chunks, sms);  // one CTA per SM
 }
 
-// The choices the H200 measurements made (graph replays, real-like rows):
-// split 8 x 128K (30 vs 72), 64 x 128K (56 vs 76) and single rows longer
-// than the short-row path takes; one CTA per row for 128 x 128K (105 vs 83).
-// Rows of at most kTopKShortMaxLen never split (the short-row path).
+// Few long rows take the row-group path with the most chunks whose CTAs fit
+// one per SM.
+TEST(TopKPlan, FewLongRowsTakeTheRowGroup) {
+  ExpectGroup(PlanTopKSplit(1, 32768, kH200Sms), 1, 32768, 4, kH200Sms);
+  ExpectGroup(PlanTopKSplit(1, 65536, kH200Sms), 1, 65536, 4, kH200Sms);
+  ExpectGroup(PlanTopKSplit(1, 131072, kH200Sms), 1, 131072, 8, kH200Sms);
+  ExpectGroup(PlanTopKSplit(1, 200000, kA100Sms), 1, 200000, 16, kA100Sms);
+  ExpectGroup(PlanTopKSplit(8, 32768, kH200Sms), 8, 32768, 4, kH200Sms);
+  ExpectGroup(PlanTopKSplit(8, 32768, kA100Sms), 8, 32768, 8, kA100Sms);  // 8 x 16 > 108 SMs
+  ExpectGroup(PlanTopKSplit(8, 131072, kH200Sms), 8, 131072, 16, kH200Sms);
+  ExpectGroup(PlanTopKSplit(32, 32768, kH200Sms), 32, 32768, 16, kH200Sms);
+  // Between the short-row path's 8K and 16K: up to 8 keys per thread.
+  ExpectGroup(PlanTopKSplit(1, 8193, kH200Sms), 1, 8193, 4, kH200Sms);
+  ExpectGroup(PlanTopKSplit(1, kTopKShortMaxLen, kH200Sms), 1, kTopKShortMaxLen, 4, kH200Sms);
+  ExpectGroup(PlanTopKSplit(16, kTopKShortMaxLen, kH200Sms), 16, kTopKShortMaxLen, 4, kH200Sms);
+  ExpectGroup(PlanTopKSplit(16, kTopKShortMaxLen, kA100Sms), 16, kTopKShortMaxLen, 8, kA100Sms);
+  EXPECT_FALSE(PlanTopKSplit(64, kTopKShortMaxLen, kH200Sms).group());  // would need 16 keys: the short-row path
+  EXPECT_FALSE(PlanTopKSplit(64, kTopKShortMaxLen, kH200Sms).split());
+  // The longest row: 32 chunks of 16 keys per thread.
+  ExpectGroup(PlanTopKSplit(1, kTopKMaxLen, kH200Sms), 1, kTopKMaxLen, 16, kH200Sms);
+}
+
+TEST(TopKPlan, GroupPlansNeedAKnownKeyCountAndFewChunks) {
+  EXPECT_FALSE(TopKGroupPlan(1, 32768, 6).group());
+  EXPECT_FALSE(TopKGroupPlan(1, 131072, 4).group());  // 64 chunks
+  EXPECT_FALSE(TopKGroupPlan(0, 32768, 4).group());
+  EXPECT_FALSE(TopKGroupPlan(70000, 32768, 16).group());  // grid.y
+  EXPECT_FALSE(TopKGroupPlan(1, 0, 4).group());
+  const TopKSplitPlan g = TopKGroupPlan(3, 40000, 8);
+  ASSERT_TRUE(g.group());
+  EXPECT_EQ(g.chunks, 10);
+  EXPECT_EQ(g.chunk_len, 4096);
+}
+
+// The choices the H200 measurements made (graph replays, real-like rows)
+// where the row group does not fit one CTA per SM: split 64 x 128K (56 vs
+// 76), one CTA per row for 128 x 128K (105 vs 83).
 TEST(TopKPlan, FollowsTheMeasuredCrossovers) {
-  EXPECT_TRUE(PlanTopKSplit(1, 65536, kH200Sms).split());
-  EXPECT_TRUE(PlanTopKSplit(8, 131072, kH200Sms).split());
   EXPECT_TRUE(PlanTopKSplit(64, 131072, kH200Sms).split());
-  EXPECT_TRUE(PlanTopKSplit(1, 200000, kH200Sms).split());
-  EXPECT_FALSE(PlanTopKSplit(32, 32768, kH200Sms).split());  // modelled 9% gain: below the 10% margin
+  EXPECT_TRUE(PlanTopKSplit(16, 131072, kH200Sms).split());  // 16 x 16 chunks do not fit 132 SMs
   EXPECT_FALSE(PlanTopKSplit(64, 32768, kH200Sms).split());
+  EXPECT_FALSE(PlanTopKSplit(64, 32768, kH200Sms).group());
   EXPECT_FALSE(PlanTopKSplit(128, 131072, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(256, 32768, kH200Sms).split());
   // The model itself: linear in the work each path serializes.
@@ -75,10 +102,10 @@ TEST(TopKPlan, ManyRowsKeepOneCtaEach) {
 }
 
 TEST(TopKPlan, ShortOrEmptyRowsKeepOneCta) {
-  // Rows up to kTopKShortMaxLen take the short-row path, whatever their number.
-  EXPECT_FALSE(PlanTopKSplit(1, 8192, kH200Sms).split());
-  EXPECT_FALSE(PlanTopKSplit(1, kTopKShortMaxLen, kH200Sms).split());
-  EXPECT_TRUE(PlanTopKSplit(1, 4 * kTopKShortMaxLen, kH200Sms).split());
+  // Rows up to kTopKGroupMinLen take the short-row path, whatever their number.
+  EXPECT_FALSE(PlanTopKSplit(1, kTopKGroupMinLen, kH200Sms).split());
+  EXPECT_FALSE(PlanTopKSplit(1, kTopKGroupMinLen, kH200Sms).group());
+  EXPECT_FALSE(PlanTopKSplit(4096, kTopKShortMaxLen, kH200Sms).split());
   EXPECT_TRUE(PlanTopKSplit(1, kTopKShortMaxLen, kH200Sms, 4).split());  // unless forced
   EXPECT_FALSE(PlanTopKSplit(1, 0, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(0, 131072, kH200Sms).split());
@@ -101,7 +128,7 @@ TEST(TopKPlan, ForcedChunksAreHonoredAndClamped) {
 }
 
 TEST(TopKPlan, LongestRowsStayWithinTheRowCtaBitmap) {
-  for (int forced : {0, 2, 3, 7, 100}) {
+  for (int forced : {2, 3, 7, 100}) {
     const TopKSplitPlan p = PlanTopKSplit(1, kTopKMaxLen, kH200Sms, forced);
     ExpectCovers(p, kTopKMaxLen);
   }
@@ -123,6 +150,21 @@ TEST(TopKPlan, WorkspaceLayoutIsAlignedAndSized) {
   EXPECT_GE(l.candidates - l.bitmap, static_cast<size_t>(rows * p.bitmap_words * 4));
   EXPECT_EQ(l.total - l.candidates, static_cast<size_t>(rows * p.candidate_cap * 8));
   EXPECT_EQ(TopKSplitWorkspaceLayout(TopKSplitPlan{}, rows).total, 0u);
+  EXPECT_EQ(TopKSplitWorkspaceLayout(TopKGroupPlan(rows, 100000, 16), rows).total, 0u);  // not a split
+}
+
+TEST(TopKPlan, GroupWorkspaceLayoutIsAlignedAndSized) {
+  const int64_t rows = 3;
+  const TopKSplitPlan g = TopKGroupPlan(rows, 100000, 16);
+  ASSERT_TRUE(g.group());
+  const TopKGroupLayout l = TopKGroupWorkspaceLayout(g, rows);
+  EXPECT_EQ(l.arrived, 0u);
+  EXPECT_EQ(l.hists % 16, 0u);
+  EXPECT_EQ(l.list % 16, 0u);
+  EXPECT_GE(l.hists, rows * 4u);
+  EXPECT_GE(l.list - l.hists, static_cast<size_t>(rows * kTopKGroupLevels * g.chunks * kTopKGroupBins * 4));
+  EXPECT_EQ(l.total - l.list, static_cast<size_t>(rows * kTopKGroupListCap * 8));
+  EXPECT_EQ(TopKGroupWorkspaceLayout(PlanTopKSplit(rows, 100000, kH200Sms, 5), rows).total, 0u);  // a split
 }
 
 }  // namespace
