@@ -301,15 +301,16 @@ void BenchPrefill() {
 struct TopKRun {
   TopKParams p;
   Buf<uint8_t> ws;
-  TopKRun(const float* logits, int rows, int len, int32_t* out, int split_chunks, const int32_t* row_len = nullptr)
-      : p(Params(logits, rows, len, out, split_chunks, row_len)), ws(TopKWorkspaceBytes(p)) {
+  TopKRun(const float* logits, int rows, int len, int32_t* out, int split_chunks, const int32_t* row_len = nullptr,
+          const TopKSplitPlan* plan = nullptr)
+      : p(Params(logits, rows, len, out, split_chunks, row_len, plan)), ws(TopKWorkspaceBytes(p)) {
     if (ws.n > 0) {
       p.workspace = ws.p;
       p.workspace_bytes = ws.n;
     }
   }
   static TopKParams Params(const float* logits, int rows, int len, int32_t* out, int split_chunks,
-                           const int32_t* row_len) {
+                           const int32_t* row_len, const TopKSplitPlan* plan) {
     TopKParams p;
     p.rows = rows;
     p.k = 2048;
@@ -320,6 +321,7 @@ struct TopKRun {
     p.out = out;
     p.out_stride = 2048;
     p.split_chunks = split_chunks;
+    p.plan = plan;
     return p;
   }
 };
@@ -334,7 +336,8 @@ void BenchTopK() {
   const Shape shapes[] = {{64, 131072, true}, {1, 32768, true}, {1, 8192, true},    {64, 131072, false},
                           {1, 32768, false},  {1, 8192, false}, {1, 131072, true},  {64, 32768, true},
                           {64, 8192, true},   {1, 200000, true}, {128, 131072, true}, {8, 131072, true},
-                          {32, 32768, true},  {256, 32768, true}, {4096, 8192, true}, {1, 8193, true}};
+                          {32, 32768, true},  {256, 32768, true}, {4096, 8192, true}, {1, 8193, true},
+                          {1, 65536, true},   {8, 32768, true},   {1, 16384, true}};
   for (const Shape& s : shapes) {
     Buf<float> logits(int64_t{s.rows} * s.len);
     Buf<int32_t> out(int64_t{s.rows} * 2048);
@@ -351,14 +354,22 @@ void BenchTopK() {
     std::snprintf(name, sizeof(name), "%d x %d %s", s.rows, s.len, s.real_like ? "real-like" : "uniform");
     const bool target = s.real_like && ((s.rows == 64 && s.len == 131072) || (s.rows == 1 && s.len == 32768) ||
                                         (s.rows == 1 && s.len == 8192));
-    // The planner's choice, the one-CTA path, and (real-like rows) a sweep of chunk counts.
+    // The planner's choice, the one-CTA path, and (real-like rows) a sweep of
+    // chunk counts, then the row-group plans that fit one CTA per SM
+    // (variants -4, -8, -16: that many keys per thread).
+    const int sms = CurrentDeviceInfo().sm_count;
     std::vector<int> variants = {0, 1};
     if (s.real_like && s.rows <= 128) {
       for (int c : {2, 4, 8, 16, 32, 64}) variants.push_back(c);
     }
+    for (int keys : kTopKGroupKeyOptions) {
+      const TopKSplitPlan g = TopKGroupPlan(s.rows, s.len, keys);
+      if (g.group() && s.rows * g.chunks <= sms) variants.push_back(-keys);
+    }
     for (int chunks : variants) {
-      TopKRun run(logits.p, s.rows, s.len, out.p, chunks);
-      const int planned = PlanTopKSplit(s.rows, s.len, CurrentDeviceInfo().sm_count, chunks).chunks;  // 1: one CTA per row
+      const TopKSplitPlan group = chunks < 0 ? TopKGroupPlan(s.rows, s.len, -chunks) : TopKSplitPlan{};
+      TopKRun run(logits.p, s.rows, s.len, out.p, chunks < 0 ? 0 : chunks, nullptr, chunks < 0 ? &group : nullptr);
+      const int planned = chunks < 0 ? group.chunks : PlanTopKSplit(s.rows, s.len, sms, chunks).chunks;  // 1: one CTA per row
       if (chunks > 1 && planned != chunks) continue;  // clamped to a variant already timed
       CheckCuda(cudaMemset(out.p, 0x7f, out.n * 4), "poison");
       const double us = MedianMicros([&] { Ok(LaunchTopK(run.p, nullptr), "topk"); }, 3, 30);
@@ -373,15 +384,17 @@ void BenchTopK() {
       }
       const double gbs = double(s.rows) * s.len * 4 / (us * 1e-6) / 1e9;
       char tag[16];
-      if (chunks == 0 && s.len <= kTopKShortMaxLen) {
+      if (chunks < 0) {
+        std::snprintf(tag, sizeof(tag), "G%dx%d", -chunks, planned);  // keys per thread x chunks
+      } else if (chunks == 0 && s.len <= kTopKShortMaxLen) {
         std::snprintf(tag, sizeof(tag), "short");  // the short-row path
       } else {
         std::snprintf(tag, sizeof(tag), "%s%d", chunks == 0 ? "P" : "", planned);
       }
       std::printf("%-34s %6s %10.1f %10.1f %10.0f %8s\n", name, tag, us, gus, gbs, exact ? "yes" : "NO");
       if (target && chunks <= 1)
-        Summary("topk %-24s %-5s %7.1f us, graph %7.1f us  exact=%s (targets: 64x128K <= 60, 1x32K <= 15, 1x8K <= 8)",
-                name, chunks == 0 ? tag : "1-CTA", us, gus, exact ? "yes" : "NO");
+        Summary("topk %-24s %-6s %7.1f us, graph %7.1f us  exact=%s (targets: 64x128K <= 60, 1x32K <= 15, 1x8K <= 8)",
+                name, chunks == 1 ? "1-CTA" : tag, us, gus, exact ? "yes" : "NO");
     }
   }
 
@@ -406,10 +419,11 @@ void BenchTopK() {
   }
 }
 
-// One launch per path for the two target shapes, for a profiler (ncu) to
-// time each kernel: `indexer_bench topkprofile`.
+// One launch per path for the target shapes and the decode rows between
+// them, for a profiler (ncu) to time each kernel: `indexer_bench topkprofile`.
 void BenchTopKProfile() {
-  for (const auto& shape : {std::pair<int, int>{64, 131072}, std::pair<int, int>{1, 32768}}) {
+  for (const auto& shape : {std::pair<int, int>{64, 131072}, std::pair<int, int>{1, 32768}, std::pair<int, int>{1, 8192},
+                            std::pair<int, int>{1, 131072}, std::pair<int, int>{8, 32768}}) {
     const int rows = shape.first, len = shape.second;
     DecodeSetup d(rows, len, 32, 1);
     Ok(LaunchIndexerLogitsPaged(d.p, nullptr), "decode");
@@ -419,6 +433,14 @@ void BenchTopKProfile() {
       Ok(LaunchTopK(run.p, nullptr), "topk");
       CheckCuda(cudaDeviceSynchronize(), "topk");
       std::printf("profiled %d x %d, %s\n", rows, len, chunks == 0 ? "planned" : "one CTA per row");
+    }
+    for (int keys : kTopKGroupKeyOptions) {
+      const TopKSplitPlan g = TopKGroupPlan(rows, len, keys);
+      if (!g.group() || rows * g.chunks > CurrentDeviceInfo().sm_count) continue;
+      TopKRun run(d.logits.p, rows, len, out.p, 0, nullptr, &g);
+      Ok(LaunchTopK(run.p, nullptr), "topk");
+      CheckCuda(cudaDeviceSynchronize(), "topk");
+      std::printf("profiled %d x %d, row group of %d keys per thread x %d chunks\n", rows, len, keys, g.chunks);
     }
   }
 }

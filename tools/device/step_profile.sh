@@ -2,7 +2,8 @@
 # Runs on a one-GPU host (device tool, kind nvidia-h200): where the time of
 # one decode step goes, kernel by kernel, in one call (~5 min):
 #   1. engine_bench of the bundle on a GLM-5-geometry MoE layer at
-#      SPAR_P_BATCHES (default 1) x 8K context: the graph-replay time per layer;
+#      SPAR_P_BATCHES (default 1) x SPAR_P_CONTEXT (default 8192): the
+#      graph-replay time per layer;
 #   2. the same under ncu (node-level graph profiling, clocks and caches left
 #      alone, one metric: each kernel's duration), then the last decode step's
 #      kernels as a table: name, duration, and their sum against the step's
@@ -23,14 +24,14 @@ if [[ ! -f $m/config.json ]]; then
   echo "make rc=$?"
 fi
 batches=${SPAR_P_BATCHES:-1}
-timeout 150 $B/engine_bench --model $m --layers 3:4 --batches $batches --contexts 8192 ${SPAR_P_BENCH_ARGS:-} \
+timeout 150 $B/engine_bench --model $m --layers 3:4 --batches $batches --contexts ${SPAR_P_CONTEXT:-8192} ${SPAR_P_BENCH_ARGS:-} \
   > "$out/bench.log" 2>&1
 echo "engine_bench rc=$?"; grep -E "^\| *[0-9]|rror" "$out/bench.log" | head -6
 for b in ${batches//,/ }; do
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   timeout 240 $ncu --graph-profiling node --clock-control none --cache-control none \
     --metrics gpu__time_duration.sum --csv --print-units base \
-    $B/engine_bench --model $m --layers 3:4 --batches $b --contexts 8192 --reps 2 ${SPAR_P_BENCH_ARGS:-} \
+    $B/engine_bench --model $m --layers 3:4 --batches $b --contexts ${SPAR_P_CONTEXT:-8192} --reps 2 ${SPAR_P_BENCH_ARGS:-} \
     > "$out/ncu_b$b.csv" 2> "$out/ncu_b$b.err"
   echo "ncu batch $b rc=$?"
   python3 - "$out/ncu_b$b.csv" "$b" <<'PY' | tee "$out/step_kernels_b$b.txt"
