@@ -213,6 +213,27 @@ void BenchDecode() {
   }
 }
 
+// The paged decode logits' pages per CTA swept (0: the launcher's split), as
+// graph replays: `indexer_bench decodesweep`.
+void BenchDecodeSweep() {
+  std::printf("\n== paged decode logits, pages per CTA (FP8, H32, graph replays) ==\n");
+  struct Shape {
+    int batch, ctx;
+  };
+  for (const Shape s : {Shape{1, 8192}, Shape{1, 32768}, Shape{1, 131072}, Shape{8, 32768}, Shape{64, 32768},
+                        Shape{64, 131072}}) {
+    DecodeSetup d(s.batch, s.ctx, 32, 1);
+    std::printf("B%d ctx%d:", s.batch, s.ctx);
+    for (int ppc : {0, 1, 2, 4, 8, 16, 32, 64}) {
+      if (ppc > (s.ctx + 63) / 64) continue;
+      d.p.pages_per_cta = ppc;
+      const double us = GraphMicros([&](cudaStream_t st) { Ok(LaunchIndexerLogitsPaged(d.p, st), "decode"); });
+      std::printf("  %s%d %.1f", ppc == 0 ? "planned" : "ppc", ppc, us);
+    }
+    std::printf(" us\n");
+  }
+}
+
 // --- prefill -----------------------------------------------------------------------
 
 void BenchPrefill() {
@@ -491,6 +512,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "topk") BenchTopK();
   if (only.empty() || only == "keywrite") BenchKeyWrite();
   if (only == "topkprofile") BenchTopKProfile();
+  if (only == "decodesweep") BenchDecodeSweep();
   std::printf("\n== summary (copy %.0f GB/s) ==\n", g_copy_gbs);
   for (const std::string& s : g_summary) std::printf("%s\n", s.c_str());
   return 0;
