@@ -45,7 +45,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kBins = kTopKGroupBins;
 constexpr int kGroupCopies = 8;
 constexpr int kListCap = kTopKGroupListCap;
-static_assert(kBins <= kThreads && kBins % 32 == 0, "one bin per thread of the first warps");
+static_assert(kBins == 256 && kBins <= kThreads, "SelectDigit: one bin per thread of the first 8 warps");
 static_assert(kListCap <= kThreads, "one list entry per thread");
 
 struct GroupArgs {
@@ -53,14 +53,6 @@ struct GroupArgs {
   uint32_t* hists;    // [rows][kTopKGroupLevels][chunks][kBins]
   uint2* list;        // [rows][kListCap]
   int chunks;
-};
-
-// One level's choice over the row, and what the earlier chunks hold of it.
-struct GroupSelect {
-  uint32_t bucket, above, count, total;  // as ShortSelect, over the whole row
-  uint32_t earlier_above;   // keys of chunks before this one in buckets above `bucket`
-  uint32_t earlier_bucket;  // ... in `bucket`
-  uint32_t earlier_total;   // ... in every bucket
 };
 
 __device__ __forceinline__ uint32_t LoadAcquire(const uint32_t* p) {
@@ -87,65 +79,20 @@ __device__ __forceinline__ void RowBarrier(uint32_t* arrived, uint32_t target) {
 
 // The row's bucket holding the rem-th largest key, from the chunks'
 // histograms of one level (hists[c][bin], `chunks` of them; this CTA is
-// chunk `me`). Threads 0..255 own one bin each in descending order and scan
-// the row's counts and the earlier chunks' counts together. When the row
-// holds fewer than rem keys only total and earlier_total are meaningful.
-__device__ __forceinline__ GroupSelect FindGroupBucket(const uint32_t* hists, int chunks, int me, uint32_t rem,
-                                                       uint32_t (*scratch)[kBins / 32], GroupSelect* result) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  uint32_t cnt = 0, before = 0, incl = 0, before_incl = 0;
-  if (tid < kBins) {
-    const int bin = kBins - 1 - tid;
+// chunk `me`), with the earlier chunks' share of the counts.
+__device__ __forceinline__ DigitSelect FindGroupBucket(const uint32_t* hists, int chunks, int me, uint32_t rem,
+                                                       uint32_t (*scratch)[8], DigitSelect* result) {
+  uint32_t cnt = 0, before = 0;
+  if (threadIdx.x < kBins) {
+    const int bin = kBins - 1 - threadIdx.x;
 #pragma unroll 8
     for (int c = 0; c < chunks; ++c) {
       const uint32_t v = __ldcg(hists + c * kBins + bin);
       cnt += v;
       before += c < me ? v : 0u;
     }
-    incl = cnt;
-    before_incl = before;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t n = __shfl_up_sync(0xffffffffu, incl, o);
-      const uint32_t m = __shfl_up_sync(0xffffffffu, before_incl, o);
-      if (lane >= o) {
-        incl += n;
-        before_incl += m;
-      }
-    }
-    if (lane == 31) {
-      scratch[0][warp] = incl;
-      scratch[1][warp] = before_incl;
-    }
   }
-  __syncthreads();
-  if (tid < kBins) {
-    uint32_t prior = 0, total = 0, before_prior = 0, before_total = 0;
-#pragma unroll
-    for (int w = 0; w < kBins / 32; ++w) {
-      const uint32_t s = scratch[0][w], b = scratch[1][w];
-      prior += w < warp ? s : 0u;
-      before_prior += w < warp ? b : 0u;
-      total += s;
-      before_total += b;
-    }
-    const uint32_t above = prior + incl - cnt;  // the row's keys in higher digits
-    if (tid == 0) {
-      result->total = total;
-      result->earlier_total = before_total;
-    }
-    if (above < rem && above + cnt >= rem) {
-      result->bucket = static_cast<uint32_t>(kBins - 1 - tid);
-      result->above = above;
-      result->count = cnt;
-      result->earlier_above = before_prior + before_incl - before;
-      result->earlier_bucket = before;
-    }
-  }
-  __syncthreads();
-  const GroupSelect s = *result;
-  __syncthreads();  // scratch and result are reused by the next call
-  return s;
+  return SelectDigit<true>(cnt, before, rem, scratch, result);
 }
 
 template <int kKeys>
@@ -156,8 +103,8 @@ __global__ void __launch_bounds__(kThreads, 2) TopKGroupKernel(const TopKParams 
   __shared__ __align__(16) uint32_t hist[2][kGroupCopies][kBins];
   __shared__ uint32_t counts[kKeys * kWarps];
   __shared__ uint32_t scratch[33];
-  __shared__ uint32_t bucket_scratch[2][kBins / 32];
-  __shared__ GroupSelect sel;
+  __shared__ uint32_t bucket_scratch[2][8];
+  __shared__ DigitSelect sel;
   __shared__ uint2 list_s[kListCap];
   __shared__ uint32_t list_count;
   __shared__ uint32_t finish[3];  // T, the list's keys above it, equal to it
@@ -220,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 2) TopKGroupKernel(const TopKParams 
       level_hists[me * kBins + tid] = c;
     }
     RowBarrier(arrived, ++barriers * chunks);
-    const GroupSelect s = FindGroupBucket(level_hists, chunks, me, rem, bucket_scratch, &sel);
+    const DigitSelect s = FindGroupBucket(level_hists, chunks, me, rem, bucket_scratch, &sel);
     if (level == 0 && s.total <= k) {
       take_all_valid = true;
       row_valid = s.total;
@@ -323,15 +270,15 @@ __global__ void __launch_bounds__(kThreads, 2) TopKGroupKernel(const TopKParams 
   }
 }
 
-// CTAs of this kernel resident per SM (the cooperative launch's bound).
+// CTAs of this kernel resident per SM (the cooperative launch's bound),
+// asked once: the same on every device of one build.
 template <int kKeys>
 absl::StatusOr<int> ResidentPerSm() {
-  static int per_sm = -1;  // the same on every device of one build
-  if (per_sm < 0) {
+  static const absl::StatusOr<int> per_sm = []() -> absl::StatusOr<int> {
     int n = 0;
     SPAR_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, TopKGroupKernel<kKeys>, kThreads, 0));
-    per_sm = n;
-  }
+    return n;
+  }();
   return per_sm;
 }
 

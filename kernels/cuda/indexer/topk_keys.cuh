@@ -38,6 +38,74 @@ __device__ __forceinline__ void CountDigitRuns(const uint32_t (&key)[kKeys], int
   if (run != 0) atomicAdd(&bins[bin], run);
 }
 
+// One radix level's choice among 256 digit buckets, for the whole CTA.
+struct DigitSelect {
+  uint32_t bucket;          // the digit holding the rem-th largest key
+  uint32_t above, count;    // keys in higher digits / in it
+  uint32_t total;           // keys in all digits (alone meaningful when < rem)
+  uint32_t earlier_above;   // the row-group path: the earlier chunks' keys in higher digits,
+  uint32_t earlier_bucket;  // ... in the chosen digit,
+  uint32_t earlier_total;   // ... in all digits
+};
+
+// Threads 0..255 pass the count of digit 255 - tid (descending, so a scan
+// in thread order sums the higher digits) and, with kEarlier, the earlier
+// chunks' share of it; the other threads' arguments are ignored. One block
+// scan of both; every thread gets the result. scratch: 2 x 8 words.
+template <bool kEarlier>
+__device__ __forceinline__ DigitSelect SelectDigit(uint32_t cnt, uint32_t before, uint32_t rem,
+                                                   uint32_t (*scratch)[8], DigitSelect* result) {
+  constexpr int kBins = 256;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint32_t incl = cnt, before_incl = before;
+  if (tid < kBins) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t n = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += n;
+      if constexpr (kEarlier) {
+        const uint32_t m = __shfl_up_sync(0xffffffffu, before_incl, o);
+        if (lane >= o) before_incl += m;
+      }
+    }
+    if (lane == 31) {
+      scratch[0][warp] = incl;
+      if constexpr (kEarlier) scratch[1][warp] = before_incl;
+    }
+  }
+  __syncthreads();
+  if (tid < kBins) {
+    uint32_t prior = 0, total = 0, before_prior = 0, before_total = 0;
+#pragma unroll
+    for (int w = 0; w < kBins / 32; ++w) {
+      const uint32_t s = scratch[0][w];
+      prior += w < warp ? s : 0u;
+      total += s;
+      if constexpr (kEarlier) {
+        const uint32_t b = scratch[1][w];
+        before_prior += w < warp ? b : 0u;
+        before_total += b;
+      }
+    }
+    const uint32_t above = prior + incl - cnt;
+    if (tid == 0) {
+      result->total = total;
+      result->earlier_total = before_total;
+    }
+    if (above < rem && above + cnt >= rem) {
+      result->bucket = static_cast<uint32_t>(kBins - 1 - tid);
+      result->above = above;
+      result->count = cnt;
+      result->earlier_above = before_prior + before_incl - before;
+      result->earlier_bucket = before;
+    }
+  }
+  __syncthreads();
+  const DigitSelect s = *result;
+  __syncthreads();  // scratch and result are reused by the next call
+  return s;
+}
+
 // Ranks in position order of the keys whose bit u of `flags` is set: per
 // (u, warp) ballot counts, one block exclusive scan in position order. After
 // it counts[u * kWarps + warp] holds the flagged keys before that warp's

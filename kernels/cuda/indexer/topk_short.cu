@@ -41,12 +41,10 @@ constexpr int kShortWarps = kShortThreads / 32;
 constexpr int kShortBins = 256;
 constexpr int kShortCopies = 8;
 static_assert(kTopKShortMaxLen <= 16 * kShortThreads, "at most 16 keys per thread (the instantiated variants)");
+static_assert(kShortBins == 256, "SelectDigit's 256 digits");
 
 constexpr int kWarpFinishMax = 32;  // bucket size one warp ranks
 
-struct ShortSelect {
-  uint32_t bucket, above, count, total;
-};
 
 // The rem-th largest (1-based) of the n <= 32 keys in cand, for the whole
 // CTA: the threshold T, how many keys above it (taken) and equal to it.
@@ -75,43 +73,14 @@ __device__ __forceinline__ WarpFinish FinishInWarp(const uint32_t* cand, uint32_
 
 // The digit bucket holding the rem-th largest key of hist (bins x copies),
 // for the whole CTA. Threads 0..255 own one bin each in descending order.
-__device__ __forceinline__ ShortSelect FindShortBucket(const uint32_t (*hist)[kShortBins], uint32_t rem,
-                                                      uint32_t* scratch, ShortSelect* result) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  uint32_t cnt = 0, incl = 0;
-  if (tid < kShortBins) {
-    const int bin = kShortBins - 1 - tid;
+__device__ __forceinline__ DigitSelect FindShortBucket(const uint32_t (*hist)[kShortBins], uint32_t rem,
+                                                      uint32_t (*scratch)[8], DigitSelect* result) {
+  uint32_t cnt = 0;
+  if (threadIdx.x < kShortBins) {
 #pragma unroll
-    for (int c = 0; c < kShortCopies; ++c) cnt += hist[c][bin];
-    incl = cnt;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t n = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += n;
-    }
-    if (lane == 31) scratch[warp] = incl;
+    for (int c = 0; c < kShortCopies; ++c) cnt += hist[c][kShortBins - 1 - threadIdx.x];
   }
-  __syncthreads();
-  if (tid < kShortBins) {
-    uint32_t before = 0, total = 0;
-#pragma unroll
-    for (int w = 0; w < kShortBins / 32; ++w) {
-      const uint32_t s = scratch[w];
-      before += w < warp ? s : 0;
-      total += s;
-    }
-    const uint32_t above = before + incl - cnt;  // keys in higher digits
-    if (tid == 0) result->total = total;
-    if (above < rem && above + cnt >= rem) {
-      result->bucket = static_cast<uint32_t>(kShortBins - 1 - tid);
-      result->above = above;
-      result->count = cnt;
-    }
-  }
-  __syncthreads();
-  const ShortSelect s = *result;
-  __syncthreads();  // scratch and result are reused by the next call
-  return s;
+  return SelectDigit<false>(cnt, 0u, rem, scratch, result);
 }
 
 template <int kKeys>
@@ -119,7 +88,8 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   __shared__ __align__(16) uint32_t hist[2][kShortCopies][kShortBins];
   __shared__ uint32_t counts[kKeys * kShortWarps];
   __shared__ uint32_t scratch[33];
-  __shared__ ShortSelect sel;
+  __shared__ uint32_t bucket_scratch[2][8];
+  __shared__ DigitSelect sel;
   __shared__ uint32_t cand[kWarpFinishMax];
   __shared__ uint32_t cand_count;
   __shared__ WarpFinish finish;
@@ -169,7 +139,7 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
       reinterpret_cast<uint4*>(&hist[(level + 1) & 1][0][0])[tid] = make_uint4(0, 0, 0, 0);
     }
     __syncthreads();
-    const ShortSelect s = FindShortBucket(h, rem, scratch, &sel);
+    const DigitSelect s = FindShortBucket(h, rem, bucket_scratch, &sel);
     if (level == 0 && s.total <= k) {
       take_all_valid = true;
       break;

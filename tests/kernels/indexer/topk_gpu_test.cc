@@ -16,7 +16,7 @@
 #include "kernels/cuda/indexer/topk_plan.h"
 #include "kernels/ref/topk_ref.h"
 #include "tests/kernels/gpu_test_util.h"
-#include "tests/kernels/indexer/topk_test_rows.h"
+#include "tests/kernels/indexer/topk_test_util.h"
 
 namespace spar {
 namespace {
@@ -327,36 +327,7 @@ TEST(TopK, SplitPathReplaysFromACudaGraph) {
   SPAR_ASSERT_CUDA(cudaMemset(ws.get(), 0xa5, bytes));
   p.workspace = ws.get();
   p.workspace_bytes = bytes;
-  cudaStream_t stream;
-  SPAR_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  SPAR_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const absl::Status st = LaunchTopK(p, stream);
-  SPAR_ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
-  ASSERT_TRUE(st.ok()) << st;
-  cudaGraphExec_t exec;
-  SPAR_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 2; ++replay) {
-    std::vector<float> logits(static_cast<size_t>(rows) * len);
-    for (int r = 0; r < rows; ++r) {
-      const Dist dist = replay == 0 ? Dist::kRealLike : Dist::kTies;
-      const std::vector<float> row = MakeRow(dist, len, 70 + r + 10 * replay);
-      std::copy(row.begin(), row.end(), logits.begin() + static_cast<size_t>(r) * len);
-    }
-    d_logits.Upload(logits);
-    SPAR_ASSERT_CUDA(cudaMemset(d_out.get(), 0x7f, d_out.bytes()));
-    SPAR_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
-    SPAR_ASSERT_CUDA(cudaStreamSynchronize(stream));
-    const std::vector<int32_t> got = d_out.Download();
-    std::vector<int32_t> want(k);
-    for (int r = 0; r < rows; ++r) {
-      ref::TopK(logits.data() + static_cast<size_t>(r) * len, len, k, want.data());
-      for (int i = 0; i < k; ++i) ASSERT_EQ(got[static_cast<size_t>(r) * k + i], want[i]) << "replay " << replay;
-    }
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  testing::ExpectGraphReplaysMatchReference(p, d_logits, d_out);
 }
 
 // The cuda backend plans once per step and passes its plan: the launcher

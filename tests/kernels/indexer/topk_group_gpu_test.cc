@@ -17,7 +17,7 @@
 #include "kernels/cuda/indexer/topk_plan.h"
 #include "kernels/ref/topk_ref.h"
 #include "tests/kernels/gpu_test_util.h"
-#include "tests/kernels/indexer/topk_test_rows.h"
+#include "tests/kernels/indexer/topk_test_util.h"
 
 namespace spar {
 namespace {
@@ -242,35 +242,7 @@ TEST(TopKGroup, ReplaysFromACudaGraph) {
   SPAR_ASSERT_CUDA(cudaMemset(ws.get(), 0xa5, bytes));
   p.workspace = ws.get();
   p.workspace_bytes = bytes;
-  cudaStream_t stream;
-  SPAR_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  SPAR_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const absl::Status st = LaunchTopK(p, stream);
-  SPAR_ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
-  ASSERT_TRUE(st.ok()) << st;
-  cudaGraphExec_t exec;
-  SPAR_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 2; ++replay) {
-    std::vector<float> logits(static_cast<size_t>(n_rows) * len);
-    for (int r = 0; r < n_rows; ++r) {
-      const std::vector<float> row = MakeRow(replay == 0 ? Dist::kRealLike : Dist::kTies, len, 80 + r + 10 * replay);
-      std::copy(row.begin(), row.end(), logits.begin() + static_cast<size_t>(r) * len);
-    }
-    d_logits.Upload(logits);
-    SPAR_ASSERT_CUDA(cudaMemset(d_out.get(), 0x7f, d_out.bytes()));
-    SPAR_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
-    SPAR_ASSERT_CUDA(cudaStreamSynchronize(stream));
-    const std::vector<int32_t> got = d_out.Download();
-    std::vector<int32_t> want(k);
-    for (int r = 0; r < n_rows; ++r) {
-      ref::TopK(logits.data() + static_cast<size_t>(r) * len, len, k, want.data());
-      for (int i = 0; i < k; ++i) ASSERT_EQ(got[static_cast<size_t>(r) * k + i], want[i]) << "replay " << replay;
-    }
-  }
-  SPAR_ASSERT_CUDA(cudaGraphExecDestroy(exec));
-  SPAR_ASSERT_CUDA(cudaGraphDestroy(graph));
-  SPAR_ASSERT_CUDA(cudaStreamDestroy(stream));
+  testing::ExpectGraphReplaysMatchReference(p, d_logits, d_out);
 }
 
 // A plan that is not TopKGroupPlan's (chunk length off) or that does not
