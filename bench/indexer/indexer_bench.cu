@@ -405,8 +405,9 @@ void BenchTopK() {
       }
       const double gbs = double(s.rows) * s.len * 4 / (us * 1e-6) / 1e9;
       char tag[16];
-      if (chunks < 0) {
-        std::snprintf(tag, sizeof(tag), "G%dx%d", -chunks, planned);  // keys per thread x chunks
+      const TopKSplitPlan chosen = chunks < 0 ? group : PlanTopKSplit(s.rows, s.len, sms, chunks);
+      if (chosen.group()) {
+        std::snprintf(tag, sizeof(tag), "%sG%dx%d", chunks == 0 ? "P" : "", chosen.group_keys, chosen.chunks);
       } else if (chunks == 0 && s.len <= kTopKShortMaxLen) {
         std::snprintf(tag, sizeof(tag), "short");  // the short-row path
       } else {
