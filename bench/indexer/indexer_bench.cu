@@ -358,7 +358,7 @@ void BenchTopK() {
                           {1, 32768, false},  {1, 8192, false}, {1, 131072, true},  {64, 32768, true},
                           {64, 8192, true},   {1, 200000, true}, {128, 131072, true}, {8, 131072, true},
                           {32, 32768, true},  {256, 32768, true}, {4096, 8192, true}, {1, 8193, true},
-                          {1, 65536, true},   {8, 32768, true},   {1, 16384, true}};
+                          {1, 65536, true},   {8, 32768, true},   {1, 16384, true}, {1, 4096, true}};
   for (const Shape& s : shapes) {
     Buf<float> logits(int64_t{s.rows} * s.len);
     Buf<int32_t> out(int64_t{s.rows} * 2048);
