@@ -388,9 +388,11 @@ void BenchTopK() {
       if (g.group() && s.rows * g.chunks <= sms) variants.push_back(-keys);
     }
     for (int chunks : variants) {
-      const TopKSplitPlan group = chunks < 0 ? TopKGroupPlan(s.rows, s.len, -chunks) : TopKSplitPlan{};
-      TopKRun run(logits.p, s.rows, s.len, out.p, chunks < 0 ? 0 : chunks, nullptr, chunks < 0 ? &group : nullptr);
-      const int planned = chunks < 0 ? group.chunks : PlanTopKSplit(s.rows, s.len, sms, chunks).chunks;  // 1: one CTA per row
+      // The plan LaunchTopK follows: the forced group plan, or the planner's.
+      const TopKSplitPlan chosen =
+          chunks < 0 ? TopKGroupPlan(s.rows, s.len, -chunks) : PlanTopKSplit(s.rows, s.len, sms, chunks);
+      TopKRun run(logits.p, s.rows, s.len, out.p, chunks < 0 ? 0 : chunks, nullptr, chunks < 0 ? &chosen : nullptr);
+      const int planned = chosen.chunks;  // 1: one CTA per row
       if (chunks > 1 && planned != chunks) continue;  // clamped to a variant already timed
       CheckCuda(cudaMemset(out.p, 0x7f, out.n * 4), "poison");
       const double us = MedianMicros([&] { Ok(LaunchTopK(run.p, nullptr), "topk"); }, 3, 30);
@@ -405,7 +407,6 @@ void BenchTopK() {
       }
       const double gbs = double(s.rows) * s.len * 4 / (us * 1e-6) / 1e9;
       char tag[16];
-      const TopKSplitPlan chosen = chunks < 0 ? group : PlanTopKSplit(s.rows, s.len, sms, chunks);
       if (chosen.group()) {
         std::snprintf(tag, sizeof(tag), "%sG%dx%d", chunks == 0 ? "P" : "", chosen.group_keys, chosen.chunks);
       } else if (chunks == 0 && s.len <= kTopKShortMaxLen) {

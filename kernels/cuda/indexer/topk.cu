@@ -72,7 +72,8 @@ absl::Status ValidateTopK(const TopKParams& p) {
   if (p.split_chunks < 0) return InvalidParam(op, "split_chunks", "must be >= 0");
   if (p.plan != nullptr && (p.plan->split() || p.plan->group()) && p.plan->chunks * p.plan->chunk_len < p.num_cols)
     return InvalidParam(op, "plan", "does not cover num_cols (not PlanTopKSplit of these rows)");
-  if (p.plan != nullptr && p.plan->group() && p.plan->chunk_len != int64_t{p.plan->group_keys} * kTopKGroupThreads)
+  if (p.plan != nullptr && p.plan->group() &&
+      (!IsTopKGroupKeys(p.plan->group_keys) || p.plan->chunk_len != int64_t{p.plan->group_keys} * kTopKGroupThreads))
     return InvalidParam(op, "plan", "is not a row-group plan (TopKGroupPlan)");
   if (p.rows == 0) return absl::OkStatus();
   if (p.logits == nullptr || reinterpret_cast<uintptr_t>(p.logits) % 4 != 0)

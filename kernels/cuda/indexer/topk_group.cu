@@ -320,7 +320,7 @@ absl::Status LaunchTopKGroup(const TopKParams& p, const TopKSplitPlan& plan, cud
     case 4: return Launch<4>(p, plan, a, stream);
     case 8: return Launch<8>(p, plan, a, stream);
     case 16: return Launch<16>(p, plan, a, stream);
-    default: return absl::InvalidArgumentError("LaunchTopKGroup: group_keys must be 4, 8 or 16");
+    default: return absl::InvalidArgumentError("LaunchTopKGroup: group_keys must be 4, 8 or 16");  // ValidateTopK refused it
   }
 }
 

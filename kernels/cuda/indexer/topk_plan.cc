@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 
 namespace spar {
 namespace {
@@ -70,11 +71,14 @@ TopKSplitPlan PlanTopKSplit(int64_t rows, int64_t num_cols, int sm_count, int fo
   return plan;
 }
 
+bool IsTopKGroupKeys(int keys_per_thread) {
+  return std::find(std::begin(kTopKGroupKeyOptions), std::end(kTopKGroupKeyOptions), keys_per_thread) !=
+         std::end(kTopKGroupKeyOptions);
+}
+
 TopKSplitPlan TopKGroupPlan(int64_t rows, int64_t num_cols, int keys_per_thread) {
   TopKSplitPlan plan;
-  bool known = false;
-  for (int k : kTopKGroupKeyOptions) known = known || k == keys_per_thread;
-  if (!known || rows <= 0 || rows > 65535 || num_cols <= 0) return plan;
+  if (!IsTopKGroupKeys(keys_per_thread) || rows <= 0 || rows > 65535 || num_cols <= 0) return plan;
   const int64_t chunk_len = int64_t{keys_per_thread} * kTopKGroupThreads;
   const int64_t chunks = CeilDiv(std::min<int64_t>(num_cols, kTopKMaxLen), chunk_len);
   if (chunks > kTopKGroupMaxChunks) return plan;

@@ -88,6 +88,8 @@ struct TopKSplitPlan {
 // the row count (grid.y) or kTopKGroupMaxChunks do not allow it. Whether
 // its rows x chunks CTAs fit the device at once is the launcher's check.
 TopKSplitPlan TopKGroupPlan(int64_t rows, int64_t num_cols, int keys_per_thread);
+// Whether keys_per_thread is one of kTopKGroupKeyOptions (an instantiated kernel).
+bool IsTopKGroupKeys(int keys_per_thread);
 
 // Modelled µs of the one-CTA path and of the split path (graph replays,
 // launch overhead excluded); PlanTopKSplit splits when the second is at

@@ -266,6 +266,12 @@ TEST(TopKGroupParamsCheck, RefusesAPlanThatIsNotAGroupPlan) {
   plan = TopKGroupPlan(1, 40000, 8);
   plan.chunks = 2;
   EXPECT_EQ(LaunchTopK(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  plan = TopKGroupPlan(1, 40000, 8);
+  plan.group_keys = 5;  // no such kernel
+  plan.chunk_len = 5 * kTopKGroupThreads;
+  const absl::Status st = LaunchTopK(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("plan"), std::string::npos) << st;
 }
 
 }  // namespace

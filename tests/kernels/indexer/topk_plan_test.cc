@@ -66,6 +66,8 @@ TEST(TopKPlan, FewLongRowsTakeTheRowGroup) {
 }
 
 TEST(TopKPlan, GroupPlansNeedAKnownKeyCountAndFewChunks) {
+  for (int keys : kTopKGroupKeyOptions) EXPECT_TRUE(IsTopKGroupKeys(keys));
+  EXPECT_FALSE(IsTopKGroupKeys(6));
   EXPECT_FALSE(TopKGroupPlan(1, 32768, 6).group());
   EXPECT_FALSE(TopKGroupPlan(1, 131072, 4).group());  // 64 chunks
   EXPECT_FALSE(TopKGroupPlan(0, 32768, 4).group());
