@@ -37,16 +37,23 @@ constexpr int kHistWords = kTopKBins * kCopies;    // 16384, reused as the key =
 constexpr int kRowSmemBytes = (kHistWords + kBitmapWords + 2 * kCandCap) * 4;
 static_assert(kBitmapWords <= kHistWords, "the eq bitmap reuses the histogram");
 
+// A larger logit has a larger key; NaN and -inf map to 0 (never selected),
+// -0 to +0's key. f + 0 is +0 for -0 (round to nearest) and f itself
+// otherwise; NaN and -inf fail f > -inf. Five instructions.
 __device__ __forceinline__ uint32_t OrderedKey(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u || u == 0xff800000u) return 0;  // NaN, -inf
-  if (u == 0x80000000u) u = 0;                                          // -0 == +0
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  const uint32_t u = __float_as_uint(f + 0.0f);
+  const uint32_t key = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+  return f > -INFINITY ? key : 0u;
 }
 
 __device__ __forceinline__ uint32_t LaneMaskLt() {
   uint32_t m;
   asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+  return m;
+}
+__device__ __forceinline__ uint32_t LaneMaskEq() {
+  uint32_t m;
+  asm("mov.u32 %0, %%lanemask_eq;" : "=r"(m));
   return m;
 }
 

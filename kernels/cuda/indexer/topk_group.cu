@@ -114,22 +114,10 @@ __global__ void __launch_bounds__(kThreads, 2) TopKGroupKernel(const TopKParams 
   const int me = static_cast<int>(blockIdx.x);
   const int64_t row = blockIdx.y;
   const int c0 = me * kChunk;
-  const float* x = RowPtr(p, row);
-
-  // Rows starting at column 0 (decode) are loaded up to num_cols without
-  // waiting for the row length (as in the short-row path).
   const int len = RowLen(p, row);
-  const int64_t load_end = p.row_start == nullptr ? p.num_cols : len;
-  float raw[kKeys];
-#pragma unroll
-  for (int u = 0; u < kKeys; ++u) {
-    const int pos = c0 + u * kThreads + tid;
-    raw[u] = pos < load_end ? __ldg(x + pos) : 0.0f;
-  }
-  const int32_t* table = SlotTable(p, row);
   uint32_t key[kKeys];
-#pragma unroll
-  for (int u = 0; u < kKeys; ++u) key[u] = c0 + u * kThreads + tid < len ? OrderedKey(raw[u]) : 0u;
+  LoadRowKeys<kThreads>(p, row, c0, len, key);
+  const int32_t* table = SlotTable(p, row);
   static_assert(2 * kGroupCopies * kBins == 8 * kThreads, "two uint4 of zeros per thread");
   reinterpret_cast<uint4*>(&hist[0][0][0])[tid] = make_uint4(0, 0, 0, 0);
   reinterpret_cast<uint4*>(&hist[0][0][0])[kThreads + tid] = make_uint4(0, 0, 0, 0);
@@ -153,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 2) TopKGroupKernel(const TopKParams 
   for (int level = 0; level < kTopKGroupLevels; ++level) {
     const int shift = 24 - 8 * level;
     uint32_t(*h)[kBins] = hist[level & 1];
-    CountDigitRuns(key, shift, level == 0, prefix, h[copy]);
+    CountDigitRuns(key, shift, prefix, h[copy]);
     // The other buffer was last read before the previous level's bucket
     // search ended with a barrier: zero it for the next level.
     if (level < kTopKGroupLevels - 1 && tid < kGroupCopies * kBins / 4)
@@ -222,46 +210,42 @@ __global__ void __launch_bounds__(kThreads, 2) TopKGroupKernel(const TopKParams 
   const uint32_t threshold = prefix, need_eq = rem;
 
   // ---- this chunk's selected positions, after the earlier chunks' ---------
-  uint32_t selected = 0;  // bit u: chunk position u * kThreads + tid
+  WarpFlags<kKeys> selected;  // chunk position u * kThreads + tid is selected
   uint32_t out_base = 0;
   if (take_all_valid) {
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) selected |= (key[u] != 0 ? 1u : 0u) << u;
+    selected = BallotEach<kKeys>([&](int u) { return key[u] != 0; });
     out_base = earlier_valid;
   } else {
-    uint32_t eq = 0;
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      selected |= (key[u] > threshold ? 1u : 0u) << u;
-      eq |= (key[u] == threshold ? 1u : 0u) << u;
-    }
+    selected = BallotEach<kKeys>([&](int u) { return key[u] > threshold; });
+    const WarpFlags<kKeys> eq = BallotEach<kKeys>([&](int u) { return key[u] == threshold; });
     out_base = earlier_above + min(earlier_eq, need_eq);
     if (need_eq >= eq_count) {
-      selected |= eq;  // every tied key of the row is taken
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) selected.b[u] |= eq.b[u];  // every tied key of the row is taken
     } else if (earlier_eq < need_eq) {
       // Keep this chunk's tied positions while the row's count stays below need_eq.
       uint32_t unused;
-      PositionRanks<kThreads, kKeys>(eq, counts, scratch, &unused);
+      PositionRanks<kThreads>(eq, counts, scratch, &unused);
 #pragma unroll
       for (int u = 0; u < kKeys; ++u) {
         const uint32_t rank = RankInOrder<kThreads>(eq, u, counts);
-        if (((eq >> u) & 1u) && earlier_eq + rank < need_eq) selected |= 1u << u;
+        selected.b[u] |= __ballot_sync(0xffffffffu, eq.Mine(u) && earlier_eq + rank < need_eq);
       }
       __syncthreads();  // counts is rewritten below
     }
   }
   uint32_t total = 0;
   if (tid < kTableEntries) table_s[tid] = table_entry;  // published by PositionRanks' barriers
-  PositionRanks<kThreads, kKeys>(selected, counts, scratch, &total);
+  PositionRanks<kThreads>(selected, counts, scratch, &total);
   int32_t* out = p.out + row * p.out_stride + out_base;
 #pragma unroll
   for (int u = 0; u < kKeys; ++u) {
+    if (!selected.Mine(u)) continue;
     const int pos = c0 + u * kThreads + tid;
     const int32_t value = table != nullptr ? table_s[(pos - c0) / kCacheBlockTokens] * kCacheBlockTokens +
                                                  pos % kCacheBlockTokens
                                            : pos;
-    const uint32_t rank = RankInOrder<kThreads>(selected, u, counts);
-    if ((selected >> u) & 1u) out[rank] = value;
+    out[RankInOrder<kThreads>(selected, u, counts)] = value;
   }
   if (me == 0) {
     const int row_total = static_cast<int>(take_all_valid ? row_valid : k);

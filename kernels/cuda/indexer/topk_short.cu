@@ -45,6 +45,10 @@ static_assert(kShortBins == 256, "SelectDigit's 256 digits");
 
 constexpr int kWarpFinishMax = 32;  // bucket size one warp ranks
 
+__device__ __forceinline__ void StoreGlobal(int32_t* p, int32_t v) {
+  asm volatile("st.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 
 // The rem-th largest (1-based) of the n <= 32 keys in cand, for the whole
 // CTA: the threshold T, how many keys above it (taken) and equal to it.
@@ -57,17 +61,27 @@ __device__ __forceinline__ WarpFinish FinishInWarp(const uint32_t* cand, uint32_
   if (tid < 32) {
     const uint32_t mine = lane < static_cast<int>(n) ? cand[lane] : 0u;
     uint32_t above = 0, equal = 0;
-    for (uint32_t j = 0; j < n; ++j) {
-      const uint32_t other = __shfl_sync(0xffffffffu, mine, static_cast<int>(j));
-      above += other > mine;
-      equal += other == mine;
+    // Every lane reads all 32 slots (broadcast loads, all in flight at
+    // once; a shuffle per candidate in a loop of n was a ~1000-cycle chain
+    // the other warps waited on); slots past n are ignored.
+    const uint4* const all = reinterpret_cast<const uint4*>(cand);
+#pragma unroll
+    for (int q = 0; q < kWarpFinishMax / 4; ++q) {
+      const uint4 v = all[q];
+      const uint32_t other[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool counted = 4 * q + e < static_cast<int>(n);
+        above += counted & (other[e] > mine);
+        equal += counted & (other[e] == mine);
+      }
     }
     // Exactly the lanes holding the rem-th key qualify; they write alike.
     if (lane < static_cast<int>(n) && above < rem && above + equal >= rem) *out = WarpFinish{mine, above, equal};
   }
   __syncthreads();
   const WarpFinish f = *out;
-  __syncthreads();
+  __syncthreads();  // as SelectDigit: no write to a neighbour of *out may overtake the read
   return f;
 }
 
@@ -90,7 +104,7 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   __shared__ uint32_t scratch[33];
   __shared__ uint32_t bucket_scratch[2][8];
   __shared__ DigitSelect sel;
-  __shared__ uint32_t cand[kWarpFinishMax];
+  __shared__ __align__(16) uint32_t cand[kWarpFinishMax];
   __shared__ uint32_t cand_count;
   __shared__ WarpFinish finish;
   constexpr int kTableEntries = kKeys * kShortThreads / kCacheBlockTokens;
@@ -98,23 +112,10 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   const int tid = threadIdx.x, lane = tid & 31;
   const int copy = lane & (kShortCopies - 1);
   const int64_t row = blockIdx.x;
-  const float* x = RowPtr(p, row);
-
-  // Rows that start at column 0 (decode) are loaded up to num_cols, a
-  // parameter, so the loads need not wait for the row length; a row with
-  // its own start (prefill) may end before num_cols and is read to its length.
   const int len = RowLen(p, row);
-  const int64_t load_end = p.row_start == nullptr ? p.num_cols : len;
-  float raw[kKeys];
-#pragma unroll
-  for (int u = 0; u < kKeys; ++u) {
-    const int pos = u * kShortThreads + tid;
-    raw[u] = pos < load_end ? __ldg(x + pos) : 0.0f;
-  }
-  const int32_t* table = SlotTable(p, row);
   uint32_t key[kKeys];
-#pragma unroll
-  for (int u = 0; u < kKeys; ++u) key[u] = u * kShortThreads + tid < len ? OrderedKey(raw[u]) : 0u;
+  LoadRowKeys<kShortThreads>(p, row, 0, len, key);
+  const int32_t* table = SlotTable(p, row);
   reinterpret_cast<uint4*>(&hist[0][0][0])[tid] = make_uint4(0, 0, 0, 0);  // 1024 x 16 B = both buffers
   if (tid == 0) cand_count = 0;
   __syncthreads();
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   for (int level = 0; level < 4; ++level) {
     const int shift = 24 - 8 * level;
     uint32_t(*h)[kShortBins] = hist[level & 1];
-    CountDigitRuns(key, shift, level == 0, prefix, h[copy]);
+    CountDigitRuns(key, shift, prefix, h[copy]);
     // The other buffer was last read by the previous level's bucket search,
     // which ended with a barrier: zero it for the next level.
     if (level < 3 && tid < kShortCopies * kShortBins / 4) {
@@ -167,27 +168,23 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   }
 
   // ---- ranks in position order (PositionRanks) ---------------------------
-  uint32_t selected = 0;  // bit u: position u * 1024 + tid is selected
+  WarpFlags<kKeys> selected;  // position u * 1024 + tid is selected
   if (take_all_valid) {
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) selected |= (key[u] != 0 ? 1u : 0u) << u;
+    selected = BallotEach<kKeys>([&](int u) { return key[u] != 0; });
   } else {
-    uint32_t eq = 0;
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      selected |= (key[u] > threshold ? 1u : 0u) << u;
-      eq |= (key[u] == threshold ? 1u : 0u) << u;
-    }
+    selected = BallotEach<kKeys>([&](int u) { return key[u] > threshold; });
+    const WarpFlags<kKeys> eq = BallotEach<kKeys>([&](int u) { return key[u] == threshold; });
     if (need_eq >= eq_count) {
-      selected |= eq;
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) selected.b[u] |= eq.b[u];
     } else {
       // Keep the need_eq lowest tied positions.
       uint32_t unused;
-      PositionRanks<kShortThreads, kKeys>(eq, counts, scratch, &unused);
+      PositionRanks<kShortThreads>(eq, counts, scratch, &unused);
 #pragma unroll
       for (int u = 0; u < kKeys; ++u) {
         const uint32_t rank = RankInOrder<kShortThreads>(eq, u, counts);
-        if (((eq >> u) & 1u) && rank < need_eq) selected |= 1u << u;
+        selected.b[u] |= __ballot_sync(0xffffffffu, eq.Mine(u) && rank < need_eq);
       }
       __syncthreads();  // counts is rewritten below
     }
@@ -196,21 +193,21 @@ __global__ void __launch_bounds__(kShortThreads, 1) TopKShortKernel(const TopKPa
   // ---- write the selected positions in ascending order, then -1 ----------
   uint32_t total = 0;
   if (tid < kTableEntries) table_s[tid] = table_entry;  // published by position_ranks' barriers
-  PositionRanks<kShortThreads, kKeys>(selected, counts, scratch, &total);
+  PositionRanks<kShortThreads>(selected, counts, scratch, &total);
+  // The row's output pointer kept in a register (recomputed per store it
+  // cost four 64-bit instructions a key), stored through as global memory.
   int32_t* out = p.out + row * p.out_stride;
-  int32_t value[kKeys];
+  asm("" : "+l"(out));
 #pragma unroll
   for (int u = 0; u < kKeys; ++u) {
+    if (!selected.Mine(u)) continue;
     const int pos = u * kShortThreads + tid;
-    value[u] = pos;
-    if (table != nullptr && ((selected >> u) & 1u)) {
-      value[u] = table_s[pos / kCacheBlockTokens] * kCacheBlockTokens + pos % kCacheBlockTokens;
+    int32_t value = pos;
+    if (table != nullptr) {
+      const uint32_t upos = static_cast<uint32_t>(pos);  // unsigned: no sign fix-up in the division
+      value = table_s[upos / kCacheBlockTokens] * kCacheBlockTokens + static_cast<int>(upos % kCacheBlockTokens);
     }
-  }
-#pragma unroll
-  for (int u = 0; u < kKeys; ++u) {
-    const uint32_t rank = RankInOrder<kShortThreads>(selected, u, counts);
-    if ((selected >> u) & 1u) out[rank] = value[u];
+    StoreGlobal(out + RankInOrder<kShortThreads>(selected, u, counts), value);
   }
   for (int i = static_cast<int>(total) + tid; i < p.k; i += kShortThreads) out[i] = -1;
 }
