@@ -35,18 +35,21 @@ __device__ __forceinline__ void LoadRowKeys(const TopKParams& p, int64_t row, in
   for (int u = 0; u < kKeys; ++u) key[u] = c0 + u * kT + tid < len ? OrderedKey(raw[u]) : 0u;
 }
 
-// Adds this thread's keys whose digits above `shift` equal `prefix` into
-// bins[digit], digit = bits [shift + 7 : shift] (shift a multiple of 8; at
-// the top level prefix is 0 and every valid key counts). Runs of one digit
-// are added at once: real logits put most of a row's keys into a few bins
-// and same-address smem atomics serialize. Key 0 (NaN, -inf) is never
-// counted. Branch-free: the adds are predicated reductions (the compiler's
-// branchy form of the same loop cost ~30 instructions per key, ncu).
+// `red.shared.add` of value at a shared-memory address when pred holds, as a
+// predicated instruction (the compiler wraps it in a branch all the same).
 __device__ __forceinline__ void RedSharedAddIf(bool pred, uint32_t smem_addr, uint32_t value) {
   asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %2, 0;\n @p red.shared.add.u32 [%0], %1;\n}\n" ::"r"(smem_addr),
                "r"(value), "r"(static_cast<uint32_t>(pred)));
 }
 
+// Adds this thread's keys whose digits above `shift` equal `prefix` into
+// bins[digit], digit = bits [shift + 7 : shift] (shift a multiple of 8; at
+// the top level prefix is 0 and every valid key counts). Runs of one digit
+// are added at once: real logits put most of a row's keys into a few bins
+// and same-address smem atomics serialize. Key 0 (NaN, -inf) is never
+// counted. No data-dependent control flow in the source, the adds being
+// predicated reductions: ~20 instructions a key where the branchy form of
+// the same loop cost ~30 (ncu).
 template <int kKeys>
 __device__ __forceinline__ void CountDigitRuns(const uint32_t (&key)[kKeys], int shift, uint32_t prefix,
                                                uint32_t* bins) {

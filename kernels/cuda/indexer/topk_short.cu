@@ -49,7 +49,6 @@ __device__ __forceinline__ void StoreGlobal(int32_t* p, int32_t v) {
   asm volatile("st.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-
 // The rem-th largest (1-based) of the n <= 32 keys in cand, for the whole
 // CTA: the threshold T, how many keys above it (taken) and equal to it.
 // Warp 0 ranks them; the others wait at the barriers.
