@@ -13,6 +13,7 @@
 #include "kernels/cuda/common/rope_device.cuh"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/invalid_arg.h"
+#include "kernels/cuda/common/load_early.cuh"
 #include "kernels/cuda/small_ops/rope_apply.cuh"
 
 namespace spar {
@@ -32,14 +33,29 @@ __global__ void __launch_bounds__(kThreads) MlaCacheWriteKernel(const MlaCacheWr
     if (idx < p.query_rope.rows * (p.query_rope.rotary_dim / 2)) cuda::RopeApplyPair(p.query_rope, idx);
     return;
   }
-  const int32_t slot = p.slot_mapping[t];
-  if (slot < 0 || slot >= p.num_slots) return;  // uniform over the CTA
+  // Every load is issued at once, before the slot test and the reductions
+  // (LoadEarly: the slot, the row, the norm weights, the rope pair, its
+  // position and frequency): left to the compilers, a decode step's write
+  // waited three memory round trips in a row on the query branch.
+  const bool rope_lane = tid < kRope / 2;
+  const bool rotate = rope_lane && p.inv_freq != nullptr;
+  const int ia = p.interleaved ? 2 * tid : tid;
+  const int ib = p.interleaved ? 2 * tid + 1 : tid + kRope / 2;
   const __nv_bfloat16* row = p.kv + t * p.kv_stride;
+  const int32_t slot = cuda::LoadEarly(p.slot_mapping + t);
+  const int32_t pos = rotate ? cuda::LoadEarly(p.positions + t) : 0;
+  const float freq = rotate ? cuda::LoadEarly(p.inv_freq + tid) : 0.0f;
+  const uint16_t raw0 = rope_lane ? cuda::LoadEarly(reinterpret_cast<const uint16_t*>(row + kNope + ia)) : 0;
+  const uint16_t raw1 = rope_lane ? cuda::LoadEarly(reinterpret_cast<const uint16_t*>(row + kNope + ib)) : 0;
+  const uint4 wraw = p.norm_weight != nullptr ? cuda::LoadEarly(reinterpret_cast<const uint4*>(p.norm_weight + tid * 8))
+                                              : make_uint4(0, 0, 0, 0);
+  const uint4 raw = cuda::LoadEarly(reinterpret_cast<const uint4*>(row + tid * 8));
+  const float x0 = __bfloat162float(__ushort_as_bfloat16(raw0)), x1 = __bfloat162float(__ushort_as_bfloat16(raw1));
+  if (slot < 0 || slot >= p.num_slots) return;  // uniform over the CTA
 
   // Phase 1: RMSNorm of c_kv in fp32 (sum of squares over the CTA).
   float c[8];
   {
-    const uint4 raw = *reinterpret_cast<const uint4*>(row + tid * 8);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -48,8 +64,6 @@ __global__ void __launch_bounds__(kThreads) MlaCacheWriteKernel(const MlaCacheWr
     }
   }
   if (p.norm_weight != nullptr) {
-    // Loaded before the sum: the round trip overlaps the reduction.
-    const uint4 wraw = *reinterpret_cast<const uint4*>(p.norm_weight + tid * 8);
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) ss = fmaf(c[i], c[i], ss);
@@ -69,20 +83,11 @@ __global__ void __launch_bounds__(kThreads) MlaCacheWriteKernel(const MlaCacheWr
   }
 
   // Phase 2: rotate the rope pair of threads 0..31.
-  float r0 = 0.0f, r1 = 0.0f;
-  int ia = 0, ib = 0;
-  if (tid < kRope / 2) {
-    ia = p.interleaved ? 2 * tid : tid;
-    ib = p.interleaved ? 2 * tid + 1 : tid + kRope / 2;
-    const float x0 = __bfloat162float(row[kNope + ia]), x1 = __bfloat162float(row[kNope + ib]);
-    if (p.inv_freq != nullptr) {
-      float cs, sn;
-      cuda::RopeCosSin(p.positions[t], p.inv_freq[tid], p.attention_factor, cs, sn);
-      cuda::RopeRotate(x0, x1, cs, sn, r0, r1);
-    } else {
-      r0 = x0;
-      r1 = x1;
-    }
+  float r0 = x0, r1 = x1;
+  if (rotate) {
+    float cs, sn;
+    cuda::RopeCosSin(pos, freq, p.attention_factor, cs, sn);
+    cuda::RopeRotate(x0, x1, cs, sn, r0, r1);
   }
 
   // Phase 3: encode and store.

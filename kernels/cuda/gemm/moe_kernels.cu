@@ -43,9 +43,12 @@ __device__ __forceinline__ void RouteTokenBlock(const MoeRouteParams& p, int64_t
   const int num_experts = p.num_experts, group_size = p.num_experts / p.n_group;
   const float* lg = p.logits + tok * p.ld_logits;
   for (int e = tid; e < num_experts; e += kRouteThreads) {
+    // The bias is loaded first so both loads are in flight at once (after
+    // the logit's strong load the compiler kept it behind the sigmoid).
+    const float bias = p.bias[e];
     // Through L2: in MoeRouterRoutePermuteKernel other blocks wrote them.
     const float score = 1.0f / (1.0f + expf(-__ldcg(lg + e)));
-    const float choice = score + p.bias[e];
+    const float choice = score + bias;
     s.score[e] = score;
     // NaN (a NaN hidden state) ranks last, so the places stay a permutation.
     s.choice[e] = choice == choice ? choice : -INFINITY;
@@ -296,16 +299,20 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRouterRoutePermuteKernel(con
     const int vecs = static_cast<int>(g.hidden / 8);
     constexpr int kStride = kRouterWarpsPerExpert * 32;
     for (int v0 = quarter * 32 + lane; v0 < vecs; v0 += kRouterBatch * kStride) {
-      uint4 wv[kRouterBatch];
-#pragma unroll
-      for (int i = 0; i < kRouterBatch; ++i) {  // all loads first: one memory latency per batch
-        const int v = v0 + i * kStride;
-        wv[i] = v < vecs ? __ldg(w + v) : make_uint4(0, 0, 0, 0);
-      }
+      // All loads first, the activations' too: one memory latency per batch.
+      // (Loaded beside their products, the activation loads each waited for
+      // the previous product: six L2 round trips in a row at GLM-5's hidden
+      // size, on the one-token step's critical path.)
+      uint4 wv[kRouterBatch], xv[kRouterBatch];
 #pragma unroll
       for (int i = 0; i < kRouterBatch; ++i) {
         const int v = v0 + i * kStride;
-        if (v < vecs) acc += DotBf16x8(wv[i], __ldg(x + v));
+        wv[i] = v < vecs ? __ldg(w + v) : make_uint4(0, 0, 0, 0);
+        xv[i] = v < vecs ? __ldg(x + v) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kRouterBatch; ++i) {
+        if (v0 + i * kStride < vecs) acc += DotBf16x8(wv[i], xv[i]);
       }
     }
   }
@@ -330,8 +337,18 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRouterRoutePermuteKernel(con
   if (tid == 0) *done = 0;
 }
 
-__device__ __forceinline__ void AddBf16x8(float (&acc)[8], const __nv_bfloat16* src, float w) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+// Block (t, c) combines token t's hidden columns [c * kCombineCols, ...):
+// at decode batch sizes one block per token would walk the whole hidden
+// size serially (~10 us for GLM-5's 6144 at batch 1).
+constexpr int kCombineThreads = 128;
+constexpr int kCombineCols = kCombineThreads * 8;
+// Expert rows a thread has in flight before it sums them. Loaded beside
+// their sums, each row's load waited for the previous row's adds (the
+// compiler keeps a load behind the FFMAs before it): at one token that was
+// ten L2 round trips in a row, top_k experts + shared + residual.
+constexpr int kCombineRowsInFlight = 8;
+
+__device__ __forceinline__ void AddBf16x8(float (&acc)[8], const uint4& raw, float w) {
   const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
@@ -340,11 +357,7 @@ __device__ __forceinline__ void AddBf16x8(float (&acc)[8], const __nv_bfloat16* 
   }
 }
 
-// Block (t, c) combines token t's hidden columns [c * kCombineCols, ...):
-// at decode batch sizes one block per token would walk the whole hidden
-// size serially (~10 us for GLM-5's 6144 at batch 1).
-constexpr int kCombineThreads = 128;
-constexpr int kCombineCols = kCombineThreads * 8;
+__device__ __forceinline__ uint4 LoadBf16x8(const __nv_bfloat16* src) { return *reinterpret_cast<const uint4*>(src); }
 
 __global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(const MoeCombineParams p) {
   __shared__ int s_slot[32];
@@ -356,15 +369,30 @@ __global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(const MoeCom
     s_w[threadIdx.x] = p.weights[t * p.top_k + threadIdx.x];
   }
   __syncthreads();
+  const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int64_t d = static_cast<int64_t>(blockIdx.y) * kCombineCols + threadIdx.x * 8; d < col_end;
        d += blockDim.x * 8) {
+    // Every load of this chunk is issued before the first add; the sum
+    // runs in the reference's order (experts j = 0.., shared, residual).
+    const uint4 shared = p.shared != nullptr ? LoadBf16x8(p.shared + t * p.ld_shared + d) : zero;
+    const uint4 residual = p.residual != nullptr ? LoadBf16x8(p.residual + t * p.ld_residual + d) : zero;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < p.top_k; ++j) {
-      const int s = s_slot[j];
-      if (s >= 0) AddBf16x8(acc, p.expert_out + s * p.ld_expert + d, s_w[j]);
+    for (int j0 = 0; j0 < p.top_k; j0 += kCombineRowsInFlight) {
+      uint4 rows[kCombineRowsInFlight];
+#pragma unroll
+      for (int i = 0; i < kCombineRowsInFlight; ++i) {
+        const int j = j0 + i;
+        const int s = j < p.top_k ? s_slot[j] : -1;
+        rows[i] = s >= 0 ? LoadBf16x8(p.expert_out + s * p.ld_expert + d) : zero;
+      }
+#pragma unroll
+      for (int i = 0; i < kCombineRowsInFlight; ++i) {
+        const int j = j0 + i;
+        if (j < p.top_k && s_slot[j] >= 0) AddBf16x8(acc, rows[i], s_w[j]);
+      }
     }
-    if (p.shared != nullptr) AddBf16x8(acc, p.shared + t * p.ld_shared + d, 1.0f);
-    if (p.residual != nullptr) AddBf16x8(acc, p.residual + t * p.ld_residual + d, 1.0f);
+    if (p.shared != nullptr) AddBf16x8(acc, shared, 1.0f);
+    if (p.residual != nullptr) AddBf16x8(acc, residual, 1.0f);
     if (p.out_f32 != nullptr) {
       float4* dst = reinterpret_cast<float4*>(p.out_f32 + t * p.ld_out + d);
       dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);

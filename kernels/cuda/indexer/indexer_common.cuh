@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "base/cache_layout.h"
+#include "kernels/cuda/common/load_early.cuh"
 #include "kernels/cuda/indexer/indexer.h"
 
 namespace spar::cuda::indexer {
@@ -29,14 +30,35 @@ inline constexpr int kBf16PageBytes = static_cast<int>(IndexerPageBytes(IndexerF
 // position). cs/sn: the 32 cos/sin values of the position.
 //   interleaved: pairs (2i, 2i+1) -> both in one lane;
 //   half-split:  pairs (i, i+32)  -> lane l < 8 pairs with lane l + 8.
-__device__ __forceinline__ void RopeWarp(float (&v)[4], int lane, const float* cs, const float* sn,
-                                         bool interleaved) {
+// In two steps, so a caller can issue the table loads early and let them
+// fly while it does other work (the key write's LayerNorm reductions;
+// LoadEarly keeps the compiler from sinking them to the rotation).
+struct RopeCoefs {
+  float c[4], s[4];  // lanes < 16: the cos/sin of this lane's pairs (interleaved: 2, half-split: 4)
+};
+
+__device__ __forceinline__ RopeCoefs LoadRopeCoefs(int lane, const float* cs, const float* sn, bool interleaved) {
+  RopeCoefs r{};
+  if (lane < 16) {
+    const int base = interleaved ? 2 * lane : 4 * (lane & 7);  // pair index of the lane's first value pair
+    const int n = interleaved ? 2 : 4;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (e < n) {
+        r.c[e] = LoadEarly(cs + base + e);
+        r.s[e] = LoadEarly(sn + base + e);
+      }
+    }
+  }
+  return r;
+}
+
+__device__ __forceinline__ void ApplyRopeCoefs(float (&v)[4], int lane, const RopeCoefs& r, bool interleaved) {
   if (interleaved) {
     if (lane < 16) {
 #pragma unroll
       for (int p = 0; p < 2; ++p) {
-        const int i = 2 * lane + p;
-        const float c = cs[i], s = sn[i];
+        const float c = r.c[p], s = r.s[p];
         const float x0 = v[2 * p], x1 = v[2 * p + 1];
         v[2 * p] = x0 * c - x1 * s;
         v[2 * p + 1] = x1 * c + x0 * s;
@@ -47,15 +69,19 @@ __device__ __forceinline__ void RopeWarp(float (&v)[4], int lane, const float* c
 #pragma unroll
     for (int e = 0; e < 4; ++e) other[e] = __shfl_xor_sync(0xffffffffu, v[e], 8);
     if (lane < 16) {
-      const int base = 4 * (lane & 7);  // pair index i of element 0
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float c = cs[base + e], s = sn[base + e];
+        const float c = r.c[e], s = r.s[e];
         // lane < 8 holds x[i] (partner x[i+32]); lanes 8..15 hold x[i+32].
         v[e] = lane < 8 ? v[e] * c - other[e] * s : v[e] * c + other[e] * s;
       }
     }
   }
+}
+
+__device__ __forceinline__ void RopeWarp(float (&v)[4], int lane, const float* cs, const float* sn,
+                                         bool interleaved) {
+  ApplyRopeCoefs(v, lane, LoadRopeCoefs(lane, cs, sn, interleaved), interleaved);
 }
 
 // y = H·x / sqrt(128), H the Sylvester-ordered Hadamard matrix
@@ -83,14 +109,17 @@ __device__ __forceinline__ void HadamardWarp(float (&v)[4], int lane) {
   for (int e = 0; e < 4; ++e) v[e] *= scale;
 }
 
-__device__ __forceinline__ void LoadBf16x4(const __nv_bfloat16* p, float (&v)[4]) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+__device__ __forceinline__ void Bf16x4ToFloat(const uint2& raw, float (&v)[4]) {
   const __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
   const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
   v[0] = __low2float(a);
   v[1] = __high2float(a);
   v[2] = __low2float(b);
   v[3] = __high2float(b);
+}
+
+__device__ __forceinline__ void LoadBf16x4(const __nv_bfloat16* p, float (&v)[4]) {
+  Bf16x4ToFloat(*reinterpret_cast<const uint2*>(p), v);
 }
 
 __device__ __forceinline__ void StoreBf16x4(__nv_bfloat16* p, const float (&v)[4]) {

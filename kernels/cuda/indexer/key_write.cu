@@ -8,6 +8,7 @@
 #include "base/status_macros.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/invalid_arg.h"
+#include "kernels/cuda/common/load_early.cuh"
 #include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/indexer/indexer.h"
 #include "kernels/cuda/indexer/indexer_common.cuh"
@@ -18,6 +19,7 @@ namespace {
 
 using cuda::indexer::kDim;
 using cuda::indexer::kRopeHalf;
+using cuda::indexer::Bf16x4ToFloat;
 using cuda::indexer::LoadBf16x4;
 using cuda::indexer::StoreBf16x4;
 
@@ -26,15 +28,24 @@ constexpr int kWarpsPerBlock = 8;
 // ---------------------------------------------------------------------------
 // Key write: one warp per token (token t, by the whole warp).
 __device__ __forceinline__ void KeyWriteWarp(const IndexerKeyWriteParams& p, bool fp8, int64_t t, int lane) {
-  const int32_t slot = p.slots[t];
-  if (slot < 0) return;
+  // Every load that does not depend on another is issued at once (LoadEarly:
+  // left to the compilers, each was moved to its use and a decode step's key
+  // waited four memory round trips in a row where two do).
+  const int32_t slot = cuda::LoadEarly(p.slots + t);
+  const int32_t pos = cuda::LoadEarly(p.positions + t);
+  const float4 wt = cuda::LoadEarly(reinterpret_cast<const float4*>(p.norm_weight) + lane);
+  const float4 bs = cuda::LoadEarly(reinterpret_cast<const float4*>(p.norm_bias) + lane);
+  const uint2 x_raw = cuda::LoadEarly(reinterpret_cast<const uint2*>(p.x + t * p.x_stride + 4 * lane));
+  if (slot < 0) return;  // padding
+  // The RoPE coefficients of the key's position fly while the norm reduces.
+  const bool interleaved = p.rope.pairs == ref::RopePairs::kInterleaved;
+  const cuda::indexer::RopeCoefs rope = cuda::indexer::LoadRopeCoefs(
+      lane, p.rope.cos + static_cast<int64_t>(pos) * kRopeHalf, p.rope.sin + static_cast<int64_t>(pos) * kRopeHalf,
+      interleaved);
+  float v[4];
+  Bf16x4ToFloat(x_raw, v);
 
   // Phase 1: LayerNorm in fp32 (biased variance, two passes over registers).
-  float v[4];
-  LoadBf16x4(p.x + t * p.x_stride + 4 * lane, v);
-  // Loaded before the sums: the round trips overlap the reductions.
-  const float4 wt = reinterpret_cast<const float4*>(p.norm_weight)[lane];
-  const float4 bs = reinterpret_cast<const float4*>(p.norm_bias)[lane];
   const float mean = cuda::WarpSum(v[0] + v[1] + v[2] + v[3]) * (1.0f / kDim);
   float sq = 0;
 #pragma unroll
@@ -47,9 +58,7 @@ __device__ __forceinline__ void KeyWriteWarp(const IndexerKeyWriteParams& p, boo
   v[3] = (v[3] - mean) * inv * wt.w + bs.w;
 
   // Phase 2: RoPE on dims [0, 64), then the optional Hadamard rotation.
-  const int64_t pos = p.positions[t];
-  cuda::indexer::RopeWarp(v, lane, p.rope.cos + pos * kRopeHalf, p.rope.sin + pos * kRopeHalf,
-                          p.rope.pairs == ref::RopePairs::kInterleaved);
+  cuda::indexer::ApplyRopeCoefs(v, lane, rope, interleaved);
   if (p.hadamard) cuda::indexer::HadamardWarp(v, lane);
 
   // Phase 3: store into the page slot.

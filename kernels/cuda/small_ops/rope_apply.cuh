@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/load_early.cuh"
 #include "kernels/cuda/common/rope_device.cuh"
 #include "kernels/cuda/small_ops/small_ops.h"
 
@@ -22,9 +23,15 @@ __device__ __forceinline__ void RopeApplyPair(const RopeApplyParams& p, int64_t 
   const int a = p.interleaved ? 2 * i : i;
   const int b = p.interleaved ? 2 * i + 1 : i + half;
   const __nv_bfloat16* src = p.in + r * p.in_stride + p.in_offset;
-  const float x0 = __bfloat162float(src[a]), x1 = __bfloat162float(src[b]);
+  // The four loads at once (LoadEarly: left to the compiler, the position
+  // and frequency waited for the pair's conversion, a second round trip).
+  const int32_t position = LoadEarly(p.positions + r / p.rows_per_position);
+  const float freq = LoadEarly(p.inv_freq + i);
+  const uint16_t raw0 = LoadEarly(reinterpret_cast<const uint16_t*>(src + a));
+  const uint16_t raw1 = LoadEarly(reinterpret_cast<const uint16_t*>(src + b));
+  const float x0 = __bfloat162float(__ushort_as_bfloat16(raw0)), x1 = __bfloat162float(__ushort_as_bfloat16(raw1));
   float c, s, y0, y1;
-  RopeCosSin(p.positions[r / p.rows_per_position], p.inv_freq[i], p.attention_factor, c, s);
+  RopeCosSin(position, freq, p.attention_factor, c, s);
   RopeRotate(x0, x1, c, s, y0, y1);
   __nv_bfloat16* dst = p.out + r * p.out_stride + p.out_offset;
   dst[a] = __float2bfloat16_rn(y0);
