@@ -31,12 +31,16 @@ inline constexpr int kBf16PageBytes = static_cast<int>(IndexerPageBytes(IndexerF
 //   interleaved: pairs (2i, 2i+1) -> both in one lane;
 //   half-split:  pairs (i, i+32)  -> lane l < 8 pairs with lane l + 8.
 // In two steps, so a caller can issue the table loads early and let them
-// fly while it does other work (the key write's LayerNorm reductions;
-// LoadEarly keeps the compiler from sinking them to the rotation).
+// fly while it does other work (the key write's LayerNorm reductions, with
+// kPinned: LoadEarly keeps the compilers from sinking them to the rotation).
+// The query preps keep plain loads: the paged logits kernel with its prep's
+// loads pinned and batched four heads a warp ran 2 us slower (ncu, H200
+// running sm80 code, 2026-12-04).
 struct RopeCoefs {
   float c[4], s[4];  // lanes < 16: the cos/sin of this lane's pairs (interleaved: 2, half-split: 4)
 };
 
+template <bool kPinned = false>
 __device__ __forceinline__ RopeCoefs LoadRopeCoefs(int lane, const float* cs, const float* sn, bool interleaved) {
   RopeCoefs r{};
   if (lane < 16) {
@@ -45,8 +49,8 @@ __device__ __forceinline__ RopeCoefs LoadRopeCoefs(int lane, const float* cs, co
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if (e < n) {
-        r.c[e] = LoadEarly(cs + base + e);
-        r.s[e] = LoadEarly(sn + base + e);
+        r.c[e] = kPinned ? LoadEarly(cs + base + e) : cs[base + e];
+        r.s[e] = kPinned ? LoadEarly(sn + base + e) : sn[base + e];
       }
     }
   }

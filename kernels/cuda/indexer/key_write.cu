@@ -39,7 +39,7 @@ __device__ __forceinline__ void KeyWriteWarp(const IndexerKeyWriteParams& p, boo
   if (slot < 0) return;  // padding
   // The RoPE coefficients of the key's position fly while the norm reduces.
   const bool interleaved = p.rope.pairs == ref::RopePairs::kInterleaved;
-  const cuda::indexer::RopeCoefs rope = cuda::indexer::LoadRopeCoefs(
+  const cuda::indexer::RopeCoefs rope = cuda::indexer::LoadRopeCoefs</*kPinned=*/true>(
       lane, p.rope.cos + static_cast<int64_t>(pos) * kRopeHalf, p.rope.sin + static_cast<int64_t>(pos) * kRopeHalf,
       interleaved);
   float v[4];
