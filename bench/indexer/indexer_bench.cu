@@ -5,6 +5,7 @@
 //   indexer_bench                 # every shape
 //   indexer_bench decode          # one section: decode | prefill | topk | keywrite
 //   indexer_bench topkprofile     # one top-k launch per path, for ncu
+//   indexer_bench topkmid         # top-k of decode rows of 8K-16K: planner, row groups, short path
 //
 // Per shape: µs (median of CUDA-event timed runs after warm-up), TFLOP/s
 // (prefill: non-masked pairs only), GB/s over the cache bytes read and its
@@ -347,19 +348,20 @@ struct TopKRun {
   }
 };
 
-void BenchTopK() {
+struct TopKShape {
+  int rows, len;
+  bool real_like;
+};
+
+// Variant code of the short-row path forced (rows the planner gives the
+// row-group path: kTopKGroupMinLen < len <= kTopKShortMaxLen).
+constexpr int kForcedShort = -1000;
+
+void BenchTopK(const std::vector<TopKShape>& shapes) {
   std::printf("\n== top-k 2048 (fp32 logits, exact) ==\n");
   std::printf("%-34s %6s %10s %10s %10s %8s\n", "shape", "chunks", "us", "graph us", "GB/s", "exact");
-  struct Shape {
-    int rows, len;
-    bool real_like;
-  };
-  const Shape shapes[] = {{64, 131072, true}, {1, 32768, true}, {1, 8192, true},    {64, 131072, false},
-                          {1, 32768, false},  {1, 8192, false}, {1, 131072, true},  {64, 32768, true},
-                          {64, 8192, true},   {1, 200000, true}, {128, 131072, true}, {8, 131072, true},
-                          {32, 32768, true},  {256, 32768, true}, {4096, 8192, true}, {1, 8193, true},
-                          {1, 65536, true},   {8, 32768, true},   {1, 16384, true}, {1, 4096, true}};
-  for (const Shape& s : shapes) {
+  const TopKSplitPlan short_plan;  // no chunks: LaunchTopK takes the short-row path
+  for (const TopKShape& s : shapes) {
     Buf<float> logits(int64_t{s.rows} * s.len);
     Buf<int32_t> out(int64_t{s.rows} * 2048);
     if (s.real_like) {
@@ -387,10 +389,12 @@ void BenchTopK() {
       const TopKSplitPlan g = TopKGroupPlan(s.rows, s.len, keys);
       if (g.group() && s.rows * g.chunks <= sms) variants.push_back(-keys);
     }
+    if (s.len > kTopKGroupMinLen && s.len <= kTopKShortMaxLen) variants.push_back(kForcedShort);
     for (int chunks : variants) {
       // The plan LaunchTopK follows: the forced group plan, or the planner's.
-      const TopKSplitPlan chosen =
-          chunks < 0 ? TopKGroupPlan(s.rows, s.len, -chunks) : PlanTopKSplit(s.rows, s.len, sms, chunks);
+      const TopKSplitPlan chosen = chunks == kForcedShort ? short_plan
+                                   : chunks < 0          ? TopKGroupPlan(s.rows, s.len, -chunks)
+                                                         : PlanTopKSplit(s.rows, s.len, sms, chunks);
       TopKRun run(logits.p, s.rows, s.len, out.p, chunks < 0 ? 0 : chunks, nullptr, chunks < 0 ? &chosen : nullptr);
       const int planned = chosen.chunks;  // 1: one CTA per row
       if (chunks > 1 && planned != chunks) continue;  // clamped to a variant already timed
@@ -409,8 +413,8 @@ void BenchTopK() {
       char tag[16];
       if (chosen.group()) {
         std::snprintf(tag, sizeof(tag), "%sG%dx%d", chunks == 0 ? "P" : "", chosen.group_keys, chosen.chunks);
-      } else if (chunks == 0 && s.len <= kTopKShortMaxLen) {
-        std::snprintf(tag, sizeof(tag), "short");  // the short-row path
+      } else if ((chunks == 0 || chunks == kForcedShort) && s.len <= kTopKShortMaxLen) {
+        std::snprintf(tag, sizeof(tag), chunks == 0 ? "short" : "Sshort");  // the short-row path (S: forced)
       } else {
         std::snprintf(tag, sizeof(tag), "%s%d", chunks == 0 ? "P" : "", planned);
       }
@@ -511,7 +515,17 @@ int main(int argc, char** argv) {
   std::printf("copy bandwidth (read + write): %.0f GB/s\n", g_copy_gbs);
   if (only.empty() || only == "decode") BenchDecode();
   if (only.empty() || only == "prefill") BenchPrefill();
-  if (only.empty() || only == "topk") BenchTopK();
+  if (only.empty() || only == "topk") {
+    BenchTopK({{64, 131072, true}, {1, 32768, true},   {1, 8192, true},     {64, 131072, false}, {1, 32768, false},
+               {1, 8192, false},   {1, 131072, true},  {64, 32768, true},   {64, 8192, true},    {1, 200000, true},
+               {128, 131072, true}, {8, 131072, true}, {32, 32768, true},   {256, 32768, true},  {4096, 8192, true},
+               {1, 8193, true},    {1, 65536, true},   {8, 32768, true},    {1, 16384, true},    {1, 4096, true}});
+  }
+  // Decode rows between the short-row and the row-group paths' ranges.
+  if (only == "topkmid") {
+    BenchTopK({{1, 8192, true}, {1, 8193, true}, {1, 10240, true}, {1, 12289, true}, {1, 16384, true},
+               {8, 8193, true}, {8, 12289, true}, {64, 8193, true}});
+  }
   if (only.empty() || only == "keywrite") BenchKeyWrite();
   if (only == "topkprofile") BenchTopKProfile();
   if (only == "decodesweep") BenchDecodeSweep();

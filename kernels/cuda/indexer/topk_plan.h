@@ -48,10 +48,12 @@ inline constexpr int kTopKMaxCandidates = 32768;
 inline constexpr int kTopKShortMaxLen = 16384;
 // Rows longer than this take the row-group path when its CTAs fit one per
 // SM (PlanTopKSplit). Measured on the H200 (graph replays, real-like rows,
-// 2026-12-04, group vs the short or split path): 1 x 8193 10.9 vs 11.7 us,
-// 1 x 16K 10.5 vs 16.4, 1 x 32K 11.1 vs 28.7, 8 x 32K 11.9 vs 29.4, 1 x 128K
-// 14.1 vs 28.6, 8 x 128K 17.0 vs 30.1; at 8K itself 10.6 vs 10.2 (short).
-inline constexpr int kTopKGroupMinLen = 8192;
+// `indexer_bench topkmid`, 2026-12-04, after the short-row kernel lost a
+// third of its instructions): the short path's 12 keys a thread beat the
+// row group up to 12K (1 x 8193 9.4 vs 11.3 us, 1 x 10240 9.9 vs 10.7,
+// 8 x 8193 10.8 vs 11.6), its 16 lose past it (1 x 12289 12.8 vs 11.4,
+// 1 x 16K 13.8 vs 9.9, 8 x 12289 12.8 vs 12.1).
+inline constexpr int kTopKGroupMinLen = 12288;
 
 // The row-group path (topk_group.cu): each row is cut into `chunks` chunks
 // of group_keys x kTopKGroupThreads positions, one CTA each holding its

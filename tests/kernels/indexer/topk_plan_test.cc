@@ -54,8 +54,8 @@ TEST(TopKPlan, FewLongRowsTakeTheRowGroup) {
   ExpectGroup(PlanTopKSplit(8, 32768, kA100Sms), 8, 32768, 8, kA100Sms);  // 8 x 16 > 108 SMs
   ExpectGroup(PlanTopKSplit(8, 131072, kH200Sms), 8, 131072, 16, kH200Sms);
   ExpectGroup(PlanTopKSplit(32, 32768, kH200Sms), 32, 32768, 16, kH200Sms);
-  // Between the short-row path's 8K and 16K: up to 8 keys per thread.
-  ExpectGroup(PlanTopKSplit(1, 8193, kH200Sms), 1, 8193, 4, kH200Sms);
+  // Between the short-row path's 12K and 16K: up to 8 keys per thread.
+  ExpectGroup(PlanTopKSplit(1, kTopKGroupMinLen + 1, kH200Sms), 1, kTopKGroupMinLen + 1, 4, kH200Sms);
   ExpectGroup(PlanTopKSplit(1, kTopKShortMaxLen, kH200Sms), 1, kTopKShortMaxLen, 4, kH200Sms);
   ExpectGroup(PlanTopKSplit(16, kTopKShortMaxLen, kH200Sms), 16, kTopKShortMaxLen, 4, kH200Sms);
   ExpectGroup(PlanTopKSplit(16, kTopKShortMaxLen, kA100Sms), 16, kTopKShortMaxLen, 8, kA100Sms);
@@ -104,9 +104,11 @@ TEST(TopKPlan, ManyRowsKeepOneCtaEach) {
 }
 
 TEST(TopKPlan, ShortOrEmptyRowsKeepOneCta) {
-  // Rows up to kTopKGroupMinLen take the short-row path, whatever their number.
+  // Rows up to kTopKGroupMinLen take the short-row path, whatever their
+  // number: a decode step just past 8K positions among them.
   EXPECT_FALSE(PlanTopKSplit(1, kTopKGroupMinLen, kH200Sms).split());
   EXPECT_FALSE(PlanTopKSplit(1, kTopKGroupMinLen, kH200Sms).group());
+  EXPECT_FALSE(PlanTopKSplit(1, 8193, kH200Sms).group());
   EXPECT_FALSE(PlanTopKSplit(4096, kTopKShortMaxLen, kH200Sms).split());
   EXPECT_TRUE(PlanTopKSplit(1, kTopKShortMaxLen, kH200Sms, 4).split());  // unless forced
   EXPECT_FALSE(PlanTopKSplit(1, 0, kH200Sms).split());
