@@ -20,7 +20,6 @@ namespace {
 using cuda::indexer::kDim;
 using cuda::indexer::kRopeHalf;
 using cuda::indexer::Bf16x4ToFloat;
-using cuda::indexer::LoadBf16x4;
 using cuda::indexer::StoreBf16x4;
 
 constexpr int kWarpsPerBlock = 8;
