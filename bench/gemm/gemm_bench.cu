@@ -8,6 +8,7 @@
 //   gemm_bench --shapes mlp_gate_up,q_b --ms 1,16 --no-moe   # a subset
 //   gemm_bench --moe-tokens 1,8,64   # the MoE layer at these token counts (decode tiles swept up to 64)
 //   gemm_bench --force 10,4          # main measurement with configuration 10, splits 4 (profiling)
+//   gemm_bench --stream-warps 4      # <= 8 tokens: the streaming kernel with 4 warps a block (-1: the tile kernel)
 //   gemm_bench --probe               # + read-only stream ceiling and empty-kernel launch cost
 //
 // Per case: median µs per launch of back-to-back launches captured in a CUDA
@@ -151,6 +152,7 @@ struct Options {
   std::vector<int64_t> moe_tokens;  // MoE layer token counts (empty: 64, 4096; --quick: 64)
   int force_config = -1;       // main measurement only (profiling)
   int force_splits = 1;
+  int stream_warps = 0;        // W8A16GemmParams::force_stream_warps (-1: the tile kernel)
 };
 
 std::vector<int64_t> ParseList(const std::string& s) {
@@ -397,6 +399,7 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
     set_copy(0);
     p.force_config = opt.force_config;
     p.force_splits = opt.force_splits;
+    p.force_stream_warps = opt.stream_warps;
     const gemm::GemmPlan plan = W8A16GemmPlan(p);
     auto launch = [&](int i) {
       set_copy(i % copies);
@@ -425,7 +428,11 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
       }
     }
     const double flops = 2.0 * m * n_total * k;
-    Row row{shape.name, m, n_total, k, PlanName(plan), us, flops / us * 1e-6, weight_bytes / us * 1e-3,
+    const std::string plan_name =
+        W8A16GemmUsesStreamKernel(p)
+            ? (opt.stream_warps > 0 ? "stream/w" + std::to_string(opt.stream_warps) : std::string("stream"))
+            : PlanName(plan);
+    Row row{shape.name, m, n_total, k, plan_name, us, flops / us * 1e-6, weight_bytes / us * 1e-3,
             100.0 * (weight_bytes / (g_copy_gbs * 1e3)) / us, max_diff / std::max(max_ref, 1e-30), us_stream};
     Emit(row);
     if (m >= 1024) {
@@ -723,6 +730,7 @@ int Main(int argc, char** argv) {
     else if (a == "--shapes" && i + 1 < argc) opt.shapes = argv[++i];
     else if (a == "--ms" && i + 1 < argc) opt.ms = ParseList(argv[++i]);
     else if (a == "--moe-tokens" && i + 1 < argc) opt.moe_tokens = ParseList(argv[++i]);
+    else if (a == "--stream-warps" && i + 1 < argc) opt.stream_warps = std::atoi(argv[++i]);
     else if (a == "--force" && i + 1 < argc) {  // CONFIG,SPLITS (configuration index, split or blocks per SM)
       const std::vector<int64_t> f = ParseList(argv[++i]);
       opt.force_config = f.empty() ? -1 : static_cast<int>(f[0]);

@@ -195,4 +195,25 @@ std::ostream& operator<<(std::ostream& os, const GemmPlan& plan) {
             << plan.row_tiles << " ws=" << plan.workspace_bytes << " cost=" << plan.cost;
 }
 
+StreamPlan MakeStreamPlan(int64_t m, const int64_t* rows, int num_segments, int warps) {
+  StreamPlan plan;
+  plan.streams = m <= kStreamTwoHalvesMaxTokens ? 2 : 1;
+  plan.warps = warps;
+  const int tile_rows = plan.streams == 2 ? kStreamTileRows2 : kStreamTileRows1;
+  for (int s = 0; s < num_segments; ++s) plan.row_tiles += CeilDiv(rows[s], tile_rows);
+  return plan;
+}
+
+StreamPlan ChooseStreamPlan(int64_t m, const int64_t* rows, int num_segments, int num_sms) {
+  StreamPlan plan = MakeStreamPlan(m, rows, num_segments, 1);
+  const int64_t capacity = static_cast<int64_t>(std::max(1, num_sms)) * kStreamWarpsPerSm;
+  for (const int warps : {8, 4, 2}) {
+    if (plan.row_tiles * warps <= capacity) {
+      plan.warps = warps;
+      break;
+    }
+  }
+  return plan;
+}
+
 }  // namespace spar::gemm

@@ -198,6 +198,32 @@ GemmPlan MakeGemmPlan(const GemmProblem& p, TileConfigId id, int splits);
 
 std::ostream& operator<<(std::ostream& os, const GemmPlan& plan);
 
+// The streaming decode kernel (w8a16_stream.cu: weights straight from
+// global memory into mma fragments, K split over the warps of a block, no
+// split-K over blocks) for dense GEMMs of at most kStreamMaxTokens tokens.
+inline constexpr int kStreamMaxTokens = 8;
+// Output rows of a block: 16 (one row per fragment row, 8 tokens) or 8 (two
+// K halves per row, at most kStreamTwoHalvesMaxTokens tokens).
+inline constexpr int kStreamTileRows1 = 16;
+inline constexpr int kStreamTileRows2 = 8;
+inline constexpr int kStreamTwoHalvesMaxTokens = 4;
+// Warps an SM holds of the kernel (its registers: <= 128 a thread).
+inline constexpr int kStreamWarpsPerSm = 16;
+
+struct StreamPlan {
+  int streams = 1;  // K halves per fragment (1 or 2)
+  int warps = 1;    // warps of a block, each on its own part of K (1, 2, 4, 8)
+  int64_t row_tiles = 0;
+};
+
+// Two K halves up to kStreamTwoHalvesMaxTokens tokens (twice the blocks for
+// the same rows); then the most warps a block (1-8) for which every block
+// is resident at once (row tiles x warps <= SMs x kStreamWarpsPerSm): more
+// loads in flight per row without a second wave. `rows`: each segment's.
+StreamPlan ChooseStreamPlan(int64_t m, const int64_t* rows, int num_segments, int num_sms);
+// The same with the block's warps given (tests and benchmarks).
+StreamPlan MakeStreamPlan(int64_t m, const int64_t* rows, int num_segments, int warps);
+
 }  // namespace spar::gemm
 
 #endif  // SPAR_KERNELS_CUDA_GEMM_GEMM_CONFIG_H_

@@ -76,7 +76,54 @@ absl::Status Validate(const W8A16GemmParams& p) {
   if (p.workspace_bytes > 0 && p.workspace == nullptr) return InvalidParam(kOp, "workspace", "is null but workspace_bytes > 0");
   if (p.workspace != nullptr && !Aligned(p.workspace, 256)) return InvalidParam(kOp, "workspace", "must be 256-byte aligned");
   if (p.force_config >= gemm::kNumTileConfigs) return InvalidParam(kOp, "force_config", "is not a tile configuration");
+  if (p.force_stream_warps != -1 && p.force_stream_warps != 0 && p.force_stream_warps != 1 &&
+      p.force_stream_warps != 2 && p.force_stream_warps != 4 && p.force_stream_warps != 8) {
+    return InvalidParam(kOp, "force_stream_warps", "must be -1, 0, 1, 2, 4 or 8");
+  }
   return absl::OkStatus();
+}
+
+// The kernel parameters both kernels share; each segment's first_tile in
+// tiles of rows_per_tile output columns.
+gemm::internal::KernelParams BaseKernelParams(const W8A16GemmParams& p, int64_t rows_per_tile) {
+  gemm::internal::KernelParams kp;
+  kp.m = p.m;
+  kp.k = StreamedK(p);
+  kp.k_valid = p.k;
+  kp.x = reinterpret_cast<const uint16_t*>(p.x);
+  kp.ldx = p.ldx;
+  kp.num_segments = p.num_segments;
+  kp.silu = p.epilogue == GemmEpilogue::kSiluMul ? 1 : 0;
+  int64_t tile = 0, col = 0;
+  for (int s = 0; s < p.num_segments; ++s) {
+    gemm::internal::KernelSegment& ks = kp.seg[s];
+    ks.w = static_cast<const uint8_t*>(p.segments[s].data);
+    ks.scale = p.segments[s].scale;
+    ks.is_fp8 = p.segments[s].type == GemmWeightType::kFp8Block128 ? 1 : 0;
+    ks.n = p.segments[s].n;
+    ks.out_col0 = col;
+    ks.first_tile = static_cast<int32_t>(tile);
+    if (kp.silu) {
+      ks.w_up = static_cast<const uint8_t*>(p.up.data);
+      ks.scale_up = p.up.scale;
+    }
+    tile += (ks.n + rows_per_tile - 1) / rows_per_tile;
+    col += ks.n;
+  }
+  kp.total_row_tiles = static_cast<int32_t>(tile);
+  kp.residual = reinterpret_cast<const uint16_t*>(p.residual);
+  kp.ldr = p.ldr;
+  kp.y = p.y;
+  kp.ldy = p.ldy;
+  kp.y_fp32 = p.y_fp32 ? 1 : 0;
+  return kp;
+}
+
+gemm::StreamPlan StreamPlanFor(const W8A16GemmParams& p) {
+  int64_t rows[gemm::kMaxGemmSegments] = {};
+  for (int s = 0; s < p.num_segments; ++s) rows[s] = p.segments[s].n;
+  if (p.force_stream_warps > 0) return gemm::MakeStreamPlan(p.m, rows, p.num_segments, p.force_stream_warps);
+  return gemm::ChooseStreamPlan(p.m, rows, p.num_segments, p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count);
 }
 
 GemmProblem ToProblem(const W8A16GemmParams& p, size_t workspace_bytes) {
@@ -120,6 +167,12 @@ size_t W8A16GemmWorkspaceBytes(const W8A16GemmParams& p) {
   return gemm::ChooseGemmPlan(ToProblem(p, std::numeric_limits<size_t>::max())).workspace_bytes;
 }
 
+bool W8A16GemmUsesStreamKernel(const W8A16GemmParams& p) {
+  if (p.force_config >= 0 || p.force_stream_warps < 0) return false;
+  if (p.m < 1 || p.m > gemm::kStreamMaxTokens || p.epilogue != GemmEpilogue::kNone) return false;
+  return StreamedK(p) == p.k;  // rows padded past k: the tile kernel's K tail
+}
+
 bool W8A16GemmSupported(const W8A16GemmParams& p) {
   if (!Validate(p).ok()) return false;
   const GemmPlan plan = W8A16GemmPlan(p);
@@ -130,6 +183,12 @@ absl::Status LaunchW8A16Gemm(const W8A16GemmParams& p, cudaStream_t stream) {
   absl::Status st = Validate(p);
   if (!st.ok()) return st;
   if (p.m == 0) return absl::OkStatus();
+  if (W8A16GemmUsesStreamKernel(p)) {
+    const gemm::StreamPlan plan = StreamPlanFor(p);
+    const gemm::internal::KernelParams kp =
+        BaseKernelParams(p, plan.streams == 2 ? gemm::kStreamTileRows2 : gemm::kStreamTileRows1);
+    return CudaStatus(gemm::internal::LaunchStreamKernel(plan, kp, stream), "W8A16StreamKernel launch");
+  }
   const GemmPlan plan = W8A16GemmPlan(p);
   const TileConfig& cfg = gemm::GetTileConfig(plan.config);
   if (gemm::internal::KernelSmemBytes(plan.config) != cfg.smem_bytes()) {
@@ -144,37 +203,8 @@ absl::Status LaunchW8A16Gemm(const W8A16GemmParams& p, cudaStream_t stream) {
     return InvalidParam(kOp, "workspace", absl::StrCat("needs ", plan.workspace_bytes, " bytes for the forced split"));
   }
 
-  gemm::internal::KernelParams kp;
-  kp.m = p.m;
-  kp.k = StreamedK(p);
-  kp.k_valid = p.k;
-  kp.x = reinterpret_cast<const uint16_t*>(p.x);
-  kp.ldx = p.ldx;
-  kp.num_segments = p.num_segments;
-  kp.silu = p.epilogue == GemmEpilogue::kSiluMul ? 1 : 0;
-  const int64_t cols_per_tile = gemm::OutputColumnsPerTile(cfg, kp.silu != 0);
-  int64_t tile = 0, col = 0;
-  for (int s = 0; s < p.num_segments; ++s) {
-    gemm::internal::KernelSegment& ks = kp.seg[s];
-    ks.w = static_cast<const uint8_t*>(p.segments[s].data);
-    ks.scale = p.segments[s].scale;
-    ks.is_fp8 = p.segments[s].type == GemmWeightType::kFp8Block128 ? 1 : 0;
-    ks.n = p.segments[s].n;
-    ks.out_col0 = col;
-    ks.first_tile = static_cast<int32_t>(tile);
-    if (kp.silu) {
-      ks.w_up = static_cast<const uint8_t*>(p.up.data);
-      ks.scale_up = p.up.scale;
-    }
-    tile += (ks.n + cols_per_tile - 1) / cols_per_tile;
-    col += ks.n;
-  }
-  kp.total_row_tiles = static_cast<int32_t>(tile);
-  kp.residual = reinterpret_cast<const uint16_t*>(p.residual);
-  kp.ldr = p.ldr;
-  kp.y = p.y;
-  kp.ldy = p.ldy;
-  kp.y_fp32 = p.y_fp32 ? 1 : 0;
+  gemm::internal::KernelParams kp =
+      BaseKernelParams(p, gemm::OutputColumnsPerTile(cfg, p.epilogue == GemmEpilogue::kSiluMul));
   kp.splits = plan.splits;
   if (plan.splits > 1) {  // layout: see gemm::kSplitCounterBytes
     kp.counters = static_cast<int32_t*>(p.workspace);

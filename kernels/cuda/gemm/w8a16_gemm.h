@@ -111,6 +111,10 @@ struct W8A16GemmParams {
   // factor instead of the heuristic's choice.
   int force_config = -1;
   int force_splits = 1;
+  // Tests and benchmarks only, for GEMMs the streaming decode kernel takes
+  // (W8A16GemmUsesStreamKernel): 0 its own plan, 1 / 2 / 4 / 8 that many
+  // warps a block, -1 the tile kernel instead.
+  int force_stream_warps = 0;
 };
 
 // Output columns: segments' n summed (kSiluMul: segments[0].n).
@@ -123,6 +127,11 @@ gemm::GemmPlan W8A16GemmPlan(const W8A16GemmParams& p);
 // Workspace bytes for the best split-K plan of these shapes, assuming an
 // unlimited workspace (pass at least this to get the fastest plan).
 size_t W8A16GemmWorkspaceBytes(const W8A16GemmParams& p);
+
+// True if the launch runs the streaming decode kernel (gemm_config.h's
+// StreamPlan): at most 8 tokens, weights whose rows hold exactly k columns,
+// no SiLU·mul, no forced tile configuration.
+bool W8A16GemmUsesStreamKernel(const W8A16GemmParams& p);
 
 // True if the shapes and layouts are supported (see the field comments).
 bool W8A16GemmSupported(const W8A16GemmParams& p);

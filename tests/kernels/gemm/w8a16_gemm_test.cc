@@ -2,7 +2,8 @@
 // configuration (forced), split-K, e4m3 and bf16 weights, SiLU·mul and
 // residual epilogues, the fused A projection (mixed-dtype segments), partial
 // tiles in M, N and the last scale block, K = 128, fp32 output; plus an
-// exact test (small integers, power-of-two scales: bit-exact fp32 result).
+// exact test (small integers, power-of-two scales: bit-exact fp32 result);
+// the streaming decode kernel of <= 8 tokens, every plan.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,11 +43,13 @@ struct GemmCase {
   bool exact = false;
   int force_config = -1;
   int force_splits = 1;
+  int force_stream_warps = 0;  // W8A16GemmParams::force_stream_warps
   uint64_t seed = 1;
 };
 
 std::string Describe(const GemmCase& c) {
   std::string s = absl::StrCat("m=", c.m, " k=", c.k, " cfg=", c.force_config, " splits=", c.force_splits,
+                               " stream_warps=", c.force_stream_warps,
                                c.up ? " silu" : "", c.residual ? " residual" : "", c.y_fp32 ? " fp32" : "", " n=");
   for (const HostWeight* w : c.segments) absl::StrAppend(&s, w->n, w->type == kFp8 ? "e4m3," : "bf16,");
   return s;
@@ -131,6 +134,7 @@ void RunAndCheck(const GemmCase& c, cudaStream_t stream = nullptr, std::vector<f
   p.workspace_bytes = kWorkspaceBytes;
   p.force_config = c.force_config;
   p.force_splits = c.force_splits;
+  p.force_stream_warps = c.force_stream_warps;
 
   const absl::Status st = LaunchW8A16Gemm(p, stream);
   ASSERT_TRUE(st.ok()) << st;
@@ -394,6 +398,95 @@ TEST(Sm80_W8A16Gemm, HeuristicShapes) {
   }
 }
 
+// The streaming decode kernel (up to 8 tokens): both fragment
+// layouts (two K halves up to 4 tokens, 16 rows from 5), every block width,
+// rows that end inside a tile, K of 2 spans, of an odd number of spans
+// (warps with no span or one more than their other half) and of a partial
+// last scale block, FP8 and bf16 segments in one launch, residual and fp32
+// outputs.
+TEST(Sm80_W8A16Gemm, StreamKernelEveryPlan) {
+  SPAR_REQUIRE_GPU();
+  const HostWeight exact_w = MakeWeight(kFp8, 200, 512, 81, /*exact=*/true);
+  for (int warps : {1, 2, 4, 8}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 8}) {
+      GemmCase c;
+      c.m = m;
+      c.k = 512;
+      c.segments = {&exact_w};
+      c.y_fp32 = true;
+      c.exact = true;
+      c.force_stream_warps = warps;
+      c.seed = 1000 + m;
+      RunAndCheck(c);
+    }
+  }
+  // Every segment type: the fused A projection's last part is bf16.
+  for (const int64_t k : {128, 576, 2112}) {
+    const HostWeight a = MakeWeight(kFp8, 328, k, 82), b = MakeWeight(kFp8, 37, k, 83), d = MakeWeight(kBf16, 136, k, 84);
+    for (int warps : {1, 2, 4, 8}) {
+      for (int64_t m : {1, 3, 4, 6, 8}) {
+        for (int variant = 0; variant < 2; ++variant) {
+          GemmCase c;
+          c.m = m;
+          c.k = k;
+          c.segments = {&a, &b, &d};
+          c.residual = variant == 0;
+          c.y_fp32 = variant == 1;
+          c.force_stream_warps = warps;
+          c.seed = 1100 + 10 * m + variant;
+          RunAndCheck(c);
+        }
+      }
+    }
+  }
+}
+
+// What takes the streaming kernel, and that its own plan matches the tile
+// kernel's result within the summation order.
+TEST(Sm80_W8A16Gemm, StreamKernelTakesSmallGemmsOnly) {
+  SPAR_REQUIRE_GPU();
+  const HostWeight w = MakeWeight(kFp8, 256, 1024, 91), bf = MakeWeight(kBf16, 64, 1024, 92);
+  DeviceWeight dw, dbf;
+  dw.Upload(w);
+  dbf.Upload(bf);
+  W8A16GemmParams p;
+  p.k = 1024;
+  p.segments[0] = dw.View(w);
+  for (int64_t m : {1, 8, 9}) {
+    p.m = m;
+    EXPECT_EQ(W8A16GemmUsesStreamKernel(p), m <= gemm::kStreamMaxTokens) << m;
+  }
+  p.m = 1;
+  p.force_config = 0;
+  EXPECT_FALSE(W8A16GemmUsesStreamKernel(p)) << "a forced tile";
+  p.force_config = -1;
+  p.force_stream_warps = -1;
+  EXPECT_FALSE(W8A16GemmUsesStreamKernel(p)) << "turned off";
+  p.force_stream_warps = 0;
+  p.num_segments = 2;
+  p.segments[1] = dbf.View(bf);
+  EXPECT_TRUE(W8A16GemmUsesStreamKernel(p)) << "a bf16 segment (the fused A projection's last)";
+  p.num_segments = 1;
+  p.epilogue = GemmEpilogue::kSiluMul;
+  EXPECT_FALSE(W8A16GemmUsesStreamKernel(p)) << "SiLU·mul";
+  p.epilogue = GemmEpilogue::kNone;
+  p.k = 1000;  // rows of 1024 columns streamed for k = 1000: the K tail
+  p.segments[0].ld = 1024;
+  EXPECT_FALSE(W8A16GemmUsesStreamKernel(p)) << "padded rows";
+  for (int64_t m : {1, 4, 7}) {
+    std::vector<float> stream_out, tile_out;
+    GemmCase c;
+    c.m = m;
+    c.k = 1024;
+    c.segments = {&w};
+    c.seed = 1300 + m;
+    RunAndCheck(c, nullptr, &stream_out);
+    c.force_stream_warps = -1;
+    RunAndCheck(c, nullptr, &tile_out);
+    EXPECT_LT(testing::RelativeL2(stream_out, tile_out), 4e-3) << m;
+  }
+}
+
 TEST(Sm80_W8A16Gemm, Fp32OutputRouterLogits) {
   SPAR_REQUIRE_GPU();
   // Router: bf16 gate weight [256, k], fp32 logits.
@@ -595,6 +688,9 @@ TEST(Sm80_W8A16Gemm, RejectsBadParams) {
   q.force_config = 0;
   q.force_splits = 2;  // needs a workspace
   EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("workspace"), std::string::npos);
+  q = p;
+  q.force_stream_warps = 3;
+  EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("force_stream_warps"), std::string::npos);
   q = p;
   q.m = 0;
   q.x = nullptr;

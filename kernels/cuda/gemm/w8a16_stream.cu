@@ -1,0 +1,297 @@
+// The W8A16 streaming decode kernel (gemm_launch_internal.h): block-FP8 (or
+// bf16) weights read straight from global memory into mma.sync fragments,
+// for dense GEMMs of at most 8 tokens.
+//
+// Why another kernel: at one token the tile kernel (w8a16_gemm_kernel.cuh)
+// spends most of a small GEMM on fixed costs, not on bytes: each block
+// copies 64-byte slices of its rows through shared memory (cp.async, a
+// barrier and a 16-byte LDS per fragment per stage), and the small shapes
+// need split-K over blocks, whose partials, fence, counter and last-block
+// sum add a chain of memory round trips at the end. The fused A projection
+// took ~12 us for 17 MB whether its weights came from DRAM or from L2 (ncu,
+// H200 running sm80 code, 2026-12-04): the time is in the kernel's
+// structure. Here every lane loads its 16-byte pieces of the weight rows
+// with plain 16-byte loads, several spans deep, straight into the registers
+// the mma's A fragment is widened from; the K split lives inside the block
+// (warps on disjoint K ranges, summed in shared memory in a fixed order), so
+// a block writes its outputs itself, once.
+//
+// Fragments (mma.m16n8k16, K permutation as in the tile kernel): within a
+// 64-byte span of a weight row, lane t of a quad owns bytes [16t, 16t + 16)
+// = 4 k-steps; for k-step s its A registers are the e4m3 word s widened to
+// two bf16x2 (real columns 16t + 4s + {0,1} and {2,3}), and its B registers
+// the bf16 words 2s and 2s + 1 of X's same 16 columns (bf16 weights: lane t
+// owns the 8 columns [8t, 8t + 8) = 2 k-steps, as in the tile kernel).
+// Two layouts of the 16 fragment rows (kStreams):
+//   1: rows g and g + 8 are 16 output rows, B's 8 columns are 8 tokens;
+//   2: rows g and g + 8 are the same 8 output rows over two halves of the
+//      block's K range, B's columns 0-3 are 4 tokens over the first half and
+//      4-7 the same tokens over the second; the outputs are C[g][n] +
+//      C[g + 8][n + 4] (a quad's lanes t and t + 2). Twice the blocks for
+//      the same rows at up to 4 tokens: small GEMMs fill the GPU.
+// Scales: a tile's rows lie in one 128-row scale block and a span in one
+// 128-column block, so each span's products (4 mma into a zero accumulator)
+// are scaled once, per fragment row half.
+#include "kernels/cuda/common/arch.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/fp8_sm80.cuh"
+#include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/gemm/gemm_launch_internal.h"
+
+namespace spar::gemm::internal {
+namespace {
+
+constexpr int kSpanBytes = 64;  // K bytes of a row a quad reads per step
+// Spans a lane keeps in flight: 4 x (2 weight + 2 activation 16-byte loads).
+constexpr int kDepth = 4;
+
+// Weights are read once: not cached in L1.
+__device__ __forceinline__ uint4 LoadWeight(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Activations: every block re-reads X, so through L1.
+__device__ __forceinline__ uint4 LoadActivation(const uint16_t* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// Where a lane reads: its two fragment rows' K ranges (lo: fragment row
+// g, hi: g + 8), in spans, and its B column's token and half.
+struct LaneStreams {
+  int64_t row_lo, row_hi;
+  int64_t begin_lo, count_lo, begin_hi, count_hi;
+  int tok;
+  bool x_hi;
+};
+
+// The sum over this lane's spans of its fragment's products (acc: C's four
+// registers). kFp8: spans of 64 e4m3 values with block scales; else 32 bf16
+// values. Rows past n and tokens past m read row 0 / token 0 instead: their
+// products land in fragment rows and columns that are never stored, so the
+// loads need no predicates.
+template <bool kFp8>
+__device__ __forceinline__ void StreamSpans(const KernelParams& p, const KernelSegment& seg, int64_t r0,
+                                            const LaneStreams& ls, int t, float (&acc)[4]) {
+  constexpr int kValues = kFp8 ? 64 : 32;  // K columns a span
+  constexpr int kKSteps = kValues / 16;
+  const int64_t row_bytes = kFp8 ? p.k : 2 * p.k;
+  const uint8_t* w_lo = seg.w + (ls.row_lo < seg.n ? ls.row_lo : 0) * row_bytes + ls.begin_lo * kSpanBytes + 16 * t;
+  const uint8_t* w_hi = seg.w + (ls.row_hi < seg.n ? ls.row_hi : 0) * row_bytes + ls.begin_hi * kSpanBytes + 16 * t;
+  const float* s_row = kFp8 ? seg.scale + (r0 / 128) * ((p.k + 127) / 128) : nullptr;
+  const float* s_lo = kFp8 ? s_row + ls.begin_lo / 2 : nullptr;
+  const float* s_hi = kFp8 ? s_row + ls.begin_hi / 2 : nullptr;
+  const uint16_t* xp = p.x + (ls.tok < p.m ? ls.tok : 0) * p.ldx +
+                       (ls.x_hi ? ls.begin_hi : ls.begin_lo) * kValues + (kValues / 4) * t;
+
+  // One span's products into acc: rows lo at scale sl, rows hi at sh.
+  auto span_mma = [&](const uint4& wl, const uint4& wh, const uint4& xa, const uint4& xb, float sl, float sh) {
+    const uint32_t wlw[4] = {wl.x, wl.y, wl.z, wl.w};
+    const uint32_t whw[4] = {wh.x, wh.y, wh.z, wh.w};
+    const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+    float span[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < kKSteps; ++s) {
+      uint32_t a[4];
+      if constexpr (kFp8) {
+        cuda::E4m3x4ToScaledBf16x4(wlw[s], a[0], a[2]);
+        cuda::E4m3x4ToScaledBf16x4(whw[s], a[1], a[3]);
+      } else {
+        a[0] = wlw[2 * s];
+        a[2] = wlw[2 * s + 1];
+        a[1] = whw[2 * s];
+        a[3] = whw[2 * s + 1];
+      }
+      const uint32_t b[2] = {xw[2 * s], xw[2 * s + 1]};
+      cuda::MmaBf16M16N8K16(span, a, b, span);
+    }
+    if constexpr (kFp8) {
+      // The products are in units of 2^-120 (the widening's fold): back to
+      // real units first (exact), then the block scale.
+      acc[0] += span[0] * cuda::kPow2_120 * sl;
+      acc[1] += span[1] * cuda::kPow2_120 * sl;
+      acc[2] += span[2] * cuda::kPow2_120 * sh;
+      acc[3] += span[3] * cuda::kPow2_120 * sh;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] += span[e];
+    }
+  };
+
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  // Whole rounds of kDepth spans in both halves: every load issued first,
+  // at fixed offsets from pointers bumped once a round. Span d of a round
+  // is in 128-column block (begin + i + d) / 2.
+  const int64_t both = ls.count_lo < ls.count_hi ? ls.count_lo : ls.count_hi;
+  int64_t i = 0;
+  for (; i + kDepth <= both; i += kDepth) {
+    uint4 wl[kDepth], wh[kDepth], xa[kDepth], xb[kDepth];
+    float sl[kDepth], sh[kDepth];
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      wl[d] = LoadWeight(w_lo + d * kSpanBytes);
+      wh[d] = LoadWeight(w_hi + d * kSpanBytes);
+      xa[d] = LoadActivation(xp + d * kValues);
+      xb[d] = kFp8 ? LoadActivation(xp + d * kValues + 8) : zero;
+      sl[d] = kFp8 ? __ldg(s_lo + (((ls.begin_lo & 1) + d) >> 1)) : 1.f;
+      sh[d] = kFp8 ? __ldg(s_hi + (((ls.begin_hi & 1) + d) >> 1)) : 1.f;
+    }
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) span_mma(wl[d], wh[d], xa[d], xb[d], sl[d], sh[d]);
+    w_lo += kDepth * kSpanBytes;
+    w_hi += kDepth * kSpanBytes;
+    xp += kDepth * kValues;
+    if constexpr (kFp8) {
+      s_lo += kDepth / 2;
+      s_hi += kDepth / 2;
+    }
+  }
+  // The rest, a span at a time (a half may have one span more than the
+  // other: the shorter one's weights and scale count as zero).
+  const int64_t iters = ls.count_lo > ls.count_hi ? ls.count_lo : ls.count_hi;
+  const int64_t x_count = ls.x_hi ? ls.count_hi : ls.count_lo;
+  for (int d = 0; i < iters; ++i, ++d) {
+    const bool in_lo = i < ls.count_lo, in_hi = i < ls.count_hi, in_x = i < x_count;
+    const uint4 wl = in_lo ? LoadWeight(w_lo + d * kSpanBytes) : zero;
+    const uint4 wh = in_hi ? LoadWeight(w_hi + d * kSpanBytes) : zero;
+    const uint4 xa = in_x ? LoadActivation(xp + d * kValues) : zero;
+    const uint4 xb = kFp8 && in_x ? LoadActivation(xp + d * kValues + 8) : zero;
+    float sl = 1.f, sh = 1.f;
+    if constexpr (kFp8) {
+      sl = in_lo ? __ldg(s_lo + (((ls.begin_lo & 1) + d) >> 1)) : 0.f;
+      sh = in_hi ? __ldg(s_hi + (((ls.begin_hi & 1) + d) >> 1)) : 0.f;
+    }
+    span_mma(wl, wh, xa, xb, sl, sh);
+  }
+}
+
+// Block: kWarps warps splitting the tile's K range (kWarps * kStreams equal
+// parts, in spans). At most 16 warps an SM, so 128 registers a thread.
+template <int kStreams, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) W8A16StreamKernel(const KernelParams p) {
+  constexpr int kRows = kStreams == 2 ? kStreamTileRows2 : kStreamTileRows1;
+  __shared__ float s_red[kWarps > 1 ? kWarps : 1][32][4];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+
+  KernelSegment seg = p.seg[0];
+#pragma unroll
+  for (int s = 1; s < kMaxGemmSegments; ++s) {
+    if (s < p.num_segments && static_cast<int>(blockIdx.x) >= p.seg[s].first_tile) seg = p.seg[s];
+  }
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x - seg.first_tile) * kRows;
+  LaneStreams ls;
+  ls.row_lo = r0 + g;
+  ls.row_hi = kStreams == 2 ? ls.row_lo : ls.row_lo + 8;
+  const int64_t spans = (seg.is_fp8 ? p.k : 2 * p.k) / kSpanBytes;
+  const int parts = kWarps * kStreams;
+  const int part_lo = warp * kStreams;
+  const int part_hi = part_lo + kStreams - 1;
+  ls.begin_lo = part_lo * spans / parts;
+  ls.count_lo = (part_lo + 1) * spans / parts - ls.begin_lo;
+  ls.begin_hi = part_hi * spans / parts;
+  ls.count_hi = (part_hi + 1) * spans / parts - ls.begin_hi;
+  // This lane's B column: a token, over the first (lo) or second (hi) half.
+  ls.tok = kStreams == 2 ? (g & 3) : g;
+  ls.x_hi = kStreams == 2 && g >= 4;
+
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  if (seg.is_fp8) {
+    StreamSpans<true>(p, seg, r0, ls, t, acc);
+  } else {
+    StreamSpans<false>(p, seg, r0, ls, t, acc);
+  }
+
+  if constexpr (kWarps > 1) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s_red[warp][lane][e] = acc[e];
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float sum = s_red[0][lane][e];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) sum += s_red[w][lane][e];  // fixed order
+      acc[e] = sum;
+    }
+  }
+
+  // out[j]: (row, token) of this lane's results.
+  float out[4] = {0.f, 0.f, 0.f, 0.f};
+  int64_t out_row[4] = {0, 0, 0, 0};
+  int out_tok[4] = {0, 0, 0, 0};
+  int n_out;
+  if constexpr (kStreams == 2) {
+    const float hi0 = __shfl_xor_sync(0xffffffffu, acc[2], 2);
+    const float hi1 = __shfl_xor_sync(0xffffffffu, acc[3], 2);
+    n_out = t < 2 ? 2 : 0;
+    out[0] = acc[0] + hi0;
+    out[1] = acc[1] + hi1;
+    out_row[0] = out_row[1] = ls.row_lo;
+    out_tok[0] = 2 * t;
+    out_tok[1] = 2 * t + 1;
+  } else {
+    n_out = 4;
+    out[0] = acc[0];
+    out[1] = acc[1];
+    out[2] = acc[2];
+    out[3] = acc[3];
+    out_row[0] = out_row[1] = ls.row_lo;
+    out_row[2] = out_row[3] = ls.row_hi;
+    out_tok[0] = out_tok[2] = 2 * t;
+    out_tok[1] = out_tok[3] = 2 * t + 1;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (j >= n_out || out_row[j] >= seg.n || out_tok[j] >= p.m) continue;
+    float v = out[j];
+    const int64_t col = seg.out_col0 + out_row[j];
+    if (p.residual != nullptr) {
+      v += __uint_as_float(static_cast<uint32_t>(p.residual[out_tok[j] * p.ldr + col]) << 16);
+    }
+    if (p.y_fp32) {
+      static_cast<float*>(p.y)[out_tok[j] * p.ldy + col] = v;
+    } else {
+      static_cast<__nv_bfloat16*>(p.y)[out_tok[j] * p.ldy + col] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
+template <int kStreams, int kWarps>
+cudaError_t LaunchStream(const KernelParams& p, int blocks, cudaStream_t stream) {
+  W8A16StreamKernel<kStreams, kWarps><<<blocks, kWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchStreamKernel(const StreamPlan& plan, const KernelParams& p, cudaStream_t stream) {
+  const int blocks = p.total_row_tiles;
+  if (plan.streams == 2) {
+    switch (plan.warps) {
+      case 1: return LaunchStream<2, 1>(p, blocks, stream);
+      case 2: return LaunchStream<2, 2>(p, blocks, stream);
+      case 4: return LaunchStream<2, 4>(p, blocks, stream);
+      case 8: return LaunchStream<2, 8>(p, blocks, stream);
+    }
+  } else if (plan.streams == 1) {
+    switch (plan.warps) {
+      case 1: return LaunchStream<1, 1>(p, blocks, stream);
+      case 2: return LaunchStream<1, 2>(p, blocks, stream);
+      case 4: return LaunchStream<1, 4>(p, blocks, stream);
+      case 8: return LaunchStream<1, 8>(p, blocks, stream);
+    }
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace spar::gemm::internal
