@@ -8,7 +8,8 @@
 //   gemm_bench --shapes mlp_gate_up,q_b --ms 1,16 --no-moe   # a subset
 //   gemm_bench --moe-tokens 1,8,64   # the MoE layer at these token counts (decode tiles swept up to 64)
 //   gemm_bench --force 10,4          # main measurement with configuration 10, splits 4 (profiling)
-//   gemm_bench --stream-warps 4      # <= 8 tokens: the streaming kernel with 4 warps a block (-1: the tile kernel)
+//   gemm_bench --stream-warps 4      # <= 8 tokens (and the MoE): the streaming kernel with 4 warps a block
+//                                    # (-1: the tile kernel; the MoE's default is the tile kernel)
 //   gemm_bench --probe               # + read-only stream ceiling and empty-kernel launch cost
 //
 // Per case: median µs per launch of back-to-back launches captured in a CUDA
@@ -505,7 +506,7 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
 }
 
 // ---- MoE: 256 experts, top-8, hidden 6144, moe_intermediate 2048 ---------
-void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes) {
+void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_warps) {
   const int E = 256, K = 8;
   const int64_t H = 6144, I = 2048;
   const int64_t rows = tokens * K;
@@ -582,6 +583,7 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes) {
   gu.ldy = I;
   gu.workspace = ws;
   gu.workspace_bytes = ws_bytes;
+  gu.force_stream_warps = stream_warps;
   MoeGroupedGemmParams dn = gu;
   dn.k = I;
   dn.x = h;
@@ -708,7 +710,10 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes) {
     }
   }
   const double err = max_diff / std::max(max_ref, 1e-30);
-  const std::string plan = PlanName(MoeGroupedGemmPlan(gu)) + ";" + PlanName(MoeGroupedGemmPlan(dn));
+  auto plan_name = [&](const MoeGroupedGemmParams& g) {
+    return MoeGroupedGemmUsesStreamKernel(g) ? std::string("stream") : PlanName(MoeGroupedGemmPlan(g));
+  };
+  const std::string plan = plan_name(gu) + ";" + plan_name(dn);
   Emit({"moe_gemms", tokens, hit, H, plan, us_gemm, flops / us_gemm * 1e-6, hit_bytes / us_gemm * 1e-3,
         100.0 * (hit_bytes / (g_copy_gbs * 1e3)) / us_gemm, err, us_gemm_stream});
   Emit({"moe_layer", tokens, hit, H, "route..combine", us_layer, flops / us_layer * 1e-6, hit_bytes / us_layer * 1e-3,
@@ -778,7 +783,7 @@ int Main(int argc, char** argv) {
   if (opt.moe) {
     std::vector<int64_t> moe_tokens = opt.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{64, 4096};
     if (!opt.moe_tokens.empty()) moe_tokens = opt.moe_tokens;
-    for (int64_t t : moe_tokens) BenchMoe(t, ws, ws_bytes);
+    for (int64_t t : moe_tokens) BenchMoe(t, ws, ws_bytes, opt.stream_warps);
   }
   if (g_csv != nullptr) std::fclose(g_csv);
   return 0;

@@ -43,7 +43,7 @@ struct GroupedGemm {
   // which builds its own list).
   int BlockTokens(int64_t k, const PackedExperts& weight, const PackedExperts* up) const {
     if (weight.four_bit) return 0;
-    return gemm::GetTileConfig(MoeGroupedGemmPlan(Params(k, weight, up)).config).block_tokens;
+    return MoeGroupedGemmBlockTokens(Params(k, weight, up));
   }
 
   // work / work_block_tokens: the list the permutation wrote for this

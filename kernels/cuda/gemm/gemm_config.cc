@@ -195,20 +195,21 @@ std::ostream& operator<<(std::ostream& os, const GemmPlan& plan) {
             << plan.row_tiles << " ws=" << plan.workspace_bytes << " cost=" << plan.cost;
 }
 
-StreamPlan MakeStreamPlan(int64_t m, const int64_t* rows, int num_segments, int warps) {
+StreamPlan MakeStreamPlan(const StreamProblem& p, int warps) {
   StreamPlan plan;
-  plan.streams = m <= kStreamTwoHalvesMaxTokens ? 2 : 1;
+  plan.streams = p.m <= kStreamTwoHalvesMaxTokens && !p.silu && !p.grouped ? 2 : 1;
   plan.warps = warps;
-  const int tile_rows = plan.streams == 2 ? kStreamTileRows2 : kStreamTileRows1;
-  for (int s = 0; s < num_segments; ++s) plan.row_tiles += CeilDiv(rows[s], tile_rows);
+  plan.tile_rows = plan.streams == 2 || p.silu ? kStreamTileRows2 : kStreamTileRows1;
+  for (int s = 0; s < p.num_segments; ++s) plan.row_tiles += CeilDiv(p.rows[s], plan.tile_rows);
   return plan;
 }
 
-StreamPlan ChooseStreamPlan(int64_t m, const int64_t* rows, int num_segments, int num_sms) {
-  StreamPlan plan = MakeStreamPlan(m, rows, num_segments, 1);
+StreamPlan ChooseStreamPlan(const StreamProblem& p, int num_sms) {
+  StreamPlan plan = MakeStreamPlan(p, 1);
   const int64_t capacity = static_cast<int64_t>(std::max(1, num_sms)) * kStreamWarpsPerSm;
+  const int64_t blocks = plan.row_tiles * std::max<int64_t>(1, p.groups);
   for (const int warps : {8, 4, 2}) {
-    if (plan.row_tiles * warps <= capacity) {
+    if (blocks * warps <= capacity) {
       plan.warps = warps;
       break;
     }

@@ -203,7 +203,8 @@ std::ostream& operator<<(std::ostream& os, const GemmPlan& plan);
 // split-K over blocks) for dense GEMMs of at most kStreamMaxTokens tokens.
 inline constexpr int kStreamMaxTokens = 8;
 // Output rows of a block: 16 (one row per fragment row, 8 tokens) or 8 (two
-// K halves per row, at most kStreamTwoHalvesMaxTokens tokens).
+// K halves per row, at most kStreamTwoHalvesMaxTokens tokens; or SiLU·mul:
+// a gate and an up row per output).
 inline constexpr int kStreamTileRows1 = 16;
 inline constexpr int kStreamTileRows2 = 8;
 inline constexpr int kStreamTwoHalvesMaxTokens = 4;
@@ -214,15 +215,29 @@ struct StreamPlan {
   int streams = 1;  // K halves per fragment (1 or 2)
   int warps = 1;    // warps of a block, each on its own part of K (1, 2, 4, 8)
   int64_t row_tiles = 0;
+  int tile_rows = kStreamTileRows1;  // output columns a block
+};
+
+// The shape of the problem: `m` tokens (a grouped launch: up to
+// kStreamMaxTokens a work entry, so one K half), each segment's `rows`,
+// SiLU·mul, and `groups` blocks a row tile (the experts with work).
+struct StreamProblem {
+  int64_t m = 1;
+  const int64_t* rows = nullptr;
+  int num_segments = 1;
+  bool silu = false;
+  bool grouped = false;
+  int64_t groups = 1;
 };
 
 // Two K halves up to kStreamTwoHalvesMaxTokens tokens (twice the blocks for
-// the same rows); then the most warps a block (1-8) for which every block
-// is resident at once (row tiles x warps <= SMs x kStreamWarpsPerSm): more
-// loads in flight per row without a second wave. `rows`: each segment's.
-StreamPlan ChooseStreamPlan(int64_t m, const int64_t* rows, int num_segments, int num_sms);
+// the same rows; not with SiLU·mul or grouped); then the most warps a block
+// (1-8) for which every block is resident at once (row tiles x groups x
+// warps <= SMs x kStreamWarpsPerSm): more loads in flight per row without a
+// second wave.
+StreamPlan ChooseStreamPlan(const StreamProblem& p, int num_sms);
 // The same with the block's warps given (tests and benchmarks).
-StreamPlan MakeStreamPlan(int64_t m, const int64_t* rows, int num_segments, int warps);
+StreamPlan MakeStreamPlan(const StreamProblem& p, int warps);
 
 }  // namespace spar::gemm
 

@@ -64,10 +64,11 @@ int64_t KernelSmemBytes(TileConfigId id);
 // <<<grid, config threads, smem, stream>>> of the kernel instance for `id`.
 cudaError_t LaunchGemmKernel(TileConfigId id, const KernelParams& p, dim3 grid, cudaStream_t stream);
 
-// The streaming decode kernel (w8a16_stream.cu): one block per row tile of
-// `plan` (p.total_row_tiles, segments' first_tile in those tiles); dense,
-// no SiLU·mul, p.m <= kStreamMaxTokens, p.k_valid == p.k.
-cudaError_t LaunchStreamKernel(const StreamPlan& plan, const KernelParams& p, cudaStream_t stream);
+// The streaming decode kernel (w8a16_stream.cu), p.k_valid == p.k. Dense:
+// grid.x = the row tiles of `plan` (segments' first_tile in those tiles),
+// p.m <= kStreamMaxTokens. Grouped (p.work): grid (work entries of at most
+// kStreamMaxTokens rows, row tiles). SiLU·mul with plan.streams == 1 only.
+cudaError_t LaunchStreamKernel(const StreamPlan& plan, const KernelParams& p, dim3 grid, cudaStream_t stream);
 
 // Builds the grouped work list from expert_offsets [num_experts + 1]:
 // entries {e, offsets[e] + i*block_tokens, rows, 0}, then *work_count.

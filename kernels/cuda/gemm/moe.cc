@@ -171,6 +171,92 @@ gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
   return plan;
 }
 
+bool MoeGroupedGemmUsesStreamKernel(const MoeGroupedGemmParams& p) {
+  if (p.force_config >= 0 || p.force_stream_warps <= 0) return false;
+  return p.max_rows > 0 && p.max_rows <= kMoeStreamMaxRows && StreamedK(p) == p.k;
+}
+
+int MoeGroupedGemmBlockTokens(const MoeGroupedGemmParams& p) {
+  if (MoeGroupedGemmUsesStreamKernel(p)) return gemm::kStreamMaxTokens;
+  return gemm::GetTileConfig(MoeGroupedGemmPlan(p).config).block_tokens;
+}
+
+namespace {
+
+// The launch's work list: the permutation's when it was written for tiles
+// of block_tokens rows, else built into the workspace.
+absl::Status WorkList(const MoeGroupedGemmParams& p, int block_tokens, int64_t entries, const int32_t** work,
+                      const int32_t** work_count, cudaStream_t stream) {
+  if (p.work != nullptr && p.work_block_tokens == block_tokens) {
+    if (!Aligned(p.work, 16)) return InvalidParam("MoeGroupedGemm", "work", "must be 16-byte aligned");
+    *work_count = static_cast<const int32_t*>(p.work);  // the permutation's layout: count, then entries at byte 16
+    *work = *work_count + 4;
+    return absl::OkStatus();
+  }
+  int32_t* built = static_cast<int32_t*>(p.workspace);
+  int32_t* built_count = built + entries * 4;
+  SPAR_CUDA_RETURN_IF_ERROR(
+      gemm::internal::LaunchGroupedWorkList(p.expert_offsets, p.num_experts, block_tokens, built, built_count, stream));
+  *work = built;
+  *work_count = built_count;
+  return absl::OkStatus();
+}
+
+// The kernel parameters both kernels share.
+gemm::internal::KernelParams GroupedKernelParams(const MoeGroupedGemmParams& p, int64_t k_rows, int wbytes) {
+  gemm::internal::KernelParams kp;
+  kp.k = k_rows;
+  kp.k_valid = p.k;  // X columns past k are zero-filled (the tile kernel's kKTail instances)
+  kp.x = reinterpret_cast<const uint16_t*>(p.x);
+  kp.ldx = p.ldx;
+  kp.x_row_index = p.x_row_index;
+  kp.num_segments = 1;
+  kp.silu = p.epilogue == GemmEpilogue::kSiluMul ? 1 : 0;
+  gemm::internal::KernelSegment& ks = kp.seg[0];
+  ks.w = static_cast<const uint8_t*>(p.weight.data);
+  ks.scale = p.weight.scale;
+  if (kp.silu) {
+    ks.w_up = static_cast<const uint8_t*>(p.up.data);
+    ks.scale_up = p.up.scale;
+  }
+  ks.n = p.weight.n;
+  ks.is_fp8 = p.weight.type == GemmWeightType::kFp8Block128 ? 1 : 0;
+  kp.y = p.y;
+  kp.ldy = p.ldy;
+  kp.y_fp32 = p.y_fp32 ? 1 : 0;
+  kp.expert_w_stride_bytes = p.expert_weight_stride * wbytes;
+  kp.expert_scale_stride = p.expert_scale_stride;
+  return kp;
+}
+
+absl::Status LaunchGroupedStream(const MoeGroupedGemmParams& p, int64_t k_rows, int wbytes, cudaStream_t stream) {
+  const int64_t n = p.weight.n;
+  gemm::StreamProblem prob;
+  prob.m = gemm::kStreamMaxTokens;
+  prob.rows = &n;
+  prob.silu = p.epilogue == GemmEpilogue::kSiluMul;
+  prob.grouped = true;
+  prob.groups = p.expected_active_experts > 0 ? p.expected_active_experts
+                                              : std::max<int64_t>(1, std::min<int64_t>(p.num_experts, p.max_rows));
+  const gemm::StreamPlan plan =
+      p.force_stream_warps > 0
+          ? gemm::MakeStreamPlan(prob, p.force_stream_warps)
+          : gemm::ChooseStreamPlan(prob, p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count);
+  if (plan.row_tiles > 65535) return InvalidParam("MoeGroupedGemm", "weight.n", "too many output tiles");
+  const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, gemm::kStreamMaxTokens);
+  gemm::internal::KernelParams kp = GroupedKernelParams(p, k_rows, wbytes);
+  kp.total_row_tiles = static_cast<int32_t>(plan.row_tiles);
+  const int32_t* work = nullptr;
+  const int32_t* work_count = nullptr;
+  SPAR_RETURN_IF_ERROR(WorkList(p, gemm::kStreamMaxTokens, entries, &work, &work_count, stream));
+  kp.work = work;
+  kp.work_count = work_count;
+  const dim3 grid(static_cast<unsigned>(entries), static_cast<unsigned>(plan.row_tiles));
+  return CudaStatus(gemm::internal::LaunchStreamKernel(plan, kp, grid, stream), "MoeGroupedGemm stream kernel launch");
+}
+
+}  // namespace
+
 absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t stream) {
   constexpr absl::string_view kOp = "MoeGroupedGemm";
   if (p.num_experts < 1 || p.num_experts > 1024) return InvalidParam(kOp, "num_experts", "must be in [1, 1024]");
@@ -218,6 +304,11 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   if (p.split_workspace != nullptr && !Aligned(p.split_workspace, 256)) {
     return InvalidParam(kOp, "split_workspace", "must be 256-byte aligned");
   }
+  if (p.force_stream_warps != -1 && p.force_stream_warps != 0 && p.force_stream_warps != 1 &&
+      p.force_stream_warps != 2 && p.force_stream_warps != 4 && p.force_stream_warps != 8) {
+    return InvalidParam(kOp, "force_stream_warps", "must be -1, 0, 1, 2, 4 or 8");
+  }
+  if (MoeGroupedGemmUsesStreamKernel(p)) return LaunchGroupedStream(p, k_rows, wbytes, stream);
   const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);
   const gemm::TileConfig& cfg = gemm::GetTileConfig(plan.config);
   if ((k_rows * wbytes) % cfg.row_bytes_per_stage() != 0) {
@@ -232,44 +323,11 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, cfg.block_tokens);
   const int32_t* work = nullptr;
   const int32_t* work_count = nullptr;
-  if (p.work != nullptr && p.work_block_tokens == cfg.block_tokens) {
-    if (!Aligned(p.work, 16)) return InvalidParam(kOp, "work", "must be 16-byte aligned");
-    work_count = static_cast<const int32_t*>(p.work);  // the permutation's layout: count, then entries at byte 16
-    work = work_count + 4;
-  } else {
-    int32_t* built = static_cast<int32_t*>(p.workspace);
-    int32_t* built_count = built + entries * 4;
-    SPAR_CUDA_RETURN_IF_ERROR(gemm::internal::LaunchGroupedWorkList(p.expert_offsets, p.num_experts, cfg.block_tokens,
-                                                                    built, built_count, stream));
-    work = built;
-    work_count = built_count;
-  }
-
-  gemm::internal::KernelParams kp;
-  kp.k = k_rows;
-  kp.k_valid = p.k;  // X columns past k are zero-filled (the kKTail instances)
-  kp.x = reinterpret_cast<const uint16_t*>(p.x);
-  kp.ldx = p.ldx;
-  kp.x_row_index = p.x_row_index;
-  kp.num_segments = 1;
+  SPAR_RETURN_IF_ERROR(WorkList(p, cfg.block_tokens, entries, &work, &work_count, stream));
+  gemm::internal::KernelParams kp = GroupedKernelParams(p, k_rows, wbytes);
   kp.total_row_tiles = static_cast<int32_t>(row_tiles);
-  kp.silu = silu ? 1 : 0;
-  gemm::internal::KernelSegment& ks = kp.seg[0];
-  ks.w = static_cast<const uint8_t*>(p.weight.data);
-  ks.scale = p.weight.scale;
-  if (silu) {
-    ks.w_up = static_cast<const uint8_t*>(p.up.data);
-    ks.scale_up = p.up.scale;
-  }
-  ks.n = n_out;
-  ks.is_fp8 = p.weight.type == GemmWeightType::kFp8Block128 ? 1 : 0;
-  kp.y = p.y;
-  kp.ldy = p.ldy;
-  kp.y_fp32 = p.y_fp32 ? 1 : 0;
   kp.work = work;
   kp.work_count = work_count;
-  kp.expert_w_stride_bytes = p.expert_weight_stride * wbytes;
-  kp.expert_scale_stride = p.expert_scale_stride;
   kp.splits = plan.splits;
   if (plan.splits > 1) {  // layout: see gemm::kSplitCounterBytes
     kp.counters = static_cast<int32_t*>(p.split_workspace);

@@ -175,9 +175,25 @@ struct MoeGroupedGemmParams {
   int num_sms = 0;                       // 0: read from the current device
   int force_config = -1;                 // tests/benchmarks: force a tile configuration
   int force_splits = 1;                  // with force_config: the split factor (needs split_workspace)
+  // Tests/benchmarks: 1 / 2 / 4 / 8 run the streaming kernel with that many
+  // warps a block where it can take the launch (MoeGroupedGemmUsesStreamKernel);
+  // 0 (and -1) the tile kernel.
+  int force_stream_warps = 0;
 };
 size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts);
 gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p);
+// The streaming kernel of the dense decode GEMMs (w8a16_stream.cu) can run
+// a decode-sized launch (max_rows <= kMoeStreamMaxRows, rows of exactly k
+// columns) over work entries of gemm::kStreamMaxTokens rows, but only when
+// forced: it measured slower than the tile kernel there (H200 running sm80
+// code, 2026-12-04: gate/up + down 87.5 -> 102.0 us at one token, 523 ->
+// 543 at 8, 2097 -> 2136 at 64). Its one-warp blocks each stream a whole
+// expert row set (96 spans at K = 6144) four spans at a time: a chain of
+// round trips the tile kernel's deeper cp.async pipeline does not have.
+inline constexpr int64_t kMoeStreamMaxRows = 512;
+bool MoeGroupedGemmUsesStreamKernel(const MoeGroupedGemmParams& p);
+// Rows a work entry of the launch holds (the work list it wants).
+int MoeGroupedGemmBlockTokens(const MoeGroupedGemmParams& p);
 absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t stream);
 
 // out[t] = Σ_j weights[t, j] · expert_out[slot[t, j]] (slot >= 0 only, fp32,

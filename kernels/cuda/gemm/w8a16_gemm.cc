@@ -122,8 +122,13 @@ gemm::internal::KernelParams BaseKernelParams(const W8A16GemmParams& p, int64_t 
 gemm::StreamPlan StreamPlanFor(const W8A16GemmParams& p) {
   int64_t rows[gemm::kMaxGemmSegments] = {};
   for (int s = 0; s < p.num_segments; ++s) rows[s] = p.segments[s].n;
-  if (p.force_stream_warps > 0) return gemm::MakeStreamPlan(p.m, rows, p.num_segments, p.force_stream_warps);
-  return gemm::ChooseStreamPlan(p.m, rows, p.num_segments, p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count);
+  gemm::StreamProblem prob;
+  prob.m = p.m;
+  prob.rows = rows;
+  prob.num_segments = p.num_segments;
+  prob.silu = p.epilogue == GemmEpilogue::kSiluMul;
+  if (p.force_stream_warps > 0) return gemm::MakeStreamPlan(prob, p.force_stream_warps);
+  return gemm::ChooseStreamPlan(prob, p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count);
 }
 
 GemmProblem ToProblem(const W8A16GemmParams& p, size_t workspace_bytes) {
@@ -169,7 +174,7 @@ size_t W8A16GemmWorkspaceBytes(const W8A16GemmParams& p) {
 
 bool W8A16GemmUsesStreamKernel(const W8A16GemmParams& p) {
   if (p.force_config >= 0 || p.force_stream_warps < 0) return false;
-  if (p.m < 1 || p.m > gemm::kStreamMaxTokens || p.epilogue != GemmEpilogue::kNone) return false;
+  if (p.m < 1 || p.m > gemm::kStreamMaxTokens) return false;
   return StreamedK(p) == p.k;  // rows padded past k: the tile kernel's K tail
 }
 
@@ -185,9 +190,9 @@ absl::Status LaunchW8A16Gemm(const W8A16GemmParams& p, cudaStream_t stream) {
   if (p.m == 0) return absl::OkStatus();
   if (W8A16GemmUsesStreamKernel(p)) {
     const gemm::StreamPlan plan = StreamPlanFor(p);
-    const gemm::internal::KernelParams kp =
-        BaseKernelParams(p, plan.streams == 2 ? gemm::kStreamTileRows2 : gemm::kStreamTileRows1);
-    return CudaStatus(gemm::internal::LaunchStreamKernel(plan, kp, stream), "W8A16StreamKernel launch");
+    const gemm::internal::KernelParams kp = BaseKernelParams(p, plan.tile_rows);
+    return CudaStatus(gemm::internal::LaunchStreamKernel(plan, kp, dim3(static_cast<unsigned>(plan.row_tiles)), stream),
+                      "W8A16StreamKernel launch");
   }
   const GemmPlan plan = W8A16GemmPlan(p);
   const TileConfig& cfg = gemm::GetTileConfig(plan.config);

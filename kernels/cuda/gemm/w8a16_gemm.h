@@ -130,7 +130,7 @@ size_t W8A16GemmWorkspaceBytes(const W8A16GemmParams& p);
 
 // True if the launch runs the streaming decode kernel (gemm_config.h's
 // StreamPlan): at most 8 tokens, weights whose rows hold exactly k columns,
-// no SiLU·mul, no forced tile configuration.
+// no forced tile configuration.
 bool W8A16GemmUsesStreamKernel(const W8A16GemmParams& p);
 
 // True if the shapes and layouts are supported (see the field comments).

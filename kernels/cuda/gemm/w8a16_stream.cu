@@ -66,9 +66,12 @@ __device__ __forceinline__ uint4 LoadActivation(const uint16_t* p) {
 // Where a lane reads: its two fragment rows' K ranges (lo: fragment row
 // g, hi: g + 8), in spans, and its B column's token and half.
 struct LaneStreams {
-  int64_t row_lo, row_hi;
+  const uint8_t* w_lo;  // fragment row lo's weight row, at K 0
+  const uint8_t* w_hi;
+  const float* scale_lo;  // its 128-row block's scale row
+  const float* scale_hi;
+  const uint16_t* x;  // the B column's activation row, at K 0
   int64_t begin_lo, count_lo, begin_hi, count_hi;
-  int tok;
   bool x_hi;
 };
 
@@ -78,18 +81,14 @@ struct LaneStreams {
 // products land in fragment rows and columns that are never stored, so the
 // loads need no predicates.
 template <bool kFp8>
-__device__ __forceinline__ void StreamSpans(const KernelParams& p, const KernelSegment& seg, int64_t r0,
-                                            const LaneStreams& ls, int t, float (&acc)[4]) {
+__device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float (&acc)[4]) {
   constexpr int kValues = kFp8 ? 64 : 32;  // K columns a span
   constexpr int kKSteps = kValues / 16;
-  const int64_t row_bytes = kFp8 ? p.k : 2 * p.k;
-  const uint8_t* w_lo = seg.w + (ls.row_lo < seg.n ? ls.row_lo : 0) * row_bytes + ls.begin_lo * kSpanBytes + 16 * t;
-  const uint8_t* w_hi = seg.w + (ls.row_hi < seg.n ? ls.row_hi : 0) * row_bytes + ls.begin_hi * kSpanBytes + 16 * t;
-  const float* s_row = kFp8 ? seg.scale + (r0 / 128) * ((p.k + 127) / 128) : nullptr;
-  const float* s_lo = kFp8 ? s_row + ls.begin_lo / 2 : nullptr;
-  const float* s_hi = kFp8 ? s_row + ls.begin_hi / 2 : nullptr;
-  const uint16_t* xp = p.x + (ls.tok < p.m ? ls.tok : 0) * p.ldx +
-                       (ls.x_hi ? ls.begin_hi : ls.begin_lo) * kValues + (kValues / 4) * t;
+  const uint8_t* w_lo = ls.w_lo + ls.begin_lo * kSpanBytes + 16 * t;
+  const uint8_t* w_hi = ls.w_hi + ls.begin_hi * kSpanBytes + 16 * t;
+  const float* s_lo = kFp8 ? ls.scale_lo + ls.begin_lo / 2 : nullptr;
+  const float* s_hi = kFp8 ? ls.scale_hi + ls.begin_hi / 2 : nullptr;
+  const uint16_t* xp = ls.x + (ls.x_hi ? ls.begin_hi : ls.begin_lo) * kValues + (kValues / 4) * t;
 
   // One span's products into acc: rows lo at scale sl, rows hi at sh.
   auto span_mma = [&](const uint4& wl, const uint4& wh, const uint4& xa, const uint4& xb, float sl, float sh) {
@@ -174,25 +173,53 @@ __device__ __forceinline__ void StreamSpans(const KernelParams& p, const KernelS
 
 // Block: kWarps warps splitting the tile's K range (kWarps * kStreams equal
 // parts, in spans). At most 16 warps an SM, so 128 registers a thread.
+// Dense: block x = row tile. Grouped (p.work): block x = work entry {expert,
+// first permuted row, rows <= 8}, block y = row tile. SiLU·mul (kStreams 1
+// only): fragment rows g and g + 8 are the gate and up rows of 8 outputs.
 template <int kStreams, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) W8A16StreamKernel(const KernelParams p) {
-  constexpr int kRows = kStreams == 2 ? kStreamTileRows2 : kStreamTileRows1;
   __shared__ float s_red[kWarps > 1 ? kWarps : 1][32][4];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;
   const int t = lane & 3;
+  const bool silu = kStreams == 1 && p.silu != 0;
+  // Output rows a block: 8 with two K halves or SiLU pairs, else 16.
+  const int rows = kStreams == 2 || silu ? 8 : 16;
 
   KernelSegment seg = p.seg[0];
+  int64_t tile, out_row0 = 0, m = p.m;
+  if (p.work != nullptr) {
+    if (static_cast<int>(blockIdx.x) >= *p.work_count) return;
+    const int4 wk = reinterpret_cast<const int4*>(p.work)[blockIdx.x];
+    seg.w += wk.x * p.expert_w_stride_bytes;
+    if (seg.w_up != nullptr) seg.w_up += wk.x * p.expert_w_stride_bytes;
+    if (seg.scale != nullptr) seg.scale += wk.x * p.expert_scale_stride;
+    if (seg.scale_up != nullptr) seg.scale_up += wk.x * p.expert_scale_stride;
+    out_row0 = wk.y;
+    m = wk.z;
+    tile = blockIdx.y;
+  } else {
 #pragma unroll
-  for (int s = 1; s < kMaxGemmSegments; ++s) {
-    if (s < p.num_segments && static_cast<int>(blockIdx.x) >= p.seg[s].first_tile) seg = p.seg[s];
+    for (int s = 1; s < kMaxGemmSegments; ++s) {
+      if (s < p.num_segments && static_cast<int>(blockIdx.x) >= p.seg[s].first_tile) seg = p.seg[s];
+    }
+    tile = blockIdx.x - seg.first_tile;
   }
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x - seg.first_tile) * kRows;
+  const int64_t r0 = tile * rows;
+  const int64_t row_lo = r0 + g;
+  const int64_t row_hi = kStreams == 2 || silu ? row_lo : row_lo + 8;
+  const int64_t row_bytes = seg.is_fp8 ? p.k : 2 * p.k;
+  const int64_t spans = row_bytes / kSpanBytes;
+  const int64_t scale_row = (r0 / 128) * ((p.k + 127) / 128);
   LaneStreams ls;
-  ls.row_lo = r0 + g;
-  ls.row_hi = kStreams == 2 ? ls.row_lo : ls.row_lo + 8;
-  const int64_t spans = (seg.is_fp8 ? p.k : 2 * p.k) / kSpanBytes;
+  // Rows past n and tokens past m read row 0 / token 0 instead: their
+  // products land in fragment rows and columns that are never stored, so
+  // the loads need no predicates.
+  ls.w_lo = seg.w + (row_lo < seg.n ? row_lo : 0) * row_bytes;
+  ls.w_hi = (silu ? seg.w_up : seg.w) + (row_hi < seg.n ? row_hi : 0) * row_bytes;
+  ls.scale_lo = seg.is_fp8 ? seg.scale + scale_row : nullptr;
+  ls.scale_hi = seg.is_fp8 ? (silu ? seg.scale_up : seg.scale) + scale_row : nullptr;
   const int parts = kWarps * kStreams;
   const int part_lo = warp * kStreams;
   const int part_hi = part_lo + kStreams - 1;
@@ -201,14 +228,17 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) W8A16StreamKernel(co
   ls.begin_hi = part_hi * spans / parts;
   ls.count_hi = (part_hi + 1) * spans / parts - ls.begin_hi;
   // This lane's B column: a token, over the first (lo) or second (hi) half.
-  ls.tok = kStreams == 2 ? (g & 3) : g;
+  const int tok = kStreams == 2 ? (g & 3) : g;
   ls.x_hi = kStreams == 2 && g >= 4;
+  int64_t x_row = out_row0 + (tok < m ? tok : 0);
+  if (p.x_row_index != nullptr) x_row = p.x_row_index[x_row];
+  ls.x = p.x + x_row * p.ldx;
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   if (seg.is_fp8) {
-    StreamSpans<true>(p, seg, r0, ls, t, acc);
+    StreamSpans<true>(ls, t, acc);
   } else {
-    StreamSpans<false>(p, seg, r0, ls, t, acc);
+    StreamSpans<false>(ls, t, acc);
   }
 
   if constexpr (kWarps > 1) {
@@ -227,55 +257,49 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) W8A16StreamKernel(co
 
   // out[j]: (row, token) of this lane's results.
   float out[4] = {0.f, 0.f, 0.f, 0.f};
-  int64_t out_row[4] = {0, 0, 0, 0};
-  int out_tok[4] = {0, 0, 0, 0};
-  int n_out;
-  if constexpr (kStreams == 2) {
+  int64_t out_row[4] = {row_lo, row_lo, row_hi, row_hi};
+  int out_tok[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  int n_out = 4;
+  if (kStreams == 2) {
     const float hi0 = __shfl_xor_sync(0xffffffffu, acc[2], 2);
     const float hi1 = __shfl_xor_sync(0xffffffffu, acc[3], 2);
     n_out = t < 2 ? 2 : 0;
     out[0] = acc[0] + hi0;
     out[1] = acc[1] + hi1;
-    out_row[0] = out_row[1] = ls.row_lo;
-    out_tok[0] = 2 * t;
-    out_tok[1] = 2 * t + 1;
+  } else if (silu) {
+    n_out = 2;
+    out[0] = acc[0] / (1.0f + expf(-acc[0])) * acc[2];
+    out[1] = acc[1] / (1.0f + expf(-acc[1])) * acc[3];
   } else {
-    n_out = 4;
-    out[0] = acc[0];
-    out[1] = acc[1];
-    out[2] = acc[2];
-    out[3] = acc[3];
-    out_row[0] = out_row[1] = ls.row_lo;
-    out_row[2] = out_row[3] = ls.row_hi;
-    out_tok[0] = out_tok[2] = 2 * t;
-    out_tok[1] = out_tok[3] = 2 * t + 1;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[e] = acc[e];
   }
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    if (j >= n_out || out_row[j] >= seg.n || out_tok[j] >= p.m) continue;
+    if (j >= n_out || out_row[j] >= seg.n || out_tok[j] >= m) continue;
     float v = out[j];
+    const int64_t row = out_row0 + out_tok[j];
     const int64_t col = seg.out_col0 + out_row[j];
-    if (p.residual != nullptr) {
-      v += __uint_as_float(static_cast<uint32_t>(p.residual[out_tok[j] * p.ldr + col]) << 16);
-    }
+    if (p.residual != nullptr) v += __uint_as_float(static_cast<uint32_t>(p.residual[row * p.ldr + col]) << 16);
     if (p.y_fp32) {
-      static_cast<float*>(p.y)[out_tok[j] * p.ldy + col] = v;
+      static_cast<float*>(p.y)[row * p.ldy + col] = v;
     } else {
-      static_cast<__nv_bfloat16*>(p.y)[out_tok[j] * p.ldy + col] = __float2bfloat16_rn(v);
+      static_cast<__nv_bfloat16*>(p.y)[row * p.ldy + col] = __float2bfloat16_rn(v);
     }
   }
 }
 
 template <int kStreams, int kWarps>
-cudaError_t LaunchStream(const KernelParams& p, int blocks, cudaStream_t stream) {
-  W8A16StreamKernel<kStreams, kWarps><<<blocks, kWarps * 32, 0, stream>>>(p);
+cudaError_t LaunchStream(const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  W8A16StreamKernel<kStreams, kWarps><<<grid, kWarps * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchStreamKernel(const StreamPlan& plan, const KernelParams& p, cudaStream_t stream) {
-  const int blocks = p.total_row_tiles;
+cudaError_t LaunchStreamKernel(const StreamPlan& plan, const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  if (plan.streams == 2 && p.silu != 0) return cudaErrorInvalidValue;
+  const dim3 blocks = grid;
   if (plan.streams == 2) {
     switch (plan.warps) {
       case 1: return LaunchStream<2, 1>(p, blocks, stream);

@@ -343,29 +343,42 @@ TEST(GemmConfig, Deterministic) {
 TEST(GemmConfig, StreamPlanFillsTheGpuInOneWave) {
   constexpr int kSms = 132;  // the H200
   const int64_t fused_a[] = {2048, 576, 160};  // GLM-5's q_a | kv_a | indexer parts (2784 rows)
-  StreamPlan plan = ChooseStreamPlan(1, fused_a, 3, kSms);
+  StreamPlan plan = ChooseStreamPlan({.m = 1, .rows = fused_a, .num_segments = 3}, kSms);
   EXPECT_EQ(plan.streams, 2);  // one token: two K halves a fragment, 8 rows a block
+  EXPECT_EQ(plan.tile_rows, 8);
   EXPECT_EQ(plan.row_tiles, 256 + 72 + 20);
   EXPECT_EQ(plan.warps, 4);  // 348 x 8 warps would not all be resident
   EXPECT_LE(plan.row_tiles * plan.warps, kSms * kStreamWarpsPerSm);
   const int64_t q_b[] = {16384};
-  plan = ChooseStreamPlan(4, q_b, 1, kSms);
+  plan = ChooseStreamPlan({.m = 4, .rows = q_b}, kSms);
   EXPECT_EQ(plan.streams, 2);
   EXPECT_EQ(plan.row_tiles, 2048);
   EXPECT_EQ(plan.warps, 1);  // already a block a warp
-  plan = ChooseStreamPlan(5, q_b, 1, kSms);
+  plan = ChooseStreamPlan({.m = 5, .rows = q_b}, kSms);
   EXPECT_EQ(plan.streams, 1);  // 5 tokens: 16 rows a block
+  EXPECT_EQ(plan.tile_rows, 16);
   EXPECT_EQ(plan.row_tiles, 1024);
   EXPECT_EQ(plan.warps, 2);
   const int64_t tiny[] = {9};
-  plan = ChooseStreamPlan(1, tiny, 1, kSms);
+  plan = ChooseStreamPlan({.m = 1, .rows = tiny}, kSms);
   EXPECT_EQ(plan.row_tiles, 2);
   EXPECT_EQ(plan.warps, 8);
+  // SiLU·mul: one K half, 8 outputs (gate and up rows) a block.
+  const int64_t shared_expert[] = {2048};
+  plan = ChooseStreamPlan({.m = 1, .rows = shared_expert, .silu = true}, kSms);
+  EXPECT_EQ(plan.streams, 1);
+  EXPECT_EQ(plan.tile_rows, 8);
+  EXPECT_EQ(plan.row_tiles, 256);
+  EXPECT_EQ(plan.warps, 8);
+  // Grouped: the experts' blocks count too (8 experts of 256 tiles each).
+  plan = ChooseStreamPlan({.m = 1, .rows = shared_expert, .silu = true, .grouped = true, .groups = 8}, kSms);
+  EXPECT_EQ(plan.streams, 1);
+  EXPECT_EQ(plan.warps, 1);
   // Too many tiles for one wave at any width: one warp a block.
   const int64_t huge[] = {int64_t{1} << 20};
-  EXPECT_EQ(ChooseStreamPlan(1, huge, 1, kSms).warps, 1);
-  EXPECT_EQ(MakeStreamPlan(8, huge, 1, 4).warps, 4);
-  EXPECT_EQ(MakeStreamPlan(8, huge, 1, 4).row_tiles, (int64_t{1} << 20) / 16);
+  EXPECT_EQ(ChooseStreamPlan({.m = 1, .rows = huge}, kSms).warps, 1);
+  EXPECT_EQ(MakeStreamPlan({.m = 8, .rows = huge}, 4).warps, 4);
+  EXPECT_EQ(MakeStreamPlan({.m = 8, .rows = huge}, 4).row_tiles, (int64_t{1} << 20) / 16);
 }
 
 }  // namespace

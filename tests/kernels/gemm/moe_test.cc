@@ -51,6 +51,7 @@ struct MoeCase {
   bool residual = true;
   int force_config = -1;  // grouped GEMMs
   int force_splits = 1;   // with force_config: split-K factor of both grouped GEMMs
+  int force_stream_warps = 0;  // MoeGroupedGemmParams::force_stream_warps
   // The permutation writes the grouped GEMMs' work lists (a second
   // LaunchMoePermute of the same ids, once the GEMMs' plans are known).
   bool permute_work_lists = false;
@@ -193,6 +194,7 @@ void RunMoeLayer(const MoeCase& c) {
   gu.split_workspace_bytes = split_ws.bytes();
   gu.force_config = c.force_config;
   gu.force_splits = c.force_splits;
+  gu.force_stream_warps = c.force_stream_warps;
   if (c.force_config >= 0) {
     ASSERT_EQ(MoeGroupedGemmPlan(gu).splits, c.force_splits) << "the case asks for a split the shape cannot take";
   }
@@ -204,8 +206,8 @@ void RunMoeLayer(const MoeCase& c) {
     probe.weight = down.View();
     probe.up = GemmWeight{};
     probe.epilogue = GemmEpilogue::kNone;
-    down_bt = gemm::GetTileConfig(MoeGroupedGemmPlan(probe).config).block_tokens;
-    const int gu_bt = gemm::GetTileConfig(MoeGroupedGemmPlan(gu).config).block_tokens;
+    down_bt = MoeGroupedGemmBlockTokens(probe);
+    const int gu_bt = MoeGroupedGemmBlockTokens(gu);
     lists.Poison();
     MoePermuteParams with_lists = perm;
     with_lists.num_work_lists = gu_bt == down_bt ? 1 : 2;
@@ -246,8 +248,7 @@ void RunMoeLayer(const MoeCase& c) {
   dn.y = yperm.get();
   dn.ldy = H;
   if (c.permute_work_lists) {
-    dn.work = gemm::GetTileConfig(MoeGroupedGemmPlan(gu).config).block_tokens == down_bt ? lists.get()
-                                                                                         : lists.get() + ws_bytes;
+    dn.work = MoeGroupedGemmBlockTokens(gu) == down_bt ? lists.get() : lists.get() + ws_bytes;
     dn.work_block_tokens = down_bt;
   }
   st = LaunchMoeGroupedGemm(dn, nullptr);
@@ -499,6 +500,26 @@ TEST(Sm80_MoeLayer, PermutationWritesTheWorkLists) {
   c.permute_work_lists = true;
   c.seed = 99;
   RunMoeLayer(c);
+}
+
+// The streaming kernel on decode-sized layers (<= kMoeStreamMaxRows rows;
+// forced, it is no default there): every block width, with and without the
+// permutation's work lists, one row per expert, several entries of 8 rows
+// on one expert (100 tokens, every first choice the same expert), experts
+// without rows.
+TEST(Sm80_MoeLayer, StreamKernelEveryWidth) {
+  SPAR_REQUIRE_GPU();
+  for (const int warps : {1, 2, 4, 8}) {
+    for (const int64_t tokens : {1, 7, 100}) {
+      MoeCase c;
+      c.tokens = tokens;
+      if (tokens == 100) c.favoured = {10};
+      c.force_stream_warps = warps;
+      c.permute_work_lists = warps % 4 == 0;
+      c.seed = 110 + tokens + warps;
+      RunMoeLayer(c);
+    }
+  }
 }
 
 TEST(Sm80_MoeLayer, AllTokensOnOneExpert) {

@@ -403,7 +403,7 @@ TEST(Sm80_W8A16Gemm, HeuristicShapes) {
 // rows that end inside a tile, K of 2 spans, of an odd number of spans
 // (warps with no span or one more than their other half) and of a partial
 // last scale block, FP8 and bf16 segments in one launch, residual and fp32
-// outputs.
+// outputs, SiLU·mul.
 TEST(Sm80_W8A16Gemm, StreamKernelEveryPlan) {
   SPAR_REQUIRE_GPU();
   const HostWeight exact_w = MakeWeight(kFp8, 200, 512, 81, /*exact=*/true);
@@ -439,6 +439,27 @@ TEST(Sm80_W8A16Gemm, StreamKernelEveryPlan) {
       }
     }
   }
+  // SiLU·mul (a gate and an up row a fragment row pair), FP8 and bf16,
+  // with the residual; 200 outputs: the last tile and scale block partial.
+  const HostWeight gate = MakeWeight(kFp8, 200, 576, 85), up = MakeWeight(kFp8, 200, 576, 86);
+  const HostWeight gate16 = MakeWeight(kBf16, 72, 256, 87), up16 = MakeWeight(kBf16, 72, 256, 88);
+  for (int warps : {1, 2, 4, 8}) {
+    for (int64_t m : {1, 3, 8}) {
+      GemmCase c;
+      c.m = m;
+      c.k = 576;
+      c.segments = {&gate};
+      c.up = &up;
+      c.residual = true;
+      c.force_stream_warps = warps;
+      c.seed = 1200 + m;
+      RunAndCheck(c);
+      c.k = 256;
+      c.segments = {&gate16};
+      c.up = &up16;
+      RunAndCheck(c);
+    }
+  }
 }
 
 // What takes the streaming kernel, and that its own plan matches the tile
@@ -467,9 +488,6 @@ TEST(Sm80_W8A16Gemm, StreamKernelTakesSmallGemmsOnly) {
   p.segments[1] = dbf.View(bf);
   EXPECT_TRUE(W8A16GemmUsesStreamKernel(p)) << "a bf16 segment (the fused A projection's last)";
   p.num_segments = 1;
-  p.epilogue = GemmEpilogue::kSiluMul;
-  EXPECT_FALSE(W8A16GemmUsesStreamKernel(p)) << "SiLU·mul";
-  p.epilogue = GemmEpilogue::kNone;
   p.k = 1000;  // rows of 1024 columns streamed for k = 1000: the K tail
   p.segments[0].ld = 1024;
   EXPECT_FALSE(W8A16GemmUsesStreamKernel(p)) << "padded rows";
