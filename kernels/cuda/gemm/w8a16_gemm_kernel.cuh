@@ -40,6 +40,7 @@
 #include "kernels/cuda/common/launch_smem.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
+#include "kernels/cuda/gemm/grouped_work.cuh"
 
 namespace spar::gemm::internal {
 
@@ -142,13 +143,9 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
   int64_t tile_id = 0;
   if (grouped) {
     if (static_cast<int>(blockIdx.x) >= *p.work_count) return;
-    const int4 wk = reinterpret_cast<const int4*>(p.work)[blockIdx.x];
-    seg.w += wk.x * p.expert_w_stride_bytes;
-    if (seg.w_up != nullptr) seg.w_up += wk.x * p.expert_w_stride_bytes;
-    if (seg.scale != nullptr) seg.scale += wk.x * p.expert_scale_stride;
-    if (seg.scale_up != nullptr) seg.scale_up += wk.x * p.expert_scale_stride;
-    row0_out = wk.y;
-    tok_count = wk.z;
+    const GroupedWork work = ApplyWorkEntry(p, blockIdx.x, seg);
+    row0_out = work.first_row;
+    tok_count = work.rows;
     tile_in_seg = blockIdx.y;
     split = blockIdx.z;
     tile_id = static_cast<int64_t>(blockIdx.x) * p.total_row_tiles + blockIdx.y;

@@ -41,6 +41,7 @@
 #include "kernels/cuda/common/fp8_sm80.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
+#include "kernels/cuda/gemm/grouped_work.cuh"
 
 namespace spar::gemm::internal {
 namespace {
@@ -191,13 +192,9 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) W8A16StreamKernel(co
   int64_t tile, out_row0 = 0, m = p.m;
   if (p.work != nullptr) {
     if (static_cast<int>(blockIdx.x) >= *p.work_count) return;
-    const int4 wk = reinterpret_cast<const int4*>(p.work)[blockIdx.x];
-    seg.w += wk.x * p.expert_w_stride_bytes;
-    if (seg.w_up != nullptr) seg.w_up += wk.x * p.expert_w_stride_bytes;
-    if (seg.scale != nullptr) seg.scale += wk.x * p.expert_scale_stride;
-    if (seg.scale_up != nullptr) seg.scale_up += wk.x * p.expert_scale_stride;
-    out_row0 = wk.y;
-    m = wk.z;
+    const GroupedWork work = ApplyWorkEntry(p, blockIdx.x, seg);
+    out_row0 = work.first_row;
+    m = work.rows;
     tile = blockIdx.y;
   } else {
 #pragma unroll
