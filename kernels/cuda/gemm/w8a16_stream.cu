@@ -173,12 +173,13 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
 }
 
 // Block: kWarps warps splitting the tile's K range (kWarps * kStreams equal
-// parts, in spans). At most 16 warps an SM, so 128 registers a thread.
+// parts, in spans). kStreamWarpsPerSm warps an SM bound the registers (16:
+// 128 a thread).
 // Dense: block x = row tile. Grouped (p.work): block x = work entry {expert,
 // first permuted row, rows <= 8}, block y = row tile. SiLU·mul (kStreams 1
 // only): fragment rows g and g + 8 are the gate and up rows of 8 outputs.
 template <int kStreams, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) W8A16StreamKernel(const KernelParams p) {
+__global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16StreamKernel(const KernelParams p) {
   __shared__ float s_red[kWarps > 1 ? kWarps : 1][32][4];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
