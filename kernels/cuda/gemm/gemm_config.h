@@ -210,6 +210,9 @@ inline constexpr int kStreamTileRows2 = 8;
 inline constexpr int kStreamTwoHalvesMaxTokens = 4;
 // Warps an SM holds of the kernel (its registers: <= 128 a thread).
 inline constexpr int kStreamWarpsPerSm = 16;
+// What the launchers' force_stream_warps may be: -1 (the tile kernel), 0
+// (the plan's width) or a block width the kernel is instantiated for.
+inline bool ValidForcedStreamWarps(int w) { return w == -1 || w == 0 || w == 1 || w == 2 || w == 4 || w == 8; }
 
 struct StreamPlan {
   int streams = 1;  // K halves per fragment (1 or 2)

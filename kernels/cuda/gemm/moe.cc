@@ -137,6 +137,13 @@ namespace {
 // whole 64-byte stages where k is not), else k.
 int64_t StreamedK(const MoeGroupedGemmParams& p) { return GemmRowElements(p.weight, p.k); }
 
+// The experts with rows the planners assume: the caller's hint, or as many
+// as there can be.
+int64_t ExpectedActiveExperts(const MoeGroupedGemmParams& p) {
+  return p.expected_active_experts > 0 ? p.expected_active_experts
+                                       : std::max<int64_t>(1, std::min<int64_t>(p.num_experts, p.max_rows));
+}
+
 }  // namespace
 
 gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
@@ -149,8 +156,7 @@ gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
   prob.segments[0].weight_bytes = p.weight.type == GemmWeightType::kBf16 ? 2 : 1;
   prob.silu_mul = p.epilogue == GemmEpilogue::kSiluMul;
   prob.grouped = true;
-  prob.groups = p.expected_active_experts > 0 ? p.expected_active_experts
-                                              : std::max<int64_t>(1, std::min<int64_t>(p.num_experts, p.max_rows));
+  prob.groups = ExpectedActiveExperts(p);
   prob.num_sms = p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count;
   gemm::GemmPlan plan = p.force_config >= 0 && p.force_config < gemm::kNumTileConfigs
                             ? gemm::MakeGemmPlan(prob, static_cast<gemm::TileConfigId>(p.force_config),
@@ -236,8 +242,7 @@ absl::Status LaunchGroupedStream(const MoeGroupedGemmParams& p, int64_t k_rows, 
   prob.rows = &n;
   prob.silu = p.epilogue == GemmEpilogue::kSiluMul;
   prob.grouped = true;
-  prob.groups = p.expected_active_experts > 0 ? p.expected_active_experts
-                                              : std::max<int64_t>(1, std::min<int64_t>(p.num_experts, p.max_rows));
+  prob.groups = ExpectedActiveExperts(p);
   const gemm::StreamPlan plan =
       p.force_stream_warps > 0
           ? gemm::MakeStreamPlan(prob, p.force_stream_warps)
@@ -304,8 +309,7 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   if (p.split_workspace != nullptr && !Aligned(p.split_workspace, 256)) {
     return InvalidParam(kOp, "split_workspace", "must be 256-byte aligned");
   }
-  if (p.force_stream_warps != -1 && p.force_stream_warps != 0 && p.force_stream_warps != 1 &&
-      p.force_stream_warps != 2 && p.force_stream_warps != 4 && p.force_stream_warps != 8) {
+  if (!gemm::ValidForcedStreamWarps(p.force_stream_warps)) {
     return InvalidParam(kOp, "force_stream_warps", "must be -1, 0, 1, 2, 4 or 8");
   }
   if (MoeGroupedGemmUsesStreamKernel(p)) return LaunchGroupedStream(p, k_rows, wbytes, stream);

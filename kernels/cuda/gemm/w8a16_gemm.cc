@@ -76,8 +76,7 @@ absl::Status Validate(const W8A16GemmParams& p) {
   if (p.workspace_bytes > 0 && p.workspace == nullptr) return InvalidParam(kOp, "workspace", "is null but workspace_bytes > 0");
   if (p.workspace != nullptr && !Aligned(p.workspace, 256)) return InvalidParam(kOp, "workspace", "must be 256-byte aligned");
   if (p.force_config >= gemm::kNumTileConfigs) return InvalidParam(kOp, "force_config", "is not a tile configuration");
-  if (p.force_stream_warps != -1 && p.force_stream_warps != 0 && p.force_stream_warps != 1 &&
-      p.force_stream_warps != 2 && p.force_stream_warps != 4 && p.force_stream_warps != 8) {
+  if (!gemm::ValidForcedStreamWarps(p.force_stream_warps)) {
     return InvalidParam(kOp, "force_stream_warps", "must be -1, 0, 1, 2, 4 or 8");
   }
   return absl::OkStatus();

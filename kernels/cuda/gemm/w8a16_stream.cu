@@ -186,8 +186,8 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16
   const int g = lane >> 2;
   const int t = lane & 3;
   const bool silu = kStreams == 1 && p.silu != 0;
-  // Output rows a block: 8 with two K halves or SiLU pairs, else 16.
-  const int rows = kStreams == 2 || silu ? 8 : 16;
+  // Output rows a block, as the plan counted them (gemm::MakeStreamPlan).
+  const int rows = kStreams == 2 || silu ? kStreamTileRows2 : kStreamTileRows1;
 
   KernelSegment seg = p.seg[0];
   int64_t tile, out_row0 = 0, m = p.m;

@@ -379,6 +379,9 @@ TEST(GemmConfig, StreamPlanFillsTheGpuInOneWave) {
   EXPECT_EQ(ChooseStreamPlan({.m = 1, .rows = huge}, kSms).warps, 1);
   EXPECT_EQ(MakeStreamPlan({.m = 8, .rows = huge}, 4).warps, 4);
   EXPECT_EQ(MakeStreamPlan({.m = 8, .rows = huge}, 4).row_tiles, (int64_t{1} << 20) / 16);
+  // The widths a launcher may be forced to (both launchers refuse the rest).
+  for (int w : {-1, 0, 1, 2, 4, 8}) EXPECT_TRUE(ValidForcedStreamWarps(w)) << w;
+  for (int w : {-2, 3, 6, 16}) EXPECT_FALSE(ValidForcedStreamWarps(w)) << w;
 }
 
 }  // namespace
