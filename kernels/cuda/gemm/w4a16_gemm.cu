@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 
@@ -35,7 +36,7 @@ cudaError_t LaunchTileIn(int id, const gemm::w4::KernelParams& p, dim3 grid, cud
   cudaError_t result = cudaErrorInvalidValue;
   (
       [&] {
-        if constexpr (!kW4Configs[kIds].decode) {
+        if constexpr (!kW4Configs[kIds].decode && !kW4Configs[kIds].stream) {
           if (id == kIds) result = LaunchTileConfig<kIds, kFp4>(p, grid, stream);
         }
       }(),
@@ -61,14 +62,36 @@ constexpr int kTile16 = IdOf("W4T16");
 constexpr int kTile32 = IdOf("W4T32");
 constexpr int kTile64 = IdOf("W4T64");
 constexpr int kPrefill = IdOf("W4P128T");
-constexpr int kDecode1Wide = IdOf("W4D1M4S3");  // 64 rows per warp
-constexpr int kDecode1 = IdOf("W4D1M2S6");
-constexpr int kDecode8 = IdOf("W4D8M2S4");
 constexpr int kDecode8Narrow = IdOf("W4D8M1S6");  // 16 rows per warp
 constexpr int kDecode16 = IdOf("W4D16M2S4");
-static_assert(kTile16 >= 0 && kTile32 >= 0 && kTile64 >= 0 && kPrefill >= 0 && kDecode1Wide >= 0 && kDecode1 >= 0 &&
-                  kDecode8 >= 0 && kDecode8Narrow >= 0 && kDecode16 >= 0,
+// The streaming kernel's configurations the planners take (w4a16_bench
+// --sweep, H200 running this sm80 code, 2026-12-04: bench/RESULTS.md); the
+// dense ones in the order StreamConfigFor tries them.
+constexpr int kStreamDense[] = {IdOf("W4SM1D4W8"), IdOf("W4SM1D4W4"), IdOf("W4SM2D3W4"), IdOf("W4SM2D3W2")};
+constexpr int kGroupedStream8 = IdOf("W4SM2D3W2");
+constexpr int kGroupedStream1 = IdOf("W4SM2D3W4");
+constexpr bool AllNamed(std::initializer_list<int> ids) {
+  for (const int id : ids) {
+    if (id < 0) return false;
+  }
+  return true;
+}
+static_assert(AllNamed({kTile16, kTile32, kTile64, kPrefill, kDecode8Narrow, kDecode16, kStreamDense[0], kStreamDense[1], kStreamDense[2], kStreamDense[3], kGroupedStream8,
+                        kGroupedStream1}),
               "configurations named by the planner");
+
+// The streaming kernel's block: the first of kStreamDense (most warps on
+// one 16-row fragment first, then two fragments a block) whose blocks are
+// all resident at once (kStreamWarpsPerSm warps an SM), as the W8A16
+// streaming plan (gemm::ChooseStreamPlan); the last one beyond that. It
+// picked the sweep's best streaming configuration on every dense shape.
+int StreamConfigFor(int64_t m, int64_t rows_padded, int sms) {
+  for (const int id : kStreamDense) {
+    const int64_t blocks = CeilDiv(m, kW4Configs[id].bt) * CeilDiv(rows_padded, kW4Configs[id].br);
+    if (blocks * kW4Configs[id].warps <= int64_t{sms} * gemm::kStreamWarpsPerSm) return id;
+  }
+  return kStreamDense[3];
+}
 
 // Beyond 16 rows per tile, dense and grouped alike: the tile kernel by
 // tokens; the 128 x 128 prefill tile from 65 tokens, where it tiles the
@@ -82,27 +105,29 @@ int TileConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
 }
 
 // The dense plan's tile, fitted to w4a16_bench --sweep on the H200 running
-// this sm80 code (bench/results/gemm.md, 2026-12-02): the decode kernel up
-// to 16 tokens, with more rows per warp (fewer, longer streams) on large
-// matrices and fewer on small ones; NVFP4 at 9-16 tokens on large matrices
-// keeps the tile kernel (the decode kernel's two token fragments cost it
-// more registers than int4's). Then TileConfigFor.
-int DenseConfigFor(int64_t m, int64_t rows_padded, int64_t k, bool fp4) {
+// this sm80 code: up to 8 tokens the streaming kernel (1.05-1.57x the
+// decode kernel, 2026-12-04); 9-16 tokens the decode kernel (two 8-token
+// tiles would read the weights twice), fewer rows per warp on small
+// matrices, NVFP4 on large ones the tile kernel (the decode kernel's two
+// token fragments cost it more registers than int4's; 2026-12-02). Then
+// TileConfigFor.
+int DenseConfigFor(int64_t m, int64_t rows_padded, int64_t k, bool fp4, int sms) {
   const int64_t work = (rows_padded / 16) * (k / 64);  // 16 x 64 weight fragments
   const bool large = work >= 256 * 96;                   // e.g. 4096 x 6144
   const bool small = work <= 128 * 32;                   // e.g. 2048 x 2048
-  if (m <= 1) return large ? kDecode1Wide : small ? kDecode8Narrow : kDecode8;
-  if (m <= 8) return small ? kDecode8Narrow : kDecode8;
+  if (m <= 8) return StreamConfigFor(m, rows_padded, sms);
   if (m <= 16) return small ? kDecode8Narrow : (fp4 && large) ? kTile16 : kDecode16;
   return TileConfigFor(m, rows_padded);
 }
 
-// Grouped (MoE): one token per expert (a one-token step) streams 32 rows
-// per warp from six-chunk rings; up to 8 rows per expert the 8-token decode
-// tile; then TileConfigFor.
+// Grouped (MoE): up to 8 rows per expert the streaming kernel (work
+// entries of <= 8 rows, two 16-row fragments a block), with four warps a
+// block at one row per expert and two beyond (one token: 1.02-1.04x the
+// decode kernel's one-row tile; 8 and 64 tokens: 1.00x int4, 1.09x NVFP4;
+// 2026-12-04); up to 16 the decode kernel; then TileConfigFor.
 int GroupedConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
-  if (rows_per_tile <= 1) return kDecode1;
-  if (rows_per_tile <= 8) return kDecode8;
+  if (rows_per_tile <= 1) return kGroupedStream1;
+  if (rows_per_tile <= 8) return kGroupedStream8;
   if (rows_per_tile <= 16) return kDecode16;
   return TileConfigFor(rows_per_tile, rows_padded);
 }
@@ -132,13 +157,14 @@ struct Plan {
 // warp streaming at least 4 chunks. Partials go to the workspace.
 Plan MakePlan(const W4A16GemmParams& p, size_t workspace_limit) {
   Plan plan;
+  const int sms = p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count;
   plan.config = p.force_config >= 0 ? p.force_config
-                                    : DenseConfigFor(p.m, p.w.rows_padded, p.k, p.w.type == W4WeightType::kNvfp4);
+                                    : DenseConfigFor(p.m, p.w.rows_padded, p.k, p.w.type == W4WeightType::kNvfp4, sms);
   const W4Config& c = kW4Configs[plan.config];
   plan.token_tiles = CeilDiv(p.m, c.bt);
   plan.row_tiles = CeilDiv(p.w.rows_padded, c.br);
   const int64_t tiles = plan.token_tiles * plan.row_tiles;
-  const int sms = p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count;
+  if (c.stream) return plan;  // its warps split K inside the block: never over blocks
   const int64_t chunks = p.k / 64;
   const int64_t resident =
       c.decode ? int64_t{sms} * gemm::w4::DecodeConfigBlocksPerSm(plan.config, p.w.type == W4WeightType::kNvfp4)
@@ -202,6 +228,7 @@ gemm::w4::KernelParams KernelParamsFor(const W4GemmWeight& w, int64_t k, const _
 cudaError_t Launch(bool fp4, int config, const gemm::w4::KernelParams& kp, dim3 grid, cudaStream_t stream) {
   using Ids = std::make_integer_sequence<int, kW4NumConfigs>;
   if (kW4Configs[config].decode) return gemm::w4::LaunchDecodeConfig(config, fp4, kp, grid, stream);
+  if (kW4Configs[config].stream) return gemm::w4::LaunchStreamConfig(config, fp4, kp, grid, stream);
   return fp4 ? LaunchTileIn<true>(config, kp, grid, stream, Ids{}) : LaunchTileIn<false>(config, kp, grid, stream, Ids{});
 }
 
@@ -210,6 +237,8 @@ cudaError_t Launch(bool fp4, int config, const gemm::w4::KernelParams& kp, dim3 
 const char* W4ConfigName(int config) { return config >= 0 && config < kW4NumConfigs ? kW4Configs[config].name : "?"; }
 
 bool W4ConfigIsDecode(int config) { return config >= 0 && config < kW4NumConfigs && kW4Configs[config].decode; }
+
+bool W4ConfigIsStream(int config) { return config >= 0 && config < kW4NumConfigs && kW4Configs[config].stream; }
 
 int W4ConfigBlockTokens(int config) { return config >= 0 && config < kW4NumConfigs ? kW4Configs[config].bt : 0; }
 
@@ -277,8 +306,7 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
     return InvalidParam(kMoeOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
   }
   if (p.max_rows_per_expert < 0) return InvalidParam(kMoeOp, "max_rows_per_expert", "must be >= 0");
-  // The one-token tile only where no expert can get two rows (each would
-  // read the expert's weights once per row).
+  // The one-token plan only where no expert can get two rows.
   const int64_t most_rows = p.max_rows_per_expert > 0 ? p.max_rows_per_expert : p.max_rows;
   const int64_t per_tile = most_rows <= 1 ? 1 : std::max<int64_t>(2, p.expected_rows_per_expert);
   int config = p.force_config >= 0 ? p.force_config : GroupedConfigFor(per_tile, p.weight.rows_padded);
@@ -296,7 +324,7 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
                           absl::StrCat(kW4Configs[config].name, "'s work list of ", entries_of(config),
                                        " entries does not fit the workspace"));
     }
-    config = kDecode8;
+    config = kGroupedStream8;
   }
   const W4Config& c = kW4Configs[config];
   const int64_t row_tiles = CeilDiv(p.weight.rows_padded, c.br);

@@ -2,11 +2,13 @@
 // the layout of w4_layout.h (repacked once at load from AWQ, GPTQ,
 // compressed-tensors int4 or ModelOpt NVFP4), fp32 accumulate, bf16 or fp32
 // out. Dense (one matrix, split-K for few output tiles) and grouped MoE
-// (one matrix per expert, rows permuted by expert as in moe.h). Two kernels
-// share the layout and the epilogue: up to 16 tokens per tile the decode
-// kernel (w4a16_decode_kernel.cuh: each warp streams its own rows through
-// a private cp.async ring, no block barrier in the K loop), beyond that the
-// tile kernel (w4a16_gemm_kernel.cuh).
+// (one matrix per expert, rows permuted by expert as in moe.h). Three
+// kernels share the layout and the epilogue: up to 8 tokens per tile the
+// streaming kernel (w4a16_stream.cu: each lane loads its fragment words
+// straight into registers, a block's warps split K, no split over blocks),
+// up to 16 the decode kernel (w4a16_decode_kernel.cuh: each warp streams
+// its own rows through a private cp.async ring), beyond that the tile
+// kernel (w4a16_gemm_kernel.cuh).
 //
 // Exactness: int4 codes become (code - zero) in bf16 registers by the magic
 // number trick (OR the nibble into the mantissa of bf16 128.0, subtract
@@ -88,8 +90,9 @@ struct W4MoeGroupedGemmParams {
   int64_t expected_rows_per_expert = 1;     // host hint for the tile choice
   // Host hint: no expert gets more rows than this (0: unknown). With top-k
   // routing over distinct experts it is the token count, and 1 lets a
-  // one-token step use the one-token decode tile. Only speed depends on it:
-  // a one-row tile still gives an expert with more rows one entry per row.
+  // one-token step use the one-token plan. Only speed depends on it: a
+  // forced one-row tile still gives an expert with more rows one entry per
+  // row.
   int64_t max_rows_per_expert = 0;
   int64_t k = 0;
   const __nv_bfloat16* x = nullptr;
@@ -113,9 +116,10 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
 // Tile configurations (for tests and benchmarks that force one): the tile
 // kernel's (any M) and the decode kernel's (M <= 16 per tile; chosen for
 // decode shapes, see w4a16_gemm.cu).
-inline constexpr int kW4NumConfigs = 10;
+inline constexpr int kW4NumConfigs = 12;
 const char* W4ConfigName(int config);
 bool W4ConfigIsDecode(int config);
+bool W4ConfigIsStream(int config);  // the streaming kernel (<= 8 tokens a tile, no split-K)
 int W4ConfigBlockTokens(int config);  // rows per tile (grouped: per work entry)
 
 }  // namespace spar

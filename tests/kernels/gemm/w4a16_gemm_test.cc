@@ -226,6 +226,28 @@ TEST(W4A16GemmTest, DecodeKernelEdges) {
   }
 }
 
+// The streaming kernel (a block's warps split K, several chunks loaded a
+// round, no split over blocks) on the shapes that stress it: K ranges that
+// end in a partial round, int4 groups of 4 chunks split between warps,
+// warps without a chunk (K = 64), several token tiles, SiLU pairs, bf16
+// out, a column range of a wider Y. The launcher ignores a forced split.
+TEST(W4A16GemmTest, StreamKernelEdges) {
+  SPAR_REQUIRE_GPU();
+  int streams = 0;
+  for (bool fp4 : {false, true}) {
+    for (int cfg = 0; cfg < kW4NumConfigs; ++cfg) {
+      if (!W4ConfigIsStream(cfg)) continue;
+      ++streams;
+      RunDense({fp4, 1, 320, 640, 128, false, true, cfg, 0});       // 10 chunks
+      RunDense({fp4, 3, 96, 1024, 256, true, false, cfg, 5});       // SiLU, groups split between warps
+      RunDense({fp4, 8, 64, 64, 64, false, true, cfg, 1});          // one chunk
+      RunDense({fp4, 11, 200, 1152, 64, false, true, cfg, 2});      // two token tiles
+      RunDense({fp4, 2, 136, 1152, 128, false, true, cfg, 7, 24});  // a column range of a wider Y
+    }
+  }
+  EXPECT_GT(streams, 0);
+}
+
 TEST(W4A16GemmTest, SiluPairs) {
   SPAR_REQUIRE_GPU();
   for (bool fp4 : {false, true}) {
@@ -437,9 +459,9 @@ TEST(W4MoeGroupedGemmTest, RejectsANegativeRowHint) {
   EXPECT_NE(st.message().find("max_rows_per_expert"), absl::string_view::npos) << st;
 }
 
-// A one-token decode step (max_rows_per_expert 1: the one-token tile) and
+// A one-token decode step (max_rows_per_expert 1: the one-token plan) and
 // an 8-token one, as the engine launches them: top-8 of 32 local experts.
-TEST(W4MoeGroupedGemmTest, DecodeStepsPickTheDecodeTiles) {
+TEST(W4MoeGroupedGemmTest, DecodeStepsAsTheEngineLaunchesThem) {
   SPAR_REQUIRE_GPU();
   for (bool fp4 : {false, true}) {
     std::vector<int> one(32, 0), eight(32, 0);

@@ -1,0 +1,298 @@
+// The W4A16 streaming kernel (the stream configurations of
+// w4a16_configs.h): packed 4-bit weights read straight from global memory
+// into mma.sync fragments, for tiles of at most 8 tokens.
+//
+// Why: the decode kernel (w4a16_decode_kernel.cuh) copies each chunk
+// through a per-warp shared-memory ring and splits K over blocks, whose
+// partials, fence, counter and last-block sum end every small GEMM with a
+// chain of round trips. The W8A16 streaming kernel (w8a16_stream.cu) showed
+// on the same H200 that loading each lane's fragment words straight into
+// registers, several chunks deep, with the K split inside the block (warps
+// on disjoint K ranges, summed in shared memory in a fixed order) takes a
+// one-token GEMM from ~65 % to 83-87 % of the copy roofline.
+//
+// Layout (w4_layout.h): a 16 x 64 chunk is 512 bytes, lane L's 16 bytes its
+// four mma k-steps' A words; lane t's k-steps cover the chunk's columns
+// [16t, 16t + 16), so its B registers are 32 contiguous bytes of a token's
+// activations (two 16-byte loads; lane g's B column is token g of the tile,
+// token 0 again past the tile's count: those products land in columns that
+// are never stored, so the loads need no predicates).
+//
+// A block is kWarps warps on kMI 16-row fragments (16 kMI packed rows);
+// warp w streams chunks [w C / kWarps, (w + 1) C / kWarps) of all of them,
+// kDepth chunks a round: every load of the round (weights, activations,
+// the chunks' int4 scales and zero points or NVFP4 block scales) is issued
+// before the first use. Int4: each chunk's products go into a zero
+// accumulator and are scaled into the sum once (so a K range may start or
+// end inside a group, and any group that is a multiple of 64 works); the
+// chunk's group is tracked by a running counter, not a division. NVFP4: the
+// block scales are in the widened weights, the global scale is applied at
+// the end. Dequantization is the decode kernel's (exact, w4a16_gemm.h).
+#include "kernels/cuda/common/arch.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/gemm/gemm_config.h"
+#include "kernels/cuda/gemm/w4a16_block_steps.cuh"
+#include "kernels/cuda/gemm/w4a16_configs.h"
+#include "kernels/cuda/gemm/w4a16_decode_kernel.cuh"
+
+namespace spar::gemm::w4 {
+namespace {
+
+constexpr int kChunkBytes = 512;  // one 16 x 64 fragment chunk
+constexpr int kTileTokens = 8;    // B's columns
+
+// Weights are read once: not cached in L1.
+__device__ __forceinline__ uint4 LoadWeightWords(const unsigned char* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Activations and metadata: re-read by every block of the tile, so via L1.
+__device__ __forceinline__ uint4 LoadActivations(const uint16_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+// One chunk's loads for kMI fragments: the lane's weight words, the 32
+// bytes of activations of its token g, and its rows' metadata (int4: scale
+// and zero point of rows g and g + 8; nvfp4: their e4m3 block scales of
+// block 4 chunk + t).
+template <int kMI>
+struct ChunkLoads {
+  uint4 w[kMI];
+  uint4 xa, xb;
+  float s_lo[kMI], s_hi[kMI];      // int4
+  uint32_t z_lo[kMI], z_hi[kMI];  // int4: zero bytes; nvfp4: block-scale bytes
+};
+
+// Where a lane's streams stand (advanced one chunk at a time).
+struct LaneCursor {
+  const unsigned char* w;  // fragment 0's chunk; fragment mi at + mi * frag_stride
+  const uint16_t* x;       // the chunk's 16 activations of this lane
+  const float* scale;      // int4: the chunk's group row of scales, at row lo of fragment 0
+  const uint8_t* zero;     // int4: same for zero points
+  const uint8_t* fp4;      // nvfp4: row lo of fragment 0, this lane's block of the chunk
+  int in_group;            // int4: chunks of the current group already passed
+};
+
+struct StreamGeometry {
+  int64_t frag_stride;        // bytes between fragments' chunk rows
+  int64_t meta_group_stride;  // int4: elements between groups (rows_padded)
+  int64_t fp4_row;            // nvfp4: bytes between rows of block scales (k / 16)
+  int group_chunks;           // int4: chunks a group
+};
+
+template <int kMI, bool kFp4>
+__device__ __forceinline__ void IssueChunk(const LaneCursor& c, const StreamGeometry& geo, ChunkLoads<kMI>& l) {
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi) l.w[mi] = LoadWeightWords(c.w + mi * geo.frag_stride);
+  l.xa = LoadActivations(c.x);
+  l.xb = LoadActivations(c.x + 8);
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi) {
+    if constexpr (kFp4) {
+      l.z_lo[mi] = __ldg(c.fp4 + (mi * 16) * geo.fp4_row);
+      l.z_hi[mi] = __ldg(c.fp4 + (mi * 16 + 8) * geo.fp4_row);
+    } else {
+      l.s_lo[mi] = __ldg(c.scale + mi * 16);
+      l.s_hi[mi] = __ldg(c.scale + mi * 16 + 8);
+      l.z_lo[mi] = __ldg(c.zero + mi * 16);
+      l.z_hi[mi] = __ldg(c.zero + mi * 16 + 8);
+    }
+  }
+}
+
+template <bool kFp4>
+__device__ __forceinline__ void AdvanceChunk(LaneCursor& c, const StreamGeometry& geo) {
+  c.w += kChunkBytes;
+  c.x += 64;
+  if constexpr (kFp4) {
+    c.fp4 += 4;
+  } else if (++c.in_group == geo.group_chunks) {
+    c.in_group = 0;
+    c.scale += geo.meta_group_stride;
+    c.zero += geo.meta_group_stride;
+  }
+}
+
+// The chunk's products into acc (rows g / g + 8 of fragment mi, tokens 2t,
+// 2t + 1 of the tile: the mma C layout).
+template <int kMI, bool kFp4>
+__device__ __forceinline__ void ComputeChunk(const ChunkLoads<kMI>& l, float (&acc)[kMI][4]) {
+  const uint32_t xw[8] = {l.xa.x, l.xa.y, l.xa.z, l.xa.w, l.xb.x, l.xb.y, l.xb.z, l.xb.w};
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi) {
+    const uint32_t words[4] = {l.w[mi].x, l.w[mi].y, l.w[mi].z, l.w[mi].w};
+    if constexpr (kFp4) {
+      const uint32_t f_lo = E4m3Pow2_110PairBf16(l.z_lo[mi]);
+      const uint32_t f_hi = E4m3Pow2_110PairBf16(l.z_hi[mi]);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint32_t a[4] = {Bf16x2Mul(E2m1PairBits<0>(words[ks]), f_lo), Bf16x2Mul(E2m1PairBits<1>(words[ks]), f_hi),
+                               Bf16x2Mul(E2m1PairBits<2>(words[ks]), f_lo), Bf16x2Mul(E2m1PairBits<3>(words[ks]), f_hi)};
+        const uint32_t b[2] = {xw[2 * ks], xw[2 * ks + 1]};
+        cuda::MmaBf16M16N8K16(acc[mi], a, b, acc[mi]);
+      }
+    } else {
+      // 0x4300 | nibble = bf16 (128 + code); minus (128 + zero): exact.
+      const uint32_t z_lo = (0x4300u + l.z_lo[mi]) * 0x10001u;
+      const uint32_t z_hi = (0x4300u + l.z_hi[mi]) * 0x10001u;
+      float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint32_t w = words[ks];
+        const uint32_t a[4] = {Bf16x2Sub(AndOr<0x000F000Fu, 0x43004300u>(w), z_lo),
+                               Bf16x2Sub(AndOr<0x000F000Fu, 0x43004300u>(w >> 4), z_hi),
+                               Bf16x2Sub(AndOr<0x000F000Fu, 0x43004300u>(w >> 8), z_lo),
+                               Bf16x2Sub(AndOr<0x000F000Fu, 0x43004300u>(w >> 12), z_hi)};
+        const uint32_t b[2] = {xw[2 * ks], xw[2 * ks + 1]};
+        cuda::MmaBf16M16N8K16(part, a, b, part);
+      }
+      acc[mi][0] += part[0] * l.s_lo[mi];
+      acc[mi][1] += part[1] * l.s_lo[mi];
+      acc[mi][2] += part[2] * l.s_hi[mi];
+      acc[mi][3] += part[3] * l.s_hi[mi];
+    }
+  }
+}
+
+// kCount chunks: every load issued, then every product (the round).
+template <int kMI, int kCount, bool kFp4>
+__device__ __forceinline__ void StreamRound(LaneCursor& cur, const StreamGeometry& geo, float (&acc)[kMI][4]) {
+  ChunkLoads<kMI> l[kCount];
+#pragma unroll
+  for (int d = 0; d < kCount; ++d) {
+    IssueChunk<kMI, kFp4>(cur, geo, l[d]);
+    AdvanceChunk<kFp4>(cur, geo);
+  }
+#pragma unroll
+  for (int d = 0; d < kCount; ++d) ComputeChunk<kMI, kFp4>(l[d], acc);
+}
+
+// kStreamWarpsPerSm warps an SM bound the registers (16: 128 a thread).
+template <int kWarps, int kMI, int kDepth, bool kFp4>
+__global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W4A16StreamKernel(const KernelParams p) {
+  constexpr int kBR = 16 * kMI;
+  constexpr int kPitchC = kBR + 4;
+  __shared__ float s_red[kWarps > 1 ? kWarps : 1][kMI * 4][32];
+  __shared__ __align__(16) float s_tile[kTileTokens * kPitchC];
+  __shared__ int s_is_last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+
+  BlockTile bt;
+  if (!LocateBlockTile<kTileTokens, kFp4>(p, bt)) return;
+  const int64_t chunks = p.k / 64;
+  const int64_t c_begin = warp * chunks / kWarps;
+  const int64_t n_chunks = (warp + 1) * chunks / kWarps - c_begin;
+  const int64_t frag0 = static_cast<int64_t>(blockIdx.y) * kMI;
+  const int64_t row_lo = frag0 * 16 + g;  // fragment 0's row g
+
+  StreamGeometry geo;
+  geo.frag_stride = chunks * kChunkBytes;
+  geo.meta_group_stride = p.rows_padded;
+  geo.fp4_row = p.k / 16;
+  geo.group_chunks = kFp4 ? 1 : static_cast<int>(p.group / 64);
+  LaneCursor cur;
+  cur.w = bt.values + (frag0 * chunks + c_begin) * kChunkBytes + lane * 16;
+  int64_t x_row = bt.row0_out + (g < bt.tok_count ? g : 0);
+  if (p.x_row_index != nullptr) x_row = p.x_row_index[x_row];
+  cur.x = p.x + x_row * p.ldx + c_begin * 64 + t * 16;
+  if constexpr (kFp4) {
+    cur.fp4 = bt.fp4_scales + row_lo * geo.fp4_row + c_begin * 4 + t;
+    cur.scale = nullptr;
+    cur.zero = nullptr;
+    cur.in_group = 0;
+  } else {
+    const int64_t group = c_begin / geo.group_chunks;
+    cur.scale = bt.scales + group * geo.meta_group_stride + row_lo;
+    cur.zero = bt.zeros + group * geo.meta_group_stride + row_lo;
+    cur.in_group = static_cast<int>(c_begin - group * geo.group_chunks);
+    cur.fp4 = nullptr;
+  }
+
+  float acc[kMI][4];
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[mi][e] = 0.f;
+
+  int64_t i = 0;
+  for (; i + kDepth <= n_chunks; i += kDepth) StreamRound<kMI, kDepth, kFp4>(cur, geo, acc);
+  for (; i < n_chunks; ++i) StreamRound<kMI, 1, kFp4>(cur, geo, acc);
+
+  // The warps' K ranges summed in warp order, into the token-major tile.
+  if constexpr (kWarps > 1) {
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s_red[warp][mi * 4 + e][lane] = acc[mi][e];
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float sum = s_red[0][mi * 4 + e][lane];
+#pragma unroll
+          for (int w = 1; w < kWarps; ++w) sum += s_red[w][mi * 4 + e][lane];  // fixed order
+          acc[mi][e] = sum;
+        }
+    }
+  }
+  if (warp == 0) {
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi) {
+      const int r = mi * 16 + g, c = 2 * t;
+      s_tile[c * kPitchC + r] = acc[mi][0];
+      s_tile[(c + 1) * kPitchC + r] = acc[mi][1];
+      s_tile[c * kPitchC + r + 8] = acc[mi][2];
+      s_tile[(c + 1) * kPitchC + r + 8] = acc[mi][3];
+    }
+  }
+  __syncthreads();
+  float gs_a = 1.0f, gs_b = 1.0f;
+  if constexpr (kFp4) {
+    gs_a = bt.global_scale[0] * 0x1p16f;  // the block scales carried 2^-16
+    gs_b = p.silu ? bt.global_scale[1] * 0x1p16f : gs_a;
+  }
+  // One split (the launcher's plan): StoreTile only pairs, scales and stores.
+  StoreTile<kTileTokens, kBR, kWarps * 32>(p, s_tile, bt.tok_count, bt.row0_out, 0, 0, blockIdx.y, gs_a, gs_b,
+                                           &s_is_last);
+}
+
+template <int... kIds>
+cudaError_t LaunchStreamIn(int id, bool fp4, const KernelParams& p, dim3 grid, cudaStream_t stream,
+                           std::integer_sequence<int, kIds...>) {
+  cudaError_t result = cudaErrorInvalidValue;
+  (
+      [&] {
+        constexpr W4Config c = kW4Configs[kIds];
+        if constexpr (c.stream) {
+          if (id == kIds) {
+            if (fp4) {
+              W4A16StreamKernel<c.warps, c.mi, c.stages, true><<<grid, c.warps * 32, 0, stream>>>(p);
+            } else {
+              W4A16StreamKernel<c.warps, c.mi, c.stages, false><<<grid, c.warps * 32, 0, stream>>>(p);
+            }
+            result = cudaGetLastError();
+          }
+        }
+      }(),
+      ...);
+  return result;
+}
+
+}  // namespace
+
+cudaError_t LaunchStreamConfig(int id, bool fp4, const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  if (p.splits != 1) return cudaErrorInvalidValue;
+  return LaunchStreamIn(id, fp4, p, grid, stream, std::make_integer_sequence<int, kW4NumConfigs>{});
+}
+
+}  // namespace spar::gemm::w4
