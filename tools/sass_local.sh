@@ -16,12 +16,19 @@
 # 12.8+ writes cubins whose ELF header (ABI version 8, a new e_flags layout)
 # the 11.8 disassembler refuses; the copy handed to it gets the old header
 # (ABI version 7, EF_CUDA_SM80 | texmode unified | 64-bit | virtual SM80).
-# The instructions themselves are the same for sm_80; an H200 runs sm_90
-# code from the same PTX, which differs in scheduling, not in kind.
+#
+# SPAR_SASS_SM=90: the sm_90 machine code ptxas makes from the same
+# compute_80 PTX, which is what the H200 runs (the build's
+# -gencode arch=compute_80,code=sm_90). Same instructions, other
+# scheduling: in the W4A16 streaming kernel ptxas for sm_90 moved 12 of a
+# round's 39 loads behind its first mma (2026-12-04), so check load order
+# on the code the device runs.
 set -euo pipefail
-[[ $# -ge 2 ]] || { echo "usage: $0 FILE.cu NAME_REGEX [--count]" >&2; exit 2; }
+[[ $# -ge 2 ]] || { echo "usage: [SPAR_SASS_SM=80|90] $0 FILE.cu NAME_REGEX [--count]" >&2; exit 2; }
 src=$(realpath "$1")
 pattern=$2
+sm=${SPAR_SASS_SM:-80}
+[[ $sm == 80 || $sm == 90 ]] || { echo "SPAR_SASS_SM must be 80 or 90" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${SPAR_SASS_CACHE:-$HOME/.cache/spar-sass}
 nvdisasm=$cache/usr/bin/nvdisasm
@@ -38,13 +45,15 @@ fi
 build=${SPAR_BUILD_DIR:-$root/build-cuda}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-/usr/local/cuda/bin/nvcc -I"$root" -I"$build" -gencode arch=compute_80,code=sm_80 --expt-relaxed-constexpr -O3 \
+/usr/local/cuda/bin/nvcc -I"$root" -I"$build" -gencode arch=compute_80,code=sm_$sm --expt-relaxed-constexpr -O3 \
   -DNDEBUG -std=c++17 -x cu -cubin "$src" -o "$tmp/k.cubin"
-python3 - "$tmp/k.cubin" "$tmp/old.cubin" <<'PY'
+python3 - "$tmp/k.cubin" "$tmp/old.cubin" "$sm" <<'PY'
 import struct, sys
 b = bytearray(open(sys.argv[1], "rb").read())
+sm = int(sys.argv[3])
 b[8] = 7                                        # EI_ABIVERSION
-struct.pack_into("<I", b, 0x30, 0x00500550)     # e_flags: SM80, texmode unified, 64-bit, virtual SM80
+# e_flags: SM, texmode unified, 64-bit, virtual SM (0x00500550 for SM80)
+struct.pack_into("<I", b, 0x30, (sm << 16) | 0x0500 | sm)
 open(sys.argv[2], "wb").write(b)
 PY
 "$nvdisasm" -c "$tmp/old.cubin" | awk -v re="$pattern" '/^\.text\./ { p = ($0 ~ re) } p' > "$tmp/k.sass"
