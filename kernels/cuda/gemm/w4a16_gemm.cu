@@ -76,8 +76,8 @@ constexpr bool AllNamed(std::initializer_list<int> ids) {
   }
   return true;
 }
-static_assert(AllNamed({kTile16, kTile32, kTile64, kPrefill, kDecode8Narrow, kDecode16, kStreamDense[0], kStreamDense[1], kStreamDense[2], kStreamDense[3], kGroupedStream8,
-                        kGroupedStream1}),
+static_assert(AllNamed({kTile16, kTile32, kTile64, kPrefill, kDecode8Narrow, kDecode16, kStreamDense[0],
+                        kStreamDense[1], kStreamDense[2], kStreamDense[3], kGroupedStream8, kGroupedStream1}),
               "configurations named by the planner");
 
 // The streaming kernel's block: the first of kStreamDense (most warps on
@@ -130,6 +130,15 @@ int GroupedConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
   if (rows_per_tile <= 8) return kGroupedStream8;
   if (rows_per_tile <= 16) return kDecode16;
   return TileConfigFor(rows_per_tile, rows_padded);
+}
+
+// The grouped launch's configuration: the forced one, else by rows per
+// expert (the one-token plan only where no expert can get two rows).
+int GroupedPlanConfig(const W4MoeGroupedGemmParams& p) {
+  if (p.force_config >= 0) return p.force_config;
+  const int64_t most_rows = p.max_rows_per_expert > 0 ? p.max_rows_per_expert : p.max_rows;
+  const int64_t per_tile = most_rows <= 1 ? 1 : std::max<int64_t>(2, p.expected_rows_per_expert);
+  return GroupedConfigFor(per_tile, p.weight.rows_padded);
 }
 
 // A forced configuration must tile the packed rows.
@@ -240,6 +249,16 @@ bool W4ConfigIsDecode(int config) { return config >= 0 && config < kW4NumConfigs
 
 bool W4ConfigIsStream(int config) { return config >= 0 && config < kW4NumConfigs && kW4Configs[config].stream; }
 
+int W4A16GemmPlannedConfig(const W4A16GemmParams& p) {
+  if (p.m <= 0 || p.k <= 0 || p.w.rows_padded <= 0) return -1;
+  return MakePlan(p, std::numeric_limits<size_t>::max()).config;
+}
+
+int W4MoeGroupedGemmPlannedConfig(const W4MoeGroupedGemmParams& p) {
+  if (p.max_rows <= 0 || p.weight.rows_padded <= 0) return -1;
+  return GroupedPlanConfig(p);
+}
+
 int W4ConfigBlockTokens(int config) { return config >= 0 && config < kW4NumConfigs ? kW4Configs[config].bt : 0; }
 
 size_t W4A16GemmWorkspaceBytes(const W4A16GemmParams& p) {
@@ -306,30 +325,23 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
     return InvalidParam(kMoeOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
   }
   if (p.max_rows_per_expert < 0) return InvalidParam(kMoeOp, "max_rows_per_expert", "must be >= 0");
-  // The one-token plan only where no expert can get two rows.
-  const int64_t most_rows = p.max_rows_per_expert > 0 ? p.max_rows_per_expert : p.max_rows;
-  const int64_t per_tile = most_rows <= 1 ? 1 : std::max<int64_t>(2, p.expected_rows_per_expert);
-  int config = p.force_config >= 0 ? p.force_config : GroupedConfigFor(per_tile, p.weight.rows_padded);
+  const int config = GroupedPlanConfig(p);
   // The work list {expert, first row, rows} as the W8A16 grouped GEMM builds
-  // it, then its count. The workspace is sized for tiles of >= 8 rows; a
-  // 1-row tile's list (one entry per row) may not fit: fall back to 8 rows.
-  auto entries_of = [&](int id) {
-    const int bt = kW4Configs[id].bt;
-    return bt == 1 ? p.max_rows : CeilDiv(p.max_rows, bt) + std::min<int64_t>(p.num_experts, p.max_rows);
-  };
+  // it, then its count. The workspace is sized for entries of >= 8 rows, as
+  // every planned configuration has; a forced 1-row tile's list (one entry
+  // per row) may not fit.
+  const int bt = kW4Configs[config].bt;
+  const int64_t entries =
+      bt == 1 ? p.max_rows : CeilDiv(p.max_rows, bt) + std::min<int64_t>(p.num_experts, p.max_rows);
   const int64_t capacity = static_cast<int64_t>(p.workspace_bytes / 16) - 1;
-  if (entries_of(config) > capacity) {
-    if (p.force_config >= 0) {
-      return InvalidParam(kMoeOp, "force_config",
-                          absl::StrCat(kW4Configs[config].name, "'s work list of ", entries_of(config),
-                                       " entries does not fit the workspace"));
-    }
-    config = kGroupedStream8;
+  if (entries > capacity) {
+    return InvalidParam(kMoeOp, p.force_config >= 0 ? "force_config" : "workspace",
+                        absl::StrCat(kW4Configs[config].name, "'s work list of ", entries,
+                                     " entries does not fit the workspace"));
   }
   const W4Config& c = kW4Configs[config];
   const int64_t row_tiles = CeilDiv(p.weight.rows_padded, c.br);
   if (row_tiles > 65535) return InvalidParam(kMoeOp, "weight.n", "too many output tiles");
-  const int64_t entries = entries_of(config);
   int32_t* work = static_cast<int32_t*>(p.workspace);
   int32_t* work_count = work + entries * 4;
   SPAR_CUDA_RETURN_IF_ERROR(

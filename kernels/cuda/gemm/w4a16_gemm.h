@@ -120,6 +120,11 @@ inline constexpr int kW4NumConfigs = 12;
 const char* W4ConfigName(int config);
 bool W4ConfigIsDecode(int config);
 bool W4ConfigIsStream(int config);  // the streaming kernel (<= 8 tokens a tile, no split-K)
+// The configuration the launchers would run (reads no device memory; -1
+// for an empty launch). The dense plan reads the SM count from num_sms, or
+// the current device when it is 0.
+int W4A16GemmPlannedConfig(const W4A16GemmParams& p);
+int W4MoeGroupedGemmPlannedConfig(const W4MoeGroupedGemmParams& p);
 int W4ConfigBlockTokens(int config);  // rows per tile (grouped: per work entry)
 
 }  // namespace spar

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/rng.h"
@@ -246,6 +247,60 @@ TEST(W4A16GemmTest, StreamKernelEdges) {
     }
   }
   EXPECT_GT(streams, 0);
+}
+
+// The plans (no device memory read, so this runs without a GPU): dense
+// launches of up to 8 tokens and grouped ones of up to 8 rows per expert
+// take the streaming kernel, with the widths the sweep found best on
+// GLM-5's shapes at 132 SMs (bench/RESULTS.md, 2026-12-04); 9-16 tokens
+// the decode kernel; prefill the tile kernels; a forced one is kept.
+TEST(W4A16GemmTest, PlansTakeTheStreamingKernelUpToEightTokens) {
+  auto dense = [](int64_t m, int64_t rows, int64_t k, W4WeightType type) {
+    W4A16GemmParams p;
+    p.m = m;
+    p.k = k;
+    p.w.type = type;
+    p.w.n = rows;
+    p.w.rows_padded = rows;
+    p.w.group = 128;
+    p.num_sms = 132;
+    return p;
+  };
+  auto name = [](int config) { return std::string(W4ConfigName(config)); };
+  for (W4WeightType type : {W4WeightType::kInt4, W4WeightType::kNvfp4}) {
+    for (int64_t m = 1; m <= 8; ++m) {
+      EXPECT_TRUE(W4ConfigIsStream(W4A16GemmPlannedConfig(dense(m, 12288, 6144, type)))) << m;
+    }
+    EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(1, 12288, 6144, type))), "W4SM2D3W4");  // dense gate, TP 1
+    EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(1, 6144, 2048, type))), "W4SM1D4W4");   // expert down, o_proj TP 8
+    EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(8, 4096, 6144, type))), "W4SM1D4W8");   // expert gate/up
+    EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(1, 2048, 2048, type))), "W4SM1D4W8");   // q_b, TP 8
+    EXPECT_FALSE(W4ConfigIsStream(W4A16GemmPlannedConfig(dense(16, 4096, 2048, type))));
+    EXPECT_FALSE(W4ConfigIsStream(W4A16GemmPlannedConfig(dense(2048, 4096, 6144, type))));
+    W4A16GemmParams forced = dense(1, 6144, 2048, type);
+    forced.force_config = 0;
+    EXPECT_EQ(W4A16GemmPlannedConfig(forced), 0);
+    EXPECT_EQ(W4A16GemmPlannedConfig(dense(0, 6144, 2048, type)), -1);
+
+    auto grouped = [&](int64_t tokens, int64_t rows_per_expert_hint) {
+      W4MoeGroupedGemmParams g;
+      g.num_experts = 256;
+      g.max_rows = tokens * 8;
+      g.max_rows_per_expert = rows_per_expert_hint;
+      g.expected_rows_per_expert = std::max<int64_t>(1, tokens * 8 / 256);
+      g.k = 6144;
+      g.weight.type = type;
+      g.weight.n = 2048;
+      g.weight.rows_padded = 4096;
+      g.weight.silu_pair = true;
+      g.weight.group = 128;
+      return g;
+    };
+    EXPECT_EQ(name(W4MoeGroupedGemmPlannedConfig(grouped(1, 1))), "W4SM2D3W4");
+    EXPECT_EQ(name(W4MoeGroupedGemmPlannedConfig(grouped(8, 8))), "W4SM2D3W2");
+    EXPECT_EQ(name(W4MoeGroupedGemmPlannedConfig(grouped(64, 64))), "W4SM2D3W2");  // ~2 rows an expert
+    EXPECT_FALSE(W4ConfigIsStream(W4MoeGroupedGemmPlannedConfig(grouped(4096, 4096))));
+  }
 }
 
 TEST(W4A16GemmTest, SiluPairs) {
