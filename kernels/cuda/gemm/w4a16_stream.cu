@@ -21,8 +21,11 @@
 // A block is kWarps warps on kMI 16-row fragments (16 kMI packed rows);
 // warp w streams chunks [w C / kWarps, (w + 1) C / kWarps) of all of them,
 // kDepth chunks a round: every load of the round (weights, activations,
-// the chunks' int4 scales and zero points or NVFP4 block scales) is issued
-// before the first use. Int4: each chunk's products go into a zero
+// the chunks' int4 scales and zero points or NVFP4 block scales) is written
+// before the first use. (ptxas does not keep them all there: in the sm_90
+// code of W4SM2D3W4 int4, 12 of a round's 39 loads, scales, come after the
+// round's first mma; branch wip/w4-stream-early-meta pins them with strong
+// loads, not yet measured.) Int4: each chunk's products go into a zero
 // accumulator and are scaled into the sum once (so a K range may start or
 // end inside a group, and any group that is a multiple of 64 works); the
 // chunk's group is tracked by a running counter, not a division. NVFP4: the
