@@ -9,7 +9,9 @@
 #       /tmp/w4a16_bench_before /tmp/w4a16_bench_after build-cuda/tests/kernels/gemm/gemm_gpu_test \
 #       build-cuda/tests/kernels/cuda_parity_gpu_test
 # On the GPU host: OUT=$OUT bash tools/device/w4_engine.sh   (carry .bundle-w4e)
-# Knobs: QUANT (awq), BATCHES (1,8,64), ROUNDS (2), PARITY (1), GEMM (1).
+# Knobs: QUANT (awq), BATCHES (1,8,64), ROUNDS (2), PARITY (1), GEMM (1), W4A16_ARGS (the
+# benchmark's arguments; default "--moe-tokens 1,8,64": every shape at M = 1, 4, 8, 16 and 2048
+# with its cuBLAS peer; "--ms 1,4,8,16 --moe-tokens 1,8,64" skips the slow M = 2048 rows).
 # Logs in /tmp/w4e, archived to $OUT/w4e.tgz.
 set -uo pipefail
 BUNDLE=${BUNDLE:-.bundle-w4e}
@@ -43,7 +45,8 @@ done
 rm -rf "$m"
 if [[ "${GEMM:-1}" != 0 ]]; then
   for v in before after; do
-    timeout 150 "$B/w4a16_bench_$v" --moe-tokens 1,8,64 --csv "$OUT/w4a16_$v.csv" >"$OUT/w4a16_$v.log" 2>&1
+    # shellcheck disable=SC2086  # word splitting of the argument list is intended
+    timeout 150 "$B/w4a16_bench_$v" ${W4A16_ARGS:---moe-tokens 1,8,64} --csv "$OUT/w4a16_$v.csv" >"$OUT/w4a16_$v.log" 2>&1
     echo "w4a16 $v rc $?" >>"$OUT/rc.txt"
   done
 fi
