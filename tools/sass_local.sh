@@ -45,7 +45,7 @@ fi
 build=${SPAR_BUILD_DIR:-$root/build-cuda}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-/usr/local/cuda/bin/nvcc -I"$root" -I"$build" -gencode arch=compute_80,code=sm_$sm --expt-relaxed-constexpr -O3 \
+/usr/local/cuda/bin/nvcc -I"$root" -I"$build" -gencode arch=compute_80,code=sm_"$sm" --expt-relaxed-constexpr -O3 \
   -DNDEBUG -std=c++17 -x cu -cubin "$src" -o "$tmp/k.cubin"
 python3 - "$tmp/k.cubin" "$tmp/old.cubin" "$sm" <<'PY'
 import struct, sys
