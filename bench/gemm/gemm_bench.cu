@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -40,6 +41,7 @@
 #include "bench/common/bench_util.h"
 #include "bench/common/cublas_peer.h"
 #include "kernels/cuda/common/device_info.h"
+#include "kernels/cuda/gemm/gemm_config.h"
 #include "kernels/cuda/gemm/moe.h"
 #include "kernels/cuda/gemm/w8a16_gemm.h"
 
@@ -735,7 +737,18 @@ int Main(int argc, char** argv) {
     else if (a == "--shapes" && i + 1 < argc) opt.shapes = argv[++i];
     else if (a == "--ms" && i + 1 < argc) opt.ms = ParseList(argv[++i]);
     else if (a == "--moe-tokens" && i + 1 < argc) opt.moe_tokens = ParseList(argv[++i]);
-    else if (a == "--stream-warps" && i + 1 < argc) opt.stream_warps = std::atoi(argv[++i]);
+    else if (a == "--stream-warps" && i + 1 < argc) {
+      // Refused before any device work: a typo must not run a whole sweep
+      // with the plan's width (atoi's 0) or stop halfway on a launcher error.
+      const char* text = argv[++i];
+      char* end = nullptr;
+      const long w = std::strtol(text, &end, 10);
+      if (end == text || *end != '\0' || !gemm::ValidForcedStreamWarps(static_cast<int>(w)) || w != static_cast<int>(w)) {
+        std::fprintf(stderr, "--stream-warps: '%s' is not -1, 0, 1, 2, 4 or 8\n", text);
+        return 2;
+      }
+      opt.stream_warps = static_cast<int>(w);
+    }
     else if (a == "--force" && i + 1 < argc) {  // CONFIG,SPLITS (configuration index, split or blocks per SM)
       const std::vector<int64_t> f = ParseList(argv[++i]);
       opt.force_config = f.empty() ? -1 : static_cast<int>(f[0]);
