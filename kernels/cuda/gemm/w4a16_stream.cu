@@ -124,9 +124,10 @@ __device__ __forceinline__ void AdvanceChunk(LaneCursor& c, const StreamGeometry
 }
 
 // The chunk's products into acc (rows g / g + 8 of fragment mi, tokens 2t,
-// 2t + 1 of the tile: the mma C layout).
+// 2t + 1 of the tile: the mma C layout of the tile's one 8-token fragment,
+// as the decode kernel's accumulators are laid out).
 template <int kMI, bool kFp4>
-__device__ __forceinline__ void ComputeChunk(const ChunkLoads<kMI>& l, float (&acc)[kMI][4]) {
+__device__ __forceinline__ void ComputeChunk(const ChunkLoads<kMI>& l, float (&acc)[kMI][1][4]) {
   const uint32_t xw[8] = {l.xa.x, l.xa.y, l.xa.z, l.xa.w, l.xb.x, l.xb.y, l.xb.z, l.xb.w};
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi) {
@@ -139,7 +140,7 @@ __device__ __forceinline__ void ComputeChunk(const ChunkLoads<kMI>& l, float (&a
         const uint32_t a[4] = {Bf16x2Mul(E2m1PairBits<0>(words[ks]), f_lo), Bf16x2Mul(E2m1PairBits<1>(words[ks]), f_hi),
                                Bf16x2Mul(E2m1PairBits<2>(words[ks]), f_lo), Bf16x2Mul(E2m1PairBits<3>(words[ks]), f_hi)};
         const uint32_t b[2] = {xw[2 * ks], xw[2 * ks + 1]};
-        cuda::MmaBf16M16N8K16(acc[mi], a, b, acc[mi]);
+        cuda::MmaBf16M16N8K16(acc[mi][0], a, b, acc[mi][0]);
       }
     } else {
       // 0x4300 | nibble = bf16 (128 + code); minus (128 + zero): exact.
@@ -156,17 +157,17 @@ __device__ __forceinline__ void ComputeChunk(const ChunkLoads<kMI>& l, float (&a
         const uint32_t b[2] = {xw[2 * ks], xw[2 * ks + 1]};
         cuda::MmaBf16M16N8K16(part, a, b, part);
       }
-      acc[mi][0] += part[0] * l.s_lo[mi];
-      acc[mi][1] += part[1] * l.s_lo[mi];
-      acc[mi][2] += part[2] * l.s_hi[mi];
-      acc[mi][3] += part[3] * l.s_hi[mi];
+      acc[mi][0][0] += part[0] * l.s_lo[mi];
+      acc[mi][0][1] += part[1] * l.s_lo[mi];
+      acc[mi][0][2] += part[2] * l.s_hi[mi];
+      acc[mi][0][3] += part[3] * l.s_hi[mi];
     }
   }
 }
 
 // kCount chunks: every load issued, then every product (the round).
 template <int kMI, int kCount, bool kFp4>
-__device__ __forceinline__ void StreamRound(LaneCursor& cur, const StreamGeometry& geo, float (&acc)[kMI][4]) {
+__device__ __forceinline__ void StreamRound(LaneCursor& cur, const StreamGeometry& geo, float (&acc)[kMI][1][4]) {
   ChunkLoads<kMI> l[kCount];
 #pragma unroll
   for (int d = 0; d < kCount; ++d) {
@@ -219,11 +220,11 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W4A16
     cur.fp4 = nullptr;
   }
 
-  float acc[kMI][4];
+  float acc[kMI][1][4];  // the tile's one 8-token fragment
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[mi][e] = 0.f;
+    for (int e = 0; e < 4; ++e) acc[mi][0][e] = 0.f;
 
   int64_t i = 0;
   for (; i + kDepth <= n_chunks; i += kDepth) StreamRound<kMI, kDepth, kFp4>(cur, geo, acc);
@@ -234,7 +235,7 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W4A16
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s_red[warp][mi * 4 + e][lane] = acc[mi][e];
+      for (int e = 0; e < 4; ++e) s_red[warp][mi * 4 + e][lane] = acc[mi][0][e];
     __syncthreads();
     if (warp == 0) {
 #pragma unroll
@@ -244,20 +245,11 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W4A16
           float sum = s_red[0][mi * 4 + e][lane];
 #pragma unroll
           for (int w = 1; w < kWarps; ++w) sum += s_red[w][mi * 4 + e][lane];  // fixed order
-          acc[mi][e] = sum;
+          acc[mi][0][e] = sum;
         }
     }
   }
-  if (warp == 0) {
-#pragma unroll
-    for (int mi = 0; mi < kMI; ++mi) {
-      const int r = mi * 16 + g, c = 2 * t;
-      s_tile[c * kPitchC + r] = acc[mi][0];
-      s_tile[(c + 1) * kPitchC + r] = acc[mi][1];
-      s_tile[c * kPitchC + r + 8] = acc[mi][2];
-      s_tile[(c + 1) * kPitchC + r + 8] = acc[mi][3];
-    }
-  }
+  if (warp == 0) AccumulatorsToSmem<kMI, 1, kPitchC>(s_tile, acc, 0, 0, g, t);
   __syncthreads();
   float gs_a = 1.0f, gs_b = 1.0f;
   if constexpr (kFp4) {
