@@ -112,10 +112,10 @@ int TileConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
 // token fragments cost it more registers than int4's; 2026-12-02). Then
 // TileConfigFor.
 int DenseConfigFor(int64_t m, int64_t rows_padded, int64_t k, bool fp4, int sms) {
+  if (m <= 8) return StreamConfigFor(m, rows_padded, sms);
   const int64_t work = (rows_padded / 16) * (k / 64);  // 16 x 64 weight fragments
   const bool large = work >= 256 * 96;                   // e.g. 4096 x 6144
   const bool small = work <= 128 * 32;                   // e.g. 2048 x 2048
-  if (m <= 8) return StreamConfigFor(m, rows_padded, sms);
   if (m <= 16) return small ? kDecode8Narrow : (fp4 && large) ? kTile16 : kDecode16;
   return TileConfigFor(m, rows_padded);
 }

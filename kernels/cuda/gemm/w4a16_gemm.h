@@ -114,8 +114,8 @@ struct W4MoeGroupedGemmParams {
 absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_t stream);
 
 // Tile configurations (for tests and benchmarks that force one): the tile
-// kernel's (any M) and the decode kernel's (M <= 16 per tile; chosen for
-// decode shapes, see w4a16_gemm.cu).
+// kernel's (any M), the decode kernel's (M <= 16 per tile) and the
+// streaming kernel's (M <= 8 per tile); which the plans pick: w4a16_gemm.cu.
 inline constexpr int kW4NumConfigs = 12;
 const char* W4ConfigName(int config);
 bool W4ConfigIsDecode(int config);
