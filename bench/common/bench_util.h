@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -18,6 +19,15 @@ inline void CheckCuda(cudaError_t e, const char* what) {
     std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
     std::exit(1);
   }
+}
+
+// n elements of T on the device (plus 256 bytes of slack); exits on
+// failure (cudaFree it).
+template <typename T>
+T* DeviceAlloc(size_t n) {
+  T* p = nullptr;
+  CheckCuda(cudaMalloc(&p, n * sizeof(T) + 256), "cudaMalloc");
+  return p;
 }
 
 // Median time in microseconds of `fn` (which enqueues work on `stream`),
