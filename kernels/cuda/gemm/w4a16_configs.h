@@ -36,8 +36,8 @@ constexpr W4Config TileConfig(const char* name, int bt, int br, int wr, int wt, 
 constexpr W4Config DecodeConfig(const char* name, int warps, int mi, int nj, int xtok, int stages, int min_blocks) {
   return {name, true, nj * xtok, warps * 16 * mi, 0, 0, stages, 0, min_blocks, warps, mi, nj, xtok, false};
 }
-constexpr W4Config StreamConfig(const char* name, int warps, int mi, int depth) {
-  return {name, false, 8, 16 * mi, 0, 0, depth, 0, 0, warps, mi, 1, 8, true};
+constexpr W4Config StreamConfig(const char* name, int warps, int mi, int depth, int nj = 1) {
+  return {name, false, 8 * nj, 16 * mi, 0, 0, depth, 0, 0, warps, mi, nj, 8, true};
 }
 
 // Decode tiles stream 256 columns (4 chunks) per stage so each 16-row tile
@@ -46,15 +46,17 @@ constexpr W4Config StreamConfig(const char* name, int warps, int mi, int depth) 
 // the running sum and the group's). It replaced a 128 x 64 tile (W4P128,
 // warps of 32 x 32) on 2026-12-03: 1.19-1.23x faster for int4 and 1.34x for
 // NVFP4 at M = 2048, 1.05-1.12x on the grouped MoE at 4096 tokens (H200
-// running this sm80 code, bench/RESULTS.md). Then the decode kernel's
-// configurations the planner picks at 9-16 tokens, from a sweep of eleven
-// (bench/results/gemm.md, 2026-12-02), and W4D1M4S3 (one row a tile, four
-// fragments a warp), which no planner picks: the fastest int4 grouped GEMM
-// at 8 tokens x top-8 in the 2026-12-04 sweep (1.09x the streaming kernel),
-// but an expert with r rows reads its weights r times, which a plan would
-// have to bound first. Then the streaming kernel's (up to 8 tokens a tile):
-// the four the planners pick from a sweep of 25 (bench/RESULTS.md,
-// 2026-12-04).
+// running this sm80 code, bench/RESULTS.md). Then the decode kernel's,
+// from a sweep of eleven (bench/results/gemm.md, 2026-12-02): W4D16M2S4 the
+// grouped plan takes at 9-16 rows per expert; W4D8M1S6 (dense 9-16 tokens
+// on small matrices until the streaming kernel's 16-token tiles replaced it,
+// 2026-12-04) and W4D1M4S3 (one row a tile, four fragments a warp: the
+// fastest int4 grouped GEMM at 8 tokens x top-8 in the 2026-12-04 sweep,
+// 1.09x the streaming kernel, but an expert with r rows reads its weights r
+// times, which a plan would have to bound first) no planner picks. Then the
+// streaming kernel's: four 8-token tiles the planners pick from a sweep of
+// 25 (bench/RESULTS.md, 2026-12-04) and four 16-token tiles (two B
+// fragments a lane) for dense GEMMs of 9-16 tokens.
 inline constexpr W4Config kW4Configs[kW4NumConfigs] = {
     TileConfig("W4T8", 8, 64, 4, 1, 4, 4, 2),
     TileConfig("W4T16", 16, 64, 4, 1, 4, 4, 2),
@@ -68,6 +70,10 @@ inline constexpr W4Config kW4Configs[kW4NumConfigs] = {
     StreamConfig("W4SM1D4W8", 8, 1, 4),
     StreamConfig("W4SM2D3W2", 2, 2, 3),
     StreamConfig("W4SM2D3W4", 4, 2, 3),
+    StreamConfig("W4SM1N2D3W8", 8, 1, 3, 2),
+    StreamConfig("W4SM1N2D3W4", 4, 1, 3, 2),
+    StreamConfig("W4SM2N2D2W4", 4, 2, 2, 2),
+    StreamConfig("W4SM2N2D2W2", 2, 2, 2, 2),
 };
 
 // w4a16_decode.cu: the decode kernel of configuration `id` (decode == true).

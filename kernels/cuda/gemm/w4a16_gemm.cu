@@ -58,16 +58,15 @@ constexpr int IdOf(const char* name) {
   }
   return -1;
 }
-constexpr int kTile16 = IdOf("W4T16");
 constexpr int kTile32 = IdOf("W4T32");
 constexpr int kTile64 = IdOf("W4T64");
 constexpr int kPrefill = IdOf("W4P128T");
-constexpr int kDecode8Narrow = IdOf("W4D8M1S6");  // 16 rows per warp
 constexpr int kDecode16 = IdOf("W4D16M2S4");
 // The streaming kernel's configurations the planners take (w4a16_bench
 // --sweep, H200 running this sm80 code, 2026-12-04: bench/RESULTS.md); the
 // dense ones in the order StreamConfigFor tries them.
 constexpr int kStreamDense[] = {IdOf("W4SM1D4W8"), IdOf("W4SM1D4W4"), IdOf("W4SM2D3W4"), IdOf("W4SM2D3W2")};
+constexpr int kStreamDense16[] = {IdOf("W4SM1N2D3W8"), IdOf("W4SM1N2D3W4"), IdOf("W4SM2N2D2W4"), IdOf("W4SM2N2D2W2")};
 constexpr int kGroupedStream8 = IdOf("W4SM2D3W2");
 constexpr int kGroupedStream1 = IdOf("W4SM2D3W4");
 constexpr bool AllNamed(std::initializer_list<int> ids) {
@@ -76,21 +75,25 @@ constexpr bool AllNamed(std::initializer_list<int> ids) {
   }
   return true;
 }
-static_assert(AllNamed({kTile16, kTile32, kTile64, kPrefill, kDecode8Narrow, kDecode16, kStreamDense[0],
-                        kStreamDense[1], kStreamDense[2], kStreamDense[3], kGroupedStream8, kGroupedStream1}),
+static_assert(AllNamed({kTile32, kTile64, kPrefill, kDecode16, kStreamDense[0],
+                        kStreamDense[1], kStreamDense[2], kStreamDense[3], kStreamDense16[0], kStreamDense16[1],
+                        kStreamDense16[2], kStreamDense16[3], kGroupedStream8, kGroupedStream1}),
               "configurations named by the planner");
 
-// The streaming kernel's block: the first of kStreamDense (most warps on
-// one 16-row fragment first, then two fragments a block) whose blocks are
+// The streaming kernel's block: the first of kStreamDense (8-token tiles)
+// or kStreamDense16 (16-token tiles: two 8-token B fragments a lane, for
+// 9-16 tokens) with most warps on one 16-row fragment first, then two
+// fragments a block, whose blocks are
 // all resident at once (kStreamWarpsPerSm warps an SM), as the W8A16
 // streaming plan (gemm::ChooseStreamPlan); the last one beyond that. It
 // picked the sweep's best streaming configuration on every dense shape.
 int StreamConfigFor(int64_t m, int64_t rows_padded, int sms) {
-  for (const int id : kStreamDense) {
+  const int(&family)[4] = m <= 8 ? kStreamDense : kStreamDense16;
+  for (const int id : family) {
     const int64_t blocks = CeilDiv(m, kW4Configs[id].bt) * CeilDiv(rows_padded, kW4Configs[id].br);
     if (blocks * kW4Configs[id].warps <= int64_t{sms} * gemm::kStreamWarpsPerSm) return id;
   }
-  return kStreamDense[3];
+  return family[3];
 }
 
 // Beyond 16 rows per tile, dense and grouped alike: the tile kernel by
@@ -104,19 +107,13 @@ int TileConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
   return kPrefill;
 }
 
-// The dense plan's tile, fitted to w4a16_bench --sweep on the H200 running
-// this sm80 code: up to 8 tokens the streaming kernel (1.05-1.57x the
-// decode kernel, 2026-12-04); 9-16 tokens the decode kernel (two 8-token
-// tiles would read the weights twice), fewer rows per warp on small
-// matrices, NVFP4 on large ones the tile kernel (the decode kernel's two
-// token fragments cost it more registers than int4's; 2026-12-02). Then
-// TileConfigFor.
-int DenseConfigFor(int64_t m, int64_t rows_padded, int64_t k, bool fp4, int sms) {
-  if (m <= 8) return StreamConfigFor(m, rows_padded, sms);
-  const int64_t work = (rows_padded / 16) * (k / 64);  // 16 x 64 weight fragments
-  const bool large = work >= 256 * 96;                   // e.g. 4096 x 6144
-  const bool small = work <= 128 * 32;                   // e.g. 2048 x 2048
-  if (m <= 16) return small ? kDecode8Narrow : (fp4 && large) ? kTile16 : kDecode16;
+// The dense plan's tile, fitted to w4a16_bench on the H200 running this
+// sm80 code: up to 8 tokens the streaming kernel's 8-token tiles (1.05-1.57x
+// the decode kernel, 2026-12-04), 9-16 tokens its 16-token tiles (1.33-1.67x
+// the decode and tile kernels it replaced at 16 tokens on every GLM-5 shape,
+// int4 and NVFP4, 2026-12-04 session 25); then TileConfigFor.
+int DenseConfigFor(int64_t m, int64_t rows_padded, int sms) {
+  if (m <= 16) return StreamConfigFor(m, rows_padded, sms);
   return TileConfigFor(m, rows_padded);
 }
 
@@ -168,7 +165,7 @@ Plan MakePlan(const W4A16GemmParams& p, size_t workspace_limit) {
   Plan plan;
   const int sms = p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count;
   plan.config = p.force_config >= 0 ? p.force_config
-                                    : DenseConfigFor(p.m, p.w.rows_padded, p.k, p.w.type == W4WeightType::kNvfp4, sms);
+                                    : DenseConfigFor(p.m, p.w.rows_padded, sms);
   const W4Config& c = kW4Configs[plan.config];
   plan.token_tiles = CeilDiv(p.m, c.bt);
   plan.row_tiles = CeilDiv(p.w.rows_padded, c.br);

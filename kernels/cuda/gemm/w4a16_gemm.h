@@ -115,11 +115,11 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
 
 // Tile configurations (for tests and benchmarks that force one): the tile
 // kernel's (any M), the decode kernel's (M <= 16 per tile) and the
-// streaming kernel's (M <= 8 per tile); which the plans pick: w4a16_gemm.cu.
-inline constexpr int kW4NumConfigs = 12;
+// streaming kernel's (M <= 16 per tile); which the plans pick: w4a16_gemm.cu.
+inline constexpr int kW4NumConfigs = 16;
 const char* W4ConfigName(int config);
 bool W4ConfigIsDecode(int config);
-bool W4ConfigIsStream(int config);  // the streaming kernel (<= 8 tokens a tile, no split-K)
+bool W4ConfigIsStream(int config);  // the streaming kernel (<= 16 tokens a tile, no split-K)
 // The configuration the launchers would run (reads no device memory; -1
 // for an empty launch). The dense plan reads the SM count from num_sms, or
 // the current device when it is 0.

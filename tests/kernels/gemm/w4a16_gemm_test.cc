@@ -244,6 +244,8 @@ TEST(W4A16GemmTest, StreamKernelEdges) {
       RunDense({fp4, 8, 64, 64, 64, false, true, cfg, 1});          // one chunk
       RunDense({fp4, 11, 200, 1152, 64, false, true, cfg, 2});      // two token tiles
       RunDense({fp4, 2, 136, 1152, 128, false, true, cfg, 7, 24});  // a column range of a wider Y
+      RunDense({fp4, 16, 192, 768, 128, true, true, cfg, 1});       // a full 16-token tile, SiLU
+      RunDense({fp4, 13, 64, 640, 64, false, false, cfg, 1});       // 13 tokens, bf16 out
     }
   }
   EXPECT_GT(streams, 0);
@@ -254,7 +256,7 @@ TEST(W4A16GemmTest, StreamKernelEdges) {
 // take the streaming kernel, with the widths the sweep found best on
 // GLM-5's shapes at 132 SMs (bench/RESULTS.md, 2026-12-04); 9-16 tokens
 // the decode kernel; prefill the tile kernels; a forced one is kept.
-TEST(W4A16GemmTest, PlansTakeTheStreamingKernelUpToEightTokens) {
+TEST(W4A16GemmTest, PlansTakeTheStreamingKernelUpToSixteenTokens) {
   auto dense = [](int64_t m, int64_t rows, int64_t k, W4WeightType type) {
     W4A16GemmParams p;
     p.m = m;
@@ -268,14 +270,18 @@ TEST(W4A16GemmTest, PlansTakeTheStreamingKernelUpToEightTokens) {
   };
   auto name = [](int config) { return std::string(W4ConfigName(config)); };
   for (W4WeightType type : {W4WeightType::kInt4, W4WeightType::kNvfp4}) {
-    for (int64_t m = 1; m <= 8; ++m) {
-      EXPECT_TRUE(W4ConfigIsStream(W4A16GemmPlannedConfig(dense(m, 12288, 6144, type)))) << m;
+    for (int64_t m = 1; m <= 16; ++m) {
+      const int config = W4A16GemmPlannedConfig(dense(m, 12288, 6144, type));
+      EXPECT_TRUE(W4ConfigIsStream(config)) << m;
+      EXPECT_EQ(W4ConfigBlockTokens(config), m <= 8 ? 8 : 16) << m;  // one or two 8-token B fragments
     }
     EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(1, 12288, 6144, type))), "W4SM2D3W4");  // dense gate, TP 1
     EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(1, 6144, 2048, type))), "W4SM1D4W4");   // expert down, o_proj TP 8
     EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(8, 4096, 6144, type))), "W4SM1D4W8");   // expert gate/up
     EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(1, 2048, 2048, type))), "W4SM1D4W8");   // q_b, TP 8
-    EXPECT_FALSE(W4ConfigIsStream(W4A16GemmPlannedConfig(dense(16, 4096, 2048, type))));
+    EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(16, 12288, 6144, type))), "W4SM2N2D2W4");
+    EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(9, 2048, 2048, type))), "W4SM1N2D3W8");
+    EXPECT_FALSE(W4ConfigIsStream(W4A16GemmPlannedConfig(dense(17, 4096, 2048, type))));
     EXPECT_FALSE(W4ConfigIsStream(W4A16GemmPlannedConfig(dense(2048, 4096, 6144, type))));
     W4A16GemmParams forced = dense(1, 6144, 2048, type);
     forced.force_config = 0;
