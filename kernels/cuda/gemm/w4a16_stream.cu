@@ -29,12 +29,13 @@
 // before the first use. (ptxas does not keep them all there: in the sm_90
 // code of W4SM2D3W4 int4, 12 of a round's 39 loads, scales, come after the
 // round's first mma; pinning them there with strong loads measured no
-// faster: int4 within 1 %, NVFP4 1-5 % slower, 2026-12-04 session 25.) Int4: each chunk's products go into a zero
-// accumulator and are scaled into the sum once (so a K range may start or
-// end inside a group, and any group that is a multiple of 64 works); the
-// chunk's group is tracked by a running counter, not a division. NVFP4: the
-// block scales are in the widened weights, the global scale is applied at
-// the end. Dequantization is the decode kernel's (exact, w4a16_gemm.h).
+// faster: int4 within 1 %, NVFP4 1-5 % slower, 2026-12-04 session 25.)
+// Int4: each chunk's products go into a zero accumulator and are scaled
+// into the sum once (so a K range may start or end inside a group, and any
+// group that is a multiple of 64 works); the chunk's group is tracked by a
+// running counter, not a division. NVFP4: the block scales are in the
+// widened weights, the global scale is applied at the end. Dequantization
+// is the decode kernel's (exact, w4a16_gemm.h).
 #include "kernels/cuda/common/arch.cuh"
 
 #include <cuda_bf16.h>
