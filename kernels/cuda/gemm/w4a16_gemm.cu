@@ -75,18 +75,18 @@ constexpr bool AllNamed(std::initializer_list<int> ids) {
   }
   return true;
 }
-static_assert(AllNamed({kTile32, kTile64, kPrefill, kDecode16, kStreamDense[0],
-                        kStreamDense[1], kStreamDense[2], kStreamDense[3], kStreamDense16[0], kStreamDense16[1],
-                        kStreamDense16[2], kStreamDense16[3], kGroupedStream8, kGroupedStream1}),
+static_assert(AllNamed({kTile32, kTile64, kPrefill, kDecode16, kStreamDense[0], kStreamDense[1], kStreamDense[2],
+                        kStreamDense[3], kStreamDense16[0], kStreamDense16[1], kStreamDense16[2], kStreamDense16[3],
+                        kGroupedStream8, kGroupedStream1}),
               "configurations named by the planner");
 
 // The streaming kernel's block: the first of kStreamDense (8-token tiles)
 // or kStreamDense16 (16-token tiles: two 8-token B fragments a lane, for
-// 9-16 tokens) with most warps on one 16-row fragment first, then two
-// fragments a block, whose blocks are
-// all resident at once (kStreamWarpsPerSm warps an SM), as the W8A16
-// streaming plan (gemm::ChooseStreamPlan); the last one beyond that. It
-// picked the sweep's best streaming configuration on every dense shape.
+// 9-16 tokens), most warps on one 16-row fragment first, then two
+// fragments a block, whose blocks are all resident at once
+// (kStreamWarpsPerSm warps an SM), as the W8A16 streaming plan
+// (gemm::ChooseStreamPlan); the last one beyond that. It picked the
+// sweep's best streaming configuration on every dense shape.
 int StreamConfigFor(int64_t m, int64_t rows_padded, int sms) {
   const int(&family)[4] = m <= 8 ? kStreamDense : kStreamDense16;
   for (const int id : family) {

@@ -252,10 +252,11 @@ TEST(W4A16GemmTest, StreamKernelEdges) {
 }
 
 // The plans (no device memory read, so this runs without a GPU): dense
-// launches of up to 8 tokens and grouped ones of up to 8 rows per expert
-// take the streaming kernel, with the widths the sweep found best on
-// GLM-5's shapes at 132 SMs (bench/RESULTS.md, 2026-12-04); 9-16 tokens
-// the decode kernel; prefill the tile kernels; a forced one is kept.
+// launches of up to 16 tokens (8-token tiles up to 8, 16-token tiles from
+// 9) and grouped ones of up to 8 rows per expert take the streaming kernel,
+// with the widths the sweep found best on GLM-5's shapes at 132 SMs
+// (bench/RESULTS.md, 2026-12-04); prefill the tile kernels; a forced one is
+// kept.
 TEST(W4A16GemmTest, PlansTakeTheStreamingKernelUpToSixteenTokens) {
   auto dense = [](int64_t m, int64_t rows, int64_t k, W4WeightType type) {
     W4A16GemmParams p;
