@@ -9,7 +9,8 @@
 #       /tmp/w4a16_bench_before /tmp/w4a16_bench_after build-cuda/tests/kernels/gemm/gemm_gpu_test \
 #       build-cuda/tests/kernels/cuda_parity_gpu_test
 # On the GPU host: OUT=$OUT bash tools/device/w4_engine.sh   (carry .bundle-w4e)
-# Knobs: QUANT (awq), BATCHES (1,8,64), ROUNDS (2), PARITY (1), GEMM (1), W4A16_ARGS (the
+# Knobs: QUANT (awq), BATCHES (1,8,64), ROUNDS (2), PARITY (1), GEMM (1), PROFILE (0; 1: an eager
+# per-op profile of the after build at batch 1, 8K, --op-profile), W4A16_ARGS (the
 # benchmark's arguments; default "--moe-tokens 1,8,64": every shape at M = 1, 4, 8, 16 and 2048
 # with its cuBLAS peer; "--ms 1,4,8,16 --moe-tokens 1,8,64" skips the slow M = 2048 rows).
 # Logs in /tmp/w4e, archived to $OUT/w4e.tgz.
@@ -42,6 +43,12 @@ for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
     echo "engine $v-$r rc $?" >>"$OUT/rc.txt"
   done
 done
+if [[ "${PROFILE:-0}" != 0 ]]; then
+  # Where an eager batch-1 step of the after build goes, op by op.
+  timeout 150 "$B/engine_bench_after" --model "$m" --layers 3:4 --batches 1 --contexts 8192 --op-profile \
+    >"$OUT/op_profile_after.log" 2>&1
+  echo "op profile after rc $?" >>"$OUT/rc.txt"
+fi
 rm -rf "$m"
 if [[ "${GEMM:-1}" != 0 ]]; then
   for v in before after; do
