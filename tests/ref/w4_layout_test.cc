@@ -1,11 +1,16 @@
 // The W4A16 kernel's load-time repack (kernels/cuda/gemm/w4_layout.h) on the
 // CPU: every code lands where the kernel's fragment reads expect it (checked
-// by decoding each lane's words the way the kernel does), the inverse
-// recovers the codes, SiLU pairs interleave gate and up by 8 rows, and
-// padding contributes exactly zero.
+// by decoding each lane's words the way the kernel does: int4 nibbles, and
+// NVFP4 words through the kernels' own nvfp4_word::E2m1PairBits), the
+// inverse recovers the codes, SiLU pairs interleave gate and up by 8 rows,
+// and padding contributes exactly zero.
 #include "kernels/cuda/gemm/w4_layout.h"
 
+#include <cmath>
 #include <cstring>
+
+#include "kernels/cuda/gemm/nvfp4_word.h"
+#include "kernels/ref/nvfp4_ref.h"
 
 #include "base/rng.h"
 #include "gtest/gtest.h"
@@ -36,15 +41,30 @@ Source Random(int64_t rows, int64_t cols, int64_t group, uint64_t seed) {
   return s;
 }
 
-// What the kernel's lane (g, t) holds for k-step s of the chunk (rt, kc):
-// A-register p's two values, decoded as (word >> 4p) & 0x000F000F.
-uint8_t KernelView(const W4Packed& p, int64_t rt, int64_t kc, int g, int t, int s, int reg, int half) {
+// The word lane (g, t) loads for k-step s of the chunk (rt, kc).
+uint32_t LaneWord(const W4Packed& p, int64_t rt, int64_t kc, int g, int t, int s) {
   const int lane = 4 * g + t;
   const int64_t word_index = ((rt * (p.cols / kW4Chunk) + kc) * 32 + lane) * 4 + s;
   uint32_t word;
   std::memcpy(&word, p.values.data() + 4 * word_index, 4);
-  const uint32_t both = (word >> (4 * reg)) & 0x000F000Fu;
+  return word;
+}
+
+// What the int4 kernel holds in A-register p: (word >> 4p) & 0x000F000F.
+uint8_t KernelView(const W4Packed& p, int64_t rt, int64_t kc, int g, int t, int s, int reg, int half) {
+  const uint32_t both = (LaneWord(p, rt, kc, g, t, s) >> (4 * reg)) & 0x000F000Fu;
   return static_cast<uint8_t>(half == 0 ? both & 0xF : both >> 16);
+}
+
+// What the NVFP4 kernels hold in A-register p: bf16 halves worth the e2m1
+// value x 2^-126, as a float.
+float Nvfp4KernelView(uint32_t word, int reg, int half) {
+  const uint32_t pair = nvfp4_word::E2m1PairBitsOf(word, reg);
+  const uint32_t bf16 = half == 0 ? pair & 0xFFFFu : pair >> 16;
+  float f;
+  const uint32_t bits = bf16 << 16;
+  std::memcpy(&f, &bits, 4);
+  return std::ldexp(f, 126);
 }
 
 TEST(W4LayoutTest, EveryFragmentHoldsTheMmaOperandItNeeds) {
@@ -103,6 +123,67 @@ TEST(W4LayoutTest, RoundTripsAndPairsGateWithUp) {
     for (int64_t g = 0; g < 3; ++g) {
       ASSERT_EQ(pair.zeros[g * 128 + r], row < 40 ? from.zeros[row * 3 + g] : 0);
     }
+  }
+}
+
+TEST(W4LayoutTest, Nvfp4WordsWidenToTheirValues) {
+  // Every code in every register and half, the other seven codes random:
+  // the kernels' arithmetic gives that code's value and nothing else.
+  Rng rng(7);
+  for (int reg = 0; reg < 4; ++reg) {
+    for (int half = 0; half < 2; ++half) {
+      for (int code = 0; code < 16; ++code) {
+        for (int trial = 0; trial < 8; ++trial) {
+          uint8_t codes[4][2];
+          for (auto& r : codes) {
+            for (auto& c : r) c = static_cast<uint8_t>(rng.Below(16));
+          }
+          codes[reg][half] = static_cast<uint8_t>(code);
+          const uint32_t word = nvfp4_word::PackWord(codes);
+          for (int r = 0; r < 4; ++r) {
+            for (int h = 0; h < 2; ++h) {
+              ASSERT_EQ(nvfp4_word::CodeOf(word, r, h), codes[r][h]);
+              const float got = Nvfp4KernelView(word, r, h), want = ref::E2m1ToFloat(codes[r][h]);
+              // -0 and +0 are both fine for the mma; the bits must still be the code's.
+              ASSERT_EQ(got, want) << "register " << r << " half " << h << " code " << int{codes[r][h]};
+              ASSERT_EQ(std::signbit(got), (codes[r][h] & 8) != 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(W4LayoutTest, Nvfp4FragmentsHoldTheirCodes) {
+  Source s = Random(24, 128, 16, 5);
+  std::vector<uint8_t> fp4_scales(24 * 8, 0x38);
+  W4Source v = s.view;
+  v.fp4 = true;
+  v.fp4_scales = fp4_scales.data();
+  const W4Packed p = PackW4(v);
+  for (int64_t rt = 0; rt < p.rows_padded / 16; ++rt) {
+    for (int64_t kc = 0; kc < p.cols / kW4Chunk; ++kc) {
+      for (int g = 0; g < 8; ++g) {
+        for (int t = 0; t < 4; ++t) {
+          for (int st = 0; st < 4; ++st) {
+            const uint32_t word = LaneWord(p, rt, kc, g, t, st);
+            for (int reg = 0; reg < 4; ++reg) {
+              const int64_t row = rt * 16 + g + (reg % 2) * 8;
+              for (int half = 0; half < 2; ++half) {
+                const int64_t col = kc * kW4Chunk + 16 * t + 4 * st + (reg / 2) * 2 + half;
+                const uint8_t want = row < 24 ? s.codes[row * 128 + col] : 0;
+                ASSERT_EQ(Nvfp4KernelView(word, reg, half), ref::E2m1ToFloat(want)) << "row " << row << " col " << col;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  const auto codes = UnpackW4Codes(p);
+  for (int64_t r = 0; r < p.rows_padded; ++r) {
+    for (int64_t k = 0; k < 128; ++k) ASSERT_EQ(codes[r * 128 + k], r < 24 ? s.codes[r * 128 + k] : 0);
   }
 }
 

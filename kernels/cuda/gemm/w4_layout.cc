@@ -4,16 +4,25 @@
 #include <functional>
 
 #include "base/thread_pool.h"
+#include "kernels/cuda/gemm/nvfp4_word.h"
 
 namespace spar::gemm {
 namespace {
 
 int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-// Where packed row r, column k sits: byte offset and nibble (0 low, 1 high).
+// Int4: register p's two codes at bits 4p and 16 + 4p, so (word >> 4p) &
+// 0x000F000F is the register's pair.
+uint32_t Int4Word(const uint8_t (&codes)[4][2]) {
+  uint32_t word = 0;
+  for (int p = 0; p < 4; ++p) word |= static_cast<uint32_t>(codes[p][0]) << (4 * p) | static_cast<uint32_t>(codes[p][1]) << (16 + 4 * p);
+  return word;
+}
+
+// Where packed row r, column k sits: the 32-bit word, its A register and half.
 struct Place {
-  int64_t byte;
-  int shift;
+  int64_t word;
+  int reg, half;
 };
 
 Place PlaceOf(int64_t r, int64_t k, int64_t cols) {
@@ -22,10 +31,7 @@ Place PlaceOf(int64_t r, int64_t k, int64_t cols) {
   const int t = static_cast<int>(kk / 16), s = static_cast<int>((kk % 16) / 4), j = static_cast<int>(kk % 4);
   const int lane = 4 * g + t;
   // j 0/1 -> register 0 (row g) or 1 (row g+8); j 2/3 -> register 2 or 3.
-  const int reg = (j / 2) * 2 + upper;
-  const int nibble = reg + 4 * (j % 2);
-  const int64_t word = ((rt * (cols / kW4Chunk) + kc) * 32 + lane) * 4 + s;
-  return {word * 4 + nibble / 2, (nibble % 2) * 4};
+  return {((rt * (cols / kW4Chunk) + kc) * 32 + lane) * 4 + s, (j / 2) * 2 + upper, j % 2};
 }
 
 // A packed row's source: (matrix, row) or none (padding).
@@ -73,10 +79,12 @@ W4Packed Pack(const W4Source& first, int64_t rows, const RowSource& source) {
           const int g = lane / 4, t = lane % 4;
           for (int s = 0; s < 4; ++s) {
             const int64_t k0 = kc * kW4Chunk + 16 * t + 4 * s;
-            // nibble 0/4: row g, k0/k0+1; 1/5: row g+8; 2/6: row g, k0+2/+3; 3/7: row g+8.
-            const uint32_t word = code(g, k0) | code(g + 8, k0) << 4 | code(g, k0 + 2) << 8 | code(g + 8, k0 + 2) << 12 |
-                                  code(g, k0 + 1) << 16 | code(g + 8, k0 + 1) << 20 | code(g, k0 + 3) << 24 |
-                                  code(g + 8, k0 + 3) << 28;
+            // Register 0: row g, k0 / k0+1; 1: row g+8; 2: row g, k0+2 / +3; 3: row g+8.
+            uint8_t regs[4][2];
+            for (int reg = 0; reg < 4; ++reg) {
+              for (int half = 0; half < 2; ++half) regs[reg][half] = static_cast<uint8_t>(code(g + 8 * (reg % 2), k0 + 2 * (reg / 2) + half));
+            }
+            const uint32_t word = p.fp4 ? nvfp4_word::PackWord(regs) : Int4Word(regs);
             std::memcpy(chunk + lane * 16 + s * 4, &word, 4);
           }
         }
@@ -139,7 +147,10 @@ std::vector<uint8_t> UnpackW4Codes(const W4Packed& p) {
   for (int64_t r = 0; r < p.rows_padded; ++r) {
     for (int64_t k = 0; k < p.cols; ++k) {
       const Place at = PlaceOf(r, k, p.cols);
-      codes[r * p.cols + k] = static_cast<uint8_t>((p.values[at.byte] >> at.shift) & 0xF);
+      uint32_t word;
+      std::memcpy(&word, p.values.data() + 4 * at.word, 4);
+      codes[r * p.cols + k] = p.fp4 ? nvfp4_word::CodeOf(word, at.reg, at.half)
+                                    : static_cast<uint8_t>((word >> (4 * at.reg + 16 * at.half)) & 0xF);
     }
   }
   return codes;

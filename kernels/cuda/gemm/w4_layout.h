@@ -11,9 +11,10 @@
 // contiguous columns [16t, 16t + 16) (its activations are then two 16-byte
 // shared-memory loads): in k-step s the fragment's logical columns
 // {2t, 2t+1} are the real columns 16t + 4s + {0, 1} and {2t+8, 2t+9} are
-// 16t + 4s + {2, 3}. Within word s the nibbles are placed so that
+// 16t + 4s + {2, 3}. Within an int4 word s the nibbles are placed so that
 // (word >> 4p) & 0x000F000F puts the two values of A-register p in the two
-// bf16 halves:
+// bf16 halves (an NVFP4 word holds the same eight codes, its bits placed for
+// the e2m1 -> bf16 arithmetic: nvfp4_word.h):
 //   nibble 0 / 4: row g,     columns 16t+4s+0 / +1   (register a0)
 //   nibble 1 / 5: row g + 8, columns 16t+4s+0 / +1   (register a1)
 //   nibble 2 / 6: row g,     columns 16t+4s+2 / +3   (register a2)

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/gemm/nvfp4_word.h"
 #include "kernels/cuda/gemm/w4a16_kernel_params.h"
 
 namespace spar::gemm::w4 {
@@ -29,6 +30,16 @@ __device__ __forceinline__ uint32_t Bf16x2Sub(uint32_t a, uint32_t b) {
 __device__ __forceinline__ uint32_t Bf16x2Mul(uint32_t a, uint32_t b) {
   __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
   return *reinterpret_cast<uint32_t*>(&r);
+}
+
+// An e4m3 block scale times 2^110 as bf16 in both halves (exact: e4m3
+// values have 4 significant bits and 2^110 keeps them in bf16's range). Times
+// nvfp4_word's e2m1 bits (value x 2^-126) it gives value x scale x 2^-16:
+// the kernels multiply the global scale by 2^16.
+__device__ __forceinline__ uint32_t E4m3Pow2_110PairBf16(uint32_t byte) {
+  const float scaled = __uint_as_float((byte & 0x80u) << 24 | (byte & 0x7fu) << 20);  // e4m3 x 2^-120, exact
+  const uint32_t h = __float_as_uint(scaled * 0x1p115f * 0x1p115f) >> 16;
+  return h | (h << 16);
 }
 
 // The tile of block (blockIdx.x, blockIdx.y, blockIdx.z): its matrix (a

@@ -78,33 +78,6 @@ __device__ __forceinline__ uint32_t AndOr(uint32_t a) {
   return r;
 }
 
-// (a & kAnd) | c for a register c.
-template <uint32_t kAnd>
-__device__ __forceinline__ uint32_t AndOrReg(uint32_t a, uint32_t c) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "n"(kAnd), "r"(c));
-  return r;
-}
-
-// The e2m1 values of register r of a packed word (w4_layout.h: nibbles r
-// and r + 4 at bits 4r and 16 + 4r) as bf16 bit patterns worth value x
-// 2^-126: the sign to bit 15, the 3 magnitude bits to bits 6..8. Two
-// shifts and two LOP3 per register.
-template <int r>
-__device__ __forceinline__ uint32_t E2m1PairBits(uint32_t word) {
-  const uint32_t sign = r < 3 ? word << (12 - 4 * r) : word;
-  const uint32_t mag = r < 2 ? word << (6 - 4 * r) : word >> (4 * r - 6);
-  return AndOrReg<0x80008000u>(sign, mag & 0x01C001C0u);
-}
-
-// An e4m3 block scale times 2^110 as bf16 in both halves (exact: e4m3
-// values have 4 significant bits and 2^110 keeps them in bf16's range).
-__device__ __forceinline__ uint32_t E4m3Pow2_110PairBf16(uint32_t byte) {
-  const float scaled = __uint_as_float((byte & 0x80u) << 24 | (byte & 0x7fu) << 20);  // e4m3 x 2^-120, exact
-  const uint32_t h = __float_as_uint(scaled * 0x1p115f * 0x1p115f) >> 16;
-  return h | (h << 16);
-}
-
 template <int kWarps, int kMI, int kNJ, int kXTok, int kStages, bool kFp4, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) W4A16DecodeKernel(const KernelParams p) {
   using T = DecodeTile<kWarps, kMI, kNJ, kXTok, kStages, kFp4>;
@@ -300,11 +273,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) W4A16DecodeKernel(con
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
             if constexpr (kFp4) {
-              const uint32_t bits = r == 0   ? E2m1PairBits<0>(word)
-                                    : r == 1 ? E2m1PairBits<1>(word)
-                                    : r == 2 ? E2m1PairBits<2>(word)
-                                             : E2m1PairBits<3>(word);
-              a[mi][r] = Bf16x2Mul(bits, (r & 1) ? fhi[mi] : flo[mi]);
+              a[mi][r] = Bf16x2Mul(nvfp4_word::E2m1PairBitsOf(word, r), (r & 1) ? fhi[mi] : flo[mi]);
             } else {
               // 0x4300 | nibble = bf16 (128 + code); minus (128 + zero): exact.
               a[mi][r] = Bf16x2Sub(AndOr<0x000F000Fu, 0x43004300u>(word >> (4 * r)), (r & 1) ? zhi[mi] : zlo[mi]);

@@ -10,10 +10,11 @@
 //   int4:  (w >> 4p) & 0x000F000F | 0x43004300 is bf16x2 (128 + code); minus
 //          bf16x2 (128 + zero) gives code - zero exactly; the fp32 sum of a
 //          group is multiplied by its scale when the group's last chunk ends.
-//   nvfp4: the nibble's sign and 3 magnitude bits go to bf16 bits 15 and
-//          6..8 (a bf16 2^-126 too small, subnormal for e = 0), times 2^126,
-//          times the e4m3 block scale as bf16: exact; the global scale
-//          multiplies the finished sum.
+//   nvfp4: each code's sign and 3 magnitude bits go to bf16 bits 15 and
+//          6..8 (a bf16 2^-126 too small, subnormal for e = 0; the word's
+//          bits are placed for that, nvfp4_word.h) times the e4m3 block
+//          scale x 2^110 as bf16: exact, value x scale x 2^-16; the global
+//          scale x 2^16 multiplies the finished sum.
 // Pipeline: cp.async multi-stage over kSub chunks per stage (weights,
 // activations, the stage's scales and zeros); split-K over chunks; the
 // epilogue goes through shared memory (fp32, token-major) for split-K,
@@ -66,14 +67,6 @@ __device__ __forceinline__ void Lds128(uint32_t (&r)[4], const unsigned char* p)
   r[2] = v.z;
   r[3] = v.w;
 }
-
-// bf16x2 of an e4m3 scale in both halves (exact: e4m3 fits bf16).
-__device__ __forceinline__ uint32_t E4m3PairBf16(uint8_t v) {
-  const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(cuda::E4m3ToFloat(v)));
-  return h | (h << 16);
-}
-
-constexpr uint32_t kBf16x2Pow2_126 = 0x7E807E80u;  // 2^126 in both halves
 
 template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, bool kFp4, int kMinBlocks>
 __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(const KernelParams p) {
@@ -207,8 +200,8 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
         Lds128(wq[mi], sw + (rt * kSub + u) * 512 + lane * 16);
         const int r_lo = wr0 + mi * 16 + g;
         if constexpr (kFp4) {
-          lo[mi] = E4m3PairBf16(ss[(r_lo * kSub + u) * 4 + t]);
-          hi[mi] = E4m3PairBf16(ss[((r_lo + 8) * kSub + u) * 4 + t]);
+          lo[mi] = E4m3Pow2_110PairBf16(ss[(r_lo * kSub + u) * 4 + t]);
+          hi[mi] = E4m3Pow2_110PairBf16(ss[((r_lo + 8) * kSub + u) * 4 + t]);
         } else {
           lo[mi] = (0x4300u + sz[u * kBR + r_lo]) * 0x10001u;
           hi[mi] = (0x4300u + sz[u * kBR + r_lo + 8]) * 0x10001u;
@@ -234,11 +227,11 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
         for (int mi = 0; mi < kMI; ++mi) {
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            const uint32_t v = (wq[mi][s] >> (4 * r)) & 0x000F000Fu;
             if constexpr (kFp4) {
-              const uint32_t bits = ((v & 0x00080008u) << 12) | ((v & 0x00070007u) << 6);
-              a[mi][r] = Bf16x2Mul(Bf16x2Mul(bits, kBf16x2Pow2_126), (r & 1) ? hi[mi] : lo[mi]);
+              const uint32_t bits = nvfp4_word::E2m1PairBitsOf(wq[mi][s], r);
+              a[mi][r] = Bf16x2Mul(bits, (r & 1) ? hi[mi] : lo[mi]);
             } else {
+              const uint32_t v = (wq[mi][s] >> (4 * r)) & 0x000F000Fu;
               a[mi][r] = Bf16x2Sub(v | 0x43004300u, (r & 1) ? hi[mi] : lo[mi]);
             }
           }
@@ -269,8 +262,8 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
   __syncthreads();
   float gs_a = 1.0f, gs_b = 1.0f;  // nvfp4: (gate or the only matrix, up)
   if constexpr (kFp4) {
-    gs_a = gscale[0];
-    gs_b = p.silu ? gscale[1] : gs_a;
+    gs_a = gscale[0] * 0x1p16f;  // the block scales carried 2^-16
+    gs_b = p.silu ? gscale[1] * 0x1p16f : gs_a;
   }
   StoreTile<kBT, kBR, kThreads>(p, sc, tok_count, row0_out, split, tile_id, blockIdx.y, gs_a, gs_b, &s_is_last);
 }

@@ -153,8 +153,11 @@ __device__ __forceinline__ void ComputeChunk(const ChunkLoads<kMI, kNJ>& l, floa
       const uint32_t f_hi = E4m3Pow2_110PairBf16(l.z_hi[mi]);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const uint32_t a[4] = {Bf16x2Mul(E2m1PairBits<0>(words[ks]), f_lo), Bf16x2Mul(E2m1PairBits<1>(words[ks]), f_hi),
-                               Bf16x2Mul(E2m1PairBits<2>(words[ks]), f_lo), Bf16x2Mul(E2m1PairBits<3>(words[ks]), f_hi)};
+        const uint32_t w = words[ks];
+        const uint32_t a[4] = {Bf16x2Mul(nvfp4_word::E2m1PairBits<0>(w), f_lo),
+                               Bf16x2Mul(nvfp4_word::E2m1PairBits<1>(w), f_hi),
+                               Bf16x2Mul(nvfp4_word::E2m1PairBits<2>(w), f_lo),
+                               Bf16x2Mul(nvfp4_word::E2m1PairBits<3>(w), f_hi)};
 #pragma unroll
         for (int nj = 0; nj < kNJ; ++nj) {
           const uint32_t b[2] = {xw[nj][2 * ks], xw[nj][2 * ks + 1]};
