@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/gemm/nvfp4_word.h"
+#include "kernels/cuda/gemm/split_k_sum.cuh"
 #include "kernels/cuda/gemm/w4a16_kernel_params.h"
 
 namespace spar::gemm::w4 {
@@ -155,33 +156,9 @@ __device__ __forceinline__ void StoreTile(const KernelParams& p, float* sc, int 
   const int tid = threadIdx.x;
   if (p.splits > 1) {
     const int64_t tiles = static_cast<int64_t>(gridDim.x) * p.row_tiles;
-    constexpr int kTileElems = kBT * kBR;
-    const int n4 = tok_count * kBR / 4;
-    float* mine = p.partials + (split * tiles + tile_id) * kTileElems;
-    for (int i = tid; i < n4; i += kThreads) {
-      const int c = (i * 4) / kBR, r = (i * 4) % kBR;
-      *reinterpret_cast<float4*>(mine + c * kBR + r) = *reinterpret_cast<const float4*>(sc + c * kPitchC + r);
+    if (!SumSplitsInLastBlock<kBR, kPitchC, kThreads, kBT * kBR>(p, sc, split, tiles, tile_id, tok_count, tid, *s_is_last)) {
+      return;
     }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) *s_is_last = atomicAdd(&p.counters[tile_id], 1) == p.splits - 1;
-    __syncthreads();
-    if (!*s_is_last) return;
-    __threadfence();
-    for (int i = tid; i < n4; i += kThreads) {
-      const int c = (i * 4) / kBR, r = (i * 4) % kBR;
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int z = 0; z < p.splits; ++z) {  // fixed order: independent of arrival
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (z * tiles + tile_id) * kTileElems + c * kBR + r));
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
-      *reinterpret_cast<float4*>(sc + c * kPitchC + r) = sum;
-    }
-    if (tid == 0) p.counters[tile_id] = 0;  // ready for the next launch
-    __syncthreads();
   }
 
   const bool silu = p.silu != 0;
