@@ -86,9 +86,9 @@ def short_name(key):
         name = subprocess.run(["c++filt", mangled], capture_output=True, text=True).stdout.strip() or mangled
     except OSError:
         name = mangled
-    name = re.sub(r"\(.*\)$", "", name)
-    name = re.sub(r"\b[\w]+::", "", name)
     name = name.replace("(anonymous namespace)::", "")
+    name = re.sub(r"\([^()]*\)$", "", name)
+    name = re.sub(r"\b[\w]+::", "", name)
     return name
 
 
