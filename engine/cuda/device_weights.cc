@@ -97,14 +97,12 @@ bool KeepsScaleBlocks(const MatrixSource& m) {
          (c1 % 128 == 0 || c1 == cols);
 }
 
-// Rows of `cols` values are stored `ld` apart (PaddedGemmRowElements: the
-// GEMM streams whole 64-byte stages), the padding zero.
-absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
+// A matrix the W4A16 kernel does not take (a 4-bit slice it cannot take
+// included) as stored FP8 or, dequantized by MatrixToFloat, bf16. Rows of
+// `cols` values are stored `ld` apart (PaddedGemmRowElements: the GEMM
+// streams whole 64-byte stages), the padding zero.
+absl::Status UploadStoredMatrix(const MatrixSource& m, CudaMatrix* out) {
   const int64_t rows = m.rows(), cols = m.cols();
-  SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> four, KernelReady4Bit(m));
-  if (four) return UploadW4Matrix(gemm::PackW4(four->Source()), /*silu_pair=*/false, cols, out);
-  // Anything else (a 4-bit slice the kernel cannot take included) as stored
-  // FP8 or, dequantized by MatrixToFloat, bf16.
   out->cols = cols;
   out->gemm.n = rows;
   if (m.weight.dtype == DType::kF8E4M3 && KeepsScaleBlocks(m)) {
@@ -143,6 +141,12 @@ absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
   out->gemm.scale = nullptr;
   out->gemm.ld = ld;
   return absl::OkStatus();
+}
+
+absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
+  SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> four, KernelReady4Bit(m));
+  if (four) return UploadW4Matrix(gemm::PackW4(four->Source()), /*silu_pair=*/false, m.cols(), out);
+  return UploadStoredMatrix(m, out);
 }
 
 // A matrix as bf16 [rows_out, cols_out]: the source in the top-left corner,
@@ -311,14 +315,32 @@ absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src) {
     return absl::InvalidArgumentError(
         absl::StrCat("linear: ", src.parts.size(), " parts (1..", gemm::kMaxGemmSegments, " supported)"));
   }
-  auto lin = std::make_unique<CudaLinear>();
+  std::vector<std::optional<FourBitHost>> four;
   for (const auto& p : src.parts) {
+    if (p.cols() != src.parts.front().cols()) return absl::InvalidArgumentError("linear: parts differ in columns");
+    SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> f, KernelReady4Bit(p));
+    four.push_back(std::move(f));
+  }
+  // Neighbouring 4-bit parts that can share one packing become one matrix,
+  // so one GEMM launch writes them all (q_a ‖ kv_a of an int4 checkpoint's
+  // fused A projection: one launch instead of two).
+  auto lin = std::make_unique<CudaLinear>();
+  lin->k = src.parts.front().cols();
+  for (size_t i = 0; i < src.parts.size();) {
     auto m = std::make_unique<CudaMatrix>();
-    SPAR_RETURN_IF_ERROR(UploadMatrix(p, m.get()));
-    if (lin->k != 0 && m->cols != lin->k) return absl::InvalidArgumentError("linear: parts differ in columns");
-    lin->k = m->cols;
+    size_t next = i + 1;
+    if (four[i]) {
+      std::vector<gemm::W4Source> run = {four[i]->Source()};
+      while (next < four.size() && four[next] && gemm::W4CanStack(run.front(), four[next]->Source())) {
+        run.push_back(four[next++]->Source());
+      }
+      SPAR_RETURN_IF_ERROR(UploadW4Matrix(gemm::PackW4Stacked(run), /*silu_pair=*/false, lin->k, m.get()));
+    } else {
+      SPAR_RETURN_IF_ERROR(UploadStoredMatrix(src.parts[i], m.get()));
+    }
     lin->n_total += m->n();
     lin->parts.push_back(std::move(m));
+    i = next;
   }
   lin->fp32_out = src.fp32_output;
   return std::unique_ptr<Weight>(std::move(lin));

@@ -126,6 +126,40 @@ TEST(W4LayoutTest, RoundTripsAndPairsGateWithUp) {
   }
 }
 
+TEST(W4LayoutTest, StacksPartsAlongTheOutput) {
+  // Rows not a multiple of 16 or 64: part 1 starts inside a fragment, and
+  // only the stack's end is padded.
+  const Source a = Random(40, 256, 128, 21), b = Random(30, 256, 128, 22), c = Random(9, 256, 128, 23);
+  const W4Packed p = PackW4Stacked({a.view, b.view, c.view});
+  EXPECT_EQ(p.rows, 79);
+  EXPECT_EQ(p.rows_padded, 128);
+  const auto codes = UnpackW4Codes(p);
+  for (int64_t r = 0; r < p.rows_padded; ++r) {
+    const Source* from = r < 40 ? &a : r < 70 ? &b : r < 79 ? &c : nullptr;
+    const int64_t row = r < 40 ? r : r < 70 ? r - 40 : r - 70;
+    for (int64_t k = 0; k < 256; ++k) {
+      ASSERT_EQ(codes[r * 256 + k], from != nullptr ? from->codes[row * 256 + k] : 0) << "packed row " << r;
+    }
+    for (int64_t g = 0; g < 2; ++g) {
+      ASSERT_EQ(p.zeros[g * 128 + r], from != nullptr ? from->zeros[row * 2 + g] : 0) << r;
+      ASSERT_EQ(p.scales[g * 128 + r], from != nullptr ? from->scales[row * 2 + g] : 1.0f) << r;
+    }
+  }
+  // What cannot share one packing: other widths, groups, formats, global scales.
+  EXPECT_TRUE(W4CanStack(a.view, b.view));
+  const Source wide = Random(8, 512, 128, 24), other_group = Random(8, 256, 64, 25);
+  EXPECT_FALSE(W4CanStack(a.view, wide.view));
+  EXPECT_FALSE(W4CanStack(a.view, other_group.view));
+  W4Source f1 = a.view, f2 = b.view;
+  f1.fp4 = f2.fp4 = true;
+  f1.global_scale = 0.5f;
+  f2.global_scale = 0.25f;
+  EXPECT_FALSE(W4CanStack(a.view, f1));
+  EXPECT_FALSE(W4CanStack(f1, f2));
+  f2.global_scale = 0.5f;
+  EXPECT_TRUE(W4CanStack(f1, f2));
+}
+
 TEST(W4LayoutTest, Nvfp4WordsWidenToTheirValues) {
   // Every code in every register and half, the other seven codes random:
   // the kernels' arithmetic gives that code's value and nothing else.

@@ -130,6 +130,23 @@ W4Packed PackW4(const W4Source& m) {
   });
 }
 
+bool W4CanStack(const W4Source& a, const W4Source& b) {
+  if (a.cols != b.cols || a.fp4 != b.fp4) return false;
+  return a.fp4 ? a.global_scale == b.global_scale : a.group == b.group;
+}
+
+W4Packed PackW4Stacked(const std::vector<W4Source>& parts) {
+  if (parts.empty()) return W4Packed();
+  std::vector<int64_t> first_row(parts.size() + 1, 0);  // part i: rows [first_row[i], first_row[i + 1])
+  for (size_t i = 0; i < parts.size(); ++i) first_row[i + 1] = first_row[i] + parts[i].rows;
+  return Pack(parts.front(), first_row.back(), [&parts, &first_row](int64_t r) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (r < first_row[i + 1]) return std::make_pair(&parts[i], r - first_row[i]);
+    }
+    return std::make_pair(static_cast<const W4Source*>(nullptr), int64_t{0});
+  });
+}
+
 W4Packed PackW4SiluPair(const W4Source& gate, const W4Source& up) {
   const int64_t n = gate.rows;
   W4Packed p = Pack(gate, 2 * n, [&, n](int64_t r) {

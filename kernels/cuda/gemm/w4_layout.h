@@ -82,6 +82,13 @@ struct W4Packed {
 bool W4LayoutSupports(int64_t cols, int64_t group, bool fp4);
 
 W4Packed PackW4(const W4Source& m);
+// Matrices of one input width stacked along the output (a fused projection's
+// parts: one GEMM writes their outputs side by side, padding only after the
+// last). W4CanStack says whether two matrices can share one packing: the
+// same columns and format, the same group (int4), or the same global scale
+// (NVFP4: the kernel applies one per matrix).
+bool W4CanStack(const W4Source& a, const W4Source& b);
+W4Packed PackW4Stacked(const std::vector<W4Source>& parts);
 // gate and up of the same shape, interleaved by 8 rows (SiLU·mul).
 W4Packed PackW4SiluPair(const W4Source& gate, const W4Source& up);
 
