@@ -1,6 +1,7 @@
 // The second stream of Backend::RunConcurrently: two independent pieces of
 // a small step (the indexer's selection beside the query projections, the
-// shared expert beside the routed ones) overlap on the GPU, so the
+// shared expert beside the routed ones, the bf16 parts of a fused 4-bit
+// projection beside its 4-bit GEMM) overlap on the GPU, so the
 // latency-bound kernels of one (a one-CTA top-k, the routing) hide under the
 // memory-bound GEMMs of the other instead of adding their launch ramps and
 // their time to the step. The fork and the join are event waits, so a CUDA
