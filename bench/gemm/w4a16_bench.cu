@@ -128,7 +128,8 @@ struct Shape {
 // Per rank at TP 8 (attention and dense MLP), one expert (MoE), and the
 // whole 12288 x 6144 dense gate for a TP 1 reference point.
 constexpr Shape kShapes[] = {
-    {"q_a", 2048, 6144},          {"q_b_tp8", 2048, 2048},          {"o_proj_tp8", 6144, 2048},
+    {"q_a", 2048, 6144},          {"kv_a", 576, 6144},              {"q_b_tp8", 2048, 2048},
+    {"o_proj_tp8", 6144, 2048},
     {"expert_gate_up", 4096, 6144}, {"expert_down", 6144, 2048},      {"dense_gate_tp1", 12288, 6144},
 };
 
@@ -191,6 +192,7 @@ void RunDense(bool fp4, const Shape& s, const std::vector<int64_t>& ms, double c
     };
     for (int forced = 0; forced <= forced_last; ++forced) {
       if (g_force >= 0 && forced != g_force) continue;
+      if (!W4ConfigTiles(forced, p.host.rows_padded)) continue;  // (W4P128T on kv_a's 576 rows)
       const double us = bench::GraphMedianMicros(launch_with(forced), stream, 20, 9);
       char label[64];
       std::snprintf(label, sizeof(label), "%s/%s", s.name, W4ConfigName(forced));

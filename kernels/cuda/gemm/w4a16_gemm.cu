@@ -256,6 +256,8 @@ int W4MoeGroupedGemmPlannedConfig(const W4MoeGroupedGemmParams& p) {
   return GroupedPlanConfig(p);
 }
 
+bool W4ConfigTiles(int config, int64_t rows_padded) { return CheckForced(kOp, config, rows_padded).ok(); }
+
 int W4ConfigBlockTokens(int config) { return config >= 0 && config < kW4NumConfigs ? kW4Configs[config].bt : 0; }
 
 size_t W4A16GemmWorkspaceBytes(const W4A16GemmParams& p) {

@@ -126,6 +126,8 @@ bool W4ConfigIsStream(int config);  // the streaming kernel (<= 16 tokens a tile
 int W4A16GemmPlannedConfig(const W4A16GemmParams& p);
 int W4MoeGroupedGemmPlannedConfig(const W4MoeGroupedGemmParams& p);
 int W4ConfigBlockTokens(int config);  // rows per tile (grouped: per work entry)
+// Whether a forced configuration can run a matrix of rows_padded packed rows.
+bool W4ConfigTiles(int config, int64_t rows_padded);
 
 }  // namespace spar
 
