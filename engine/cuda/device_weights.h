@@ -3,8 +3,9 @@
 // layout, or bf16), the fused multi-part linear layers, norms, the
 // embedding, MLA's absorption matrices, dense MLPs and MoE layers with their
 // experts packed [E, n, k] for the grouped GEMM. The load time rewrites of a
-// weight (FP8 slices, 4-bit repacking and SiLU pairing, padding, expert
-// packing) happen here and nowhere else.
+// weight (FP8 slices, 4-bit repacking, SiLU pairing and the stacking of a
+// fused linear's 4-bit parts, padding, expert packing) happen here and
+// nowhere else.
 #ifndef SPAR_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 #define SPAR_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 
