@@ -124,12 +124,6 @@ bool W4LayoutSupports(int64_t cols, int64_t group, bool fp4) {
   return fp4 || (group > 0 && group % kW4Chunk == 0 && cols % group == 0);
 }
 
-W4Packed PackW4(const W4Source& m) {
-  return Pack(m, m.rows, [&m](int64_t r) {
-    return r < m.rows ? std::make_pair(&m, r) : std::make_pair(static_cast<const W4Source*>(nullptr), int64_t{0});
-  });
-}
-
 bool W4CanStack(const W4Source& a, const W4Source& b) {
   if (a.cols != b.cols || a.fp4 != b.fp4) return false;
   return a.fp4 ? a.global_scale == b.global_scale : a.group == b.group;
@@ -146,6 +140,8 @@ W4Packed PackW4Stacked(const std::vector<W4Source>& parts) {
     return std::make_pair(static_cast<const W4Source*>(nullptr), int64_t{0});
   });
 }
+
+W4Packed PackW4(const W4Source& m) { return PackW4Stacked({m}); }
 
 W4Packed PackW4SiluPair(const W4Source& gate, const W4Source& up) {
   const int64_t n = gate.rows;
