@@ -123,7 +123,8 @@ absl::StatusOr<Tensor> Linear(StepContext& ctx, const Tensor& x, const CudaLinea
     }
     return absl::OkStatus();
   };
-  SPAR_RETURN_IF_ERROR(ctx.Concurrently(stored, four_bit));
+  // A linear of 4-bit parts only (o_proj, q_b) has nothing to put beside them.
+  SPAR_RETURN_IF_ERROR(stored_runs.empty() ? four_bit() : ctx.Concurrently(stored, four_bit));
   return y;
 }
 
