@@ -59,7 +59,12 @@ absl::Status ValidatePermute(const MoePermuteParams& p) {
     return InvalidParam(kOp, "num_work_lists", absl::StrCat("must be in [0, ", kMaxPermuteWorkLists, "]"));
   }
   for (int l = 0; l < p.num_work_lists; ++l) {
-    if (p.work_block_tokens[l] < 1) return InvalidParam(kOp, "work_block_tokens", "must be >= 1");
+    // A list is MoeGroupedGemmWorkspaceBytes long: room for entries of 8 or
+    // more rows only (fewer would write past it).
+    if (p.work_block_tokens[l] < kMinWorkListBlockTokens) {
+      return InvalidParam(kOp, "work_block_tokens",
+                          absl::StrCat("must be >= ", kMinWorkListBlockTokens, ", got ", p.work_block_tokens[l]));
+    }
     if (p.work[l] == nullptr || !Aligned(p.work[l], 16)) return InvalidParam(kOp, "work", "must be non-null, 16-byte aligned");
   }
   if (p.tokens > 0) {
@@ -127,7 +132,7 @@ absl::Status LaunchMoeRouterRoutePermute(const MoeRouterParams& router, const Mo
 }
 
 size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts) {
-  const int64_t entries = MaxWorkEntries(max_rows, num_experts, /*smallest block_tokens=*/8);
+  const int64_t entries = MaxWorkEntries(max_rows, num_experts, kMinWorkListBlockTokens);
   return static_cast<size_t>(entries + 1) * 16;
 }
 

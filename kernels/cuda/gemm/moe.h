@@ -80,6 +80,9 @@ absl::Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream);
 // results do not depend on it: every row is computed independently).
 // One block; tokens * top_k < 2^31.
 inline constexpr int kMaxPermuteWorkLists = 2;
+// The fewest rows per entry a work list of MoeGroupedGemmWorkspaceBytes
+// holds (every grouped GEMM plan's tiles have at least this many).
+inline constexpr int kMinWorkListBlockTokens = 8;
 struct MoePermuteParams {
   int64_t tokens = 0;
   int top_k = 0;

@@ -328,9 +328,12 @@ TEST(MoeParams, RejectsBadWorkListsAndSplitWorkspace) {
   EXPECT_NE(st.message().find("num_work_lists"), std::string::npos) << st;
   q.num_work_lists = 1;
   q.work[0] = host;
-  q.work_block_tokens[0] = 0;
-  st = LaunchMoePermute(q, nullptr);
-  EXPECT_NE(st.message().find("work_block_tokens"), std::string::npos) << st;
+  for (int bt : {0, 1, kMinWorkListBlockTokens - 1}) {  // entries a list of its size has no room for
+    q.work_block_tokens[0] = bt;
+    st = LaunchMoePermute(q, nullptr);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("work_block_tokens"), std::string::npos) << st;
+  }
   q.work_block_tokens[0] = 8;
   q.work[0] = reinterpret_cast<uint8_t*>(host) + 4;  // not 16-byte aligned
   st = LaunchMoePermute(q, nullptr);
