@@ -398,6 +398,61 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
 }
 
 // ---- MoE: 256 experts, top-8, hidden 6144, moe_intermediate 2048 ---------
+// The routing launches a decode step makes around its grouped GEMMs, each
+// timed alone as graph replays (issue 21's "routing + permutation <= 6 us at
+// batch 1-64"): route + permute writing the two GEMMs' work lists
+// (LaunchMoeRoutePermute, as the engine from two tokens on), at one token
+// the router's bf16 GEMV in the same launch (LaunchMoeRouterRoutePermute, as
+// the engine; 0 otherwise), and the weighted combine.
+struct RoutingTimes {
+  double route_permute = 0, router_route_permute = 0, combine = 0;
+};
+
+RoutingTimes TimeRouting(const MoeRouteParams& route, const MoePermuteParams& perm, const MoeGroupedGemmParams& gu,
+                         const MoeGroupedGemmParams& dn, const MoeCombineParams& cb, const __nv_bfloat16* x,
+                         int per_batch) {
+  const int64_t rows = route.tokens * route.top_k;
+  const size_t list_bytes = MoeGroupedGemmWorkspaceBytes(rows, perm.expert_end - perm.expert_begin);
+  int32_t* done = DeviceAlloc<int32_t>(1);
+  uint8_t* lists = DeviceAlloc<uint8_t>(2 * list_bytes);
+  CheckCuda(cudaMemset(done, 0, sizeof(int32_t)), "done counter");
+  MoePermuteParams with_lists = perm;
+  const int bts[2] = {MoeGroupedGemmBlockTokens(gu), MoeGroupedGemmBlockTokens(dn)};
+  for (int bt : bts) {
+    bool have = false;
+    for (int l = 0; l < with_lists.num_work_lists; ++l) have |= with_lists.work_block_tokens[l] == bt;
+    if (have) continue;
+    with_lists.work_block_tokens[with_lists.num_work_lists] = bt;
+    with_lists.work[with_lists.num_work_lists] = lists + with_lists.num_work_lists * list_bytes;
+    with_lists.num_work_lists += 1;
+  }
+  RoutingTimes t;
+  t.route_permute = TimePerLaunchGraph(
+      [&](int) { Check(LaunchMoeRoutePermute(route, with_lists, done, g_stream), "route_permute"); }, per_batch, 5, 2);
+  __nv_bfloat16* router_w = nullptr;
+  if (route.tokens == 1) {
+    const int64_t hidden = cb.hidden;
+    router_w = DeviceAlloc<__nv_bfloat16>(route.num_experts * hidden);
+    FillBf16<<<256, 256>>>(router_w, route.num_experts * hidden, 24);
+    CheckCuda(cudaDeviceSynchronize(), "router weights");
+    MoeRouterParams router;
+    router.x = x;
+    router.weight = router_w;
+    router.ld = hidden;
+    router.hidden = hidden;
+    router.logits = const_cast<float*>(route.logits);
+    if (MoeRouterRoutePermuteSupported(router, route)) {
+      t.router_route_permute = TimePerLaunchGraph(
+          [&](int) { Check(LaunchMoeRouterRoutePermute(router, route, with_lists, done, g_stream), "router"); },
+          per_batch, 5, 2);
+    }
+  }
+  t.combine = TimePerLaunchGraph([&](int) { Check(LaunchMoeCombine(cb, g_stream), "combine"); }, per_batch, 5, 2);
+  CheckCuda(cudaDeviceSynchronize(), "routing");
+  for (void* ptr : std::initializer_list<void*>{done, lists, router_w}) cudaFree(ptr);
+  return t;
+}
+
 void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_warps) {
   const int E = 256, K = 8;
   const int64_t H = 6144, I = 2048;
@@ -525,6 +580,7 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_
   const double us_gemm = TimePerLaunchGraph(gemms, per_batch, 5, 2);
   const double us_layer_stream = TimePerLaunch(layer, per_batch, 5, 2);
   const double us_layer = TimePerLaunchGraph(layer, per_batch, 5, 2);
+  const RoutingTimes routing = TimeRouting(route, perm, gu, dn, cb, x, per_batch);
   {  // Grouped (configuration, split) pairs, forced, each GEMM on its own
      // (calibrates the heuristic): graph replays of 4 launches.
     std::string all;
@@ -610,6 +666,13 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_
         100.0 * (hit_bytes / (g_copy_gbs * 1e3)) / us_gemm, err, us_gemm_stream});
   Emit({"moe_layer", tokens, hit, H, "route..combine", us_layer, flops / us_layer * 1e-6, hit_bytes / us_layer * 1e-3,
         100.0 * (hit_bytes / (g_copy_gbs * 1e3)) / us_layer, err, us_layer_stream});
+  // The launches around the GEMMs, alone (no FLOP or byte rates).
+  Emit({"moe_route_permute", tokens, E, H, "route+permute+lists", routing.route_permute, 0, 0, 0, 0, 0});
+  if (routing.router_route_permute > 0) {
+    Emit({"moe_router_route_permute", tokens, E, H, "router GEMV+route+permute+lists", routing.router_route_permute, 0, 0,
+          0, 0, 0});
+  }
+  Emit({"moe_combine", tokens, E, H, "combine", routing.combine, 0, 0, 0, 0, 0});
   for (void* ptr : std::initializer_list<void*>{x, h, yd, out, logits, bias, weights, ids, offsets, sorted, slot, ws}) {
     cudaFree(ptr);
   }
