@@ -15,11 +15,12 @@
 // and can run faster than real data).
 //
 // Usage: w4a16_bench [--csv FILE] [--quick] [--sweep] [--moe-tokens 1,8,64]
-//                    [--shapes a,b] [--formats int4,nvfp4] [--ms 1,4] [--force NAME]
+//                    [--shapes a,b] [--formats int4,nvfp4] [--ms 1,4] [--force NAME] [--probe]
 //   --sweep: also every tile configuration, forced, at M <= 16 (the
 //   planner's split for each) and for the grouped GEMMs, to fit the
 //   configuration choice; --force NAME: only that configuration (for a
-//   profiler run of one kernel).
+//   profiler run of one kernel); --probe: also the streaming kernel's weight
+//   reads without its arithmetic (w4_stream_probe.cu).
 #include "kernels/cuda/common/arch.cuh"
 
 #include <cublas_v2.h>
@@ -39,6 +40,7 @@
 #include "base/rng.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/cublas_peer.h"
+#include "bench/gemm/w4_stream_probe.h"
 #include "kernels/cuda/gemm/moe.h"
 #include "kernels/cuda/gemm/w4_layout.h"
 #include "kernels/cuda/gemm/w4a16_gemm.h"
@@ -364,12 +366,13 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream, const st
 int main(int argc, char** argv) {
   using namespace spar;
   const char* csv = nullptr;
-  bool quick = false, sweep = false;
+  bool quick = false, sweep = false, probe = false;
   std::string shapes, formats = "int4,nvfp4", ms_arg;
   std::vector<int> moe_tokens = {64};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--probe") == 0) probe = true;
     if (std::strcmp(argv[i], "--sweep") == 0) sweep = true;
     if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) shapes = argv[++i];
     if (std::strcmp(argv[i], "--formats") == 0 && i + 1 < argc) formats = argv[++i];
@@ -440,6 +443,7 @@ int main(int argc, char** argv) {
       RunMoe(fp4, tokens, copy_gbs, stream, forced);
     }
   }
+  if (probe) bench::RunW4StreamProbes(copy_gbs, stream);
   if (cublas) cublasDestroy(cublas);
   cudaFree(ws);
   if (g_csv) std::fclose(g_csv);
