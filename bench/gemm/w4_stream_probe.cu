@@ -13,10 +13,13 @@
 // and report % of copy:
 //   kernel order  warp w reads chunks [w C / W, (w + 1) C / W) of each of
 //                 its block's fragments, kDepth a round (the kernel's order);
+//   + side loads  the same with each chunk's activations and int4 scales and
+//                 zero points, as the kernel loads them;
 //   interleaved   warp w reads chunks w, w + W, w + 2W, ... (a block's warps
 //                 read each fragment's consecutive 2 KB together);
 //   uncapped      the kernel's order with as many blocks an SM as fit;
 //   plain read    the same bytes as one contiguous stream, same grid.
+// Bytes counted: the values only (the side data adds ~8 % for int4).
 // If "kernel order" stays near the kernel's ~62 % the pattern is the bound
 // and a chunk order that keeps a block's reads together is the next layout
 // to try; if it reaches the plain read's ~95 % the bound is on the SM side.
@@ -44,30 +47,62 @@ __device__ __forceinline__ uint4 LoadNoAllocate(const uint8_t* p) {
   return v;
 }
 
+// The int4 side data the kernel loads with each chunk (kSide): its token's
+// 32 activation bytes (through L1) and, per fragment, the scales and zero
+// points of rows g and g + 8 (group-major [k / 128][rows], as w4_layout.h).
+struct SideData {
+  const uint16_t* x = nullptr;
+  const float* scales = nullptr;
+  const uint8_t* zeros = nullptr;
+  int64_t rows = 0;
+};
+
 // Block b: fragments [b kMI, (b + 1) kMI) of `chunks` chunks each (fragment
 // f's chunks contiguous from f * chunks * 512); warp w of kWarps; lane L the
 // 16 bytes at 16 L of a chunk. Rounds of kDepth chunks of every fragment:
 // all loads, then an XOR of them (the kernel's products stand in).
-template <int kWarps, int kMI, int kDepth, bool kInterleaved>
-__global__ void W4ChunkReadKernel(const uint8_t* __restrict__ w, int64_t chunks, uint32_t* __restrict__ out) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+template <int kWarps, int kMI, int kDepth, bool kInterleaved, bool kSide>
+__global__ void W4ChunkReadKernel(const uint8_t* __restrict__ w, int64_t chunks, SideData side,
+                                  uint32_t* __restrict__ out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const uint8_t* base = w + static_cast<int64_t>(blockIdx.x) * kMI * chunks * kChunkBytes + lane * 16;
   const int64_t c_begin = kInterleaved ? warp : warp * chunks / kWarps;
   const int64_t c_end = kInterleaved ? chunks : (warp + 1) * chunks / kWarps;
   const int64_t step = kInterleaved ? kWarps : 1;
+  const int64_t row_lo = static_cast<int64_t>(blockIdx.x) * kMI * 16 + g;
   uint32_t acc = 0;
   for (int64_t c = c_begin; c < c_end; c += kDepth * step) {
-    uint4 v[kDepth][kMI];
+    uint4 v[kDepth][kMI], xa[kDepth], xb[kDepth];
+    float s[kDepth][kMI][2];
+    uint32_t z[kDepth][kMI][2];
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
       const int64_t cc = c + d * step < c_end ? c + d * step : c_begin;
 #pragma unroll
       for (int mi = 0; mi < kMI; ++mi) v[d][mi] = LoadNoAllocate(base + (mi * chunks + cc) * kChunkBytes);
+      if constexpr (kSide) {
+        const uint16_t* xp = side.x + cc * 64 + t * 16;
+        xa[d] = __ldg(reinterpret_cast<const uint4*>(xp));
+        xb[d] = __ldg(reinterpret_cast<const uint4*>(xp + 8));
+        const int64_t meta = (cc / 2) * side.rows + row_lo;  // group 128: two chunks
+#pragma unroll
+        for (int mi = 0; mi < kMI; ++mi) {
+          s[d][mi][0] = __ldg(side.scales + meta + mi * 16);
+          s[d][mi][1] = __ldg(side.scales + meta + mi * 16 + 8);
+          z[d][mi][0] = __ldg(side.zeros + meta + mi * 16);
+          z[d][mi][1] = __ldg(side.zeros + meta + mi * 16 + 8);
+        }
+      }
     }
 #pragma unroll
-    for (int d = 0; d < kDepth; ++d)
+    for (int d = 0; d < kDepth; ++d) {
 #pragma unroll
-      for (int mi = 0; mi < kMI; ++mi) acc ^= v[d][mi].x ^ v[d][mi].y ^ v[d][mi].z ^ v[d][mi].w;
+      for (int mi = 0; mi < kMI; ++mi) {
+        acc ^= v[d][mi].x ^ v[d][mi].y ^ v[d][mi].z ^ v[d][mi].w;
+        if constexpr (kSide) acc ^= __float_as_uint(s[d][mi][0]) ^ __float_as_uint(s[d][mi][1]) ^ z[d][mi][0] ^ z[d][mi][1];
+      }
+      if constexpr (kSide) acc ^= xa[d].x ^ xa[d].w ^ xb[d].y ^ xb[d].z;
+    }
   }
   out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
 }
@@ -76,7 +111,7 @@ __global__ void W4ChunkReadKernel(const uint8_t* __restrict__ w, int64_t chunks,
 // its kMI fragments' bytes, its threads 16 bytes apart, kDepth x kMI loads a
 // round.
 template <int kWarps, int kMI, int kDepth>
-__global__ void PlainReadKernel(const uint8_t* __restrict__ w, int64_t chunks, uint32_t* __restrict__ out) {
+__global__ void PlainReadKernel(const uint8_t* __restrict__ w, int64_t chunks, SideData, uint32_t* __restrict__ out) {
   const int64_t bytes = kMI * chunks * kChunkBytes;
   const uint8_t* base = w + static_cast<int64_t>(blockIdx.x) * bytes;
   constexpr int kThreads = kWarps * 32, kPerRound = kDepth * kMI;
@@ -121,11 +156,19 @@ void ProbeShapeWith(const char* config, const ProbeShape& s, double copy_gbs, cu
   const int64_t chunks = s.cols / 64;
   const int64_t bytes = s.rows * s.cols / 2;
   const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{512} << 20) / bytes + 1));
-  std::vector<uint8_t*> bufs;
+  const int64_t groups = s.cols / 128;
+  std::vector<uint8_t*> bufs, zeros;
+  std::vector<float*> scales;
   for (int c = 0; c < copies; ++c) {
     bufs.push_back(DeviceAlloc<uint8_t>(bytes));
     CheckCuda(cudaMemset(bufs.back(), 0x5a + c, bytes), "memset");
+    scales.push_back(DeviceAlloc<float>(groups * s.rows));
+    CheckCuda(cudaMemset(scales.back(), 0x3c, groups * s.rows * sizeof(float)), "memset");
+    zeros.push_back(DeviceAlloc<uint8_t>(groups * s.rows));
+    CheckCuda(cudaMemset(zeros.back(), 0x07, groups * s.rows), "memset");
   }
+  uint16_t* x = DeviceAlloc<uint16_t>(s.cols);
+  CheckCuda(cudaMemset(x, 0x3f, s.cols * 2), "memset");
   const int grid = static_cast<int>(s.rows / (16 * kMI));
   constexpr int kThreads = kWarps * 32;
   uint32_t* out = DeviceAlloc<uint32_t>(static_cast<size_t>(grid) * kThreads);
@@ -135,17 +178,27 @@ void ProbeShapeWith(const char* config, const ProbeShape& s, double copy_gbs, cu
     size_t smem = 0;
     const int held = CapBlocks(kernel, kThreads, cap_blocks, &smem);
     const double us = GraphMedianMicros(
-        [&](int i) { kernel<<<grid, kThreads, smem, stream>>>(bufs[i % copies], chunks, out); }, stream, 20, 9);
+        [&](int i) {
+          const SideData side{x, scales[i % copies], zeros[i % copies], s.rows};
+          kernel<<<grid, kThreads, smem, stream>>>(bufs[i % copies], chunks, side, out);
+        },
+        stream, 20, 9);
     CheckCuda(cudaGetLastError(), what);
     const double gbs = bytes / (us * 1e-6) / 1e9;
     std::printf("probe %-16s %-10s %-13s %3d blocks/SM: %8.2f us  %7.1f GB/s  %5.1f%% of copy\n", s.name, config, what,
                 held, us, gbs, 100.0 * gbs / copy_gbs);
   };
-  run("kernel order", W4ChunkReadKernel<kWarps, kMI, kDepth, false>, cap);
-  run("interleaved", W4ChunkReadKernel<kWarps, kMI, kDepth, true>, cap);
-  run("uncapped", W4ChunkReadKernel<kWarps, kMI, kDepth, false>, 0);
+  run("kernel order", W4ChunkReadKernel<kWarps, kMI, kDepth, false, false>, cap);
+  run("+ side loads", W4ChunkReadKernel<kWarps, kMI, kDepth, false, true>, cap);
+  run("interleaved", W4ChunkReadKernel<kWarps, kMI, kDepth, true, false>, cap);
+  run("uncapped", W4ChunkReadKernel<kWarps, kMI, kDepth, false, false>, 0);
   run("plain read", PlainReadKernel<kWarps, kMI, kDepth>, cap);
-  for (auto* b : bufs) cudaFree(b);
+  for (int c = 0; c < copies; ++c) {
+    cudaFree(bufs[c]);
+    cudaFree(scales[c]);
+    cudaFree(zeros[c]);
+  }
+  cudaFree(x);
   cudaFree(out);
 }
 
