@@ -33,19 +33,12 @@
 #include <vector>
 
 #include "bench/common/bench_util.h"
+#include "kernels/cuda/common/load_streamed.cuh"
 
 namespace spar::bench {
 namespace {
 
 constexpr int kChunkBytes = 512;
-
-__device__ __forceinline__ uint4 LoadNoAllocate(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // The int4 side data the kernel loads with each chunk (kSide): its token's
 // 32 activation bytes (through L1) and, per fragment, the scales and zero
@@ -79,7 +72,7 @@ __global__ void W4ChunkReadKernel(const uint8_t* __restrict__ w, int64_t chunks,
     for (int d = 0; d < kDepth; ++d) {
       const int64_t cc = c + d * step < c_end ? c + d * step : c_begin;
 #pragma unroll
-      for (int mi = 0; mi < kMI; ++mi) v[d][mi] = LoadNoAllocate(base + (mi * chunks + cc) * kChunkBytes);
+      for (int mi = 0; mi < kMI; ++mi) v[d][mi] = cuda::LoadStreamed16(base + (mi * chunks + cc) * kChunkBytes);
       if constexpr (kSide) {
         const uint16_t* xp = side.x + cc * 64 + t * 16;
         xa[d] = __ldg(reinterpret_cast<const uint4*>(xp));
@@ -121,7 +114,7 @@ __global__ void PlainReadKernel(const uint8_t* __restrict__ w, int64_t chunks, S
 #pragma unroll
     for (int i = 0; i < kPerRound; ++i) {
       const int64_t oo = o + int64_t{i} * kThreads * 16;
-      v[i] = LoadNoAllocate(base + (oo < bytes ? oo : o));
+      v[i] = cuda::LoadStreamed16(base + (oo < bytes ? oo : o));
     }
 #pragma unroll
     for (int i = 0; i < kPerRound; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;

@@ -42,6 +42,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/load_streamed.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/gemm/gemm_config.h"
 #include "kernels/cuda/gemm/w4a16_block_steps.cuh"
@@ -53,15 +54,6 @@ namespace {
 
 constexpr int kChunkBytes = 512;  // one 16 x 64 fragment chunk
 constexpr int kMaxTokenFrags = 2;  // 8-token B fragments a tile (8 or 16 tokens)
-
-// Weights are read once: not cached in L1.
-__device__ __forceinline__ uint4 LoadWeightWords(const unsigned char* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // Activations and metadata: re-read by every block of the tile, so via L1.
 __device__ __forceinline__ uint4 LoadActivations(const uint16_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
@@ -99,7 +91,7 @@ struct StreamGeometry {
 template <int kMI, int kNJ, bool kFp4>
 __device__ __forceinline__ void IssueChunk(const LaneCursor<kNJ>& c, const StreamGeometry& geo, ChunkLoads<kMI, kNJ>& l) {
 #pragma unroll
-  for (int mi = 0; mi < kMI; ++mi) l.w[mi] = LoadWeightWords(c.w + mi * geo.frag_stride);
+  for (int mi = 0; mi < kMI; ++mi) l.w[mi] = cuda::LoadStreamed16(c.w + mi * geo.frag_stride);
 #pragma unroll
   for (int nj = 0; nj < kNJ; ++nj) {
     l.xa[nj] = LoadActivations(c.x[nj]);

@@ -39,6 +39,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/fp8_sm80.cuh"
+#include "kernels/cuda/common/load_streamed.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
 #include "kernels/cuda/gemm/grouped_work.cuh"
@@ -49,15 +50,6 @@ namespace {
 constexpr int kSpanBytes = 64;  // K bytes of a row a quad reads per step
 // Spans a lane keeps in flight: 4 x (2 weight + 2 activation 16-byte loads).
 constexpr int kDepth = 4;
-
-// Weights are read once: not cached in L1.
-__device__ __forceinline__ uint4 LoadWeight(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // Activations: every block re-reads X, so through L1.
 __device__ __forceinline__ uint4 LoadActivation(const uint16_t* p) {
@@ -136,8 +128,8 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
     float sl[kDepth], sh[kDepth];
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      wl[d] = LoadWeight(w_lo + d * kSpanBytes);
-      wh[d] = LoadWeight(w_hi + d * kSpanBytes);
+      wl[d] = cuda::LoadStreamed16(w_lo + d * kSpanBytes);
+      wh[d] = cuda::LoadStreamed16(w_hi + d * kSpanBytes);
       xa[d] = LoadActivation(xp + d * kValues);
       xb[d] = kFp8 ? LoadActivation(xp + d * kValues + 8) : zero;
       sl[d] = kFp8 ? __ldg(s_lo + (((ls.begin_lo & 1) + d) >> 1)) : 1.f;
@@ -159,8 +151,8 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
   const int64_t x_count = ls.x_hi ? ls.count_hi : ls.count_lo;
   for (int d = 0; i < iters; ++i, ++d) {
     const bool in_lo = i < ls.count_lo, in_hi = i < ls.count_hi, in_x = i < x_count;
-    const uint4 wl = in_lo ? LoadWeight(w_lo + d * kSpanBytes) : zero;
-    const uint4 wh = in_hi ? LoadWeight(w_hi + d * kSpanBytes) : zero;
+    const uint4 wl = in_lo ? cuda::LoadStreamed16(w_lo + d * kSpanBytes) : zero;
+    const uint4 wh = in_hi ? cuda::LoadStreamed16(w_hi + d * kSpanBytes) : zero;
     const uint4 xa = in_x ? LoadActivation(xp + d * kValues) : zero;
     const uint4 xb = kFp8 && in_x ? LoadActivation(xp + d * kValues + 8) : zero;
     float sl = 1.f, sh = 1.f;
