@@ -414,17 +414,11 @@ RoutingTimes TimeRouting(const MoeRouteParams& route, const MoePermuteParams& pe
   const int64_t rows = route.tokens * route.top_k;
   const size_t list_bytes = MoeGroupedGemmWorkspaceBytes(rows, perm.expert_end - perm.expert_begin);
   int32_t* done = DeviceAlloc<int32_t>(1);
-  uint8_t* lists = DeviceAlloc<uint8_t>(2 * list_bytes);
+  uint8_t* lists = DeviceAlloc<uint8_t>(kMaxPermuteWorkLists * list_bytes);
   CheckCuda(cudaMemset(done, 0, sizeof(int32_t)), "done counter");
   MoePermuteParams with_lists = perm;
-  const int bts[2] = {MoeGroupedGemmBlockTokens(gu), MoeGroupedGemmBlockTokens(dn)};
-  for (int bt : bts) {
-    bool have = false;
-    for (int l = 0; l < with_lists.num_work_lists; ++l) have |= with_lists.work_block_tokens[l] == bt;
-    if (have) continue;
-    with_lists.work_block_tokens[with_lists.num_work_lists] = bt;
-    with_lists.work[with_lists.num_work_lists] = lists + with_lists.num_work_lists * list_bytes;
-    with_lists.num_work_lists += 1;
+  for (const MoeGroupedGemmParams* g : {&gu, &dn}) {
+    RequestPermuteWorkList(&with_lists, MoeGroupedGemmBlockTokens(*g), lists, list_bytes);
   }
   RoutingTimes t;
   t.route_permute = TimePerLaunchGraph(

@@ -157,22 +157,12 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
     // The permutation writes the two GEMMs' work lists (one if their tiles
     // agree): two launches fewer per layer. Each GEMM's tile height is
     // planned once here and its list handed to its launch.
-    SPAR_ASSIGN_OR_RETURN(Tensor lists, ctx.NewTensor(1, 2 * static_cast<int64_t>(ws_bytes), DType::kU8));
-    auto list_for = [&](int bt) -> void* {
-      if (bt == 0) return nullptr;  // a 4-bit launch builds its own
-      for (int l = 0; l < perm.num_work_lists; ++l) {
-        if (perm.work_block_tokens[l] == bt) return perm.work[l];
-      }
-      void* list = static_cast<uint8_t*>(lists.data()) + perm.num_work_lists * ws_bytes;
-      perm.work_block_tokens[perm.num_work_lists] = bt;
-      perm.work[perm.num_work_lists] = list;
-      perm.num_work_lists += 1;
-      return list;
-    };
-    const int gate_up_bt = grouped.BlockTokens(x.cols(), moe.gate, &moe.up);
+    SPAR_ASSIGN_OR_RETURN(Tensor lists,
+                          ctx.NewTensor(1, kMaxPermuteWorkLists * static_cast<int64_t>(ws_bytes), DType::kU8));
+    const int gate_up_bt = grouped.BlockTokens(x.cols(), moe.gate, &moe.up);  // 0: a 4-bit launch builds its own
     const int down_bt = grouped.BlockTokens(moe.inter, moe.down, nullptr);
-    const void* gate_up_list = list_for(gate_up_bt);
-    const void* down_list = list_for(down_bt);
+    const void* gate_up_list = RequestPermuteWorkList(&perm, gate_up_bt, lists.data(), ws_bytes);
+    const void* down_list = RequestPermuteWorkList(&perm, down_bt, lists.data(), ws_bytes);
     if (router_gemv) {
       SPAR_RETURN_IF_ERROR(ctx.Mark("moe.router_route_permute"));
       SPAR_RETURN_IF_ERROR(LaunchMoeRouterRoutePermute(router, route, perm, ctx.moe_done_counter, ctx.stream));

@@ -131,6 +131,18 @@ absl::Status LaunchMoeRouterRoutePermute(const MoeRouterParams& router, const Mo
                     "MoeRouterRoutePermuteKernel launch");
 }
 
+void* RequestPermuteWorkList(MoePermuteParams* perm, int block_tokens, void* storage, size_t list_bytes) {
+  if (block_tokens == 0) return nullptr;
+  for (int l = 0; l < perm->num_work_lists; ++l) {
+    if (perm->work_block_tokens[l] == block_tokens) return perm->work[l];
+  }
+  if (perm->num_work_lists >= kMaxPermuteWorkLists) return nullptr;
+  const int n = perm->num_work_lists++;
+  perm->work_block_tokens[n] = block_tokens;
+  perm->work[n] = static_cast<uint8_t*>(storage) + n * list_bytes;
+  return perm->work[n];
+}
+
 size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts) {
   const int64_t entries = MaxWorkEntries(max_rows, num_experts, kMinWorkListBlockTokens);
   return static_cast<size_t>(entries + 1) * 16;

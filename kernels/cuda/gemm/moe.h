@@ -102,6 +102,14 @@ struct MoePermuteParams {
   void* work[kMaxPermuteWorkLists] = {};
 };
 absl::Status LaunchMoePermute(const MoePermuteParams& p, cudaStream_t stream);
+// The work list `perm` is to write for entries of `block_tokens` rows (a
+// grouped GEMM's MoeGroupedGemmBlockTokens): the one it already has for that
+// height, else list n = perm->num_work_lists, at storage + n * list_bytes
+// (storage: kMaxPermuteWorkLists lists of list_bytes =
+// MoeGroupedGemmWorkspaceBytes, 16-byte aligned), added to perm. nullptr
+// when block_tokens is 0 (no list wanted) or every list holds another height.
+// Host only: reads no device memory.
+void* RequestPermuteWorkList(MoePermuteParams* perm, int block_tokens, void* storage, size_t list_bytes);
 
 // LaunchMoeRoute then LaunchMoePermute of its ids, in one launch: every block
 // routes one token, the last block to finish permutes them all. `perm` must

@@ -307,6 +307,28 @@ TEST(Sm80_MoeRoutePermute, EqualsRouteThenPermute) {
   EXPECT_EQ(LaunchMoeRoutePermute(r, q, done.get(), nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A grouped GEMM asks the permutation for the list of its entry height: the
+// same height shares one list, a new one takes the next slot of the storage,
+// none past kMaxPermuteWorkLists, none for height 0. Host only: no GPU.
+TEST(MoeParams, RequestPermuteWorkListSharesOneListPerHeight) {
+  alignas(16) static uint8_t storage[kMaxPermuteWorkLists * 256];
+  MoePermuteParams p;
+  EXPECT_EQ(RequestPermuteWorkList(&p, 0, storage, 256), nullptr);
+  EXPECT_EQ(p.num_work_lists, 0);
+  void* eight = RequestPermuteWorkList(&p, 8, storage, 256);
+  EXPECT_EQ(eight, storage);
+  EXPECT_EQ(RequestPermuteWorkList(&p, 8, storage, 256), eight);
+  EXPECT_EQ(p.num_work_lists, 1);
+  void* sixty_four = RequestPermuteWorkList(&p, 64, storage, 256);
+  EXPECT_EQ(sixty_four, storage + 256);
+  ASSERT_EQ(p.num_work_lists, 2);
+  EXPECT_EQ(p.work_block_tokens[0], 8);
+  EXPECT_EQ(p.work_block_tokens[1], 64);
+  EXPECT_EQ(RequestPermuteWorkList(&p, 16, storage, 256), nullptr);  // both lists hold other heights
+  EXPECT_EQ(p.num_work_lists, 2);
+  EXPECT_EQ(RequestPermuteWorkList(&p, 64, storage, 256), sixty_four);
+}
+
 // The work lists' and the split workspace's parameters are refused with a
 // message naming them, before anything is launched (host pointers stand in
 // for device buffers here: validation never reads them), so this runs
@@ -334,7 +356,7 @@ TEST(MoeParams, RejectsBadWorkListsAndSplitWorkspace) {
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("work_block_tokens"), std::string::npos) << st;
   }
-  q.work_block_tokens[0] = 8;
+  q.work_block_tokens[0] = kMinWorkListBlockTokens;
   q.work[0] = reinterpret_cast<uint8_t*>(host) + 4;  // not 16-byte aligned
   st = LaunchMoePermute(q, nullptr);
   EXPECT_NE(st.message().find("work"), std::string::npos) << st;
