@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <optional>
 #include <vector>
 
 #include "base/status_macros.h"
@@ -111,17 +110,20 @@ namespace {
 // context blocks (every sequence of the step) widened once into a bf16
 // scratch, and the index lists pointed into it; nothing where the policy
 // keeps the FP8 kernel (and never in a graph capture: the base offsets are a
-// host upload).
+// host upload). `active` false: read the cache as it is. (Not an
+// std::optional: GCC 12 warns that a StatusOr<optional<...>> of shared_ptr
+// holders may be used uninitialized, a known false positive.)
 struct WidenedRows {
+  bool active = false;
   Tensor rows, lists;
   int64_t num_slots = 0;
 };
 
-absl::StatusOr<std::optional<WidenedRows>> MaybeWidenLatent(StepContext& ctx, int layer, int heads,
+absl::StatusOr<WidenedRows> MaybeWidenLatent(StepContext& ctx, int layer, int heads,
                                                              const Tensor& indices) {
   const StepPlan* plan = ctx.meta.plan;
   if (ctx.capturing || plan == nullptr || ctx.caches->spec().latent_format != LatentFormat::kFp8Ds) {
-    return std::nullopt;
+    return WidenedRows{};
   }
   std::vector<int32_t> base = {0};
   int64_t longest = 0;
@@ -132,9 +134,10 @@ absl::StatusOr<std::optional<WidenedRows>> MaybeWidenLatent(StepContext& ctx, in
   const bool widen = ctx.widen_latent_rows.has_value()
                          ? *ctx.widen_latent_rows && base.back() > 0
                          : ShouldWidenLatentRows(true, indices.rows(), heads, static_cast<int>(indices.cols()), base.back());
-  if (!widen) return std::nullopt;
+  if (!widen) return WidenedRows{};
   SPAR_RETURN_IF_ERROR(ctx.Mark("sparse_mla.widen"));
   WidenedRows w;
+  w.active = true;
   w.num_slots = static_cast<int64_t>(base.back()) * kCacheBlockTokens;
   SPAR_ASSIGN_OR_RETURN(Tensor dev_base, ctx.Upload(base.data(), static_cast<int64_t>(base.size()), DType::kI32));
   SPAR_ASSIGN_OR_RETURN(Tensor block_map, ctx.NewTensor(1, ctx.caches->spec().num_blocks, DType::kI32));
@@ -176,18 +179,18 @@ absl::StatusOr<Tensor> LaunchAttention(StepContext& ctx, int layer, const Tensor
   *fused = false;
   SPAR_RETURN_IF_ERROR(ctx.caches->CheckLayer(layer));
   const int heads = static_cast<int>(q_abs.cols() / kLatentDim);
-  SPAR_ASSIGN_OR_RETURN(std::optional<WidenedRows> widened, MaybeWidenLatent(ctx, layer, heads, indices));
+  SPAR_ASSIGN_OR_RETURN(const WidenedRows widened, MaybeWidenLatent(ctx, layer, heads, indices));
   SparseMlaParams p;
   p.q = q_abs.as<__nv_bfloat16>();
   p.tokens = q_abs.rows();
   p.heads = heads;
   p.q_token_stride = q_abs.ld();
   p.q_head_stride = kLatentDim;
-  p.format = widened ? LatentFormat::kBF16 : ctx.caches->spec().latent_format;
-  p.cache = widened ? widened->rows.as<uint8_t>() : ctx.caches->latent(layer);
-  p.num_slots = widened ? widened->num_slots : ctx.caches->num_slots();
-  p.indices = widened ? widened->lists.as<int32_t>() : indices.as<int32_t>();
-  p.indices_stride = widened ? widened->lists.ld() : indices.ld();
+  p.format = widened.active ? LatentFormat::kBF16 : ctx.caches->spec().latent_format;
+  p.cache = widened.active ? widened.rows.as<uint8_t>() : ctx.caches->latent(layer);
+  p.num_slots = widened.active ? widened.num_slots : ctx.caches->num_slots();
+  p.indices = widened.active ? widened.lists.as<int32_t>() : indices.as<int32_t>();
+  p.indices_stride = widened.active ? widened.lists.ld() : indices.ld();
   p.list_len = static_cast<int>(indices.cols());
   p.scale = scale;
   p.plan = ctx.SparseMlaPlanFor(p.tokens, heads, p.list_len, p.format);
