@@ -7,29 +7,16 @@ attention_bench; writes {"decode": {...}, "prefill": {...}} in microseconds
   python3 bench/attention/peer_attention.py OUT.json
 """
 import json
+import os
 import sys
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from peer_timing import median_us  # noqa: E402
+
 TOPK = 2048
 SCALE = 0.0625
-
-
-def median_us(fn, warmup=3, reps=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def attend(q, k):
@@ -71,7 +58,7 @@ def main():
                     fn = lambda: attend(q, gather_bf16(cache, idx))
                 else:
                     fn = lambda: attend(q, gather_fp8(cache8, idx))
-                us = median_us(fn)
+                us = median_us(fn, warmup=3, reps=20)
                 result["decode"][f"{fmt}/{batch}/{heads}"] = us
                 print(f"peer decode {fmt} batch {batch:4d} heads {heads:4d}: {us:10.1f} us", flush=True)
     # Prefill: 4096 query tokens over a 64K-token context, chunked by 512

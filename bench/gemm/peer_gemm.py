@@ -16,9 +16,14 @@ Example: python3 bench/gemm/peer_gemm.py --csv /tmp/peer.csv
 """
 import argparse
 import csv
+import itertools
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from peer_timing import graph_median_us, median_us  # noqa: E402
 
 SHAPES = [  # name, N, K (fused_a: 2048 + 576 + 128 e4m3 rows and 32 bf16 rows, run here as one matrix)
     ("mlp_gate_up", 12288, 6144),
@@ -32,55 +37,6 @@ SHAPES = [  # name, N, K (fused_a: 2048 + 576 + 128 e4m3 rows and 32 bf16 rows, 
 ]
 MS = [1, 16, 64, 256, 2048]
 L2_DEFEAT_BYTES = 320 << 20
-
-
-def time_per_launch(fn, per_batch, batches=7, warmup=3):
-    for i in range(warmup):
-        fn(i)
-    torch.cuda.synchronize()
-    times = []
-    idx = 0
-    for _ in range(batches):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(per_batch):
-            fn(idx)
-            idx += 1
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0 / per_batch)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def time_per_launch_graph(fn, per_batch, batches=7, warmup=3):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture, as torch requires
-        for i in range(warmup):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(per_batch):
-            fn(i)
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(batches):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0 / per_batch)
-    del g
-    torch.cuda.synchronize()
-    times.sort()
-    return times[len(times) // 2]
 
 
 def dequantize(w8, scale, n, k):
@@ -117,17 +73,21 @@ def main():
             got = (x @ dequantize(w8[0], sc[0], n, k).t()).float()
             err = ((got - ref).abs().max() / ref.abs().max()).item()
 
-            def fallback(i):
-                j = i % c8
+            # Each call reads the next weight copy, so back-to-back calls and a
+            # graph's calls stream their weights from memory, not from L2.
+            copy8, copy16 = itertools.count(), itertools.count()
+
+            def fallback():
+                j = next(copy8) % c8
                 torch.matmul(x, dequantize(w8[j], sc[j], n, k).t())
 
-            def cublas(i):
-                torch.matmul(x, w16[i % c16].t())
+            def cublas():
+                torch.matmul(x, w16[next(copy16) % c16].t())
 
-            us_fb_stream = time_per_launch(fallback, max(c8, 10), batches=5, warmup=2)
-            us_cb_stream = time_per_launch(cublas, max(c16, 20))
-            us_fb = time_per_launch_graph(fallback, max(c8, 10), batches=5, warmup=2)
-            us_cb = time_per_launch_graph(cublas, max(c16, 20))
+            us_fb_stream = median_us(fallback, warmup=2, reps=5, per_rep=max(c8, 10))
+            us_cb_stream = median_us(cublas, per_rep=max(c16, 20))
+            us_fb = graph_median_us(fallback, per_graph=max(c8, 10), warmup=2, reps=5)
+            us_cb = graph_median_us(cublas, per_graph=max(c16, 20))
             flops = 2.0 * m * n * k
             for impl, us, us_s, wb in (("fallback", us_fb, us_fb_stream, fp8_bytes),
                                        ("cublas_bf16", us_cb, us_cb_stream, bf16_bytes)):

@@ -10,49 +10,16 @@ torch fallback, PR #35271, with the block-major FP8 page layout read correctly):
   top-k:   torch.topk(logits, 2048)
 Medians of CUDA-event timed runs after warm-up. Same shapes as indexer_bench.
 """
-import statistics
+import os
 import sys
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from peer_timing import graph_median_us, median_us  # noqa: E402
+
 PAGE = 64
 PAGE_BYTES = PAGE * 132
-
-
-def graph_us(fn, per_graph=10, warmup=3, reps=7):
-    """Per-call µs of `fn` captured per_graph times into a CUDA graph and
-    replayed: GPU time without host launch overhead (how an engine replays
-    its decode step)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(per_graph):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    return median_us(g.replay, warmup=1, reps=reps) / per_graph
-
-
-def median_us(fn, warmup=2, reps=7):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
-    return statistics.median(times)
 
 
 def random_fp8_pages(num_pages, gen):
@@ -110,7 +77,7 @@ def main():
             q = (torch.rand(batch, heads, 128, device="cuda", generator=gen) * 2 - 1).to(torch.bfloat16)
             w = torch.rand(batch, heads, device="cuda", generator=gen) * 0.07 - 0.02
             ctx_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
-            us = median_us(lambda: decode_logits(q, w, pages, table, ctx_lens, ctx))
+            us = median_us(lambda: decode_logits(q, w, pages, table, ctx_lens, ctx), warmup=2)
             print(f"B{batch} ctx{ctx} H{heads} n1: {us:10.1f} us")
             if batch == 64 and ctx == 131072 and heads == 32:
                 summary.append(f"torch decode B64 ctx131072 H32 n1: {us:.1f} us")
@@ -142,7 +109,7 @@ def main():
                              (8, 131072), (32, 32768), (256, 32768)]:
             x = torch.randn(rows, length, device="cuda", generator=gen)
             us = median_us(lambda: torch.topk(x, 2048, dim=-1), warmup=3, reps=20)
-            gus = graph_us(lambda: torch.topk(x, 2048, dim=-1))
+            gus = graph_median_us(lambda: torch.topk(x, 2048, dim=-1))
             print(f"{rows} x {length}: {us:10.1f} us  (graph replay {gus:8.1f} us)")
             if (rows, length) in ((64, 131072), (1, 32768)):
                 summary.append(f"torch.topk {rows}x{length}: {us:.1f} us, graph replay {gus:.1f} us")
