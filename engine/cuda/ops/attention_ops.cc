@@ -119,8 +119,7 @@ struct WidenedRows {
   int64_t num_slots = 0;
 };
 
-absl::StatusOr<WidenedRows> MaybeWidenLatent(StepContext& ctx, int layer, int heads,
-                                                             const Tensor& indices) {
+absl::StatusOr<WidenedRows> MaybeWidenLatent(StepContext& ctx, int layer, int heads, const Tensor& indices) {
   const StepPlan* plan = ctx.meta.plan;
   if (ctx.capturing || plan == nullptr || ctx.caches->spec().latent_format != LatentFormat::kFp8Ds) {
     return WidenedRows{};
