@@ -171,6 +171,12 @@ class RawConnection {
   }
   const std::string& received() const { return received_; }
   bool closed() const { return closed_; }
+  // True when the server has sent something (or closed) that nobody has read
+  // yet; reads nothing, so another thread may ask while one reads.
+  bool HasUnreadInput() const {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
   void Close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
