@@ -39,39 +39,49 @@ struct GroupedGemm {
     g.num_sms = ctx.device.sm_count;
     return g;
   }
-  // Rows per work entry of the launch Run will make (0: a 4-bit launch,
-  // which builds its own list).
+  // The 4-bit launch's parameters but the activations and the output (a
+  // 4-bit gate/up pair carries its own SiLU·mul).
+  W4MoeGroupedGemmParams W4Params(int64_t k, const PackedExperts& weight) const {
+    W4MoeGroupedGemmParams g;
+    g.num_experts = moe.num_local;
+    g.expert_offsets = offsets.as<int32_t>();
+    g.max_rows = rows;
+    g.expected_rows_per_expert = std::max<int64_t>(1, rows / std::max(1, moe.route.num_experts));
+    g.max_rows_per_expert = rows / std::max(1, moe.route.top_k);  // a token's experts are distinct
+    g.k = k;
+    g.weight = weight.w4.w;
+    g.values_stride = weight.w4_values_stride;
+    g.scales_stride = weight.w4_scales_stride;
+    g.zeros_stride = weight.w4_zeros_stride;
+    g.fp4_scales_stride = weight.w4_fp4_stride;
+    g.workspace = workspace.data();
+    g.workspace_bytes = workspace_bytes;
+    g.num_sms = ctx.device.sm_count;
+    return g;
+  }
+  // Rows per work entry of the launch Run will make: the height of the list
+  // the permutation is to write for it (0: none, a height the permutation's
+  // lists have no room for).
   int BlockTokens(int64_t k, const PackedExperts& weight, const PackedExperts* up) const {
-    if (weight.four_bit) return 0;
-    return MoeGroupedGemmBlockTokens(Params(k, weight, up));
+    const int bt = weight.four_bit ? W4MoeGroupedGemmBlockTokens(W4Params(k, weight))
+                                   : MoeGroupedGemmBlockTokens(Params(k, weight, up));
+    return bt >= kMinWorkListBlockTokens ? bt : 0;
   }
 
   // work / work_block_tokens: the list the permutation wrote for this
-  // launch's tile height (null / 0 for a 4-bit launch).
+  // launch's tile height (null / 0: the launch builds its own).
   absl::StatusOr<Tensor> Run(const Tensor& in, const int32_t* row_index, const PackedExperts& weight,
                              const PackedExperts* up, int64_t n_out, const void* work, int work_block_tokens) const {
     SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(rows, n_out));
-    if (weight.four_bit) {  // a 4-bit gate/up pair carries its own SiLU·mul
-      W4MoeGroupedGemmParams g;
-      g.num_experts = moe.num_local;
-      g.expert_offsets = offsets.as<int32_t>();
-      g.max_rows = rows;
-      g.expected_rows_per_expert = std::max<int64_t>(1, rows / std::max(1, moe.route.num_experts));
-      g.max_rows_per_expert = rows / std::max(1, moe.route.top_k);  // a token's experts are distinct
-      g.k = in.cols();
+    if (weight.four_bit) {
+      W4MoeGroupedGemmParams g = W4Params(in.cols(), weight);
       g.x = in.as<__nv_bfloat16>();
       g.ldx = in.ld();
       g.x_row_index = row_index;
-      g.weight = weight.w4.w;
-      g.values_stride = weight.w4_values_stride;
-      g.scales_stride = weight.w4_scales_stride;
-      g.zeros_stride = weight.w4_zeros_stride;
-      g.fp4_scales_stride = weight.w4_fp4_stride;
       g.y = out.data();
       g.ldy = out.ld();
-      g.workspace = workspace.data();
-      g.workspace_bytes = workspace_bytes;
-      g.num_sms = ctx.device.sm_count;
+      g.work = work;
+      g.work_block_tokens = work_block_tokens;
       SPAR_RETURN_IF_ERROR(LaunchW4MoeGroupedGemm(g, ctx.stream));
       return out;
     }
@@ -159,7 +169,7 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
     // planned once here and its list handed to its launch.
     SPAR_ASSIGN_OR_RETURN(Tensor lists,
                           ctx.NewTensor(1, kMaxPermuteWorkLists * static_cast<int64_t>(ws_bytes), DType::kU8));
-    const int gate_up_bt = grouped.BlockTokens(x.cols(), moe.gate, &moe.up);  // 0: a 4-bit launch builds its own
+    const int gate_up_bt = grouped.BlockTokens(x.cols(), moe.gate, &moe.up);
     const int down_bt = grouped.BlockTokens(moe.inter, moe.down, nullptr);
     const void* gate_up_list = RequestPermuteWorkList(&perm, gate_up_bt, lists.data(), ws_bytes);
     const void* down_list = RequestPermuteWorkList(&perm, down_bt, lists.data(), ws_bytes);

@@ -260,6 +260,10 @@ bool W4ConfigTiles(int config, int64_t rows_padded) { return CheckForced(kOp, co
 
 int W4ConfigBlockTokens(int config) { return config >= 0 && config < kW4NumConfigs ? kW4Configs[config].bt : 0; }
 
+int W4MoeGroupedGemmBlockTokens(const W4MoeGroupedGemmParams& p) {
+  return W4ConfigBlockTokens(W4MoeGroupedGemmPlannedConfig(p));
+}
+
 size_t W4A16GemmWorkspaceBytes(const W4A16GemmParams& p) {
   if (p.m <= 0 || p.k <= 0 || p.w.rows_padded <= 0) return 0;
   return MakePlan(p, std::numeric_limits<size_t>::max()).workspace_bytes;
@@ -341,10 +345,22 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
   const W4Config& c = kW4Configs[config];
   const int64_t row_tiles = CeilDiv(p.weight.rows_padded, c.br);
   if (row_tiles > 65535) return InvalidParam(kMoeOp, "weight.n", "too many output tiles");
-  int32_t* work = static_cast<int32_t*>(p.workspace);
-  int32_t* work_count = work + entries * 4;
-  SPAR_CUDA_RETURN_IF_ERROR(
-      gemm::internal::LaunchGroupedWorkList(p.expert_offsets, p.num_experts, c.bt, work, work_count, stream));
+  const int32_t* work = nullptr;
+  const int32_t* work_count = nullptr;
+  if (p.work != nullptr && p.work_block_tokens == c.bt) {
+    // The permutation's layout: the count, then the entries from byte 16
+    // (at most `entries` of them: the same tile height).
+    if (!Aligned(p.work, 16)) return InvalidParam(kMoeOp, "work", "must be 16-byte aligned");
+    work_count = static_cast<const int32_t*>(p.work);
+    work = work_count + 4;
+  } else {
+    int32_t* built = static_cast<int32_t*>(p.workspace);
+    int32_t* built_count = built + entries * 4;
+    SPAR_CUDA_RETURN_IF_ERROR(
+        gemm::internal::LaunchGroupedWorkList(p.expert_offsets, p.num_experts, c.bt, built, built_count, stream));
+    work = built;
+    work_count = built_count;
+  }
   gemm::w4::KernelParams kp = KernelParamsFor(p.weight, p.k, p.x, p.ldx, p.y, p.ldy, p.y_fp32);
   kp.x_row_index = p.x_row_index;
   kp.row_tiles = static_cast<int32_t>(row_tiles);

@@ -110,8 +110,18 @@ struct W4MoeGroupedGemmParams {
   size_t workspace_bytes = 0;
   int num_sms = 0;
   int force_config = -1;
+  // Optional: the work list the permutation wrote (MoePermuteParams::work,
+  // moe.h) for entries of work_block_tokens rows. The launch reads it when
+  // that is its tile height (W4MoeGroupedGemmBlockTokens) and builds none
+  // itself: one launch fewer. Otherwise it is ignored.
+  const void* work = nullptr;
+  int work_block_tokens = 0;
 };
 absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_t stream);
+// Rows per work entry of the launch `p` plans (its tile height; 0 for an
+// empty launch): the height of the permutation's list it would read.
+// Reads no device memory.
+int W4MoeGroupedGemmBlockTokens(const W4MoeGroupedGemmParams& p);
 
 // Tile configurations (for tests and benchmarks that force one): the tile
 // kernel's (any M), the decode kernel's (M <= 16 per tile) and the

@@ -361,7 +361,42 @@ struct GroupedCase {
   bool silu;
   int force_config = -1;
   int64_t max_rows_per_expert = 0;
+  // Also launch with the work list the permutation would write (moe.h's
+  // layout) and check the launch follows it.
+  bool permutation_list = false;
 };
+
+// The permutation's work list for entries of bt rows (MoePermuteParams::work):
+// the count, three words of padding, then {expert, first row, rows, 0}.
+// drop_last: the list without its last entry.
+std::vector<int32_t> PermutationList(const std::vector<int32_t>& offsets, int bt, bool drop_last) {
+  std::vector<int32_t> list(4, 0);
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    for (int32_t r0 = offsets[e]; r0 < offsets[e + 1]; r0 += bt) {
+      list.insert(list.end(), {static_cast<int32_t>(e), r0, std::min(bt, offsets[e + 1] - r0), 0});
+    }
+  }
+  if (drop_last && list.size() > 4) list.resize(list.size() - 4);
+  list[0] = static_cast<int32_t>(list.size() / 4 - 1);
+  return list;
+}
+
+// LaunchW4MoeGroupedGemm of p given the permutation's list (work_bt: the
+// height it claims) into p.y, poisoned first; y downloaded as raw bits.
+std::vector<uint32_t> RunWithList(W4MoeGroupedGemmParams p, const std::vector<int32_t>& list, int work_bt,
+                                  int64_t y_words) {
+  DeviceArray<int32_t> dl;
+  dl.Upload(list);
+  p.work = dl.get();
+  p.work_block_tokens = work_bt;
+  EXPECT_EQ(cudaMemset(p.y, 0xff, y_words * 4), cudaSuccess);
+  const absl::Status st = LaunchW4MoeGroupedGemm(p, nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint32_t> y(y_words);
+  EXPECT_EQ(cudaMemcpy(y.data(), p.y, y_words * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  return y;
+}
 
 void RunGrouped(const GroupedCase& c) {
   const int experts = static_cast<int>(c.rows_per_expert.size());
@@ -472,7 +507,32 @@ void RunGrouped(const GroupedCase& c) {
     EXPECT_NE(refused.message().find("force_config"), absl::string_view::npos) << refused;
   }
   if (rows == 0) return;
-  EXPECT_LE(WorstRowError(y.Download(), want, rows, c.n, c.n), 2e-5);
+  const std::vector<float> got = y.Download();
+  EXPECT_LE(WorstRowError(got, want, rows, c.n, c.n), 2e-5);
+  if (!c.permutation_list) return;
+  // Given the permutation's list for its tile height the launch reads it:
+  // the same bits; without its last entry, that entry's rows stay poisoned.
+  // A list of another height is ignored.
+  const int bt = W4MoeGroupedGemmBlockTokens(p);
+  ASSERT_GE(bt, 1);
+  std::vector<uint32_t> own(got.size());
+  std::memcpy(own.data(), got.data(), own.size() * 4);
+  const int64_t words = static_cast<int64_t>(own.size());
+  EXPECT_EQ(RunWithList(p, PermutationList(offsets, bt, false), bt, words), own) << "bt " << bt;
+  const std::vector<int32_t> short_list = PermutationList(offsets, bt, true);
+  const std::vector<uint32_t> partial = RunWithList(p, short_list, bt, words);
+  const int32_t dropped_first = short_list.size() > 4 ? short_list[short_list.size() - 3] + short_list[short_list.size() - 2] : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const bool computed = r < dropped_first;  // entries are in row order; the dropped one is last
+    for (int64_t j = 0; j < c.n; ++j) {
+      const uint32_t bits = partial[r * c.n + j];
+      if (computed ? bits != own[r * c.n + j] : bits != 0xffffffffu) {
+        ADD_FAILURE() << "row " << r << " col " << j << (computed ? " differs from" : " was written without") << " its entry";
+        return;
+      }
+    }
+  }
+  EXPECT_EQ(RunWithList(p, short_list, bt + 1, words), own) << "a list of another height was read";
 }
 
 TEST(W4MoeGroupedGemmTest, EdgeCasesAndDecodeBatch) {
@@ -532,6 +592,22 @@ TEST(W4MoeGroupedGemmTest, DecodeStepsAsTheEngineLaunchesThem) {
     RunGrouped({fp4, one, 192, 640, 128, true, -1, 1});
     RunGrouped({fp4, one, 320, 256, 64, false, -1, 1});
     RunGrouped({fp4, eight, 192, 640, 128, true, -1, 8});
+  }
+}
+
+// The engine's path: the launch reads the work list the permutation wrote
+// for its tile height (one launch fewer) at one token, eight, and a prefill
+// size with an expert spanning several entries, experts without rows.
+TEST(W4MoeGroupedGemmTest, ReadsThePermutationsWorkList) {
+  SPAR_REQUIRE_GPU();
+  for (bool fp4 : {false, true}) {
+    std::vector<int> one(32, 0), eight(32, 0), many(16, 0);
+    for (int e : {1, 4, 9, 13, 17, 22, 28, 31}) one[e] = 1;
+    for (int e = 0; e < 32; ++e) eight[e] = (e * 5) % 4;
+    for (int e = 0; e < 16; ++e) many[e] = e % 3 == 0 ? 0 : 20 + 13 * e;
+    RunGrouped({fp4, one, 192, 640, 128, true, -1, 1, true});
+    RunGrouped({fp4, eight, 192, 640, 128, true, -1, 8, true});
+    RunGrouped({fp4, many, 256, 512, 128, false, -1, 0, true});
   }
 }
 
