@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# One device call for a decode-step kernel swap (one GPU): the GPU tests that
+# cover it, engine_bench of the FP8 GLM-5 MoE layer from two builds (before =
+# the base tree, after = this tree) interleaved on one checkpoint, and each
+# build's step under ncu with only the kernels named by KERNELS timed.
+# Build both trees (sm_90 from compute_80), copy each engine_bench to
+# /tmp/engine_bench_{before,after}, then
+#   ../shared/scripts/bundle.sh .bundle-dk /tmp/engine_bench_before /tmp/engine_bench_after \
+#       build-cuda/tests/kernels/cuda_parity_gpu_test <the kernel's *_gpu_test>...
+#   tar cJf .bundle-z/dk.tar.xz .bundle-dk
+# On the GPU host (carry .bundle-z):
+#   python3 -c 'import tarfile; tarfile.open(".bundle-z/dk.tar.xz").extractall(".")'
+#   OUT=$OUT KERNELS='regex' bash tools/device/decode_kernel_ab.sh
+# Knobs: BATCHES (1,8), CONTEXTS (8192), ROUNDS (2), KERNELS (an ncu
+# --kernel-name regex; empty: no ncu), PARITY_FILTER (a gtest filter for
+# cuda_parity_gpu_test; empty: all of it), SLOW (test binaries run after the
+# benchmarks; default cuda_parity and speculative). Every other *_gpu_test of
+# the bundle runs whole, first. Logs archived to $OUT/dk.tgz; a table last.
+set -uo pipefail
+BUNDLE=${BUNDLE:-.bundle-dk}
+source "$BUNDLE/env.sh"
+B=$BUNDLE/bin
+export SPAR_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
+FINAL_OUT=${OUT:-/tmp/dk_out}
+OUT=/tmp/dk
+rm -rf "$OUT"
+mkdir -p "$OUT" "$FINAL_OUT"
+trap 'tar czf "$FINAL_OUT/dk.tgz" -C /tmp dk' EXIT
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+# A timeout's TERM still archives the logs (the EXIT trap).
+trap 'exit 143' TERM
+# The kernel's own tests first, the slow engine-level ones (SLOW) after the
+# benchmarks, so a call cut short still brings back the measurements.
+slow=" ${SLOW:-cuda_parity_gpu_test speculative_gpu_test} "
+run_tests() {  # $1: 1 = the slow ones, 0 = the others
+  for t in "$B"/*_gpu_test; do
+    name=$(basename "$t")
+    [[ $slow == *" $name "* ]] && is_slow=1 || is_slow=0
+    [[ $is_slow == "$1" ]] || continue
+    filter=()
+    [[ $name == cuda_parity_gpu_test && -n ${PARITY_FILTER:-} ]] && filter=(--gtest_filter="$PARITY_FILTER")
+    timeout 240 "$t" "${filter[@]}" >"$OUT/$name.log" 2>&1
+    echo "$name rc $? ok $(grep -c '^\[       OK \]' "$OUT/$name.log") failed $(grep -c '^\[  FAILED  \]' "$OUT/$name.log")" \
+      >>"$OUT/rc.txt"
+  done
+}
+run_tests 0
+m=/tmp/glm5dk
+[[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5dk
+args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8}" --contexts "${CONTEXTS:-8192}")
+timeout 200 "$B/engine_bench_after" --make-geometry glm5-full --make-layers 4 "${args[@]}" >"$OUT/engine_after-0.log" 2>&1
+echo "engine after-0 (made the checkpoint) rc $?" >>"$OUT/rc.txt"
+for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
+  for v in before after; do
+    timeout 150 "$B/engine_bench_$v" "${args[@]}" >"$OUT/engine_$v-$r.log" 2>&1
+    echo "engine $v-$r rc $?" >>"$OUT/rc.txt"
+  done
+done
+if [[ -n ${KERNELS:-} ]]; then
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for v in before after; do
+    timeout 150 "$ncu" --graph-profiling node --clock-control none --cache-control none \
+      --kernel-name "regex:$KERNELS" --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+      --csv --print-units base "$B/engine_bench_$v" --model "$m" --layers 3:4 --batches 1 --contexts "${CONTEXTS:-8192}" \
+      --reps 2 >"$OUT/ncu_$v.csv" 2>"$OUT/ncu_$v.err"
+    echo "ncu $v rc $?" >>"$OUT/rc.txt"
+  done
+fi
+rm -rf "$m"
+run_tests 1
+cat "$OUT/gpu.txt" "$OUT/rc.txt"
+for f in "$OUT"/engine_*.log; do
+  echo "== $(basename "$f")"
+  grep -E "^\| *[0-9]" "$f" | head -8
+done
+[[ -n ${KERNELS:-} ]] && python3 - "$OUT" <<'PY'
+import csv, statistics, sys
+out = sys.argv[1]
+print("| build | kernel | launches | median us | median DRAM % of peak |")
+for v in ("before", "after"):
+    try:
+        lines = [l for l in open(f"{out}/ncu_{v}.csv") if l.startswith('"')]
+    except OSError:
+        continue
+    per = {}
+    for r in csv.DictReader(lines):
+        n = r["Kernel Name"]
+        name = n[:n.rfind("(")][-60:] if "(" in n else n[-60:]
+        per.setdefault((name, r["Metric Name"]), []).append(float(r["Metric Value"].replace(",", "")))
+    for (name, metric), vals in sorted(per.items()):
+        if metric != "gpu__time_duration.sum":
+            continue
+        dram = per.get((name, "dram__throughput.avg.pct_of_peak_sustained_elapsed"), [0.0])
+        print(f"| {v} | {name} | {len(vals)} | {statistics.median(vals) / 1000:.2f} | {statistics.median(dram):.1f} |")
+PY
