@@ -17,18 +17,8 @@
 # benchmarks; default cuda_parity and speculative). Every other *_gpu_test of
 # the bundle runs whole, first. Logs archived to $OUT/dk.tgz; a table last.
 set -uo pipefail
-BUNDLE=${BUNDLE:-.bundle-dk}
-source "$BUNDLE/env.sh"
-B=$BUNDLE/bin
-export SPAR_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
-FINAL_OUT=${OUT:-/tmp/dk_out}
-OUT=/tmp/dk
-rm -rf "$OUT"
-mkdir -p "$OUT" "$FINAL_OUT"
-trap 'tar czf "$FINAL_OUT/dk.tgz" -C /tmp dk' EXIT
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader >"$OUT/gpu.txt" 2>&1
-# A timeout's TERM still archives the logs (the EXIT trap).
-trap 'exit 143' TERM
+NAME=dk
+source tools/device/archived_logs.sh
 # The kernel's own tests first, the slow engine-level ones (SLOW) after the
 # benchmarks, so a call cut short still brings back the measurements.
 slow=" ${SLOW:-cuda_parity_gpu_test speculative_gpu_test} "

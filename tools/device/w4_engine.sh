@@ -15,16 +15,8 @@
 # with its cuBLAS peer; "--ms 1,4,8,16 --moe-tokens 1,8,64" skips the slow M = 2048 rows).
 # Logs in /tmp/w4e, archived to $OUT/w4e.tgz.
 set -uo pipefail
-BUNDLE=${BUNDLE:-.bundle-w4e}
-source "$BUNDLE/env.sh"
-B=$BUNDLE/bin
-export SPAR_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
-FINAL_OUT=${OUT:-/tmp/w4e_out}
-OUT=/tmp/w4e
-rm -rf "$OUT"
-mkdir -p "$OUT" "$FINAL_OUT"
-trap 'tar czf "$FINAL_OUT/w4e.tgz" -C /tmp w4e' EXIT
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+NAME=w4e
+source tools/device/archived_logs.sh
 timeout 300 "$B/gemm_gpu_test" --gtest_filter='W4*:Moe*' --gtest_brief=1 >"$OUT/gemm_tests.log" 2>&1
 echo "gemm_gpu_test W4*:Moe* rc $?" >>"$OUT/rc.txt"
 if [[ "${PARITY:-1}" != 0 ]]; then
