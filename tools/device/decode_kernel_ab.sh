@@ -18,7 +18,7 @@
 # the bundle runs whole, first. Logs archived to $OUT/dk.tgz; a table last.
 set -uo pipefail
 NAME=dk
-source tools/device/archived_logs.sh
+source tools/device/two_build_common.sh
 # The kernel's own tests first, the slow engine-level ones (SLOW) after the
 # benchmarks, so a call cut short still brings back the measurements.
 slow=" ${SLOW:-cuda_parity_gpu_test speculative_gpu_test} "
@@ -38,14 +38,7 @@ run_tests 0
 m=/tmp/glm5dk
 [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5dk
 args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8}" --contexts "${CONTEXTS:-8192}")
-timeout 200 "$B/engine_bench_after" --make-geometry glm5-full --make-layers 4 "${args[@]}" >"$OUT/engine_after-0.log" 2>&1
-echo "engine after-0 (made the checkpoint) rc $?" >>"$OUT/rc.txt"
-for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
-  for v in before after; do
-    timeout 150 "$B/engine_bench_$v" "${args[@]}" >"$OUT/engine_$v-$r.log" 2>&1
-    echo "engine $v-$r rc $?" >>"$OUT/rc.txt"
-  done
-done
+engine_rounds --make-geometry glm5-full --make-layers 4
 if [[ -n ${KERNELS:-} ]]; then
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for v in before after; do

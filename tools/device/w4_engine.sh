@@ -16,7 +16,7 @@
 # Logs in /tmp/w4e, archived to $OUT/w4e.tgz.
 set -uo pipefail
 NAME=w4e
-source tools/device/archived_logs.sh
+source tools/device/two_build_common.sh
 timeout 300 "$B/gemm_gpu_test" --gtest_filter='W4*:Moe*' --gtest_brief=1 >"$OUT/gemm_tests.log" 2>&1
 echo "gemm_gpu_test W4*:Moe* rc $?" >>"$OUT/rc.txt"
 if [[ "${PARITY:-1}" != 0 ]]; then
@@ -26,15 +26,7 @@ fi
 m=/tmp/glm5w4
 [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5w4
 args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8,64}" --contexts 8192)
-timeout 300 "$B/engine_bench_after" --make-geometry glm5-full --make-layers 4 --make-quant "${QUANT:-awq}" "${args[@]}" \
-  >"$OUT/engine_after-0.log" 2>&1
-echo "engine after-0 (made the checkpoint) rc $?" >>"$OUT/rc.txt"
-for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
-  for v in before after; do
-    timeout 150 "$B/engine_bench_$v" "${args[@]}" >"$OUT/engine_$v-$r.log" 2>&1
-    echo "engine $v-$r rc $?" >>"$OUT/rc.txt"
-  done
-done
+engine_rounds --make-geometry glm5-full --make-layers 4 --make-quant "${QUANT:-awq}"
 if [[ "${PROFILE:-0}" != 0 ]]; then
   # Where an eager batch-1 step of the after build goes, op by op.
   timeout 150 "$B/engine_bench_after" --model "$m" --layers 3:4 --batches 1 --contexts 8192 --op-profile \

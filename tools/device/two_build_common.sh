@@ -1,0 +1,33 @@
+# What the two-build device scripts (w4_engine.sh, decode_kernel_ab.sh) share,
+# sourced after they set NAME: the bundle's env (BUNDLE, default
+# .bundle-$NAME) and B (its bin/), the logs folder OUT=/tmp/$NAME, archived on
+# exit (a timeout's TERM included) to the caller's $OUT/$NAME.tgz, the GPU and
+# its clocks in $OUT/gpu.txt, and engine_rounds.
+BUNDLE=${BUNDLE:-.bundle-$NAME}
+source "$BUNDLE/env.sh"
+B=$BUNDLE/bin
+export SPAR_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
+FINAL_OUT=${OUT:-/tmp/${NAME}_out}
+OUT=/tmp/$NAME
+rm -rf "$OUT"
+mkdir -p "$OUT" "$FINAL_OUT"
+# shellcheck disable=SC2064  # the paths are fixed now, on purpose
+trap "tar czf '$FINAL_OUT/$NAME.tgz' -C /tmp '$NAME'" EXIT
+trap 'exit 143' TERM
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+
+# engine_rounds MAKE_FLAGS...: the after build makes the checkpoint (MAKE_FLAGS:
+# the --make-* flags) and runs once, then ROUNDS (2) rounds of before, after on
+# it, interleaved; the common flags in the caller's array `args` (--model
+# first). Logs engine_after-0.log and engine_{before,after}-R.log, rc lines in
+# rc.txt.
+engine_rounds() {
+  timeout 300 "$B/engine_bench_after" "$@" "${args[@]}" >"$OUT/engine_after-0.log" 2>&1
+  echo "engine after-0 (made the checkpoint) rc $?" >>"$OUT/rc.txt"
+  for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
+    for v in before after; do
+      timeout 150 "$B/engine_bench_$v" "${args[@]}" >"$OUT/engine_$v-$r.log" 2>&1
+      echo "engine $v-$r rc $?" >>"$OUT/rc.txt"
+    done
+  done
+}
