@@ -56,23 +56,6 @@ for f in "$OUT"/engine_*.log; do
   echo "== $(basename "$f")"
   grep -E "^\| *[0-9]" "$f" | head -8
 done
-[[ -n ${KERNELS:-} ]] && python3 - "$OUT" <<'PY'
-import csv, statistics, sys
-out = sys.argv[1]
-print("| build | kernel | launches | median us | median DRAM % of peak |")
-for v in ("before", "after"):
-    try:
-        lines = [l for l in open(f"{out}/ncu_{v}.csv") if l.startswith('"')]
-    except OSError:
-        continue
-    per = {}
-    for r in csv.DictReader(lines):
-        n = r["Kernel Name"]
-        name = n[:n.rfind("(")][-60:] if "(" in n else n[-60:]
-        per.setdefault((name, r["Metric Name"]), []).append(float(r["Metric Value"].replace(",", "")))
-    for (name, metric), vals in sorted(per.items()):
-        if metric != "gpu__time_duration.sum":
-            continue
-        dram = per.get((name, "dram__throughput.avg.pct_of_peak_sustained_elapsed"), [0.0])
-        print(f"| {v} | {name} | {len(vals)} | {statistics.median(vals) / 1000:.2f} | {statistics.median(dram):.1f} |")
-PY
+if [[ -n ${KERNELS:-} ]]; then
+  python3 tools/device/ncu_kernel_table.py before="$OUT/ncu_before.csv" after="$OUT/ncu_after.csv"
+fi

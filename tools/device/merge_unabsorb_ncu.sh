@@ -27,18 +27,4 @@ timeout 120 "$ncu" --cache-control none --clock-control none --kernel-name regex
   --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed --csv --print-units base \
   "$T" --gtest_filter='*BitForBit/0:*BitForBit/1' --gtest_repeat=5 >"$out/ncu.csv" 2>&1
 echo "ncu rc=$?"
-python3 - "$out/ncu.csv" <<'PY'
-import csv, statistics, sys
-lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
-per = {}
-for r in csv.DictReader(lines):
-    n = r["Kernel Name"]
-    name = n[:n.rfind("(")][-70:] if "(" in n else n[-70:]
-    per.setdefault((name, r["Metric Name"]), []).append(float(r["Metric Value"].replace(",", "")))
-print("| kernel | launches | median us | min us | median DRAM % of peak |")
-for (name, metric), vals in sorted(per.items()):
-    if metric == "gpu__time_duration.sum":
-        dram = per.get((name, "dram__throughput.avg.pct_of_peak_sustained_elapsed"), [0.0])
-        print(f"| {name} | {len(vals)} | {statistics.median(vals) / 1000:.2f} | {min(vals) / 1000:.2f} | "
-              f"{statistics.median(dram):.1f} |")
-PY
+python3 tools/device/ncu_kernel_table.py test="$out/ncu.csv"
