@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) BatchedGemmKernel(const BatchedGemmP
 // so the bits are the same as merge-then-GEMM.
 constexpr int kStreamedMergeEntries = 32;
 constexpr int kStreamedMergeStages = 5;  // 47.6 KB of static shared memory: three CTAs an A100 SM
-constexpr int kMergeRows = 16;           // one 16-row A fragment
+constexpr int kMergeRows = MergedTile::kBM;  // one 16-row A fragment: the rows MlaMergeUnabsorbFits allows
 static_assert(kStreamedMergeEntries * (kBK / 4) <= 2 * kThreads, "a stage's partials: two 16-byte copies a thread");
 static_assert(kStreamedMergeStages * (kBStage * 2 + kStreamedMergeEntries * kBK * 4) + kMergeRows * kAStride * 2 +
                       (kStreamedMergeEntries + 2 * kMergeRows) * 4 <= 48 * 1024,
