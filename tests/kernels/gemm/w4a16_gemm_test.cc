@@ -550,9 +550,9 @@ TEST(W4MoeGroupedGemmTest, EdgeCasesAndDecodeBatch) {
   }
 }
 
-// Validation reads no device memory, so this runs without a GPU: a negative
-// row hint is refused with a message naming it.
-TEST(W4MoeGroupedGemmTest, RejectsANegativeRowHint) {
+// A grouped launch over host memory: validation reads no device memory, so
+// the refusals below run without a GPU.
+W4MoeGroupedGemmParams HostOnlyGroupedParams() {
   alignas(256) static uint8_t host[4096];
   W4MoeGroupedGemmParams p;
   p.num_experts = 4;
@@ -575,10 +575,28 @@ TEST(W4MoeGroupedGemmTest, RejectsANegativeRowHint) {
   p.ldy = 64;
   p.workspace = host;
   p.workspace_bytes = sizeof(host);
+  return p;
+}
+
+// A negative row hint is refused with a message naming it.
+TEST(W4MoeGroupedGemmTest, RejectsANegativeRowHint) {
+  W4MoeGroupedGemmParams p = HostOnlyGroupedParams();
   p.max_rows_per_expert = -1;
   const absl::Status st = LaunchW4MoeGroupedGemm(p, nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("max_rows_per_expert"), absl::string_view::npos) << st;
+}
+
+// A permutation work list of the launch's tile height that is not 16-byte
+// aligned is refused with a message naming it (before anything launches).
+TEST(W4MoeGroupedGemmTest, RejectsAMisalignedWorkList) {
+  W4MoeGroupedGemmParams p = HostOnlyGroupedParams();
+  p.work_block_tokens = W4MoeGroupedGemmBlockTokens(p);
+  ASSERT_GT(p.work_block_tokens, 0);
+  p.work = static_cast<const uint8_t*>(p.workspace) + 4;
+  const absl::Status st = LaunchW4MoeGroupedGemm(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("W4MoeGroupedGemm: work must be 16-byte aligned"), absl::string_view::npos) << st;
 }
 
 // A one-token decode step (max_rows_per_expert 1: the one-token plan) and
