@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# The split merge + un-absorption kernels side by side, at the kernel level,
-# in a short device call (one GPU): attention_merge_unabsorb_gpu_test whole
-# (every kernel bit for bit against merge-then-GEMM), then the same test under
-# ncu on the engine's batch-1 cases (GLM-5, 64 heads, 32 splits, bf16 and FP8
-# rows: test cases 0 and 1, five repeats), where each case launches the
-# merge-first kernel (twice: kAuto and kMergeFirst) and the streamed one:
-# every launch's duration and DRAM throughput, caches and clocks left alone
-# (the partials are in L2, as in a decode step). Build and bundle:
+# The split merge + un-absorption kernel at the kernel level, in a short
+# device call (one GPU): attention_merge_unabsorb_gpu_test whole (the merged
+# launch bit for bit against merge-then-GEMM), then the same test under ncu on
+# the engine's batch-1 cases (GLM-5, 64 heads, 32 splits, bf16 and FP8 rows:
+# test cases 0 and 1, five repeats): the merged kernel's and the plain
+# un-absorption GEMM's durations and DRAM throughput, caches and clocks left
+# alone (the partials are in L2, as in a decode step). Build and bundle:
 #   ninja -C build-cuda attention_merge_unabsorb_gpu_test
 #   ../shared/scripts/bundle.sh .bundle-mt build-cuda/tests/kernels/attention/attention_merge_unabsorb_gpu_test
 #   mkdir -p .bundle-y && tar cJf .bundle-y/mt.tar.xz .bundle-mt
 # On the GPU host (carry .bundle-y): OUT=$OUT bash tools/device/merge_unabsorb_ncu.sh
 set -uo pipefail
-python3 -c 'import tarfile; tarfile.open(".bundle-y/mt.tar.xz").extractall(".")'
-source .bundle-mt/env.sh
-T=.bundle-mt/bin/attention_merge_unabsorb_gpu_test
+# BUNDLE: another bundle that holds the test (decode_kernel_ab.sh's .bundle-dk,
+# when one call runs both scripts); unset, .bundle-y/mt.tar.xz is unpacked.
+BUNDLE=${BUNDLE:-.bundle-mt}
+[[ -d $BUNDLE ]] || python3 -c 'import tarfile; tarfile.open(".bundle-y/mt.tar.xz").extractall(".")'
+source "$BUNDLE/env.sh"
+T=$BUNDLE/bin/attention_merge_unabsorb_gpu_test
 export SPAR_SOURCE_DIR=$PWD
 out=${OUT:-/tmp/mt_out}
 mkdir -p "$out"

@@ -23,10 +23,6 @@
 // bit for bit; only B streams through the pipeline. Every CTA merges its
 // head's rows itself (the four 64-column CTAs of a head each once): at a
 // few tokens that re-read from L2 costs less than the merge launch it saves.
-// Up to 32 rows x splits (one-token steps) a second kernel streams the
-// partials through the pipeline with B and merges A one K tile at a time
-// (MergeUnabsorbStreamKernel), so the weights need not wait for the merge;
-// it runs where asked for (MergeUnabsorbKernel::kStreamed) until measured.
 #include "kernels/cuda/attention/absorb_gemm.h"
 
 #include <cuda_bf16.h>
@@ -273,146 +269,6 @@ __global__ void __launch_bounds__(kThreads) BatchedGemmKernel(const BatchedGemmP
   }
 }
 
-// The merged variant with the merge streamed, for up to kStreamedMergeEntries
-// rows x splits (the engine's one-token steps: 32 splits). The kernel above
-// merges all of A before its K loop, and while it does (its partials are 64
-// KB a CTA from L2) only its first five W_UV tiles are in flight: ncu put it
-// at 41 % of DRAM bandwidth, 15.2 us for 21 MB at batch 1 on an H100. Here
-// each K tile's 32 columns of every split's partials ride the cp.async
-// pipeline beside the tile of W_UV, and the tile's slice of A is merged from
-// them just before its mma steps, so the weights stream from the start. A
-// column's merge is MergeRowsIntoA's arithmetic (the same fmaf chain in split
-// order, the same weights, sum and rounding) and the mma steps are the same,
-// so the bits are the same as merge-then-GEMM.
-constexpr int kStreamedMergeEntries = 32;
-constexpr int kStreamedMergeStages = 5;  // 47.6 KB of static shared memory: three CTAs an A100 SM
-constexpr int kMergeRows = MergedTile::kBM;  // one 16-row A fragment: the rows MlaMergeUnabsorbFits allows
-static_assert(kStreamedMergeEntries * (kBK / 4) <= 2 * kThreads, "a stage's partials: two 16-byte copies a thread");
-static_assert(kStreamedMergeStages * (kBStage * 2 + kStreamedMergeEntries * kBK * 4) + kMergeRows * kAStride * 2 +
-                      (kStreamedMergeEntries + 2 * kMergeRows) * 4 <= 48 * 1024,
-              "streamed merge: static shared memory");
-
-__global__ void __launch_bounds__(kThreads) MergeUnabsorbStreamKernel(const BatchedGemmParams p, const MergeSource src) {
-  constexpr int kStages = kStreamedMergeStages;
-  __shared__ __align__(16) __nv_bfloat16 bs[kStages][kBStage];
-  __shared__ __align__(16) float ps[kStages][kStreamedMergeEntries * kBK];
-  __shared__ __align__(16) __nv_bfloat16 as[kMergeRows][kAStride];
-  __shared__ float sw[kStreamedMergeEntries];  // lse, then the merge weights
-  __shared__ float smax[kMergeRows];
-  __shared__ float sinv[kMergeRows];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int n0 = blockIdx.x * kBN;
-  const int head = blockIdx.z;
-  const int rows = static_cast<int>(p.m);  // <= kMergeRows (host check)
-  const int splits = src.splits;
-  const int entries = rows * splits;
-  const __nv_bfloat16* b = p.b + head * p.b_batch_stride;
-  const int ktiles = p.k / kBK;
-
-  // Stage kt: W_UV's 64 rows x 32 columns, and columns [32 kt, 32 kt + 32)
-  // of every (row, split) partial (entry e = row * splits + split).
-  auto issue = [&](int kt) {
-    if (kt >= ktiles) return;
-    const int s = kt % kStages;
-    const int k0 = kt * kBK;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {  // 64 n-rows x 4 chunks
-      const int c = tid + i * kThreads;
-      const int r = c >> 2, cc = c & 3;
-      cuda::CpAsync16(&bs[s][r * kBnkStride + cc * 8], b + static_cast<int64_t>(n0 + r) * p.ldb + k0 + cc * 8);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {  // entries x 8 chunks of 4 floats
-      const int c = tid + i * kThreads;
-      const int e = c >> 3, q = c & 7;
-      if (e < entries) {
-        const int r = e / splits, sp = e - r * splits;
-        const float* o = src.o + (static_cast<int64_t>(sp) * src.rows + static_cast<int64_t>(r) * src.heads + head) *
-                                     kMergedK + k0 + q * 4;
-        cuda::CpAsync16(&ps[s][e * kBK + q * 4], o);
-      }
-    }
-  };
-#pragma unroll
-  for (int kt = 0; kt < kStages - 1; ++kt) {
-    issue(kt);
-    cuda::CpAsyncCommit();
-  }
-  // The merge weights while the first tiles fly: w = e^(lse - max) per
-  // entry, 1 / Σ w (split order) per row; a row whose splits are all empty
-  // (max -inf) is 0, as are the rows past m.
-  if (tid < entries) {
-    const int r = tid / splits, sp = tid - r * splits;
-    sw[tid] = src.lse[static_cast<int64_t>(sp) * src.rows + static_cast<int64_t>(r) * src.heads + head];
-  }
-  __syncthreads();
-  if (tid < rows) {
-    float mx = -INFINITY;
-    for (int sp = 0; sp < splits; ++sp) mx = fmaxf(mx, sw[tid * splits + sp]);
-    smax[tid] = mx;
-  }
-  __syncthreads();
-  if (tid < entries) sw[tid] = expf(sw[tid] - smax[tid / splits]);
-  for (int i = tid; i < (kMergeRows - rows) * kBK; i += kThreads) {
-    as[rows + i / kBK][i % kBK] = __float2bfloat16_rn(0.0f);
-  }
-  __syncthreads();
-  if (tid < rows) {
-    float inv = 0.0f;
-    if (smax[tid] != -INFINITY) {
-      float sum = 0.0f;
-      for (int sp = 0; sp < splits; ++sp) sum += sw[tid * splits + sp];
-      inv = 1.0f / sum;
-    }
-    sinv[tid] = inv;
-  }
-
-  float acc[2][4] = {};  // each warp: 16 rows x 16 columns
-  for (int kt = 0; kt < ktiles; ++kt) {
-    cuda::CpAsyncWait<kStages - 2>();
-    __syncthreads();  // tile kt landed; the last tile's mma steps are done with `as`
-    issue(kt + kStages - 1);
-    cuda::CpAsyncCommit();
-    const int s = kt % kStages;
-    for (int i = tid; i < rows * kBK; i += kThreads) {
-      const int r = i / kBK, c = i % kBK;
-      float a = 0.0f;
-      if (smax[r] != -INFINITY) {
-        const float* w = sw + r * splits;
-        const float* o = &ps[s][r * splits * kBK + c];
-        for (int sp = 0; sp < splits; ++sp) a = fmaf(w[sp], o[sp * kBK], a);
-        a *= sinv[r];
-      }
-      as[r][c] = __float2bfloat16_rn(a);
-    }
-    __syncthreads();  // the slice of A is merged
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      uint32_t af[4], bf[4];
-      cuda::LdMatrixX4(af, &as[lane & 15][kk * 16 + (lane >> 4) * 8]);
-      cuda::LdMatrixX4(bf, &bs[s][(warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kBnkStride + kk * 16 +
-                                  ((lane >> 3) & 1) * 8]);
-      const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
-      cuda::MmaBf16M16N8K16(acc[0], af, b0, acc[0]);
-      cuda::MmaBf16M16N8K16(acc[1], af, b1, acc[1]);
-    }
-  }
-  cuda::CpAsyncWait<0>();
-
-  __nv_bfloat16* c = p.c + head * p.c_batch_stride;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int m = (lane >> 2) + half * 8;
-    if (m >= rows) continue;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const int n = n0 + warp * 16 + nt * 8 + (lane & 3) * 2;
-      *reinterpret_cast<__nv_bfloat162*>(c + m * p.ldc + n) =
-          __floats2bfloat162_rn(acc[nt][2 * half], acc[nt][2 * half + 1]);
-    }
-  }
-}
-
 template <class S>
 void Launch(const BatchedGemmParams& p, cudaStream_t stream) {
   const dim3 grid(p.n / kBN, static_cast<unsigned>((p.m + S::kBM - 1) / S::kBM), p.batch);
@@ -535,12 +391,8 @@ bool MlaMergeUnabsorbFits(int64_t tokens, int splits) {
   return tokens >= 1 && tokens <= MergedTile::kBM && splits >= 1 && tokens * splits <= kMergedMaxEntries;
 }
 
-bool MlaMergeUnabsorbStreams(int64_t tokens, int splits) {
-  return MlaMergeUnabsorbFits(tokens, splits) && tokens * splits <= kStreamedMergeEntries;
-}
-
 absl::Status LaunchMlaMergeUnabsorb(const MlaAbsorbWeights& w, const MlaSplitPartials& parts, int64_t tokens,
-                                    __nv_bfloat16* out, cudaStream_t stream, MergeUnabsorbKernel kernel) {
+                                    __nv_bfloat16* out, cudaStream_t stream) {
   constexpr absl::string_view kMergeOp = "MlaMergeUnabsorb";
   SPAR_RETURN_IF_ERROR(CheckAbsorbWeights(w));
   if (!MlaMergeUnabsorbFits(tokens, parts.splits)) {
@@ -559,16 +411,7 @@ absl::Status LaunchMlaMergeUnabsorb(const MlaAbsorbWeights& w, const MlaSplitPar
   src.splits = parts.splits;
   src.rows = tokens * w.heads;
   src.heads = w.heads;
-  if (kernel == MergeUnabsorbKernel::kStreamed && !MlaMergeUnabsorbStreams(tokens, parts.splits)) {
-    return InvalidParam(kMergeOp, "kernel", absl::StrCat("kStreamed needs tokens x splits <= ", kStreamedMergeEntries,
-                                                         ", got ", tokens, " x ", parts.splits));
-  }
   const dim3 grid(p.n / kBN, 1, p.batch);
-  if (kernel == MergeUnabsorbKernel::kStreamed) {
-    MergeUnabsorbStreamKernel<<<grid, kThreads, 0, stream>>>(p, src);
-    SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("MergeUnabsorbStreamKernel");
-    return absl::OkStatus();
-  }
   BatchedGemmKernel<false, MergedTile, true><<<grid, kThreads, 0, stream>>>(p, src);
   SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("BatchedGemmKernel<merged>");
   return absl::OkStatus();

@@ -84,18 +84,8 @@ struct MlaSplitPartials {
 // head's CTAs merge its rows themselves, so it fits few tokens x splits
 // only (MlaMergeUnabsorbFits: 1..16 tokens, tokens x splits <= 64).
 bool MlaMergeUnabsorbFits(int64_t tokens, int splits);
-// Which kernel runs it; every one writes the same bits. kMergeFirst merges
-// a CTA's rows whole before its K loop; kStreamed (up to 32 tokens x splits:
-// MlaMergeUnabsorbStreams) streams the partials with the weights and merges
-// A one K tile at a time, so the weights need not wait for the merge. kAuto
-// runs kMergeFirst: kStreamed has not yet been measured on a GPU (written in
-// session 30, whose device time ran out; tools/device/merge_unabsorb_ncu.sh
-// times both).
-enum class MergeUnabsorbKernel { kAuto, kMergeFirst, kStreamed };
-bool MlaMergeUnabsorbStreams(int64_t tokens, int splits);
 absl::Status LaunchMlaMergeUnabsorb(const MlaAbsorbWeights& w, const MlaSplitPartials& parts, int64_t tokens,
-                                    __nv_bfloat16* out, cudaStream_t stream,
-                                    MergeUnabsorbKernel kernel = MergeUnabsorbKernel::kAuto);
+                                    __nv_bfloat16* out, cudaStream_t stream);
 
 // The batched GEMMs the q absorption and un-absorption launchers run (after checking w), for a
 // caller that sets more of them (benchmarks force BatchedGemmParams::tile_rows).

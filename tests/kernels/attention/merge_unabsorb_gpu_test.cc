@@ -10,7 +10,6 @@
 #include <cstring>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "base/cache_layout.h"
 #include "base/numeric.h"
 #include "base/rng.h"
@@ -154,17 +153,12 @@ TEST_P(MergeUnabsorb, EqualsMergeThenUnabsorbBitForBit) {
   ASSERT_TRUE(st.ok()) << st;
   const SparseMlaPartialsView view = SparseMlaPartials(plan, c.tokens, c.heads, ws.get());
   MlaSplitPartials parts{view.o, view.lse, c.splits};
-  std::vector<MergeUnabsorbKernel> kernels = {MergeUnabsorbKernel::kAuto, MergeUnabsorbKernel::kMergeFirst};
-  if (MlaMergeUnabsorbStreams(c.tokens, c.splits)) kernels.push_back(MergeUnabsorbKernel::kStreamed);
-  for (const MergeUnabsorbKernel kernel : kernels) {
-    SCOPED_TRACE(absl::StrCat("kernel ", static_cast<int>(kernel)));
-    got.Poison();
-    st = LaunchMlaMergeUnabsorb(w, parts, c.tokens, reinterpret_cast<__nv_bfloat16*>(got.get()), nullptr, kernel);
-    ASSERT_TRUE(st.ok()) << st;
-    SPAR_ASSERT_CUDA(cudaGetLastError());
-    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
-    ExpectEqualBits(c, want.Download(), got.Download());
-  }
+  got.Poison();
+  st = LaunchMlaMergeUnabsorb(w, parts, c.tokens, reinterpret_cast<__nv_bfloat16*>(got.get()), nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  SPAR_ASSERT_CUDA(cudaGetLastError());
+  SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+  ExpectEqualBits(c, want.Download(), got.Download());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -177,8 +171,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{LatentFormat::kBF16, 16, 192, 256, 16, 16, 4}, Case{LatentFormat::kBF16, 32, 192, 256, 2, 32, 2},
         // DeepSeek-V3.2 head shapes, a 64-head tile.
         Case{LatentFormat::kBF16, 128, 128, 128, 1, 64, 16}, Case{LatentFormat::kFp8Ds, 16, 128, 128, 4, 16, 16},
-        // Up to 32 rows x splits the merge streams with the weights (MergeUnabsorbStreamKernel): its limit
-        // with an empty token, more rows than its merge has warps, eight splits of FP8 rows.
+        // 32 rows x splits with an empty token, five tokens of six splits, 16 tokens of two, eight splits of
+        // FP8 rows.
         Case{LatentFormat::kBF16, 64, 192, 256, 2, 16, 16}, Case{LatentFormat::kBF16, 16, 192, 256, 5, 16, 6},
         Case{LatentFormat::kBF16, 16, 128, 128, 16, 16, 2}, Case{LatentFormat::kFp8Ds, 64, 192, 256, 1, 16, 8}));
 
@@ -189,21 +183,11 @@ TEST(MergeUnabsorbLimits, RefusesWhatOneCtaCannotMerge) {
   EXPECT_FALSE(MlaMergeUnabsorbFits(17, 1));
   EXPECT_FALSE(MlaMergeUnabsorbFits(0, 2));
   EXPECT_FALSE(MlaMergeUnabsorbFits(3, 22));
-  EXPECT_TRUE(MlaMergeUnabsorbStreams(1, 32));
-  EXPECT_TRUE(MlaMergeUnabsorbStreams(16, 2));
-  EXPECT_FALSE(MlaMergeUnabsorbStreams(1, 33));
-  EXPECT_FALSE(MlaMergeUnabsorbStreams(17, 1));
   MlaAbsorbWeights w{reinterpret_cast<const __nv_bfloat16*>(16), 8, 192, 256};
   MlaSplitPartials parts{reinterpret_cast<const float*>(16), reinterpret_cast<const float*>(16), 65};
   const absl::Status st = LaunchMlaMergeUnabsorb(w, parts, 1, reinterpret_cast<__nv_bfloat16*>(16), nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("tokens x splits"), std::string::npos) << st;
-  // The streamed kernel forced past its 32 rows x splits: refused, naming it.
-  parts.splits = 33;
-  const absl::Status streamed = LaunchMlaMergeUnabsorb(w, parts, 1, reinterpret_cast<__nv_bfloat16*>(16), nullptr,
-                                                       MergeUnabsorbKernel::kStreamed);
-  EXPECT_EQ(streamed.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(streamed.message().find("kStreamed"), std::string::npos) << streamed;
 }
 
 TEST(MergeUnabsorbLimits, DeferredMergeNeedsASplitPlanAndNoLse) {
