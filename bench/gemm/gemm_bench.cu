@@ -705,7 +705,7 @@ int Main(int argc, char** argv) {
   const int sms = CurrentDeviceInfo().sm_count;
   CheckCuda(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "stream");
   g_copy_gbs = bench::MeasureCopyBandwidthGBs();
-  std::printf("device %s, %d SMs, copy bandwidth %.0f GB/s (read + write), H200 running sm80 code\n",
+  std::printf("device %s, %d SMs, copy bandwidth %.0f GB/s (read + write), running sm80 code\n",
               bench::DeviceName().c_str(), sms, g_copy_gbs);
   if (!opt.csv.empty()) {
     g_csv = std::fopen(opt.csv.c_str(), "w");

@@ -22,42 +22,68 @@ constexpr int kMaxRouteExperts = 512;  // LaunchMoeRoute's bound
 constexpr int kMaxRouteGroups = 32;
 constexpr int kMaxRouteTopK = 32;
 
+constexpr int kRouteSegment = 32;  // experts a warp ranks among themselves: one a lane
+constexpr int kMaxRouteSegments = kMaxRouteExperts / kRouteSegment;
+constexpr int kRouteExpertsPerThread = kMaxRouteExperts / kRouteThreads;
+static_assert(kRouteThreads % kRouteSegment == 0 && kMaxRouteExperts % kRouteThreads == 0, "whole segments");
+
 struct RouteSmem {
-  float score[kMaxRouteExperts];   // sigmoid(logit): the weights
-  float choice[kMaxRouteExperts];  // score + bias: the selection
+  float choice[kMaxRouteExperts];  // score + bias, for the group scores
   float group_score[kMaxRouteGroups];
+  // Each segment's top_k keys, best first (RouteTokenBlock).
+  unsigned long long candidate[kMaxRouteSegments][kMaxRouteTopK];
   float selected_score[kMaxRouteTopK];
   int selected_id[kMaxRouteTopK];  // the global expert ids in selection order
   uint32_t allowed_groups;
 };
 
+// kernels/ref MoeRoute's selection order as one 64-bit key, larger first:
+// allowed groups first, then the higher biased score, then the lower expert
+// id. The score's bits are made monotonic (-0 as +0, so equal scores tie as
+// the reference's float compare does); a lane past the last expert gets a
+// key below every expert's (and distinct from the other such lanes').
+__device__ __forceinline__ unsigned long long ExpertKey(bool allowed, float choice, int e) {
+  uint32_t u = __float_as_uint(choice);
+  if ((u << 1) == 0) u = 0;
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(allowed) << 48) | (static_cast<unsigned long long>(u) << 16) |
+         static_cast<unsigned long long>(0xffff - e);
+}
+
 // Routes token `tok` with the whole block (kRouteThreads threads), in the
-// selection order of kernels/ref MoeRoute: allowed groups first, then the
-// higher biased score, then the lower expert id. Each expert counts the
-// experts that beat it; its count is its place, so the top_k places come
-// out in selection order with no serial arg-max rounds (one warp doing
-// top_k rounds over 256 experts was ~20 us of dependent instructions at
-// decode, where one token is all there is).
+// selection order of kernels/ref MoeRoute. Each warp ranks a segment of 32
+// experts by counting the keys above each (a shuffle each); a segment's
+// top_k are its candidates, and a candidate's place is its rank plus the
+// other segments' candidates above it: an expert among the top_k has fewer
+// than top_k experts above it in every segment, so all of them are
+// candidates there and the count is exact; any other expert counts at least
+// top_k. (Every thread counting all 256 experts from shared memory, as
+// before, was ~1.5 us of dependent loads at GLM-5's 256 experts.)
 __device__ __forceinline__ void RouteTokenBlock(const MoeRouteParams& p, int64_t tok, RouteSmem& s) {
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, warp = tid >> 5;
   const int num_experts = p.num_experts, group_size = p.num_experts / p.n_group;
   const float* lg = p.logits + tok * p.ld_logits;
-  for (int e = tid; e < num_experts; e += kRouteThreads) {
+  // Thread tid holds experts tid, tid + kRouteThreads: segment warp + 8 i, lane.
+  float score[kRouteExpertsPerThread] = {}, choice[kRouteExpertsPerThread] = {};
+#pragma unroll
+  for (int i = 0; i < kRouteExpertsPerThread; ++i) {
+    const int e = tid + i * kRouteThreads;
+    if (e >= num_experts) break;
     // The bias is loaded first so both loads are in flight at once (after
     // the logit's strong load the compiler kept it behind the sigmoid).
     const float bias = p.bias[e];
     // Through L2: in MoeRouterRoutePermuteKernel other blocks wrote them.
-    const float score = 1.0f / (1.0f + expf(-__ldcg(lg + e)));
-    const float choice = score + bias;
-    s.score[e] = score;
+    score[i] = 1.0f / (1.0f + expf(-__ldcg(lg + e)));
+    const float c = score[i] + bias;
     // NaN (a NaN hidden state) ranks last, so the places stay a permutation.
-    s.choice[e] = choice == choice ? choice : -INFINITY;
+    choice[i] = c == c ? c : -INFINITY;
+    if (p.n_group > 1) s.choice[e] = choice[i];
   }
-  __syncthreads();
   // Group limit: keep the topk_group groups whose two best biased scores
   // sum highest (ties: the lower group).
   uint32_t allowed_groups = 0xffffffffu;
   if (p.n_group > 1) {
+    __syncthreads();
     if (tid < p.n_group) {
       float b1 = -INFINITY, b2 = -INFINITY;
       for (int i = 0; i < group_size; ++i) {
@@ -87,24 +113,35 @@ __device__ __forceinline__ void RouteTokenBlock(const MoeRouteParams& p, int64_t
     __syncthreads();
     allowed_groups = s.allowed_groups;
   }
-  for (int e = tid; e < num_experts; e += kRouteThreads) {
-    const bool mine_allowed = (allowed_groups >> (e / group_size)) & 1u;
-    const float c = s.choice[e];
-    int place = 0;
-    for (int g = 0; g < p.n_group && place < p.top_k; ++g) {
-      const bool g_allowed = (allowed_groups >> g) & 1u;
-      if (g_allowed != mine_allowed) {  // a whole group before or after this expert
-        place += g_allowed ? group_size : 0;
-        continue;
-      }
-      for (int j = g * group_size, j_end = j + group_size; j < j_end; ++j) {
-        const float cj = s.choice[j];
-        place += cj > c || (cj == c && j < e);
-      }
+  const int segments = (num_experts + kRouteSegment - 1) / kRouteSegment;
+  unsigned long long key[kRouteExpertsPerThread] = {};
+  int rank[kRouteExpertsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRouteExpertsPerThread; ++i) {
+    const int seg = warp + i * (kRouteThreads / kRouteSegment), e = tid + i * kRouteThreads;
+    rank[i] = kMaxRouteTopK;
+    if (seg >= segments) break;  // the whole warp
+    key[i] = e < num_experts ? ExpertKey((allowed_groups >> (e / group_size)) & 1u, choice[i], e)
+                             : static_cast<unsigned long long>(0xffff - e);
+    int r = 0;
+#pragma unroll
+    for (int j = 0; j < kRouteSegment; ++j) r += __shfl_sync(0xffffffffu, key[i], j) > key[i];
+    rank[i] = r;
+    if (r < p.top_k) s.candidate[seg][r] = key[i];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kRouteExpertsPerThread; ++i) {
+    const int seg = warp + i * (kRouteThreads / kRouteSegment), e = tid + i * kRouteThreads;
+    if (rank[i] >= p.top_k || e >= num_experts) continue;
+    int place = rank[i];
+    for (int other = 0; other < segments; ++other) {
+      if (other == seg) continue;
+      for (int r = 0; r < p.top_k; ++r) place += s.candidate[other][r] > key[i];
     }
     if (place < p.top_k) {
       p.expert_ids[tok * p.top_k + place] = e;
-      s.selected_score[place] = s.score[e];
+      s.selected_score[place] = score[i];
       s.selected_id[place] = e;
     }
   }
@@ -131,17 +168,38 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRouteKernel(const MoeRoutePa
 // the cursors still hold each expert's first row), scatter through
 // per-expert cursors. cnt and cursor: n_local ints each of shared memory;
 // warp_sums: 33. expert_ids are read through L2 (__ldcg): in the fused
-// kernel other blocks wrote them during this launch.
+// kernel other blocks wrote them during this launch. Up to kT x
+// kPermuteIdsHeld pairs (decode batches) they are read once, before the
+// counters are cleared, and held in registers for the scatter: the scatter
+// then waits for no second L2 round trip.
+constexpr int kPermuteIdsHeld = 4;
+
 template <int kT>
 __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt, int* cursor, int* warp_sums) {
   const int n_local = p.expert_end - p.expert_begin;
   const int tid = threadIdx.x;
   const int64_t n = p.tokens * p.top_k;
+  const bool held = n <= int64_t{kT} * kPermuteIdsHeld;
+  int local[kPermuteIdsHeld];  // pair tid + k kT's local expert (out of range: not this rank's)
+  if (held) {
+#pragma unroll
+    for (int k = 0; k < kPermuteIdsHeld; ++k) {
+      const int64_t i = tid + int64_t{k} * kT;
+      local[k] = i < n ? __ldcg(p.expert_ids + i) - p.expert_begin : -1;
+    }
+  }
   for (int e = tid; e < n_local; e += kT) cnt[e] = 0;
   __syncthreads();
-  for (int64_t i = tid; i < n; i += kT) {
-    const int e = __ldcg(p.expert_ids + i) - p.expert_begin;
-    if (e >= 0 && e < n_local) atomicAdd(&cnt[e], 1);
+  if (held) {
+#pragma unroll
+    for (int k = 0; k < kPermuteIdsHeld; ++k) {
+      if (local[k] >= 0 && local[k] < n_local) atomicAdd(&cnt[local[k]], 1);
+    }
+  } else {
+    for (int64_t i = tid; i < n; i += kT) {
+      const int e = __ldcg(p.expert_ids + i) - p.expert_begin;
+      if (e >= 0 && e < n_local) atomicAdd(&cnt[e], 1);
+    }
   }
   __syncthreads();
   const int per = (n_local + kT - 1) / kT;
@@ -172,14 +230,22 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
     if (tid == 0) list[0] = total_tiles;
   }
   __syncthreads();
-  for (int64_t i = tid; i < n; i += kT) {
-    const int e = __ldcg(p.expert_ids + i) - p.expert_begin;
+  auto scatter = [&](int64_t i, int e) {
     int pos = -1;
     if (e >= 0 && e < n_local) {
       pos = atomicAdd(&cursor[e], 1);
       p.sorted_token[pos] = static_cast<int32_t>(i / p.top_k);
     }
     p.slot[i] = pos;
+  };
+  if (held) {
+#pragma unroll
+    for (int k = 0; k < kPermuteIdsHeld; ++k) {
+      const int64_t i = tid + int64_t{k} * kT;
+      if (i < n) scatter(i, local[k]);
+    }
+  } else {
+    for (int64_t i = tid; i < n; i += kT) scatter(i, __ldcg(p.expert_ids + i) - p.expert_begin);
   }
 }
 

@@ -95,6 +95,13 @@ TEST(Sm80_MoeRoute, MatchesReference) {
   std::vector<float> bias512(512);
   for (auto& b : bias512) b = 0.1f * rng.Symmetric();
   CheckRoute(RandomLogits(3, 512, 11), bias512, 3, {512, 32, 16, 8, true, 2.5f});
+  // The selection ranks segments of 32 experts: the most segments with the
+  // most candidates each and no group limit, and three segments (five warps
+  // idle) with groups that straddle them.
+  CheckRoute(RandomLogits(2, 512, 12), bias512, 2, {512, 32, 1, 1, true, 2.5f});
+  std::vector<float> bias96(bias512.begin(), bias512.begin() + 96);
+  CheckRoute(RandomLogits(4, 96, 13), bias96, 4, {96, 8, 3, 2, true, 1.0f});
+  CheckRoute(RandomLogits(4, 96, 14), bias96, 4, {96, 5, 6, 4, false, 1.0f});
 }
 
 TEST(Sm80_MoeRoute, TiesGoToTheLowerExpert) {
@@ -107,6 +114,11 @@ TEST(Sm80_MoeRoute, TiesGoToTheLowerExpert) {
   const std::vector<float> bias(64, 0.0f);
   CheckRoute(logits, bias, 40, {64, 8, 1, 1, true, 2.5f});
   CheckRoute(logits, bias, 40, {64, 8, 8, 4, true, 2.5f});
+  // Ties across all sixteen 32-expert segments, 32 selected.
+  std::vector<float> logits512(6 * 512);
+  for (auto& v : logits512) v = static_cast<float>(static_cast<int>(rng.Below(3)) - 1);
+  CheckRoute(logits512, std::vector<float>(512, 0.0f), 6, {512, 32, 1, 1, true, 2.5f});
+  CheckRoute(logits512, std::vector<float>(512, 0.0f), 6, {512, 20, 16, 3, true, 2.5f});
   // All equal: experts 0..k-1 with equal weights.
   const std::vector<float> flat(4 * 64, 0.5f);
   const RouteResult r = RunRoute(flat, bias, 4, {64, 8, 1, 1, true, 1.0f});
@@ -116,11 +128,15 @@ TEST(Sm80_MoeRoute, TiesGoToTheLowerExpert) {
   }
 }
 
-TEST(Sm80_MoePermute, GroupsPairsByLocalExpert) {
+// 100 tokens: the pairs fit the block's registers (read once); 600: they
+// do not (read again for the scatter).
+class Sm80_MoePermute : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(Sm80_MoePermute, GroupsPairsByLocalExpert) {
   SPAR_REQUIRE_GPU();
-  const int64_t tokens = 100;
+  const int64_t tokens = GetParam();
   const int top_k = 8, experts = 64, e0 = 16, e1 = 48;
-  Rng rng(9);
+  Rng rng(9 + tokens);
   std::vector<int32_t> ids(tokens * top_k);
   for (int64_t t = 0; t < tokens; ++t) {
     std::set<int> chosen;
@@ -166,6 +182,8 @@ TEST(Sm80_MoePermute, GroupsPairsByLocalExpert) {
   for (int r = 0; r < off[e1 - e0]; ++r) EXPECT_EQ(used[r], 1) << "permuted row " << r;
 }
 
+INSTANTIATE_TEST_SUITE_P(Tokens, Sm80_MoePermute, ::testing::Values(100, 600));
+
 // Routing and permutation in one launch: the same ids, weights and grouping
 // as the two launches, for one block of tokens and many, experts all local
 // or a rank's range, and again from a CUDA graph (the arrival counter must
@@ -186,6 +204,7 @@ TEST(Sm80_MoeRoutePermute, EqualsRouteThenPermute) {
       {8, {256, 8, 1, 1, true, 2.5f}, 0, 256},   // exactly one block of tokens
       {9, {256, 8, 8, 4, true, 2.5f}, 0, 256},   // DeepSeek-V3.2 groups, a second block
       {64, {256, 8, 1, 1, true, 2.5f}, 64, 128}, // a rank of EP 4
+      {128, {256, 8, 1, 1, true, 2.5f}, 0, 256}, // the most pairs the permutation holds in registers
       {300, {256, 8, 8, 4, true, 2.5f}, 0, 256},
       {0, {256, 8, 1, 1, true, 2.5f}, 0, 256},   // empty: offsets still written
       {70, {16, 4, 4, 2, true, 2.5f}, 0, 16},    // the tiny models
