@@ -26,6 +26,9 @@
 // other on one stream (Backend::RunConcurrently), for a same-binary A/B;
 // --latent-widening always|never overrides the policy that widens FP8 latent
 // rows before a prefill chunk's attention (--latent fp8), likewise.
+// --timeline prints, per shape, the GPU's own timeline of one graph replay
+// (bench/common/kernel_timeline.h: each kernel's start and duration as it
+// ran, branches overlapped, and the time the GPU ran nothing between them).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -39,10 +42,12 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/rng.h"
 #include "base/status_macros.h"
 #include "bench/common/bench_util.h"
+#include "bench/common/kernel_timeline.h"
 #include "engine/checkpoint.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/engine.h"
@@ -70,6 +75,7 @@ struct Flags {
   TpRank tp;
   std::string nccl_id_file;
   bool op_profile = false;  // per-op GPU time of an eager step per shape
+  bool timeline = false;    // --timeline: the GPU timeline of a replayed step per shape
   bool branch_overlap = true;  // --no-branch-overlap: Backend::RunConcurrently serial (A/B)
   std::optional<bool> latent_widening;  // --latent-widening auto|always|never (A/B)
   std::vector<int> verify_tokens;  // speculative verify steps: query tokens per sequence
@@ -96,6 +102,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       SPAR_RETURN_IF_ERROR(int_value(&f.make_layers));
     } else if (a == "--op-profile") {
       f.op_profile = true;
+    } else if (a == "--timeline") {
+      f.timeline = true;
     } else if (a == "--no-branch-overlap") {
       f.branch_overlap = false;
     } else if (a == "--latent-widening") {
@@ -245,6 +253,27 @@ absl::StatusOr<StepPlan> DecodePlan(int batch, int context, const ModelConfig& c
   }
   SPAR_RETURN_IF_ERROR(plan.Finalize(config.vocab_size, config.max_position_embeddings, num_blocks));
   return plan;
+}
+
+// The GPU timeline of the last of three replayed steps of `plan`
+// (--timeline): each kernel as it ran, branches overlapped, and where the
+// GPU ran nothing between them.
+absl::Status PrintStepTimeline(Backend* backend, Model* model, const StepPlan& plan, Tensor* in,
+                               const std::string& title, bool print) {
+  if (const absl::Status started = bench::KernelTimeline::Start(); !started.ok()) {
+    // A machine whose profiler interface is closed still gets its timings.
+    if (print) std::printf("\n%s: no timeline (%s)\n", title.c_str(), started.ToString().c_str());
+    return absl::OkStatus();
+  }
+  absl::Status st;
+  for (int r = 0; r < 3 && st.ok(); ++r) {
+    st = backend->TimeWork([&]() -> absl::Status { return model->Forward(plan, in).status(); }).status();
+  }
+  SPAR_ASSIGN_OR_RETURN(const std::vector<bench::TimelineEvent> events, bench::KernelTimeline::Stop());
+  SPAR_RETURN_IF_ERROR(st);
+  if (print) bench::PrintLastReplay(events, title, stdout);
+  std::fflush(stdout);
+  return absl::OkStatus();
 }
 
 // The median over 5 eager runs of `run` (after one warm-up) of each op
@@ -497,6 +526,10 @@ absl::Status Run(const Flags& f) {
         if (!replay) ar_seconds = (backend->collective_stats().seconds - before.seconds) / f.reps;
       }
       backend->set_step_replay(true);
+      if (f.timeline) {
+        SPAR_RETURN_IF_ERROR(PrintStepTimeline(backend.get(), model.get(), plan, &in,
+                                               absl::StrCat("context ", context, ", batch ", b), f.tp.rank == 0));
+      }
       const double step = Median(graph_t), eager = Median(eager_t), host = Median(host_t);
       double weights = 0, cache = 0;
       for (int l = f.first_layer; l < f.last_layer; ++l) {
