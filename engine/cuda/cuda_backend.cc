@@ -37,10 +37,15 @@
 #include "engine/cuda/step_graphs.h"
 #include "engine/decode_graph_key.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/indexer/indexer.h"
 #include "kernels/cuda/small_ops/small_ops.h"
 
 namespace spar {
 namespace {
+
+// The persistent counters' layout: the MoE routing's int32 first, the
+// top-k's row counters from here.
+constexpr size_t kCounterTopKOffset = 256;
 
 class CudaBackend final : public Backend {
  public:
@@ -78,8 +83,10 @@ class CudaBackend final : public Backend {
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
     SPAR_RETURN_IF_ERROR(gemm_workspace_.Allocate(kGemmWorkspaceBytes));
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemm_workspace_.as<void>(), 0, kGemmWorkspaceBytes, stream_));
-    SPAR_RETURN_IF_ERROR(counters_.Allocate(256));
-    SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters_.as<void>(), 0, 256, stream_));
+    // The fused MoE routing's counter, then the top-k's row counters.
+    const size_t counter_bytes = kCounterTopKOffset + kTopKMaxRowCounters * sizeof(uint32_t);
+    SPAR_RETURN_IF_ERROR(counters_.Allocate(counter_bytes));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters_.as<void>(), 0, counter_bytes, stream_));
     SPAR_RETURN_IF_ERROR(branches_.Init(kGemmWorkspaceBytes, stream_));
     SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     events_ = std::make_unique<EventPool>();
@@ -94,6 +101,7 @@ class CudaBackend final : public Backend {
     ctx_.gemm_workspace_bytes = gemm_workspace_.bytes();
     ctx_.tp_size = options_.tp.size;
     ctx_.moe_done_counter = counters_.as<int32_t>();
+    ctx_.topk_row_counters = reinterpret_cast<uint32_t*>(counters_.as<char>() + kCounterTopKOffset);
     ctx_.profiler = profiler_.get();
     SPAR_RETURN_IF_ERROR(ValidateTpRank(options_.tp));
     if (options_.tp.size > 1) {
@@ -450,7 +458,7 @@ class CudaBackend final : public Backend {
   int64_t used_at_init_ = 0;
   DeviceMemoryUsage memory_;
   DeviceBuffer gemm_workspace_;
-  DeviceBuffer counters_;  // zeroed device counters the kernels leave at zero (the fused MoE routing's)
+  DeviceBuffer counters_;  // zeroed device counters the kernels leave at zero (the MoE routing's, the top-k's)
   BranchStreams branches_;  // RunConcurrently's side stream
   RopeTables rope_;
   DeviceCaches caches_;

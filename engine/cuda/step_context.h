@@ -58,6 +58,9 @@ class StepContext {
   // A device int32 the fused MoE routing launch counts its blocks with (0
   // between launches: the last block resets it).
   int32_t* moe_done_counter = nullptr;
+  // kTopKMaxRowCounters device u32s, zero between launches: the row-group
+  // top-k's barrier counters (TopKParams::row_counters).
+  uint32_t* topk_row_counters = nullptr;
   OpProfiler* profiler = nullptr;
   BranchStreams* branches = nullptr;  // null: Concurrently runs serially
   bool overlap_branches = true;       // Backend::set_branch_overlap

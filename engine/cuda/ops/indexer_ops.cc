@@ -226,6 +226,8 @@ absl::StatusOr<Tensor> IndexerTopK(StepContext& ctx, int layer, const Tensor& q,
   tp.block_table_stride = m.table_stride;
   tp.token_seq = m.seq;
   tp.plan = &ctx.TopKPlanFor(tp.rows, tp.num_cols);
+  tp.row_counters = ctx.topk_row_counters;
+  tp.row_counters_capacity = ctx.topk_row_counters != nullptr ? kTopKMaxRowCounters : 0;
   // Few long rows (decode) split each row over several CTAs, which needs scratch.
   Tensor topk_ws;
   if (const size_t ws = TopKWorkspaceBytes(tp); ws > 0) {

@@ -231,7 +231,15 @@ struct TopKParams {
   // caller (the cuda backend plans each step once, not every layer); null:
   // planned here from the current device's SM count.
   const TopKSplitPlan* plan = nullptr;
+  // The row-group kernel's barrier counters, one a row (kTopKMaxRowCounters
+  // at most): zero before the launch and left zero by it, so a caller that
+  // keeps them between launches (the cuda backend) saves the memset that
+  // zeroes the workspace's on the stream (a graph node on the decode step's
+  // critical path). Null: the workspace's.
+  uint32_t* row_counters = nullptr;
+  int64_t row_counters_capacity = 0;
 };
+inline constexpr int64_t kTopKMaxRowCounters = 1024;
 bool TopKSupported(const TopKParams& p);
 // Workspace the split path needs for these params on the current device
 // (0: one CTA per row). Depends on rows, num_cols, split_chunks and the SM count.

@@ -49,7 +49,7 @@ static_assert(kBins == 256 && kBins <= kThreads, "SelectDigit: one bin per threa
 static_assert(kListCap <= kThreads, "one list entry per thread");
 
 struct GroupArgs {
-  uint32_t* arrived;  // [rows], zero at launch
+  uint32_t* arrived;  // [rows], zero at launch; left zero
   uint32_t* hists;    // [rows][kTopKGroupLevels][chunks][kBins]
   uint2* list;        // [rows][kListCap]
   int chunks;
@@ -252,6 +252,10 @@ __global__ void __launch_bounds__(kThreads, 2) TopKGroupKernel(const TopKParams 
     int32_t* row_out = p.out + row * p.out_stride;
     for (int i = row_total + tid; i < p.k; i += kThreads) row_out[i] = -1;
   }
+  // The counter back to zero for the next launch: each CTA arrives once
+  // more after its last barrier (every CTA of the row passes the same
+  // barriers), and the last to arrive resets it; no CTA waits on it then.
+  if (tid == 0 && atomicAdd(arrived, 1u) == (barriers + 1) * chunks - 1) atomicExch(arrived, 0u);
 }
 
 // CTAs of this kernel resident per SM (the cooperative launch's bound),
@@ -297,9 +301,13 @@ absl::StatusOr<bool> TopKGroupFits(const TopKSplitPlan& plan, int64_t rows, int 
 absl::Status LaunchTopKGroup(const TopKParams& p, const TopKSplitPlan& plan, cudaStream_t stream) {
   const TopKGroupLayout l = TopKGroupWorkspaceLayout(plan, p.rows);
   char* ws = static_cast<char*>(p.workspace);
-  const GroupArgs a{reinterpret_cast<uint32_t*>(ws + l.arrived), reinterpret_cast<uint32_t*>(ws + l.hists),
-                    reinterpret_cast<uint2*>(ws + l.list), plan.chunks};
-  SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ws + l.arrived, 0, static_cast<size_t>(p.rows) * 4, stream));
+  // The caller's counters (kept at zero between launches) or the
+  // workspace's, zeroed here.
+  const bool kept = p.row_counters != nullptr && p.rows <= p.row_counters_capacity;
+  uint32_t* arrived = kept ? p.row_counters : reinterpret_cast<uint32_t*>(ws + l.arrived);
+  const GroupArgs a{arrived, reinterpret_cast<uint32_t*>(ws + l.hists), reinterpret_cast<uint2*>(ws + l.list),
+                    plan.chunks};
+  if (!kept) SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(arrived, 0, static_cast<size_t>(p.rows) * 4, stream));
   switch (plan.group_keys) {
     case 4: return Launch<4>(p, plan, a, stream);
     case 8: return Launch<8>(p, plan, a, stream);

@@ -119,7 +119,8 @@ struct TopKSplitLayout {
 TopKSplitLayout TopKSplitWorkspaceLayout(const TopKSplitPlan& plan, int64_t rows);
 
 // Byte offsets of the row-group path's workspace (16-byte aligned pieces):
-//   arrived: [rows] u32 barrier counters (the launcher zeroes them on the stream)
+//   arrived: [rows] u32 barrier counters (the launcher zeroes them on the stream
+//            unless TopKParams::row_counters are used)
 //   hists:   [rows][kTopKGroupLevels][chunks][kTopKGroupBins] u32 chunk histograms
 //   list:    [rows][kTopKGroupListCap] (key, position) u32 pairs
 struct TopKGroupLayout {

@@ -114,6 +114,17 @@ TEST_P(TopKGroupTest, MatchesReferenceExactly) {
   p.num_cols = c.len;
   p.out_stride = c.k + 3;
   ExpectMatchesReference(p, keys, rows);
+  // Again with counters the caller keeps between launches (no memset):
+  // twice, the second launch finding them as the first left them (zero).
+  DeviceArray<uint32_t> counters(kTopKMaxRowCounters);
+  SPAR_ASSERT_CUDA(cudaMemset(counters.get(), 0, counters.bytes()));
+  p.row_counters = counters.get();
+  p.row_counters_capacity = kTopKMaxRowCounters;
+  for (int launch = 0; launch < 2; ++launch) {
+    ExpectMatchesReference(p, keys, rows);
+    const std::vector<uint32_t> left = counters.Download();
+    for (int64_t r = 0; r < kTopKMaxRowCounters; ++r) ASSERT_EQ(left[r], 0u) << "counter " << r << ", launch " << launch;
+  }
 }
 
 const GroupCase kGroupCases[] = {
@@ -243,6 +254,15 @@ TEST(TopKGroup, ReplaysFromACudaGraph) {
   p.workspace = ws.get();
   p.workspace_bytes = bytes;
   testing::ExpectGraphReplaysMatchReference(p, d_logits, d_out);
+  // With kept counters the graph holds no memset: each replay must leave
+  // them at zero for the next.
+  DeviceArray<uint32_t> counters(kTopKMaxRowCounters);
+  SPAR_ASSERT_CUDA(cudaMemset(counters.get(), 0, counters.bytes()));
+  p.row_counters = counters.get();
+  p.row_counters_capacity = kTopKMaxRowCounters;
+  testing::ExpectGraphReplaysMatchReference(p, d_logits, d_out);
+  const std::vector<uint32_t> left = counters.Download();
+  for (int r = 0; r < n_rows; ++r) EXPECT_EQ(left[r], 0u) << "row " << r;
 }
 
 // A plan that is not TopKGroupPlan's (chunk length off) or that does not
