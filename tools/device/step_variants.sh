@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One device call comparing several builds of the decode step (one GPU):
+# engine_bench of the FP8 GLM-5 MoE layer from every build, interleaved on one
+# checkpoint, then each build's GPU timeline of a replayed step (engine_bench
+# --timeline: where the step's time goes between kernels), then the bundle's
+# test binaries. Build each tree (sm_90 from compute_80) and copy its
+# engine_bench to /tmp/engine_bench_<variant> (the first named is the base),
+# test binaries as /tmp/<name>_gpu_test[_<variant>], then
+#   ../shared/scripts/bundle.sh .bundle-sv /tmp/engine_bench_base /tmp/engine_bench_<v>... /tmp/*_gpu_test*
+#   mkdir -p .bundle-z && tar cJf .bundle-z/sv.tar.xz .bundle-sv
+# On the GPU host (carry .bundle-z):
+#   python3 -c 'import tarfile; tarfile.open(".bundle-z/sv.tar.xz").extractall(".")'
+#   OUT=$OUT VARIANTS='base v1 v2' bash tools/device/step_variants.sh
+# Knobs: VARIANTS (required, base first), BATCHES (1,8), CONTEXTS (8192),
+# ROUNDS (2), FILTER_<test name> (a gtest filter for that binary, e.g.
+# FILTER_cuda_parity_gpu_test). Tests run first (fast ones) and last (SLOW:
+# cuda_parity, speculative), so a call cut short still brings the timings
+# back. Logs archived to $OUT/sv.tgz; a table last.
+set -uo pipefail
+NAME=sv
+source tools/device/two_build_common.sh
+read -r -a variants <<<"${VARIANTS:?name the builds, base first}"
+slow=" ${SLOW:-cuda_parity_gpu_test speculative_gpu_test} "
+run_tests() {  # $1: 1 = the slow ones, 0 = the others
+  for t in "$B"/*_gpu_test*; do
+    name=$(basename "$t")
+    base_name=${name%%_gpu_test*}_gpu_test
+    [[ $slow == *" $base_name "* ]] && is_slow=1 || is_slow=0
+    [[ $is_slow == "$1" ]] || continue
+    filter_var=FILTER_${base_name}
+    filter=()
+    [[ -n ${!filter_var:-} ]] && filter=(--gtest_filter="${!filter_var}")
+    timeout 240 "$t" "${filter[@]}" >"$OUT/$name.log" 2>&1
+    echo "$name rc $? ok $(grep -c '^\[       OK \]' "$OUT/$name.log") failed $(grep -c '^\[  FAILED  \]' "$OUT/$name.log")" \
+      >>"$OUT/rc.txt"
+  done
+}
+run_tests 0
+m=/tmp/glm5sv
+[[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5sv
+args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8}" --contexts "${CONTEXTS:-8192}")
+timeout 300 "$B/engine_bench_${variants[0]}" --make-geometry glm5-full --make-layers 4 "${args[@]}" \
+  >"$OUT/engine_${variants[0]}-0.log" 2>&1
+echo "engine ${variants[0]}-0 (made the checkpoint) rc $?" >>"$OUT/rc.txt"
+for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
+  for v in "${variants[@]}"; do
+    timeout 150 "$B/engine_bench_$v" "${args[@]}" >"$OUT/engine_$v-$r.log" 2>&1
+    echo "engine $v-$r rc $?" >>"$OUT/rc.txt"
+  done
+done
+for v in "${variants[@]}"; do
+  timeout 150 "$B/engine_bench_$v" "${args[@]}" --reps 5 --timeline >"$OUT/timeline_$v.log" 2>&1
+  echo "timeline $v rc $?" >>"$OUT/rc.txt"
+done
+rm -rf "$m"
+run_tests 1
+cat "$OUT/gpu.txt" "$OUT/rc.txt"
+echo "| variant | round | context | batch | step ms (graph) |"
+for v in "${variants[@]}"; do
+  for f in "$OUT"/engine_"$v"-*.log; do
+    round=${f##*-}
+    grep -E "^\| *[0-9]+ \| *[0-9]+ \| [0-9.]+ \|" "$f" | awk -F'|' -v v="$v" -v r="${round%.log}" \
+      '{printf "| %s | %s | %s | %s | %s |\n", v, r, $2, $3, $4}'
+  done
+done
+for v in "${variants[@]}"; do
+  echo "== timeline $v"
+  grep -E "timeline of|^span|^  idle" "$OUT/timeline_$v.log" | head -n 14
+done
