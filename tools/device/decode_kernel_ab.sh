@@ -19,21 +19,8 @@
 set -uo pipefail
 NAME=dk
 source tools/device/two_build_common.sh
-# The kernel's own tests first, the slow engine-level ones (SLOW) after the
-# benchmarks, so a call cut short still brings back the measurements.
-slow=" ${SLOW:-cuda_parity_gpu_test speculative_gpu_test} "
-run_tests() {  # $1: 1 = the slow ones, 0 = the others
-  for t in "$B"/*_gpu_test; do
-    name=$(basename "$t")
-    [[ $slow == *" $name "* ]] && is_slow=1 || is_slow=0
-    [[ $is_slow == "$1" ]] || continue
-    filter=()
-    [[ $name == cuda_parity_gpu_test && -n ${PARITY_FILTER:-} ]] && filter=(--gtest_filter="$PARITY_FILTER")
-    timeout 240 "$t" "${filter[@]}" >"$OUT/$name.log" 2>&1
-    echo "$name rc $? ok $(grep -c '^\[       OK \]' "$OUT/$name.log") failed $(grep -c '^\[  FAILED  \]' "$OUT/$name.log")" \
-      >>"$OUT/rc.txt"
-  done
-}
+# PARITY_FILTER: cuda_parity_gpu_test's gtest filter (run_tests' FILTER_ knob).
+FILTER_cuda_parity_gpu_test=${FILTER_cuda_parity_gpu_test:-${PARITY_FILTER:-}}
 run_tests 0
 m=/tmp/glm5dk
 [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5dk

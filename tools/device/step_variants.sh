@@ -20,21 +20,6 @@ set -uo pipefail
 NAME=sv
 source tools/device/two_build_common.sh
 read -r -a variants <<<"${VARIANTS:?name the builds, base first}"
-slow=" ${SLOW:-cuda_parity_gpu_test speculative_gpu_test} "
-run_tests() {  # $1: 1 = the slow ones, 0 = the others
-  for t in "$B"/*_gpu_test*; do
-    name=$(basename "$t")
-    base_name=${name%%_gpu_test*}_gpu_test
-    [[ $slow == *" $base_name "* ]] && is_slow=1 || is_slow=0
-    [[ $is_slow == "$1" ]] || continue
-    filter_var=FILTER_${base_name}
-    filter=()
-    [[ -n ${!filter_var:-} ]] && filter=(--gtest_filter="${!filter_var}")
-    timeout 240 "$t" "${filter[@]}" >"$OUT/$name.log" 2>&1
-    echo "$name rc $? ok $(grep -c '^\[       OK \]' "$OUT/$name.log") failed $(grep -c '^\[  FAILED  \]' "$OUT/$name.log")" \
-      >>"$OUT/rc.txt"
-  done
-}
 run_tests 0
 m=/tmp/glm5sv
 [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5sv

@@ -2,7 +2,7 @@
 # sourced after they set NAME: the bundle's env (BUNDLE, default
 # .bundle-$NAME) and B (its bin/), the logs folder OUT=/tmp/$NAME, archived on
 # exit (a timeout's TERM included) to the caller's $OUT/$NAME.tgz, the GPU and
-# its clocks in $OUT/gpu.txt, and engine_rounds.
+# its clocks in $OUT/gpu.txt, engine_rounds and run_tests.
 BUNDLE=${BUNDLE:-.bundle-$NAME}
 source "$BUNDLE/env.sh"
 B=$BUNDLE/bin
@@ -29,5 +29,26 @@ engine_rounds() {
       timeout 150 "$B/engine_bench_$v" "${args[@]}" >"$OUT/engine_$v-$r.log" 2>&1
       echo "engine $v-$r rc $?" >>"$OUT/rc.txt"
     done
+  done
+}
+
+# run_tests 0|1: the bundle's test binaries (*_gpu_test, or *_gpu_test_<build>
+# for one build's copy) that are not / are SLOW (default cuda_parity and
+# speculative: run after the benchmarks, so a call cut short still brings the
+# measurements back), each with the gtest filter FILTER_<name>_gpu_test if
+# set; a line each in rc.txt.
+slow=" ${SLOW:-cuda_parity_gpu_test speculative_gpu_test} "
+run_tests() {
+  for t in "$B"/*_gpu_test*; do
+    name=$(basename "$t")
+    base_name=${name%%_gpu_test*}_gpu_test
+    [[ $slow == *" $base_name "* ]] && is_slow=1 || is_slow=0
+    [[ $is_slow == "$1" ]] || continue
+    filter_var=FILTER_${base_name}
+    filter=()
+    [[ -n ${!filter_var:-} ]] && filter=(--gtest_filter="${!filter_var}")
+    timeout 240 "$t" "${filter[@]}" >"$OUT/$name.log" 2>&1
+    echo "$name rc $? ok $(grep -c '^\[       OK \]' "$OUT/$name.log") failed $(grep -c '^\[  FAILED  \]' "$OUT/$name.log")" \
+      >>"$OUT/rc.txt"
   done
 }
