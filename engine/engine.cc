@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
     cuda.tp = options.tp;
     cuda.nccl_unique_id = options.nccl_unique_id;
     cuda.cuda_graphs = !options.enforce_eager;
+    cuda.urgent_branch_priority = options.urgent_branch_priority;
     return CreateCudaBackend(cuda);
 #else
     return absl::UnimplementedError("this binary was built without CUDA (use --backend cpu)");

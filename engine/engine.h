@@ -58,6 +58,12 @@ struct BackendOptions {
   // cuda: run every step eagerly instead of replaying decode steps as CUDA
   // graphs (vLLM's --enforce-eager; for debugging and measurements).
   bool enforce_eager = false;
+  // cuda: the urgent branch of a layer's two (the indexer's selection, the
+  // routed experts) on a stream of the device's highest priority, kept by the
+  // decode graphs' kernel nodes, so the SMs the other branch's GEMMs free go
+  // to its CTAs first (CudaBackendOptions::urgent_branch_priority). Off until
+  // measured (engine_bench --urgent-branch).
+  bool urgent_branch_priority = false;
 };
 
 struct EngineOptions {

@@ -41,10 +41,15 @@ class BranchStreams {
   ~BranchStreams();
 
   // The side stream, its events and a zeroed GEMM workspace of
-  // gemm_workspace_bytes (ordered before `main`'s later work).
-  absl::Status Init(size_t gemm_workspace_bytes, cudaStream_t main);
+  // gemm_workspace_bytes (ordered before `main`'s later work). urgent: the
+  // side stream at the device's highest priority (the default stream
+  // priority, which `main` has, is the lowest).
+  absl::Status Init(size_t gemm_workspace_bytes, cudaStream_t main, bool urgent = false);
 
   cudaStream_t side() const { return side_; }
+  // Whether the side stream outranks the main one: callers put their
+  // latency-bound branch there.
+  bool side_urgent() const { return urgent_; }
   void* gemm_workspace() const { return workspace_.as<void>(); }
   size_t gemm_workspace_bytes() const { return workspace_.bytes(); }
 
@@ -57,6 +62,7 @@ class BranchStreams {
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   DeviceBuffer workspace_;
+  bool urgent_ = false;
 };
 
 }  // namespace spar

@@ -87,11 +87,11 @@ class CudaBackend final : public Backend {
     const size_t counter_bytes = kCounterTopKOffset + kTopKMaxRowCounters * sizeof(uint32_t);
     SPAR_RETURN_IF_ERROR(counters_.Allocate(counter_bytes));
     SPAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters_.as<void>(), 0, counter_bytes, stream_));
-    SPAR_RETURN_IF_ERROR(branches_.Init(kGemmWorkspaceBytes, stream_));
+    SPAR_RETURN_IF_ERROR(branches_.Init(kGemmWorkspaceBytes, stream_, options_.urgent_branch_priority));
     SPAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     events_ = std::make_unique<EventPool>();
     profiler_ = std::make_unique<OpProfiler>(stream_, events_.get());
-    graphs_ = std::make_unique<StepGraphCache>(stream_, options_.max_cuda_graphs);
+    graphs_ = std::make_unique<StepGraphCache>(stream_, options_.max_cuda_graphs, branches_.side_urgent());
     ctx_.SetStream(stream_);
     ctx_.branches = &branches_;
     ctx_.device = CurrentDeviceInfo();

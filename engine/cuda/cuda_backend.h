@@ -40,6 +40,14 @@ struct CudaBackendOptions {
   // eagerly instead: all-reduces inside a graph cannot be timed with events,
   // so these steps sample the all-reduce durations the metrics report.
   int collective_sample_period = 64;
+  // The side stream of a layer's two branches at the device's highest
+  // priority, with the MoE's routed experts moved onto it (the attention's
+  // side branch, the indexer's selection, is already the latency-bound one),
+  // and decode graphs instantiated to keep their kernel nodes' priorities:
+  // when the other branch's weight-streaming GEMMs free SMs, the urgent
+  // branch's pending CTAs get them first (on an H100 the one-token routing
+  // launch waited 26 us beside the shared expert for an 8 us job).
+  bool urgent_branch_priority = false;
 };
 
 // A fresh NCCL unique id (opaque bytes) for a tensor-parallel group.

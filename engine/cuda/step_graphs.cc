@@ -37,7 +37,11 @@ absl::StatusOr<DecodeGraph*> StepGraphCache::Capture(const DecodeGraphKey& key,
   const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
   cudaError_t inst = cudaErrorUnknown;
   if (out.ok() && end == cudaSuccess) {
-    inst = cudaGraphInstantiateWithFlags(&g->exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+    // With node priorities the kernels keep the priority of the stream they
+    // were captured on (the urgent branch's); without, the launch stream's.
+    inst = cudaGraphInstantiateWithFlags(
+        &g->exec, graph,
+        cudaGraphInstantiateFlagAutoFreeOnLaunch | (node_priority_ ? cudaGraphInstantiateFlagUseNodePriority : 0));
   }
   if (graph != nullptr) cudaGraphDestroy(graph);
   if (!out.ok() || end != cudaSuccess || inst != cudaSuccess) {

@@ -40,7 +40,10 @@ struct DecodeGraph {
 
 class StepGraphCache {
  public:
-  StepGraphCache(cudaStream_t stream, int max_graphs) : stream_(stream), max_graphs_(max_graphs) {}
+  // node_priority: the graphs keep their kernel nodes' priorities (those of
+  // the streams they were captured on) instead of taking the launch stream's.
+  StepGraphCache(cudaStream_t stream, int max_graphs, bool node_priority = false)
+      : stream_(stream), max_graphs_(max_graphs), node_priority_(node_priority) {}
 
   // The graph of `key`, or null.
   DecodeGraph* Find(const DecodeGraphKey& key);
@@ -68,6 +71,7 @@ class StepGraphCache {
  private:
   cudaStream_t stream_;
   int max_graphs_;
+  bool node_priority_;
   std::map<DecodeGraphKey, std::unique_ptr<DecodeGraph>> graphs_;
   std::set<DecodeGraphKey> uncapturable_;
   uint64_t clock_ = 0;

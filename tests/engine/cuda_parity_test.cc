@@ -41,9 +41,10 @@ constexpr int kDense = 4096;  // index_topk above every test context
 // `dtypes` as --kv-cache-dtype / --indexer-cache-dtype (default auto: the
 // cpu's fp32 caches, the cuda backend's bf16 latent rows and FP8 keys).
 std::unique_ptr<Engine> MakeEngine(const std::string& dir, const std::string& backend, int topk_override = 0,
-                                   CacheDtypes dtypes = {}, int64_t num_blocks = 64) {
+                                   CacheDtypes dtypes = {}, int64_t num_blocks = 64, bool urgent_branch = false) {
   EngineOptions eo;
   eo.backend = backend;
+  eo.backend_options.urgent_branch_priority = urgent_branch;
   eo.model.num_blocks = num_blocks;
   eo.model.index_topk_override = topk_override;
   eo.cache_dtypes = dtypes;
@@ -69,6 +70,9 @@ class CudaParityTest : public ::testing::TestWithParam<testing::TinyVariant> {
     golden_ = json::parse(testing::ReadSource(testing::GoldenPath(prompts_from)));
     for (const auto& p : golden_["prompts"]) prompts_.push_back(p["ids"].get<std::vector<int32_t>>());
   }
+
+  // OverlappedBranchesEqualSerialSteps with the side stream urgent or not.
+  void ExpectOverlappedBranchesEqualSerial(bool urgent);
 
   std::string dir_;
   bool has_golden_ = true;
@@ -589,10 +593,20 @@ TEST_P(CudaParityTest, DecodeGraphsReplayLikeEagerSteps) {
 // same kernels on the same inputs, so every logit is bitwise equal, for a
 // prefill step and for decode steps replayed as graphs (the fork and join
 // captured as graph edges) on scored contexts. A missing join or a shared
-// split-K workspace shows up as a differing (or NaN) logit.
+// split-K workspace shows up as a differing (or NaN) logit. Both with the
+// side stream at the default priority and at the highest (the urgent branch
+// option, which also moves the routed experts onto it).
 TEST_P(CudaParityTest, OverlappedBranchesEqualSerialSteps) {
+  for (bool urgent : {false, true}) {
+    SCOPED_TRACE(urgent ? "urgent side branch" : "default priorities");
+    ExpectOverlappedBranchesEqualSerial(urgent);
+    if (HasFatalFailure()) return;
+  }
+}
+
+void CudaParityTest::ExpectOverlappedBranchesEqualSerial(bool urgent) {
   constexpr int kTopK = 32, kSteps = 24, kPrompt = 48;
-  auto cuda = MakeEngine(dir_, "cuda", kTopK);
+  auto cuda = MakeEngine(dir_, "cuda", kTopK, {}, 64, urgent);
   ASSERT_TRUE(cuda);
   Model& model = cuda->model();
   Backend* backend = model.backend();
@@ -645,8 +659,9 @@ TEST_P(CudaParityTest, OverlappedBranchesEqualSerialSteps) {
   const StepGraphStats after = backend->graph_stats();
   EXPECT_EQ(after.capture_failures, before.capture_failures);
   EXPECT_EQ(after.replays - before.replays, 2 * kSteps) << "every decode step replayed, both ways";
-  std::cout << GetParam().name << ": prefill and " << kSteps << " decode steps (contexts " << tokens[1].size() - kSteps
-            << ".." << tokens[0].size() << ", top-k " << kTopK << "), overlapped branches bitwise equal to serial\n";
+  std::cout << GetParam().name << (urgent ? " (urgent side branch)" : "") << ": prefill and " << kSteps
+            << " decode steps (contexts " << tokens[1].size() - kSteps << ".." << tokens[0].size() << ", top-k " << kTopK
+            << "), overlapped branches bitwise equal to serial\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVariants, CudaParityTest, testing::AllTinyVariants(), testing::TinyVariantTestName);

@@ -186,7 +186,17 @@ absl::StatusOr<Tensor> Moe(StepContext& ctx, const Tensor& x, const CudaMoe& moe
     SPAR_ASSIGN_OR_RETURN(yd, grouped.Run(h, nullptr, moe.down, nullptr, moe.hidden, down_list, down_bt));
     return absl::OkStatus();
   };
-  SPAR_RETURN_IF_ERROR(moe.shared ? ctx.Concurrently(shared_expert, routed_experts) : routed_experts());
+  // The routing is latency-bound: where the side stream outranks the main
+  // one (CudaBackendOptions::urgent_branch_priority) the routed experts take
+  // it.
+  const bool routed_on_side = ctx.branches != nullptr && ctx.branches->side_urgent();
+  if (!moe.shared) {
+    SPAR_RETURN_IF_ERROR(routed_experts());
+  } else if (routed_on_side) {
+    SPAR_RETURN_IF_ERROR(ctx.Concurrently(routed_experts, shared_expert));
+  } else {
+    SPAR_RETURN_IF_ERROR(ctx.Concurrently(shared_expert, routed_experts));
+  }
   const bool partial = ctx.tp_size > 1;  // fp32 partial sum for the all-reduce
   SPAR_RETURN_IF_ERROR(ctx.Mark("moe.combine"));
   SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(t_count, moe.hidden, partial ? DType::kF32 : DType::kBF16));
