@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <utility>
 
@@ -123,53 +122,6 @@ absl::StatusOr<std::vector<TimelineEvent>> KernelTimeline::Stop() {
   std::stable_sort(events.begin(), events.end(),
                    [](const TimelineEvent& a, const TimelineEvent& b) { return a.start_ns < b.start_ns; });
   return events;
-}
-
-void PrintLastReplay(const std::vector<TimelineEvent>& events, const std::string& title, FILE* out) {
-  std::map<uint32_t, int> per_launch;
-  for (const TimelineEvent& e : events) ++per_launch[e.correlation];
-  uint32_t last = 0;
-  bool found = false;
-  for (const auto& [correlation, n] : per_launch) {
-    if (n > 1) {
-      last = correlation;
-      found = true;
-    }
-  }
-  if (!found) {
-    std::fprintf(out, "\n%s: no launch with more than one event recorded (%zu events)\n", title.c_str(), events.size());
-    return;
-  }
-  std::vector<const TimelineEvent*> replay;
-  for (const TimelineEvent& e : events) {
-    if (e.correlation == last) replay.push_back(&e);
-  }
-  const uint64_t t0 = replay.front()->start_ns;
-  uint64_t busy_end = t0, busy = 0, idle = 0, span_end = t0;
-  std::vector<std::pair<uint64_t, size_t>> gaps;  // (idle ns before event i, i)
-  std::fprintf(out, "\n%s: the GPU timeline of the last graph replay (%zu events)\n", title.c_str(), replay.size());
-  std::fprintf(out, "| # | event | stream | start us | duration us | idle before us |\n|---|---|---|---|---|---|\n");
-  for (size_t i = 0; i < replay.size(); ++i) {
-    const TimelineEvent& e = *replay[i];
-    const uint64_t gap = e.start_ns > busy_end ? e.start_ns - busy_end : 0;
-    idle += gap;
-    if (gap > 0) gaps.emplace_back(gap, i);
-    // The union of the events: only the part past what already ran counts.
-    const uint64_t from = std::max(e.start_ns, busy_end);
-    if (e.end_ns > from) busy += e.end_ns - from;
-    busy_end = std::max(busy_end, e.end_ns);
-    span_end = std::max(span_end, e.end_ns);
-    std::fprintf(out, "| %zu | %s | %u | %.2f | %.2f | %.2f |\n", i, e.name.c_str(), e.stream, (e.start_ns - t0) * 1e-3,
-                 (e.end_ns - e.start_ns) * 1e-3, gap * 1e-3);
-  }
-  std::fprintf(out, "span %.2f us: busy %.2f us (some event running), idle %.2f us in %zu gaps\n",
-               (span_end - t0) * 1e-3, busy * 1e-3, idle * 1e-3, gaps.size());
-  std::sort(gaps.begin(), gaps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (size_t g = 0; g < std::min<size_t>(gaps.size(), 8); ++g) {
-    const size_t i = gaps[g].second;
-    std::fprintf(out, "  idle %.2f us before #%zu %s (after #%zu %s)\n", gaps[g].first * 1e-3, i,
-                 replay[i]->name.c_str(), i - 1, replay[i - 1]->name.c_str());
-  }
 }
 
 }  // namespace spar::bench
