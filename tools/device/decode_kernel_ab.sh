@@ -25,7 +25,8 @@ run_tests 0
 m=/tmp/glm5dk
 [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5dk
 args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8}" --contexts "${CONTEXTS:-8192}")
-engine_rounds --make-geometry glm5-full --make-layers 4
+variants=(before after)
+engine_rounds after --make-geometry glm5-full --make-layers 4
 if [[ -n ${KERNELS:-} ]]; then
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for v in before after; do

@@ -11,9 +11,8 @@
 # On the GPU host (carry .bundle-z):
 #   python3 -c 'import tarfile; tarfile.open(".bundle-z/sv.tar.xz").extractall(".")'
 #   OUT=$OUT VARIANTS='base v1 v2' bash tools/device/step_variants.sh
-# A variant may be a flag of one build instead: BIN_<variant> names the
-# engine_bench_<build> it runs (default its own) and FLAGS_<variant> adds
-# engine_bench flags, e.g. VARIANTS='base urgent' BIN_urgent=base
+# A variant may be a flag of one build instead (two_build_common.sh's bench:
+# BIN_<variant>, FLAGS_<variant>), e.g. VARIANTS='base urgent' BIN_urgent=base
 # FLAGS_urgent=--urgent-branch.
 # Knobs: VARIANTS (required, base first), BATCHES (1,8), CONTEXTS (8192),
 # ROUNDS (2), FILTER_<test name> (a gtest filter for that binary, e.g.
@@ -28,21 +27,7 @@ run_tests 0
 m=/tmp/glm5sv
 [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5sv
 args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8}" --contexts "${CONTEXTS:-8192}")
-bench() {  # bench SECONDS VARIANT ARGS...: that variant's engine_bench with its flags, under a timeout
-  local bin_var=BIN_$2 flags_var=FLAGS_$2
-  local -a flags
-  read -r -a flags <<<"${!flags_var:-}"
-  timeout "$1" "$B/engine_bench_${!bin_var:-$2}" "${flags[@]}" "${@:3}"
-}
-bench 300 "${variants[0]}" --make-geometry glm5-full --make-layers 4 "${args[@]}" \
-  >"$OUT/engine_${variants[0]}-0.log" 2>&1
-echo "engine ${variants[0]}-0 (made the checkpoint) rc $?" >>"$OUT/rc.txt"
-for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
-  for v in "${variants[@]}"; do
-    bench 150 "$v" "${args[@]}" >"$OUT/engine_$v-$r.log" 2>&1
-    echo "engine $v-$r rc $?" >>"$OUT/rc.txt"
-  done
-done
+engine_rounds "${variants[0]}" --make-geometry glm5-full --make-layers 4
 for v in "${variants[@]}"; do
   bench 150 "$v" "${args[@]}" --reps 5 --timeline >"$OUT/timeline_$v.log" 2>&1
   echo "timeline $v rc $?" >>"$OUT/rc.txt"

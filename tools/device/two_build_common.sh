@@ -16,17 +16,27 @@ trap "tar czf '$FINAL_OUT/$NAME.tgz' -C /tmp '$NAME'" EXIT
 trap 'exit 143' TERM
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 
-# engine_rounds MAKE_FLAGS...: the after build makes the checkpoint (MAKE_FLAGS:
-# the --make-* flags) and runs once, then ROUNDS (2) rounds of before, after on
-# it, interleaved; the common flags in the caller's array `args` (--model
-# first). Logs engine_after-0.log and engine_{before,after}-R.log, rc lines in
-# rc.txt.
+# bench SECONDS VARIANT ARGS...: the variant's engine_bench under a timeout:
+# engine_bench_<BIN_<variant>, default the variant> with FLAGS_<variant>
+# first, so a variant may be a flag of another build's binary.
+bench() {
+  local bin_var=BIN_$2 flags_var=FLAGS_$2
+  local -a flags
+  read -r -a flags <<<"${!flags_var:-}"
+  timeout "$1" "$B/engine_bench_${!bin_var:-$2}" "${flags[@]}" "${@:3}"
+}
+
+# engine_rounds MAKER MAKE_FLAGS...: variant MAKER makes the checkpoint
+# (MAKE_FLAGS: the --make-* flags) and runs once, then ROUNDS (2) rounds of
+# the caller's array `variants` on it, interleaved; the common flags in the
+# caller's array `args` (--model first). Logs engine_MAKER-0.log and
+# engine_<variant>-R.log, rc lines in rc.txt.
 engine_rounds() {
-  timeout 300 "$B/engine_bench_after" "$@" "${args[@]}" >"$OUT/engine_after-0.log" 2>&1
-  echo "engine after-0 (made the checkpoint) rc $?" >>"$OUT/rc.txt"
+  bench 300 "$1" "${@:2}" "${args[@]}" >"$OUT/engine_$1-0.log" 2>&1
+  echo "engine $1-0 (made the checkpoint) rc $?" >>"$OUT/rc.txt"
   for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
-    for v in before after; do
-      timeout 150 "$B/engine_bench_$v" "${args[@]}" >"$OUT/engine_$v-$r.log" 2>&1
+    for v in "${variants[@]}"; do
+      bench 150 "$v" "${args[@]}" >"$OUT/engine_$v-$r.log" 2>&1
       echo "engine $v-$r rc $?" >>"$OUT/rc.txt"
     done
   done

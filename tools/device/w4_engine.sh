@@ -26,7 +26,8 @@ fi
 m=/tmp/glm5w4
 [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5w4
 args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8,64}" --contexts 8192)
-engine_rounds --make-geometry glm5-full --make-layers 4 --make-quant "${QUANT:-awq}"
+variants=(before after)
+engine_rounds after --make-geometry glm5-full --make-layers 4 --make-quant "${QUANT:-awq}"
 if [[ "${PROFILE:-0}" != 0 ]]; then
   # Where an eager batch-1 step of the after build goes, op by op.
   timeout 150 "$B/engine_bench_after" --model "$m" --layers 3:4 --batches 1 --contexts 8192 --op-profile \
