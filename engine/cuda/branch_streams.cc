@@ -13,10 +13,14 @@ BranchStreams::~BranchStreams() {
 }
 
 absl::Status BranchStreams::Init(size_t gemm_workspace_bytes, cudaStream_t main, bool urgent) {
-  int least = 0, greatest = 0;
-  SPAR_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  SPAR_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, urgent ? greatest : least));
-  urgent_ = urgent && greatest != least;
+  if (urgent) {
+    int least = 0, greatest = 0;
+    SPAR_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, greatest));
+    urgent_ = greatest != least;
+  } else {
+    SPAR_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  }
   // Ordering only: no timing, so the waits stay cheap.
   SPAR_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   SPAR_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
