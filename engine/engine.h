@@ -61,9 +61,10 @@ struct BackendOptions {
   // cuda: the urgent branch of a layer's two (the indexer's selection, the
   // routed experts) on a stream of the device's highest priority, kept by the
   // decode graphs' kernel nodes, so the SMs the other branch's GEMMs free go
-  // to its CTAs first (CudaBackendOptions::urgent_branch_priority). Off until
-  // measured (engine_bench --urgent-branch).
-  bool urgent_branch_priority = false;
+  // to its CTAs first (CudaBackendOptions::urgent_branch_priority). On: a
+  // batch-1 GLM-5 layer 4 % faster on an H200 (bench/RESULTS.md, session 32);
+  // engine_bench --no-urgent-branch turns it off for an A/B.
+  bool urgent_branch_priority = true;
 };
 
 struct EngineOptions {

@@ -26,8 +26,9 @@
 // other on one stream (Backend::RunConcurrently), for a same-binary A/B;
 // --latent-widening always|never overrides the policy that widens FP8 latent
 // rows before a prefill chunk's attention (--latent fp8), likewise.
-// --urgent-branch runs the layer's latency-bound branch on a stream of the
-// highest priority (BackendOptions::urgent_branch_priority), for an A/B.
+// --no-urgent-branch runs the layer's latency-bound branch on a stream of the
+// default priority instead of the highest (BackendOptions::
+// urgent_branch_priority off), for an A/B.
 // --timeline prints, per shape, the GPU's own timeline of one graph replay
 // (bench/common/kernel_timeline.h: each kernel's start and duration as it
 // ran, branches overlapped, and the time the GPU ran nothing between them).
@@ -78,7 +79,7 @@ struct Flags {
   std::string nccl_id_file;
   bool op_profile = false;  // per-op GPU time of an eager step per shape
   bool timeline = false;    // --timeline: the GPU timeline of a replayed step per shape
-  bool urgent_branch = false;  // --urgent-branch: BackendOptions::urgent_branch_priority (A/B)
+  bool urgent_branch = true;  // --no-urgent-branch: BackendOptions::urgent_branch_priority off (A/B)
   bool branch_overlap = true;  // --no-branch-overlap: Backend::RunConcurrently serial (A/B)
   std::optional<bool> latent_widening;  // --latent-widening auto|always|never (A/B)
   std::vector<int> verify_tokens;  // speculative verify steps: query tokens per sequence
@@ -107,8 +108,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.op_profile = true;
     } else if (a == "--timeline") {
       f.timeline = true;
-    } else if (a == "--urgent-branch") {
-      f.urgent_branch = true;
+    } else if (a == "--no-urgent-branch") {
+      f.urgent_branch = false;
     } else if (a == "--no-branch-overlap") {
       f.branch_overlap = false;
     } else if (a == "--latent-widening") {

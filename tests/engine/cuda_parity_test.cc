@@ -41,7 +41,8 @@ constexpr int kDense = 4096;  // index_topk above every test context
 // `dtypes` as --kv-cache-dtype / --indexer-cache-dtype (default auto: the
 // cpu's fp32 caches, the cuda backend's bf16 latent rows and FP8 keys).
 std::unique_ptr<Engine> MakeEngine(const std::string& dir, const std::string& backend, int topk_override = 0,
-                                   CacheDtypes dtypes = {}, int64_t num_blocks = 64, bool urgent_branch = false) {
+                                   CacheDtypes dtypes = {}, int64_t num_blocks = 64,
+                                   bool urgent_branch = BackendOptions{}.urgent_branch_priority) {
   EngineOptions eo;
   eo.backend = backend;
   eo.backend_options.urgent_branch_priority = urgent_branch;
@@ -449,7 +450,9 @@ TEST_P(CudaParityTest, SparseSelectionsAgreeWithCpu) {
       const double overlap = SelectionOverlap(ta, tb, layer, prompts_[p].size());
       std::cout << GetParam().name << ": " << prompts_[p].size() << " tokens, layer " << layer
                 << " top-k overlap cuda vs cpu " << overlap << "\n";
-      if (layer == first_layer) EXPECT_GE(overlap, 0.95) << "layer 0, prompt of " << prompts_[p].size();
+      if (layer == first_layer) {
+        EXPECT_GE(overlap, 0.95) << "layer 0, prompt of " << prompts_[p].size();
+      }
     }
     std::cout << GetParam().name << ": " << prompts_[p].size() << " tokens, sparse last-logit rel err "
               << RelErr((*a)[0][0], (*b)[0][0]) << " (selection flips compound; see the file comment)\n";

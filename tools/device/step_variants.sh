@@ -12,8 +12,8 @@
 #   python3 -c 'import tarfile; tarfile.open(".bundle-z/sv.tar.xz").extractall(".")'
 #   OUT=$OUT VARIANTS='base v1 v2' bash tools/device/step_variants.sh
 # A variant may be a flag of one build instead (two_build_common.sh's bench:
-# BIN_<variant>, FLAGS_<variant>), e.g. VARIANTS='base urgent' BIN_urgent=base
-# FLAGS_urgent=--urgent-branch.
+# BIN_<variant>, FLAGS_<variant>), e.g. VARIANTS='base calm' BIN_calm=base
+# FLAGS_calm=--no-urgent-branch.
 # Knobs: VARIANTS (required, base first), BATCHES (1,8), CONTEXTS (8192),
 # ROUNDS (2), FILTER_<test name> (a gtest filter for that binary, e.g.
 # FILTER_cuda_parity_gpu_test). Tests run first (fast ones) and last (SLOW:
