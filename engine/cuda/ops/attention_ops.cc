@@ -33,9 +33,10 @@ MlaCacheWriteParams CacheWriteParams(StepContext& ctx, int layer, const Tensor& 
   return p;
 }
 
-// The absorbed query [T, H·576] of q [T, H·(Dn+Dr)]: its buffer, and the
-// RoPE of each head's q_pe into the last 64 lanes (who runs it is the
-// caller's choice).
+// The absorbed query [T, H·576] of q [T, H·(Dn+Dr)] (its rows may be a
+// wider row's first columns: q_b's GEMM also writes the indexer's query):
+// its buffer, and the RoPE of each head's q_pe into the last 64 lanes (who
+// runs it is the caller's choice).
 struct AbsorbedQuery {
   Tensor out;
   int q_head_dim = 0;
@@ -46,7 +47,8 @@ absl::StatusOr<AbsorbedQuery> NewAbsorbedQuery(StepContext& ctx, const Tensor& q
   const int heads = a.w.heads;
   AbsorbedQuery aq;
   aq.q_head_dim = static_cast<int>(q.cols() / heads);
-  if (!q.contiguous() || aq.q_head_dim != a.w.nope_dim + kLatentRopeDim) {
+  if (q.cols() != static_cast<int64_t>(heads) * aq.q_head_dim || aq.q_head_dim != a.w.nope_dim + kLatentRopeDim ||
+      q.ld() % 8 != 0) {
     return absl::InvalidArgumentError("absorb: bad query layout");
   }
   SPAR_ASSIGN_OR_RETURN(aq.out, ctx.NewTensor(q.rows(), static_cast<int64_t>(heads) * kLatentDim));
@@ -59,6 +61,8 @@ absl::StatusOr<AbsorbedQuery> NewAbsorbedQuery(StepContext& ctx, const Tensor& q
   r.out_offset = kLatentNopeDim;
   r.rows = q.rows() * heads;
   r.rows_per_position = heads;
+  // Packed rows keep the packed addressing; wider rows step by their ld.
+  r.in_position_stride = q.ld() == q.cols() ? 0 : q.ld();
   r.positions = ctx.meta.pos;
   r.rotary_dim = kLatentRopeDim;
   r.inv_freq = ctx.rope->inv_freq();
@@ -69,8 +73,10 @@ absl::StatusOr<AbsorbedQuery> NewAbsorbedQuery(StepContext& ctx, const Tensor& q
 
 absl::Status LaunchQueryAbsorption(StepContext& ctx, const Tensor& q, const CudaAbsorb& a, const AbsorbedQuery& aq) {
   const int heads = a.w.heads;
-  return LaunchMlaQAbsorb(a.w, q.as<__nv_bfloat16>(), q.rows(), aq.q_head_dim, aq.out.as<__nv_bfloat16>(),
-                          static_cast<int64_t>(heads) * kLatentDim, kLatentDim, ctx.stream);
+  BatchedGemmParams p = MlaQAbsorbGemm(a.w, q.as<__nv_bfloat16>(), q.rows(), aq.q_head_dim, aq.out.as<__nv_bfloat16>(),
+                                       static_cast<int64_t>(heads) * kLatentDim, kLatentDim);
+  p.lda = q.ld();
+  return LaunchBatchedGemm(p, ctx.stream);
 }
 
 }  // namespace

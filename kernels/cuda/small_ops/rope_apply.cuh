@@ -22,10 +22,14 @@ __device__ __forceinline__ void RopeApplyPair(const RopeApplyParams& p, int64_t 
   const int i = static_cast<int>(idx - r * half);
   const int a = p.interleaved ? 2 * i : i;
   const int b = p.interleaved ? 2 * i + 1 : i + half;
-  const __nv_bfloat16* src = p.in + r * p.in_stride + p.in_offset;
+  const int64_t pos_index = r / p.rows_per_position;
+  const int64_t in_row = p.in_position_stride == 0
+                             ? r * p.in_stride
+                             : pos_index * p.in_position_stride + (r - pos_index * p.rows_per_position) * p.in_stride;
+  const __nv_bfloat16* src = p.in + in_row + p.in_offset;
   // The four loads at once (LoadEarly: left to the compiler, the position
   // and frequency waited for the pair's conversion, a second round trip).
-  const int32_t position = LoadEarly(p.positions + r / p.rows_per_position);
+  const int32_t position = LoadEarly(p.positions + pos_index);
   const float freq = LoadEarly(p.inv_freq + i);
   const uint16_t raw0 = LoadEarly(reinterpret_cast<const uint16_t*>(src + a));
   const uint16_t raw1 = LoadEarly(reinterpret_cast<const uint16_t*>(src + b));

@@ -164,6 +164,7 @@ absl::Status CheckRopeApplyParams(const RopeApplyParams& p) {
   if (p.in_offset < 0 || p.out_offset < 0) return InvalidParam(kOp, "offsets", "negative");
   if (!p.positions || !p.inv_freq) return InvalidParam(kOp, "positions/inv_freq", "null");
   if (p.rows_per_position < 1) return InvalidParam(kOp, "rows_per_position", "must be >= 1");
+  if (p.in_position_stride < 0) return InvalidParam(kOp, "in_position_stride", "negative");
   if (p.rows * (p.rotary_dim / 2) >= (int64_t{1} << 40)) return InvalidParam(kOp, "rows", "too many");
   return absl::OkStatus();
 }

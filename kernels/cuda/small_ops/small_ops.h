@@ -72,6 +72,10 @@ struct RopeApplyParams {
   int out_offset = 0;
   int64_t rows = 0;
   int rows_per_position = 1;
+  // Elements between the first input rows of consecutive positions (a
+  // token's heads inside a wider row, e.g. q beside the indexer's query
+  // columns); 0: rows_per_position * in_stride (packed).
+  int64_t in_position_stride = 0;
   const int32_t* positions = nullptr;
   int rotary_dim = 64;  // even
   const float* inv_freq = nullptr;

@@ -263,6 +263,64 @@ TEST(SiluMul, MatchesReference) {
   ExpectBf16Close(testing::FromBf16(dout.Download()), want, "silu_mul");
 }
 
+// RoPE of heads that fill only the first columns of each token's row (q_b's
+// rows beside the indexer's query, one GEMM's output): in_position_stride
+// steps between tokens; the result equals the packed rows' and the wider
+// row's other columns are not read into it.
+TEST(RopeApply, PositionStrideReadsTheHeadsOfWiderRows) {
+  SPAR_REQUIRE_GPU();
+  const int tokens = 7, heads = 5, dim = 256, off = 192, extra = 384, out_dim = 576, out_off = 512;
+  const int64_t row = static_cast<int64_t>(heads) * dim + extra;
+  const int64_t rows = static_cast<int64_t>(tokens) * heads;
+  ref::RopeParams rp;
+  rp.rotary_dim = 64;
+  rp.theta = 1e4;
+  const auto inv = ref::RopeInvFreq(rp);
+  auto wide = RandomBf16(tokens * row, 31, -2.0f, 2.0f);
+  Rng rng(32);
+  std::vector<int32_t> pos(tokens);
+  for (auto& v : pos) v = static_cast<int32_t>(rng.Below(1 << 17));
+  DeviceArray<uint16_t> dx, dout(rows * out_dim);
+  dx.Upload(testing::ToBf16(wide));
+  dout.Poison();
+  DeviceArray<int32_t> dpos;
+  dpos.Upload(pos);
+  DeviceArray<float> dinv;
+  dinv.Upload(inv);
+  RopeApplyParams p;
+  p.in = Bf(dx);
+  p.in_stride = dim;
+  p.in_position_stride = row;
+  p.in_offset = off;
+  p.out = Bf(dout);
+  p.out_stride = out_dim;
+  p.out_offset = out_off;
+  p.rows = rows;
+  p.rows_per_position = heads;
+  p.positions = dpos.get();
+  p.rotary_dim = 64;
+  p.inv_freq = dinv.get();
+  ASSERT_TRUE(LaunchRopeApply(p, nullptr).ok());
+  SPAR_ASSERT_CUDA(cudaGetLastError());
+  SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<float> packed(rows * dim);
+  for (int t = 0; t < tokens; ++t) {
+    std::copy(wide.begin() + t * row, wide.begin() + t * row + heads * dim, packed.begin() + t * heads * dim);
+  }
+  ref::ApplyRope(packed.data(), dim, rows, heads, pos.data(), off, ref::RopePairs::kInterleaved, rp);
+  const auto got = testing::FromBf16(dout.Download());
+  int bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int i = 0; i < 64; ++i) {
+      const float g = got[r * out_dim + out_off + i], w = RoundToBf16(packed[r * dim + off + i]);
+      if (g != w && bad++ < 5) ADD_FAILURE() << "row " << r << " dim " << i << ": " << g << " vs " << w;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  p.in_position_stride = -1;
+  EXPECT_EQ(LaunchRopeApply(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SmallOps, RejectBadParams) {
   RmsNormParams r;
   r.rows = 1;
