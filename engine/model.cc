@@ -17,8 +17,11 @@ struct Model::Layer {
   bool full_indexer = true;
   std::unique_ptr<Weight> input_norm, post_norm, q_a_norm, kv_a_norm;
   std::unique_ptr<Weight> fused_a;  // q_a ‖ kv_a (‖ indexer wk ‖ indexer weights_proj)
+  // q_b: this rank's heads' query rows (‖ the indexer's wq_b rows with
+  // ModelOptions::fuse_indexer_query; else idx_wq_b holds them).
   std::unique_ptr<Weight> q_b, absorb, o_proj;
   std::unique_ptr<Weight> idx_wq_b, idx_norm_w, idx_norm_b;
+  int64_t fused_index_query_cols = 0;  // the indexer's columns at the end of q_b's output
   std::unique_ptr<Weight> ffn;  // Mlp or Moe
 };
 
@@ -240,6 +243,12 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
     m.row_begin = hs.begin * c.qk_head_dim();
     m.row_end = hs.end * c.qk_head_dim();
     q_b.parts.push_back(m);
+    const int64_t index_q_rows = static_cast<int64_t>(c.index_n_heads) * c.index_head_dim;
+    if (layer->full_indexer && options_.fuse_indexer_query) {  // replicated on every rank, like the A projections
+      SPAR_ASSIGN_OR_RETURN(MatrixSource wq, Matrix(ck, c.quant, Layer(l, names::kIdxWqB), index_q_rows, c.q_lora_rank));
+      q_b.parts.push_back(wq);
+      layer->fused_index_query_cols = index_q_rows;
+    }
     SPAR_ASSIGN_OR_RETURN(layer->q_b, backend_->CreateLinear(q_b));
   }
   {
@@ -263,8 +272,10 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
   absorb.kv_lora_rank = c.kv_lora_rank;
   SPAR_ASSIGN_OR_RETURN(layer->absorb, backend_->CreateAbsorb(absorb));
   if (layer->full_indexer) {
-    SPAR_RETURN_IF_ERROR(linear({{names::kIdxWqB, static_cast<int64_t>(c.index_n_heads) * c.index_head_dim}},
-                                c.q_lora_rank, &layer->idx_wq_b));
+    if (layer->fused_index_query_cols == 0) {
+      SPAR_RETURN_IF_ERROR(linear({{names::kIdxWqB, static_cast<int64_t>(c.index_n_heads) * c.index_head_dim}},
+                                  c.q_lora_rank, &layer->idx_wq_b));
+    }
     SPAR_RETURN_IF_ERROR(vec(names::kIdxKNormW, c.index_head_dim, &layer->idx_norm_w));
     SPAR_RETURN_IF_ERROR(vec(names::kIdxKNormB, c.index_head_dim, &layer->idx_norm_b));
   }
@@ -322,17 +333,35 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
   } else {
     SPAR_ASSIGN_OR_RETURN(qr, backend_->RmsNorm(a.Cols(0, r), *layer.q_a_norm, c.latent_norm_eps));
   }
+  // With ModelOptions::fuse_indexer_query the heads' queries ‖ the
+  // indexer's query come from one GEMM before the fork.
+  const bool fused_queries = layer.fused_index_query_cols > 0;
+  Tensor queries;
+  if (fused_queries) {
+    SPAR_ASSIGN_OR_RETURN(queries, backend_->Linear(qr, *layer.q_b));
+  }
+  const int64_t q_cols = queries.cols() - layer.fused_index_query_cols;
   // The query and the latent cache on one side, the indexer's selection on
   // the other: neither reads the other's results until SparseMla.
   Tensor q_abs;
   auto query = [&]() -> absl::Status {
-    SPAR_ASSIGN_OR_RETURN(Tensor q, backend_->Linear(qr, *layer.q_b));
+    Tensor q;
+    if (fused_queries) {
+      q = queries.Cols(0, q_cols);
+    } else {
+      SPAR_ASSIGN_OR_RETURN(q, backend_->Linear(qr, *layer.q_b));
+    }
     SPAR_ASSIGN_OR_RETURN(q_abs, backend_->WriteLatentCacheAndAbsorbQuery(local, a.Cols(r, r + lat), *layer.kv_a_norm,
                                                                          c.latent_norm_eps, q, *layer.absorb));
     return absl::OkStatus();
   };
   auto select = [&]() -> absl::Status {
-    SPAR_ASSIGN_OR_RETURN(Tensor qi, backend_->Linear(qr, *layer.idx_wq_b));
+    Tensor qi;
+    if (fused_queries) {
+      qi = queries.Cols(q_cols, queries.cols());
+    } else {
+      SPAR_ASSIGN_OR_RETURN(qi, backend_->Linear(qr, *layer.idx_wq_b));
+    }
     SPAR_ASSIGN_OR_RETURN(*shared_topk, backend_->IndexerTopK(local, qi, a.Cols(w0, w0 + c.index_n_heads), indexer_));
     return absl::OkStatus();
   };

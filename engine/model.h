@@ -44,6 +44,13 @@ struct ModelOptions {
   // the same block tables) and shares the embedding and, where the
   // checkpoint has no shared_head.head, the lm_head.
   bool load_mtp = false;
+  // Full-indexer layers: q_b's weight also holds the indexer's wq_b (both
+  // read the normed q latent), so one GEMM before the branches fork writes
+  // both queries and the indexer's selection, the layer's longer branch,
+  // starts with its query ready instead of sharing the GPU with q_b. The
+  // same results on the cpu backend (each output column is its own dot
+  // product). Off until measured on a GPU (engine_bench --fuse-indexer-query).
+  bool fuse_indexer_query = false;
 };
 
 // OK when the engine can serve `config`: the DSA cache layouts fix the MLA

@@ -29,6 +29,8 @@
 // --no-urgent-branch runs the layer's latency-bound branch on a stream of the
 // default priority instead of the highest (BackendOptions::
 // urgent_branch_priority off), for an A/B.
+// --fuse-indexer-query computes the indexer's query in q_b's GEMM
+// (ModelOptions::fuse_indexer_query), for an A/B.
 // --timeline prints, per shape, the GPU's own timeline of one graph replay
 // (bench/common/kernel_timeline.h: each kernel's start and duration as it
 // ran, branches overlapped, and the time the GPU ran nothing between them).
@@ -80,6 +82,7 @@ struct Flags {
   bool op_profile = false;  // per-op GPU time of an eager step per shape
   bool timeline = false;    // --timeline: the GPU timeline of a replayed step per shape
   bool urgent_branch = true;  // --no-urgent-branch: BackendOptions::urgent_branch_priority off (A/B)
+  bool fuse_indexer_query = false;  // --fuse-indexer-query: ModelOptions::fuse_indexer_query (A/B)
   bool branch_overlap = true;  // --no-branch-overlap: Backend::RunConcurrently serial (A/B)
   std::optional<bool> latent_widening;  // --latent-widening auto|always|never (A/B)
   std::vector<int> verify_tokens;  // speculative verify steps: query tokens per sequence
@@ -110,6 +113,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.timeline = true;
     } else if (a == "--no-urgent-branch") {
       f.urgent_branch = false;
+    } else if (a == "--fuse-indexer-query") {
+      f.fuse_indexer_query = true;
     } else if (a == "--no-branch-overlap") {
       f.branch_overlap = false;
     } else if (a == "--latent-widening") {
@@ -436,6 +441,7 @@ absl::Status Run(const Flags& f) {
   mo.num_blocks = static_cast<int64_t>(max_batch) * seq_blocks + 2;
   mo.latent_format = f.latent == "fp8" ? LatentFormat::kFp8Ds : LatentFormat::kBF16;
   mo.indexer_format = IndexerFormat::kFp8;
+  mo.fuse_indexer_query = f.fuse_indexer_query;
   const auto t0 = std::chrono::steady_clock::now();
   SPAR_ASSIGN_OR_RETURN(auto model, Model::Load(f.model, backend.get(), mo));
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -94,7 +94,7 @@ struct RankResult {
 
 // Runs the same work on every rank of a TP group of `size` threads.
 std::vector<RankResult> RunGroup(const std::string& dir, int size, const std::vector<std::vector<int32_t>>& prompts,
-                                 const std::vector<GenerationRequest>& requests) {
+                                 const std::vector<GenerationRequest>& requests, bool fuse_indexer_query = false) {
   auto group = std::make_shared<InProcessGroup>(size);
   std::vector<RankResult> results(size);
   std::vector<std::thread> threads;
@@ -102,6 +102,7 @@ std::vector<RankResult> RunGroup(const std::string& dir, int size, const std::ve
     threads.emplace_back([&, r] {
       EngineOptions eo;
       eo.model.num_blocks = 64;
+      eo.model.fuse_indexer_query = fuse_indexer_query;
       eo.backend_options.tp = TpRank{r, size};
       eo.backend_options.cpu_group = group;
       auto engine = Engine::Create(dir, eo);
@@ -173,6 +174,32 @@ TEST_P(TensorParallelTest, TpGroupsMatchTp1) {
     // The sharding must actually be exercised: exact equality would mean the
     // ranks did the whole work (fp32 sums in another order differ slightly).
     EXPECT_GT(worst, 0) << "TP " << size << " logits are bit-identical to TP 1";
+  }
+}
+
+// ModelOptions::fuse_indexer_query: the indexer's wq_b rows after this
+// rank's q_b rows in one weight. Each output column is still its own dot
+// product on the cpu, so logits and tokens are bit-identical to the separate
+// GEMMs, at TP 1 and with q_b sliced by heads beside the replicated indexer.
+TEST_P(TensorParallelTest, FusedIndexerQueryChangesNothing) {
+  const std::string dir = MakeModel(GetParam());
+  const std::vector<std::vector<int32_t>> prompts = {testing::RandomTokens(70, 3), testing::RandomTokens(41, 4)};
+  std::vector<GenerationRequest> requests(2);
+  for (int i = 0; i < 2; ++i) {
+    requests[i].prompt = prompts[i];
+    requests[i].sampling.temperature = 0;
+    requests[i].max_tokens = 6;
+    requests[i].ignore_eos = true;
+  }
+  for (int size : {1, 2}) {
+    const auto separate = RunGroup(dir, size, prompts, requests, false);
+    const auto fused = RunGroup(dir, size, prompts, requests, true);
+    for (int r = 0; r < size; ++r) {
+      ASSERT_TRUE(separate[r].status.ok()) << "TP " << size << " rank " << r << ": " << separate[r].status;
+      ASSERT_TRUE(fused[r].status.ok()) << "TP " << size << " rank " << r << ": " << fused[r].status;
+      EXPECT_EQ(fused[r].logits, separate[r].logits) << "TP " << size << " rank " << r;
+      EXPECT_EQ(fused[r].tokens, separate[r].tokens) << "TP " << size << " rank " << r;
+    }
   }
 }
 
