@@ -54,7 +54,9 @@ inline DequantizedCopyStats WriteDequantizedCopy(const std::string& src, const s
   EXPECT_TRUE(WriteStringToFile(dst + "/config.json", config.dump(2)).ok());
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
     auto t = ReadFileToString(src + "/" + f);
-    if (t.ok()) EXPECT_TRUE(WriteStringToFile(dst + "/" + f, *t).ok());
+    if (t.ok()) {
+      EXPECT_TRUE(WriteStringToFile(dst + "/" + f, *t).ok());
+    }
   }
   auto ck = Checkpoint::Open(src);
   EXPECT_TRUE(ck.ok()) << ck.status();

@@ -188,7 +188,9 @@ std::string EditedCopy(const std::string& src, const std::string& name,
     auto t = (*ck)->Get(n);
     std::string bytes(reinterpret_cast<const char*>(t->data), t->nbytes);
     edit(n, bytes);
-    if (!bytes.empty()) EXPECT_TRUE(out.AddBytes(n, t->dtype, t->shape, bytes).ok());
+    if (!bytes.empty()) {
+      EXPECT_TRUE(out.AddBytes(n, t->dtype, t->shape, bytes).ok());
+    }
   }
   EXPECT_TRUE(out.Write(dst).ok());
   json c = json::parse(*ReadFileToString(src + "/config.json"));

@@ -29,7 +29,9 @@ TEST(RandomSelectionTest, DistinctSortedCausalAndPadded) {
     for (int i = 0; i < n; ++i) {
       EXPECT_GE(sel[i], 0);
       EXPECT_LT(sel[i], ctx);
-      if (i > 0) EXPECT_LT(sel[i - 1], sel[i]) << "ctx " << ctx;
+      if (i > 0) {
+        EXPECT_LT(sel[i - 1], sel[i]) << "ctx " << ctx;
+      }
     }
     for (int i = n; i < 64; ++i) EXPECT_EQ(sel[i], -1);
     if (ctx <= 64) {

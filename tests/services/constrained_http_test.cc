@@ -100,7 +100,9 @@ TEST(ConstrainedHttpTest, JsonObjectAlwaysParses) {
         ASSERT_TRUE(m["content"].is_string()) << r.dump();
         const Json parsed = Json::parse(m["content"].get<std::string>(), nullptr, false);
         EXPECT_TRUE(parsed.is_object()) << q << " thinking=" << thinking << ": " << r.dump();
-        if (thinking) EXPECT_TRUE(m["reasoning_content"].is_string() || m["reasoning_content"].is_null()) << r.dump();
+        if (thinking) {
+          EXPECT_TRUE(m["reasoning_content"].is_string() || m["reasoning_content"].is_null()) << r.dump();
+        }
       }
     }
   }
@@ -142,7 +144,9 @@ void ExpectValidCalls(const Json& message, const char* only = nullptr) {
   ASSERT_FALSE(message["tool_calls"].empty()) << message.dump();
   for (const Json& c : message["tool_calls"]) {
     const std::string name = c["function"]["name"];
-    if (only != nullptr) EXPECT_EQ(name, only);
+    if (only != nullptr) {
+      EXPECT_EQ(name, only);
+    }
     const Json args = Json::parse(c["function"]["arguments"].get<std::string>(), nullptr, false);
     ASSERT_TRUE(args.is_object()) << c.dump();
     if (name == "get_weather") {
@@ -150,11 +154,15 @@ void ExpectValidCalls(const Json& message, const char* only = nullptr) {
       ASSERT_TRUE(args["days"].is_number_integer()) << args.dump();
       EXPECT_GE(args["days"].get<int>(), 1);
       EXPECT_LE(args["days"].get<int>(), 7);
-      if (args.contains("unit")) EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f");
+      if (args.contains("unit")) {
+        EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f");
+      }
     } else {
       ASSERT_EQ(name, "note");
       ASSERT_TRUE(args["text"].is_string()) << args.dump();
-      if (args.contains("tags")) EXPECT_TRUE(args["tags"].is_array());
+      if (args.contains("tags")) {
+        EXPECT_TRUE(args["tags"].is_array());
+      }
     }
   }
 }

@@ -63,7 +63,9 @@ std::unique_ptr<Harness> Start(SchedulerOptions so = {}, OpenAiServerOptions ho 
   so.served_model_name = "tiny";
   so.step_timeout = absl::Seconds(60);
   h->scheduler = std::make_unique<Scheduler>(so, *config, std::move(*tok), std::move(*p));
-  if (start_scheduler) EXPECT_TRUE(h->scheduler->Start().ok());
+  if (start_scheduler) {
+    EXPECT_TRUE(h->scheduler->Start().ok());
+  }
   auto tmpl = ChatTemplate::FromTokenizerConfig(TinyTokenizerConfigJson());
   EXPECT_TRUE(tmpl.ok());
   h->chat_template = std::move(*tmpl);
@@ -425,7 +427,9 @@ TEST(OpenAiHttpTest, ClientDisconnectAbortsTheRequestAndFreesItsBlocks) {
     RawClient client(h->port);
     Json body = {{"prompt", "a long story"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", stream}};
     client.Send("/v1/completions", body.dump());
-    if (stream) ASSERT_TRUE(client.ReadUntil("\r\n\r\n"));  // the 200 and headers went out
+    if (stream) {
+      ASSERT_TRUE(client.ReadUntil("\r\n\r\n"));  // the 200 and headers went out
+    }
     ASSERT_TRUE(WaitFor([&] { return h->scheduler->Load().core.used_blocks > 0; }));
     client.Close();
     EXPECT_TRUE(WaitFor([&] { return h->scheduler->Load().running_requests == 0; }))
