@@ -45,5 +45,6 @@ for v in "${variants[@]}"; do
 done
 for v in "${variants[@]}"; do
   echo "== timeline $v"
-  grep -E "timeline of|^span|^  idle" "$OUT/timeline_$v.log" | head -n 14
+  { grep -E "timeline of|^span|^  idle" "$OUT/timeline_$v.log" || echo "(no timeline in $OUT/timeline_$v.log)"; } |
+    head -n 14
 done
