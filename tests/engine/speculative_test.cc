@@ -45,9 +45,10 @@ std::string MakeMtpModel(const MtpModel& m) {
 }
 
 std::unique_ptr<Engine> MakeEngine(const std::string& dir, int k, int64_t max_batch_tokens = 4096,
-                                   AcceptanceRule rule = AcceptLongestMatch) {
+                                   AcceptanceRule rule = AcceptLongestMatch, bool fuse_indexer_query = false) {
   EngineOptions eo;
   eo.model.num_blocks = 96;
+  eo.model.fuse_indexer_query = fuse_indexer_query;
   eo.num_speculative_tokens = k;
   eo.max_batch_tokens = max_batch_tokens;
   eo.acceptance_rule = std::move(rule);
@@ -151,6 +152,29 @@ INSTANTIATE_TEST_SUITE_P(Variants, SpeculativeIdentityTest,
                                            MtpModel{"dsv32_nvfp4_predictable", ModelArch::kDeepseekV32, false, true,
                                                     false, TinyQuant::kNvfp4}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// ModelOptions::fuse_indexer_query reaches the MTP layer (a full-indexer
+// layer of its own) and the verify steps' multi-token rows: the same
+// tokens, log-probabilities and drafts as the separate GEMMs, bit for bit.
+TEST(SpeculativeTest, FusedIndexerQueryChangesNoDraftOrToken) {
+  const std::string dir = MakeMtpModel({"fused_query", ModelArch::kGlmMoeDsa, true, true});
+  const auto requests = Requests(/*sampled=*/true);
+  auto separate = MakeEngine(dir, 3, 24);
+  auto fused = MakeEngine(dir, 3, 24, AcceptLongestMatch, /*fuse_indexer_query=*/true);
+  ASSERT_TRUE(separate && fused);
+  auto want = separate->Generate(requests);
+  auto got = fused->Generate(requests);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  ExpectSameGenerations(*want, *got, "fused indexer query");
+  for (size_t i = 0; i < want->size(); ++i) {
+    for (size_t t = 0; t < (*want)[i].tokens.size(); ++t) {
+      EXPECT_EQ((*want)[i].tokens[t].logprob, (*got)[i].tokens[t].logprob) << "request " << i << " token " << t;
+    }
+  }
+  EXPECT_EQ(separate->speculation_stats().num_draft_tokens, fused->speculation_stats().num_draft_tokens);
+  EXPECT_EQ(separate->speculation_stats().num_accepted_tokens, fused->speculation_stats().num_accepted_tokens);
+  EXPECT_GT(fused->speculation_stats().num_drafts, 0);
+}
 
 TEST(SpeculativeTest, StopsAndMaxTokensMidDraftEndWhereTheyWouldAndLeakNoBlock) {
   const std::string dir = MakeMtpModel({"stops", ModelArch::kGlmMoeDsa, false, true});
