@@ -333,7 +333,7 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
   } else {
     SPAR_ASSIGN_OR_RETURN(qr, backend_->RmsNorm(a.Cols(0, r), *layer.q_a_norm, c.latent_norm_eps));
   }
-  // With ModelOptions::fuse_indexer_query the heads' queries ‖ the
+  // With ModelOptions::fuse_indexer_query (the default) the heads' queries ‖ the
   // indexer's query come from one GEMM before the fork.
   const bool fused_queries = layer.fused_index_query_cols > 0;
   Tensor queries;

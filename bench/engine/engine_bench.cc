@@ -29,8 +29,9 @@
 // --no-urgent-branch runs the layer's latency-bound branch on a stream of the
 // default priority instead of the highest (BackendOptions::
 // urgent_branch_priority off), for an A/B.
-// --fuse-indexer-query computes the indexer's query in q_b's GEMM
-// (ModelOptions::fuse_indexer_query), for an A/B.
+// --no-fuse-indexer-query computes the indexer's query in a GEMM of its own
+// on the selection branch instead of in q_b's (ModelOptions::
+// fuse_indexer_query off), for an A/B.
 // --timeline prints, per shape, the GPU's own timeline of one graph replay
 // (bench/common/kernel_timeline.h: each kernel's start and duration as it
 // ran, branches overlapped, and the time the GPU ran nothing between them).
@@ -82,7 +83,7 @@ struct Flags {
   bool op_profile = false;  // per-op GPU time of an eager step per shape
   bool timeline = false;    // --timeline: the GPU timeline of a replayed step per shape
   bool urgent_branch = true;  // --no-urgent-branch: BackendOptions::urgent_branch_priority off (A/B)
-  bool fuse_indexer_query = false;  // --fuse-indexer-query: ModelOptions::fuse_indexer_query (A/B)
+  bool fuse_indexer_query = true;  // --no-fuse-indexer-query: ModelOptions::fuse_indexer_query off (A/B)
   bool branch_overlap = true;  // --no-branch-overlap: Backend::RunConcurrently serial (A/B)
   std::optional<bool> latent_widening;  // --latent-widening auto|always|never (A/B)
   std::vector<int> verify_tokens;  // speculative verify steps: query tokens per sequence
@@ -113,8 +114,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.timeline = true;
     } else if (a == "--no-urgent-branch") {
       f.urgent_branch = false;
-    } else if (a == "--fuse-indexer-query") {
-      f.fuse_indexer_query = true;
+    } else if (a == "--no-fuse-indexer-query") {
+      f.fuse_indexer_query = false;
     } else if (a == "--no-branch-overlap") {
       f.branch_overlap = false;
     } else if (a == "--latent-widening") {

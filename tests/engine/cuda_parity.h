@@ -1,6 +1,6 @@
 // The cuda-vs-cpu parity fixture shared by cuda_parity_test.cc (logits,
 // greedy picks, cache formats, selections) and cuda_parity_steps_test.cc
-// (decode steps as graphs, overlapped branches, the fused indexer query):
+// (decode steps as graphs, overlapped branches, the separate indexer query):
 // one test suite over every make-tiny variant, instantiated in the first.
 #ifndef SPAR_TESTS_ENGINE_CUDA_PARITY_H_
 #define SPAR_TESTS_ENGINE_CUDA_PARITY_H_
@@ -25,7 +25,7 @@ inline constexpr int kDense = 4096;  // index_topk above every test context
 inline std::unique_ptr<Engine> MakeEngine(const std::string& dir, const std::string& backend, int topk_override = 0,
                                           CacheDtypes dtypes = {}, int64_t num_blocks = 64,
                                           bool urgent_branch = BackendOptions{}.urgent_branch_priority,
-                                          bool fuse_indexer_query = false) {
+                                          bool fuse_indexer_query = ModelOptions{}.fuse_indexer_query) {
   EngineOptions eo;
   eo.backend = backend;
   eo.backend_options.urgent_branch_priority = urgent_branch;
@@ -55,7 +55,7 @@ class CudaParityTest : public ::testing::TestWithParam<TinyVariant> {
   }
 
   // OverlappedBranchesEqualSerialSteps with the side stream urgent or not.
-  void ExpectOverlappedBranchesEqualSerial(bool urgent, bool fuse_indexer_query = false);
+  void ExpectOverlappedBranchesEqualSerial(bool urgent, bool fuse_indexer_query = ModelOptions{}.fuse_indexer_query);
 
   std::string dir_;
   bool has_golden_ = true;

@@ -1,8 +1,8 @@
 // The cuda backend's decode steps against themselves (tests of the
 // CudaParityTest suite, instantiated in cuda_parity_test.cc): graph replays
 // against eager steps, overlapped branches against serial ones, and the
-// fused indexer query against the cpu. GPU test: SKIPPED without an sm80+
-// GPU.
+// separate indexer query GEMM against the cpu. GPU test: SKIPPED without an
+// sm80+ GPU.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -134,28 +134,28 @@ TEST_P(CudaParityTest, OverlappedBranchesEqualSerialSteps) {
   }
 }
 
-// ModelOptions::fuse_indexer_query: q_b's GEMM also writes the indexer's
-// query, so q reaches the RoPE and the absorption as the first columns of
-// wider rows and the indexer ropes its columns in place beside them. Dense
-// logits as close to the cpu as the separate GEMMs' bound above, the
-// selections of sparse prompts agreeing with the cpu's, and the overlapped
-// branches (now only the selection beside the cache write and absorption)
-// equal to serial steps, graphs included.
-TEST_P(CudaParityTest, FusedIndexerQueryKeepsParityWithCpu) {
+// The indexer's query from a GEMM of its own on the selection branch
+// (ModelOptions::fuse_indexer_query off, the A/B of engine_bench
+// --no-fuse-indexer-query; every other test here runs the default, q_b's
+// GEMM writing both queries, q then reaching the RoPE and the absorption as
+// the first columns of wider rows): dense logits as close to the cpu as the
+// default's bound above, the selections of sparse prompts agreeing with the
+// cpu's, and the overlapped branches equal to serial steps, graphs included.
+TEST_P(CudaParityTest, SeparateIndexerQueryGemmKeepsParityWithCpu) {
   {
     auto cpu = MakeEngine(dir_, "cpu", kDense);
-    auto fused = MakeEngine(dir_, "cuda", kDense, {}, 64, BackendOptions{}.urgent_branch_priority, true);
-    ASSERT_TRUE(cpu && fused);
+    auto separate = MakeEngine(dir_, "cuda", kDense, {}, 64, BackendOptions{}.urgent_branch_priority, false);
+    ASSERT_TRUE(cpu && separate);
     std::vector<double> errs;
     for (const auto& ids : prompts_) {
       auto a = cpu->PromptLogits({ids}, 4);
-      auto b = fused->PromptLogits({ids}, 4);
+      auto b = separate->PromptLogits({ids}, 4);
       ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
       for (size_t r = 0; r < (*a)[0].size(); ++r) errs.push_back(RelErr((*a)[0][r], (*b)[0][r]));
     }
     std::sort(errs.begin(), errs.end());
     const size_t within = std::upper_bound(errs.begin(), errs.end(), 3e-2) - errs.begin();
-    std::cout << GetParam().name << ": fused queries, dense, relative logit error cuda vs cpu: median "
+    std::cout << GetParam().name << ": separate indexer query GEMM, dense, relative logit error cuda vs cpu: median "
               << errs[errs.size() / 2] << ", worst " << errs.back() << "\n";
     EXPECT_LE(errs[errs.size() / 2], 3e-2);
     EXPECT_GE(within, errs.size() * 3 / 4);
@@ -163,22 +163,22 @@ TEST_P(CudaParityTest, FusedIndexerQueryKeepsParityWithCpu) {
   {
     const CacheDtypes dtypes = {LatentFormat::kBF16, IndexerFormat::kFp8};
     auto cpu = MakeEngine(dir_, "cpu", 0, dtypes);
-    auto fused = MakeEngine(dir_, "cuda", 0, dtypes, 64, BackendOptions{}.urgent_branch_priority, true);
-    ASSERT_TRUE(cpu && fused);
+    auto separate = MakeEngine(dir_, "cuda", 0, dtypes, 64, BackendOptions{}.urgent_branch_priority, false);
+    ASSERT_TRUE(cpu && separate);
     for (size_t p = 3; p < prompts_.size(); ++p) {  // 80, 200 and 350 tokens
       ForwardTrace ta, tb;
       auto a = cpu->PromptLogits({prompts_[p]}, 1, &ta);
-      auto b = fused->PromptLogits({prompts_[p]}, 1, &tb);
+      auto b = separate->PromptLogits({prompts_[p]}, 1, &tb);
       ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
       ASSERT_FALSE(ta.topk_slots.empty());
       const int layer = ta.topk_slots.begin()->first;
       const double overlap = SelectionOverlap(ta, tb, layer, prompts_[p].size());
-      std::cout << GetParam().name << ": fused queries, " << prompts_[p].size() << " tokens, layer " << layer
+      std::cout << GetParam().name << ": separate indexer query GEMM, " << prompts_[p].size() << " tokens, layer " << layer
                 << " top-k overlap cuda vs cpu " << overlap << "\n";
       EXPECT_GE(overlap, 0.95) << "prompt of " << prompts_[p].size();
     }
   }
-  ExpectOverlappedBranchesEqualSerial(BackendOptions{}.urgent_branch_priority, /*fuse_indexer_query=*/true);
+  ExpectOverlappedBranchesEqualSerial(BackendOptions{}.urgent_branch_priority, /*fuse_indexer_query=*/false);
 }
 
 }  // namespace

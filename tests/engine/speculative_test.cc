@@ -45,7 +45,8 @@ std::string MakeMtpModel(const MtpModel& m) {
 }
 
 std::unique_ptr<Engine> MakeEngine(const std::string& dir, int k, int64_t max_batch_tokens = 4096,
-                                   AcceptanceRule rule = AcceptLongestMatch, bool fuse_indexer_query = false) {
+                                   AcceptanceRule rule = AcceptLongestMatch,
+                                   bool fuse_indexer_query = ModelOptions{}.fuse_indexer_query) {
   EngineOptions eo;
   eo.model.num_blocks = 96;
   eo.model.fuse_indexer_query = fuse_indexer_query;
@@ -159,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, SpeculativeIdentityTest,
 TEST(SpeculativeTest, FusedIndexerQueryChangesNoDraftOrToken) {
   const std::string dir = MakeMtpModel({"fused_query", ModelArch::kGlmMoeDsa, true, true});
   const auto requests = Requests(/*sampled=*/true);
-  auto separate = MakeEngine(dir, 3, 24);
+  auto separate = MakeEngine(dir, 3, 24, AcceptLongestMatch, /*fuse_indexer_query=*/false);
   auto fused = MakeEngine(dir, 3, 24, AcceptLongestMatch, /*fuse_indexer_query=*/true);
   ASSERT_TRUE(separate && fused);
   auto want = separate->Generate(requests);

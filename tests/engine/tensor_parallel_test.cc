@@ -94,7 +94,8 @@ struct RankResult {
 
 // Runs the same work on every rank of a TP group of `size` threads.
 std::vector<RankResult> RunGroup(const std::string& dir, int size, const std::vector<std::vector<int32_t>>& prompts,
-                                 const std::vector<GenerationRequest>& requests, bool fuse_indexer_query = false) {
+                                 const std::vector<GenerationRequest>& requests,
+                                 bool fuse_indexer_query = ModelOptions{}.fuse_indexer_query) {
   auto group = std::make_shared<InProcessGroup>(size);
   std::vector<RankResult> results(size);
   std::vector<std::thread> threads;

@@ -111,7 +111,9 @@ TEST(HttpLimitsTest, GzipBombAndOversizedChunkedBodyAre413WithoutRaisingPeakMemo
   std::cout << "[memory] scheduler peak RSS " << before << " KiB -> " << after << " KiB (+" << (after - before) / 1024
             << " MiB)\n";
   // Under ASan freed memory stays resident (its quarantine): only printed.
-  if (!kAsanBuild) EXPECT_LT(after - before, 100 * 1024) << "the bodies were held in memory";
+  if (!kAsanBuild) {
+    EXPECT_LT(after - before, 100 * 1024) << "the bodies were held in memory";
+  }
   ExpectServes(port, "the bodies");
 }
 
