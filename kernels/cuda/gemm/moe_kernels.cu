@@ -188,19 +188,26 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
       local[k] = i < n ? __ldcg(p.expert_ids + i) - p.expert_begin : -1;
     }
   }
+  // Visits every pair (index, local expert) this thread owns, the expert
+  // held in registers or read through L2 again; experts of other ranks come
+  // out of range (the callers skip them).
+  auto for_each_pair = [&](auto&& visit) {
+    if (held) {
+#pragma unroll
+      for (int k = 0; k < kPermuteIdsHeld; ++k) {
+        const int64_t i = tid + int64_t{k} * kT;
+        if (i < n) visit(i, local[k]);
+      }
+    } else {
+      for (int64_t i = tid; i < n; i += kT) visit(i, __ldcg(p.expert_ids + i) - p.expert_begin);
+    }
+  };
+  auto mine = [&](int e) { return e >= 0 && e < n_local; };
   for (int e = tid; e < n_local; e += kT) cnt[e] = 0;
   __syncthreads();
-  if (held) {
-#pragma unroll
-    for (int k = 0; k < kPermuteIdsHeld; ++k) {
-      if (local[k] >= 0 && local[k] < n_local) atomicAdd(&cnt[local[k]], 1);
-    }
-  } else {
-    for (int64_t i = tid; i < n; i += kT) {
-      const int e = __ldcg(p.expert_ids + i) - p.expert_begin;
-      if (e >= 0 && e < n_local) atomicAdd(&cnt[e], 1);
-    }
-  }
+  for_each_pair([&](int64_t, int e) {
+    if (mine(e)) atomicAdd(&cnt[e], 1);
+  });
   __syncthreads();
   const int per = (n_local + kT - 1) / kT;
   const int e0 = min(tid * per, n_local), e1 = min(e0 + per, n_local);
@@ -230,23 +237,14 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
     if (tid == 0) list[0] = total_tiles;
   }
   __syncthreads();
-  auto scatter = [&](int64_t i, int e) {
+  for_each_pair([&](int64_t i, int e) {
     int pos = -1;
-    if (e >= 0 && e < n_local) {
+    if (mine(e)) {
       pos = atomicAdd(&cursor[e], 1);
       p.sorted_token[pos] = static_cast<int32_t>(i / p.top_k);
     }
     p.slot[i] = pos;
-  };
-  if (held) {
-#pragma unroll
-    for (int k = 0; k < kPermuteIdsHeld; ++k) {
-      const int64_t i = tid + int64_t{k} * kT;
-      if (i < n) scatter(i, local[k]);
-    }
-  } else {
-    for (int64_t i = tid; i < n; i += kT) scatter(i, __ldcg(p.expert_ids + i) - p.expert_begin);
-  }
+  });
 }
 
 // The permutation of one token's top_k distinct experts (ids: global, in
