@@ -237,13 +237,13 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
   // replicated, so every rank writes the same full caches.
   const TpRank tp = backend_->tp();
   SPAR_ASSIGN_OR_RETURN(Slice hs, EvenSlice(heads, tp, "attention heads"));
+  const int64_t index_q_rows = static_cast<int64_t>(c.index_n_heads) * c.index_head_dim;
   {
     LinearSource q_b;
     SPAR_ASSIGN_OR_RETURN(MatrixSource m, Matrix(ck, c.quant, Layer(l, names::kQB), heads * c.qk_head_dim(), c.q_lora_rank));
     m.row_begin = hs.begin * c.qk_head_dim();
     m.row_end = hs.end * c.qk_head_dim();
     q_b.parts.push_back(m);
-    const int64_t index_q_rows = static_cast<int64_t>(c.index_n_heads) * c.index_head_dim;
     if (layer->full_indexer && options_.fuse_indexer_query) {  // replicated on every rank, like the A projections
       SPAR_ASSIGN_OR_RETURN(MatrixSource wq, Matrix(ck, c.quant, Layer(l, names::kIdxWqB), index_q_rows, c.q_lora_rank));
       q_b.parts.push_back(wq);
@@ -273,8 +273,7 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
   SPAR_ASSIGN_OR_RETURN(layer->absorb, backend_->CreateAbsorb(absorb));
   if (layer->full_indexer) {
     if (layer->fused_index_query_cols == 0) {
-      SPAR_RETURN_IF_ERROR(linear({{names::kIdxWqB, static_cast<int64_t>(c.index_n_heads) * c.index_head_dim}},
-                                  c.q_lora_rank, &layer->idx_wq_b));
+      SPAR_RETURN_IF_ERROR(linear({{names::kIdxWqB, index_q_rows}}, c.q_lora_rank, &layer->idx_wq_b));
     }
     SPAR_RETURN_IF_ERROR(vec(names::kIdxKNormW, c.index_head_dim, &layer->idx_norm_w));
     SPAR_RETURN_IF_ERROR(vec(names::kIdxKNormB, c.index_head_dim, &layer->idx_norm_b));

@@ -135,17 +135,23 @@ std::vector<RankResult> RunGroup(const std::string& dir, int size, const std::ve
   return results;
 }
 
+// Greedy requests of `max_tokens` tokens past EOS, one per prompt.
+std::vector<GenerationRequest> GreedyRequests(const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+  std::vector<GenerationRequest> requests(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests[i].prompt = prompts[i];
+    requests[i].sampling.temperature = 0;
+    requests[i].max_tokens = max_tokens;
+    requests[i].ignore_eos = true;
+  }
+  return requests;
+}
+
 TEST_P(TensorParallelTest, TpGroupsMatchTp1) {
   const std::string dir = MakeModel(GetParam());
   // 70 tokens: beyond index_topk (32), so the sparse path runs.
   const std::vector<std::vector<int32_t>> prompts = {testing::RandomTokens(70, 1), testing::RandomTokens(9, 2)};
-  std::vector<GenerationRequest> requests(2);
-  for (int i = 0; i < 2; ++i) {
-    requests[i].prompt = prompts[i];
-    requests[i].sampling.temperature = 0;
-    requests[i].max_tokens = 8;
-    requests[i].ignore_eos = true;
-  }
+  const std::vector<GenerationRequest> requests = GreedyRequests(prompts, 8);
   const auto base = RunGroup(dir, 1, prompts, requests);
   ASSERT_TRUE(base[0].status.ok()) << base[0].status;
   // 8: the full node's TP/EP 8 (tiny: 2 heads and 2 experts per rank).
@@ -185,13 +191,7 @@ TEST_P(TensorParallelTest, TpGroupsMatchTp1) {
 TEST_P(TensorParallelTest, FusedIndexerQueryChangesNothing) {
   const std::string dir = MakeModel(GetParam());
   const std::vector<std::vector<int32_t>> prompts = {testing::RandomTokens(70, 3), testing::RandomTokens(41, 4)};
-  std::vector<GenerationRequest> requests(2);
-  for (int i = 0; i < 2; ++i) {
-    requests[i].prompt = prompts[i];
-    requests[i].sampling.temperature = 0;
-    requests[i].max_tokens = 6;
-    requests[i].ignore_eos = true;
-  }
+  const std::vector<GenerationRequest> requests = GreedyRequests(prompts, 6);
   for (int size : {1, 2}) {
     const auto separate = RunGroup(dir, size, prompts, requests, false);
     const auto fused = RunGroup(dir, size, prompts, requests, true);
