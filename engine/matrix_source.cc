@@ -246,4 +246,12 @@ absl::StatusOr<MatrixSource> LoadMatrixSource(const Checkpoint& ck, const QuantC
   return m;
 }
 
+bool SameWeightFormat(const MatrixSource& a, const MatrixSource& b) {
+  if (a.quant.has_value() != b.quant.has_value()) return false;
+  if (!a.quant.has_value()) return true;
+  if (a.quant->layout != b.quant->layout || a.cols() != b.cols()) return false;
+  if (a.quant->layout == QuantLayout::kNvfp4) return a.global_scale == b.global_scale;
+  return a.quant->GroupFor(a.cols()) == b.quant->GroupFor(b.cols());
+}
+
 }  // namespace spar

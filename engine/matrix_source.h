@@ -34,6 +34,13 @@ absl::StatusOr<MatrixSource> LoadMatrixSource(const Checkpoint& ck, const QuantC
                                               const std::string& weight_name, int64_t rows, int64_t cols,
                                               MatrixKind kind = MatrixKind::kLinear);
 
+// Whether two matrices are stored alike, so that a linear stacking them is
+// one GEMM on every backend: both plain (bf16 / fp32 / block-FP8: segments of
+// one launch), or both 4-bit in one layout with the same group size over the
+// same columns (NVFP4: the same global scale too). A 4-bit matrix beside a
+// plain one is two GEMMs wherever they are stacked.
+bool SameWeightFormat(const MatrixSource& a, const MatrixSource& b);
+
 // "x.weight" -> "x"; other names unchanged.
 std::string ModuleOfWeight(const std::string& weight_name);
 

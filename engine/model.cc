@@ -18,7 +18,7 @@ struct Model::Layer {
   std::unique_ptr<Weight> input_norm, post_norm, q_a_norm, kv_a_norm;
   std::unique_ptr<Weight> fused_a;  // q_a ‖ kv_a (‖ indexer wk ‖ indexer weights_proj)
   // q_b: this rank's heads' query rows (‖ the indexer's wq_b rows with
-  // ModelOptions::fuse_indexer_query; else idx_wq_b holds them).
+  // IndexerQueryGemm::kWithQb; else idx_wq_b holds them).
   std::unique_ptr<Weight> q_b, absorb, o_proj;
   std::unique_ptr<Weight> idx_wq_b, idx_norm_w, idx_norm_b;
   int64_t fused_index_query_cols = 0;  // the indexer's columns at the end of q_b's output
@@ -111,6 +111,23 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, Backe
   if (options.load_mtp && last == config.num_hidden_layers) filter = WithMtpLayer(std::move(filter), config);
   SPAR_ASSIGN_OR_RETURN(auto ck, Checkpoint::Open(dir, filter));
   return Load(config, *ck, backend, options);
+}
+
+absl::string_view IndexerQueryGemmName(IndexerQueryGemm placement) {
+  switch (placement) {
+    case IndexerQueryGemm::kWithQb: return "with-qb";
+    case IndexerQueryGemm::kBeforeFork: return "before-fork";
+    case IndexerQueryGemm::kOnBranch: return "on-branch";
+  }
+  return "?";
+}
+
+absl::StatusOr<IndexerQueryGemm> ParseIndexerQueryGemm(absl::string_view name) {
+  for (IndexerQueryGemm p : {IndexerQueryGemm::kWithQb, IndexerQueryGemm::kBeforeFork, IndexerQueryGemm::kOnBranch}) {
+    if (name == IndexerQueryGemmName(p)) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown indexer query placement \"", name, "\" (with-qb, before-fork or on-branch)"));
 }
 
 absl::Status CheckEngineCanServe(const ModelConfig& c) {
@@ -244,10 +261,15 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
     m.row_begin = hs.begin * c.qk_head_dim();
     m.row_end = hs.end * c.qk_head_dim();
     q_b.parts.push_back(m);
-    if (layer->full_indexer && options_.fuse_indexer_query) {  // replicated on every rank, like the A projections
+    if (layer->full_indexer && options_.indexer_query == IndexerQueryGemm::kWithQb) {  // replicated on every rank, like the A projections
       SPAR_ASSIGN_OR_RETURN(MatrixSource wq, Matrix(ck, c.quant, Layer(l, names::kIdxWqB), index_q_rows, c.q_lora_rank));
-      q_b.parts.push_back(wq);
-      layer->fused_index_query_cols = index_q_rows;
+      // Stored unlike q_b (AWQ checkpoints keep the indexer bf16 beside int4
+      // q_b) the stack is two GEMMs, both before the fork: the indexer's own
+      // GEMM on its branch is faster there (session 32, AWQ layer on an H100).
+      if (SameWeightFormat(m, wq)) {
+        q_b.parts.push_back(wq);
+        layer->fused_index_query_cols = index_q_rows;
+      }
     }
     SPAR_ASSIGN_OR_RETURN(layer->q_b, backend_->CreateLinear(q_b));
   }
@@ -332,12 +354,15 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
   } else {
     SPAR_ASSIGN_OR_RETURN(qr, backend_->RmsNorm(a.Cols(0, r), *layer.q_a_norm, c.latent_norm_eps));
   }
-  // With ModelOptions::fuse_indexer_query (the default) the heads' queries ‖ the
-  // indexer's query come from one GEMM before the fork.
+  // IndexerQueryGemm: the heads' queries ‖ the indexer's query from one GEMM
+  // before the fork (kWithQb), or the indexer's query alone before it
+  // (kBeforeFork), or each on its own branch (kOnBranch).
   const bool fused_queries = layer.fused_index_query_cols > 0;
-  Tensor queries;
+  Tensor queries, index_query;
   if (fused_queries) {
     SPAR_ASSIGN_OR_RETURN(queries, backend_->Linear(qr, *layer.q_b));
+  } else if (layer.full_indexer && options_.indexer_query == IndexerQueryGemm::kBeforeFork) {
+    SPAR_ASSIGN_OR_RETURN(index_query, backend_->Linear(qr, *layer.idx_wq_b));
   }
   const int64_t q_cols = queries.cols() - layer.fused_index_query_cols;
   // The query and the latent cache on one side, the indexer's selection on
@@ -355,10 +380,10 @@ absl::StatusOr<Tensor> Model::Attention(int local, const Layer& layer, const Ten
     return absl::OkStatus();
   };
   auto select = [&]() -> absl::Status {
-    Tensor qi;
+    Tensor qi = index_query;
     if (fused_queries) {
       qi = queries.Cols(q_cols, queries.cols());
-    } else {
+    } else if (qi.empty()) {
       SPAR_ASSIGN_OR_RETURN(qi, backend_->Linear(qr, *layer.idx_wq_b));
     }
     SPAR_ASSIGN_OR_RETURN(*shared_topk, backend_->IndexerTopK(local, qi, a.Cols(w0, w0 + c.index_n_heads), indexer_));

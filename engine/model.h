@@ -12,11 +12,35 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/backend.h"
 #include "engine/checkpoint.h"
 #include "engine/model_config.h"
 
 namespace spar {
+
+// Where a full-indexer layer's indexer query GEMM runs. The indexer's
+// selection (query -> logits -> top-k) is the longer of the attention's two
+// branches at decode, so its query should be ready early and not share the
+// GPU with q_b's 33 MB stream.
+enum class IndexerQueryGemm {
+  // q_b's weight also holds wq_b's rows: one GEMM before the branches fork
+  // writes both queries. The batch-1 GLM-5 layer 0.275 -> 0.272 ms on an
+  // H100 against kOnBranch, the logits 10.9 -> 7.1 us (bench/RESULTS.md,
+  // session 32). Only where the two weights are stored alike
+  // (SameWeightFormat); an int4 q_b beside a bf16 indexer (AWQ) runs
+  // kOnBranch, where it measured faster.
+  kWithQb,
+  // Its own GEMM before the fork, q_b's on the query branch: the logits and
+  // top-k then run beside q_b instead of after it.
+  kBeforeFork,
+  // Its own GEMM at the start of the selection branch, beside q_b's.
+  kOnBranch,
+};
+
+// "with-qb", "before-fork", "on-branch" (flags, logs); Parse* accepts them.
+absl::string_view IndexerQueryGemmName(IndexerQueryGemm placement);
+absl::StatusOr<IndexerQueryGemm> ParseIndexerQueryGemm(absl::string_view name);
 
 struct ModelOptions {
   int first_layer = 0;
@@ -44,15 +68,11 @@ struct ModelOptions {
   // the same block tables) and shares the embedding and, where the
   // checkpoint has no shared_head.head, the lm_head.
   bool load_mtp = false;
-  // Full-indexer layers: q_b's weight also holds the indexer's wq_b (both
-  // read the normed q latent), so one GEMM before the branches fork writes
-  // both queries and the indexer's selection, the layer's longer branch,
-  // starts with its query ready instead of sharing the GPU with q_b. The
-  // same results on the cpu backend (each output column is its own dot
-  // product). On: the batch-1 GLM-5 layer 0.275 -> 0.272 ms on an H100, the
-  // logits 10.9 -> 7.1 us (bench/RESULTS.md, session 32);
-  // engine_bench --no-fuse-indexer-query for the A/B.
-  bool fuse_indexer_query = true;
+  // Where full-indexer layers compute the indexer's query (wq_b over the
+  // normed q latent, as q_b): IndexerQueryGemm. The same results on every
+  // backend (each output column is its own dot product); engine_bench
+  // --indexer-query for the A/B.
+  IndexerQueryGemm indexer_query = IndexerQueryGemm::kWithQb;
 };
 
 // OK when the engine can serve `config`: the DSA cache layouts fix the MLA

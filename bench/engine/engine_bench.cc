@@ -29,9 +29,9 @@
 // --no-urgent-branch runs the layer's latency-bound branch on a stream of the
 // default priority instead of the highest (BackendOptions::
 // urgent_branch_priority off), for an A/B.
-// --no-fuse-indexer-query computes the indexer's query in a GEMM of its own
-// on the selection branch instead of in q_b's (ModelOptions::
-// fuse_indexer_query off), for an A/B.
+// --indexer-query with-qb|before-fork|on-branch places full-indexer layers'
+// indexer query GEMM (ModelOptions::indexer_query), for an A/B;
+// --no-fuse-indexer-query is --indexer-query on-branch.
 // --timeline prints, per shape, the GPU's own timeline of one graph replay
 // (bench/common/kernel_timeline.h: each kernel's start and duration as it
 // ran, branches overlapped, and the time the GPU ran nothing between them).
@@ -83,7 +83,7 @@ struct Flags {
   bool op_profile = false;  // per-op GPU time of an eager step per shape
   bool timeline = false;    // --timeline: the GPU timeline of a replayed step per shape
   bool urgent_branch = true;  // --no-urgent-branch: BackendOptions::urgent_branch_priority off (A/B)
-  bool fuse_indexer_query = true;  // --no-fuse-indexer-query: ModelOptions::fuse_indexer_query off (A/B)
+  IndexerQueryGemm indexer_query = ModelOptions{}.indexer_query;  // --indexer-query (A/B)
   bool branch_overlap = true;  // --no-branch-overlap: Backend::RunConcurrently serial (A/B)
   std::optional<bool> latent_widening;  // --latent-widening auto|always|never (A/B)
   std::vector<int> verify_tokens;  // speculative verify steps: query tokens per sequence
@@ -115,7 +115,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else if (a == "--no-urgent-branch") {
       f.urgent_branch = false;
     } else if (a == "--no-fuse-indexer-query") {
-      f.fuse_indexer_query = false;
+      f.indexer_query = IndexerQueryGemm::kOnBranch;
+    } else if (a == "--indexer-query") {
+      SPAR_ASSIGN_OR_RETURN(std::string v, value());
+      SPAR_ASSIGN_OR_RETURN(f.indexer_query, ParseIndexerQueryGemm(v));
     } else if (a == "--no-branch-overlap") {
       f.branch_overlap = false;
     } else if (a == "--latent-widening") {
@@ -442,7 +445,7 @@ absl::Status Run(const Flags& f) {
   mo.num_blocks = static_cast<int64_t>(max_batch) * seq_blocks + 2;
   mo.latent_format = f.latent == "fp8" ? LatentFormat::kFp8Ds : LatentFormat::kBF16;
   mo.indexer_format = IndexerFormat::kFp8;
-  mo.fuse_indexer_query = f.fuse_indexer_query;
+  mo.indexer_query = f.indexer_query;
   const auto t0 = std::chrono::steady_clock::now();
   SPAR_ASSIGN_OR_RETURN(auto model, Model::Load(f.model, backend.get(), mo));
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

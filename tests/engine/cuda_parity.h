@@ -25,11 +25,11 @@ inline constexpr int kDense = 4096;  // index_topk above every test context
 inline std::unique_ptr<Engine> MakeEngine(const std::string& dir, const std::string& backend, int topk_override = 0,
                                           CacheDtypes dtypes = {}, int64_t num_blocks = 64,
                                           bool urgent_branch = BackendOptions{}.urgent_branch_priority,
-                                          bool fuse_indexer_query = ModelOptions{}.fuse_indexer_query) {
+                                          IndexerQueryGemm indexer_query = ModelOptions{}.indexer_query) {
   EngineOptions eo;
   eo.backend = backend;
   eo.backend_options.urgent_branch_priority = urgent_branch;
-  eo.model.fuse_indexer_query = fuse_indexer_query;
+  eo.model.indexer_query = indexer_query;
   eo.model.num_blocks = num_blocks;
   eo.model.index_topk_override = topk_override;
   eo.cache_dtypes = dtypes;
@@ -55,7 +55,9 @@ class CudaParityTest : public ::testing::TestWithParam<TinyVariant> {
   }
 
   // OverlappedBranchesEqualSerialSteps with the side stream urgent or not.
-  void ExpectOverlappedBranchesEqualSerial(bool urgent, bool fuse_indexer_query = ModelOptions{}.fuse_indexer_query);
+  void ExpectOverlappedBranchesEqualSerial(bool urgent, IndexerQueryGemm indexer_query = ModelOptions{}.indexer_query);
+  // SeparateIndexerQueryGemmKeepsParityWithCpu for one placement.
+  void ExpectSeparateIndexerQueryKeepsParity(IndexerQueryGemm placement);
 
   std::string dir_;
   bool has_golden_ = true;

@@ -134,17 +134,28 @@ TEST_P(CudaParityTest, OverlappedBranchesEqualSerialSteps) {
   }
 }
 
-// The indexer's query from a GEMM of its own on the selection branch
-// (ModelOptions::fuse_indexer_query off, the A/B of engine_bench
-// --no-fuse-indexer-query; every other test here runs the default, q_b's
-// GEMM writing both queries, q then reaching the RoPE and the absorption as
-// the first columns of wider rows): dense logits as close to the cpu as the
+// The indexer's query from a GEMM of its own, before the fork or on the
+// selection branch (ModelOptions::indexer_query, the A/B of engine_bench
+// --indexer-query; every other test here runs the default, q_b's GEMM
+// writing both queries, q then reaching the RoPE and the absorption as the
+// first columns of wider rows): dense logits as close to the cpu as the
 // default's bound above, the selections of sparse prompts agreeing with the
 // cpu's, and the overlapped branches equal to serial steps, graphs included.
 TEST_P(CudaParityTest, SeparateIndexerQueryGemmKeepsParityWithCpu) {
+  for (IndexerQueryGemm placement : {IndexerQueryGemm::kOnBranch, IndexerQueryGemm::kBeforeFork}) {
+    SCOPED_TRACE(IndexerQueryGemmName(placement));
+    ExpectSeparateIndexerQueryKeepsParity(placement);
+    if (HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+
+void CudaParityTest::ExpectSeparateIndexerQueryKeepsParity(IndexerQueryGemm placement) {
+  const std::string name(IndexerQueryGemmName(placement));
   {
     auto cpu = MakeEngine(dir_, "cpu", kDense);
-    auto separate = MakeEngine(dir_, "cuda", kDense, {}, 64, BackendOptions{}.urgent_branch_priority, false);
+    auto separate = MakeEngine(dir_, "cuda", kDense, {}, 64, BackendOptions{}.urgent_branch_priority, placement);
     ASSERT_TRUE(cpu && separate);
     std::vector<double> errs;
     for (const auto& ids : prompts_) {
@@ -155,7 +166,7 @@ TEST_P(CudaParityTest, SeparateIndexerQueryGemmKeepsParityWithCpu) {
     }
     std::sort(errs.begin(), errs.end());
     const size_t within = std::upper_bound(errs.begin(), errs.end(), 3e-2) - errs.begin();
-    std::cout << GetParam().name << ": separate indexer query GEMM, dense, relative logit error cuda vs cpu: median "
+    std::cout << GetParam().name << ": indexer query " << name << ", dense, relative logit error cuda vs cpu: median "
               << errs[errs.size() / 2] << ", worst " << errs.back() << "\n";
     EXPECT_LE(errs[errs.size() / 2], 3e-2);
     EXPECT_GE(within, errs.size() * 3 / 4);
@@ -163,7 +174,7 @@ TEST_P(CudaParityTest, SeparateIndexerQueryGemmKeepsParityWithCpu) {
   {
     const CacheDtypes dtypes = {LatentFormat::kBF16, IndexerFormat::kFp8};
     auto cpu = MakeEngine(dir_, "cpu", 0, dtypes);
-    auto separate = MakeEngine(dir_, "cuda", 0, dtypes, 64, BackendOptions{}.urgent_branch_priority, false);
+    auto separate = MakeEngine(dir_, "cuda", 0, dtypes, 64, BackendOptions{}.urgent_branch_priority, placement);
     ASSERT_TRUE(cpu && separate);
     for (size_t p = 3; p < prompts_.size(); ++p) {  // 80, 200 and 350 tokens
       ForwardTrace ta, tb;
@@ -173,19 +184,17 @@ TEST_P(CudaParityTest, SeparateIndexerQueryGemmKeepsParityWithCpu) {
       ASSERT_FALSE(ta.topk_slots.empty());
       const int layer = ta.topk_slots.begin()->first;
       const double overlap = SelectionOverlap(ta, tb, layer, prompts_[p].size());
-      std::cout << GetParam().name << ": separate indexer query GEMM, " << prompts_[p].size() << " tokens, layer " << layer
+      std::cout << GetParam().name << ": indexer query " << name << ", " << prompts_[p].size() << " tokens, layer " << layer
                 << " top-k overlap cuda vs cpu " << overlap << "\n";
       EXPECT_GE(overlap, 0.95) << "prompt of " << prompts_[p].size();
     }
   }
-  ExpectOverlappedBranchesEqualSerial(BackendOptions{}.urgent_branch_priority, /*fuse_indexer_query=*/false);
+  ExpectOverlappedBranchesEqualSerial(BackendOptions{}.urgent_branch_priority, placement);
 }
 
-}  // namespace
-
-void CudaParityTest::ExpectOverlappedBranchesEqualSerial(bool urgent, bool fuse_indexer_query) {
+void CudaParityTest::ExpectOverlappedBranchesEqualSerial(bool urgent, IndexerQueryGemm indexer_query) {
   constexpr int kTopK = 32, kSteps = 24, kPrompt = 48;
-  auto cuda = MakeEngine(dir_, "cuda", kTopK, {}, 64, urgent, fuse_indexer_query);
+  auto cuda = MakeEngine(dir_, "cuda", kTopK, {}, 64, urgent, indexer_query);
   ASSERT_TRUE(cuda);
   Model& model = cuda->model();
   Backend* backend = model.backend();

@@ -281,6 +281,60 @@ TEST(QuantizedModelErrors, ConfigAndTensorsMustAgree) {
                   "weight_scale_2\" is 0");
 }
 
+// q_b and the indexer's wq_b are stacked into one GEMM only where they are
+// stored alike (ModelOptions::fuse_indexer_query): what each tiny config
+// converts decides it.
+TEST(QuantizedModelLayout, SameWeightFormatFollowsTheStoredForms) {
+  struct Expect {
+    TinyQuant quant;
+    bool query_weights_alike;  // q_b and indexer.wq_b
+  };
+  for (const Expect& e : {Expect{TinyQuant::kAwq, false}, Expect{TinyQuant::kGptq, true},
+                          Expect{TinyQuant::kNvfp4, false}}) {
+    const std::string dir = MakeQuantModel({"alike", ModelArch::kGlmMoeDsa, e.quant, 0},
+                                           std::string("qa_") + std::string(TinyQuantName(e.quant)));
+    auto config = LoadModelConfig(dir + "/config.json");
+    ASSERT_TRUE(config.ok()) << config.status();
+    auto ck = Checkpoint::Open(dir);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    const ModelConfig& c = *config;
+    auto q_b = LoadMatrixSource(**ck, c.quant, "model.layers.1.self_attn.q_b_proj.weight",
+                                c.num_attention_heads * c.qk_head_dim(), c.q_lora_rank);
+    auto wq_b = LoadMatrixSource(**ck, c.quant, "model.layers.1.self_attn.indexer.wq_b.weight",
+                                 static_cast<int64_t>(c.index_n_heads) * c.index_head_dim, c.q_lora_rank);
+    auto o = LoadMatrixSource(**ck, c.quant, "model.layers.1.self_attn.o_proj.weight", c.hidden_size,
+                              c.num_attention_heads * c.v_head_dim);
+    ASSERT_TRUE(q_b.ok() && wq_b.ok() && o.ok()) << TinyQuantName(e.quant);
+    EXPECT_EQ(SameWeightFormat(*q_b, *wq_b), e.query_weights_alike) << TinyQuantName(e.quant);
+    EXPECT_EQ(SameWeightFormat(*wq_b, *q_b), e.query_weights_alike) << TinyQuantName(e.quant);
+    EXPECT_TRUE(SameWeightFormat(*q_b, *q_b));
+    // Same layout and columns, another group size: not alike.
+    if (q_b->quant.has_value() && e.quant != TinyQuant::kNvfp4) {
+      MatrixSource regrouped = *q_b;
+      regrouped.quant->group_size = q_b->quant->GroupFor(q_b->cols()) / 2;
+      EXPECT_FALSE(SameWeightFormat(*q_b, regrouped));
+    }
+    // A plain matrix beside a 4-bit one: never.
+    if (q_b->quant.has_value() != o->quant.has_value()) {
+      EXPECT_FALSE(SameWeightFormat(*q_b, *o));
+    }
+  }
+  // NVFP4: another global scale cannot share one packing.
+  const std::string fp4 = MakeQuantModel({"alike", ModelArch::kGlmMoeDsa, TinyQuant::kNvfp4, 0}, "qa_fp4_scale");
+  auto config = LoadModelConfig(fp4 + "/config.json");
+  ASSERT_TRUE(config.ok());
+  auto ck = Checkpoint::Open(fp4);
+  ASSERT_TRUE(ck.ok());
+  auto down = LoadMatrixSource(**ck, config->quant, "model.layers.1.mlp.experts.3.down_proj.weight",
+                               config->hidden_size, config->moe_intermediate_size);
+  ASSERT_TRUE(down.ok()) << down.status();
+  ASSERT_TRUE(down->quant.has_value());
+  MatrixSource rescaled = *down;
+  rescaled.global_scale = down->global_scale * 2.0f;
+  EXPECT_TRUE(SameWeightFormat(*down, *down));
+  EXPECT_FALSE(SameWeightFormat(*down, rescaled));
+}
+
 // ---- slices for the cuda backend's repack ----
 
 TEST(QuantizedMatrixSlices, Int4AndNvfp4SlicesEqualTheFloatSlices) {

@@ -46,10 +46,10 @@ std::string MakeMtpModel(const MtpModel& m) {
 
 std::unique_ptr<Engine> MakeEngine(const std::string& dir, int k, int64_t max_batch_tokens = 4096,
                                    AcceptanceRule rule = AcceptLongestMatch,
-                                   bool fuse_indexer_query = ModelOptions{}.fuse_indexer_query) {
+                                   IndexerQueryGemm indexer_query = ModelOptions{}.indexer_query) {
   EngineOptions eo;
   eo.model.num_blocks = 96;
-  eo.model.fuse_indexer_query = fuse_indexer_query;
+  eo.model.indexer_query = indexer_query;
   eo.num_speculative_tokens = k;
   eo.max_batch_tokens = max_batch_tokens;
   eo.acceptance_rule = std::move(rule);
@@ -154,27 +154,35 @@ INSTANTIATE_TEST_SUITE_P(Variants, SpeculativeIdentityTest,
                                                     false, TinyQuant::kNvfp4}),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// ModelOptions::fuse_indexer_query reaches the MTP layer (a full-indexer
-// layer of its own) and the verify steps' multi-token rows: the same
-// tokens, log-probabilities and drafts as the separate GEMMs, bit for bit.
-TEST(SpeculativeTest, FusedIndexerQueryChangesNoDraftOrToken) {
+// ModelOptions::indexer_query reaches the MTP layer (a full-indexer layer
+// of its own) and the verify steps' multi-token rows: wherever the
+// indexer's query GEMM runs, the same tokens, log-probabilities and drafts
+// as the separate GEMM on the selection branch, bit for bit.
+TEST(SpeculativeTest, IndexerQueryPlacementChangesNoDraftOrToken) {
   const std::string dir = MakeMtpModel({"fused_query", ModelArch::kGlmMoeDsa, true, true});
   const auto requests = Requests(/*sampled=*/true);
-  auto separate = MakeEngine(dir, 3, 24, AcceptLongestMatch, /*fuse_indexer_query=*/false);
-  auto fused = MakeEngine(dir, 3, 24, AcceptLongestMatch, /*fuse_indexer_query=*/true);
-  ASSERT_TRUE(separate && fused);
-  auto want = separate->Generate(requests);
-  auto got = fused->Generate(requests);
-  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
-  ExpectSameGenerations(*want, *got, "fused indexer query");
-  for (size_t i = 0; i < want->size(); ++i) {
-    for (size_t t = 0; t < (*want)[i].tokens.size(); ++t) {
-      EXPECT_EQ((*want)[i].tokens[t].logprob, (*got)[i].tokens[t].logprob) << "request " << i << " token " << t;
+  auto on_branch = MakeEngine(dir, 3, 24, AcceptLongestMatch, IndexerQueryGemm::kOnBranch);
+  ASSERT_TRUE(on_branch);
+  auto want = on_branch->Generate(requests);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (IndexerQueryGemm placement : {IndexerQueryGemm::kWithQb, IndexerQueryGemm::kBeforeFork}) {
+    const std::string name(IndexerQueryGemmName(placement));
+    auto other = MakeEngine(dir, 3, 24, AcceptLongestMatch, placement);
+    ASSERT_TRUE(other);
+    auto got = other->Generate(requests);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectSameGenerations(*want, *got, ("indexer query " + name).c_str());
+    for (size_t i = 0; i < want->size(); ++i) {
+      for (size_t t = 0; t < (*want)[i].tokens.size(); ++t) {
+        EXPECT_EQ((*want)[i].tokens[t].logprob, (*got)[i].tokens[t].logprob)
+            << name << ", request " << i << " token " << t;
+      }
     }
+    EXPECT_EQ(on_branch->speculation_stats().num_draft_tokens, other->speculation_stats().num_draft_tokens) << name;
+    EXPECT_EQ(on_branch->speculation_stats().num_accepted_tokens, other->speculation_stats().num_accepted_tokens)
+        << name;
+    EXPECT_GT(other->speculation_stats().num_drafts, 0) << name;
   }
-  EXPECT_EQ(separate->speculation_stats().num_draft_tokens, fused->speculation_stats().num_draft_tokens);
-  EXPECT_EQ(separate->speculation_stats().num_accepted_tokens, fused->speculation_stats().num_accepted_tokens);
-  EXPECT_GT(fused->speculation_stats().num_drafts, 0);
 }
 
 TEST(SpeculativeTest, StopsAndMaxTokensMidDraftEndWhereTheyWouldAndLeakNoBlock) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "base/rng.h"
 #include "engine/engine.h"
 #include "engine/make_tiny.h"
@@ -95,7 +96,7 @@ struct RankResult {
 // Runs the same work on every rank of a TP group of `size` threads.
 std::vector<RankResult> RunGroup(const std::string& dir, int size, const std::vector<std::vector<int32_t>>& prompts,
                                  const std::vector<GenerationRequest>& requests,
-                                 bool fuse_indexer_query = ModelOptions{}.fuse_indexer_query) {
+                                 IndexerQueryGemm indexer_query = ModelOptions{}.indexer_query) {
   auto group = std::make_shared<InProcessGroup>(size);
   std::vector<RankResult> results(size);
   std::vector<std::thread> threads;
@@ -103,7 +104,7 @@ std::vector<RankResult> RunGroup(const std::string& dir, int size, const std::ve
     threads.emplace_back([&, r] {
       EngineOptions eo;
       eo.model.num_blocks = 64;
-      eo.model.fuse_indexer_query = fuse_indexer_query;
+      eo.model.indexer_query = indexer_query;
       eo.backend_options.tp = TpRank{r, size};
       eo.backend_options.cpu_group = group;
       auto engine = Engine::Create(dir, eo);
@@ -184,22 +185,28 @@ TEST_P(TensorParallelTest, TpGroupsMatchTp1) {
   }
 }
 
-// ModelOptions::fuse_indexer_query: the indexer's wq_b rows after this
-// rank's q_b rows in one weight. Each output column is still its own dot
-// product on the cpu, so logits and tokens are bit-identical to the separate
-// GEMMs, at TP 1 and with q_b sliced by heads beside the replicated indexer.
-TEST_P(TensorParallelTest, FusedIndexerQueryChangesNothing) {
+// ModelOptions::indexer_query: with kWithQb the indexer's wq_b rows follow
+// this rank's q_b rows in one weight; kBeforeFork runs the indexer's own
+// GEMM before the branches. Each output column is still its own dot product
+// on the cpu, so logits and tokens are bit-identical to the separate GEMM on
+// the selection branch, at TP 1 and with q_b sliced by heads beside the
+// replicated indexer.
+TEST_P(TensorParallelTest, IndexerQueryPlacementChangesNothing) {
   const std::string dir = MakeModel(GetParam());
   const std::vector<std::vector<int32_t>> prompts = {testing::RandomTokens(70, 3), testing::RandomTokens(41, 4)};
   const std::vector<GenerationRequest> requests = GreedyRequests(prompts, 6);
   for (int size : {1, 2}) {
-    const auto separate = RunGroup(dir, size, prompts, requests, false);
-    const auto fused = RunGroup(dir, size, prompts, requests, true);
-    for (int r = 0; r < size; ++r) {
-      ASSERT_TRUE(separate[r].status.ok()) << "TP " << size << " rank " << r << ": " << separate[r].status;
-      ASSERT_TRUE(fused[r].status.ok()) << "TP " << size << " rank " << r << ": " << fused[r].status;
-      EXPECT_EQ(fused[r].logits, separate[r].logits) << "TP " << size << " rank " << r;
-      EXPECT_EQ(fused[r].tokens, separate[r].tokens) << "TP " << size << " rank " << r;
+    const auto on_branch = RunGroup(dir, size, prompts, requests, IndexerQueryGemm::kOnBranch);
+    for (IndexerQueryGemm placement : {IndexerQueryGemm::kWithQb, IndexerQueryGemm::kBeforeFork}) {
+      const auto other = RunGroup(dir, size, prompts, requests, placement);
+      for (int r = 0; r < size; ++r) {
+        const std::string where =
+            absl::StrCat(IndexerQueryGemmName(placement), ", TP ", size, " rank ", r);
+        ASSERT_TRUE(on_branch[r].status.ok()) << where << ": " << on_branch[r].status;
+        ASSERT_TRUE(other[r].status.ok()) << where << ": " << other[r].status;
+        EXPECT_EQ(other[r].logits, on_branch[r].logits) << where;
+        EXPECT_EQ(other[r].tokens, on_branch[r].tokens) << where;
+      }
     }
   }
 }

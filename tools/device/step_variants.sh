@@ -15,7 +15,10 @@
 # BIN_<variant>, FLAGS_<variant>), e.g. VARIANTS='base calm' BIN_calm=base
 # FLAGS_calm=--no-urgent-branch.
 # Knobs: VARIANTS (required, base first), BATCHES (1,8), CONTEXTS (8192),
-# ROUNDS (2), FILTER_<test name> (a gtest filter for that binary, e.g.
+# ROUNDS (2), QUANT (unset: the FP8 layer; awq, gptq, int4-ct or nvfp4: the
+# layer with those 4-bit weights, engine_bench --make-quant), TESTS (1; 0
+# skips the bundle's tests, e.g. for a second call on another layer),
+# FILTER_<test name> (a gtest filter for that binary, e.g.
 # FILTER_cuda_parity_gpu_test). Tests run first (fast ones) and last (SLOW:
 # cuda_parity, speculative), so a call cut short still brings the timings
 # back. Logs archived to $OUT/sv.tgz; a table last.
@@ -23,17 +26,18 @@ set -uo pipefail
 NAME=sv
 source tools/device/two_build_common.sh
 read -r -a variants <<<"${VARIANTS:?name the builds, base first}"
-run_tests 0
+tests=${TESTS:-1}
+[[ $tests != 0 ]] && run_tests 0
 m=/tmp/glm5sv
 [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5sv
 args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8}" --contexts "${CONTEXTS:-8192}")
-engine_rounds "${variants[0]}" --make-geometry glm5-full --make-layers 4
+engine_rounds "${variants[0]}" --make-geometry glm5-full --make-layers 4 ${QUANT:+--make-quant "$QUANT"}
 for v in "${variants[@]}"; do
   bench 150 "$v" "${args[@]}" --reps 5 --timeline >"$OUT/timeline_$v.log" 2>&1
   echo "timeline $v rc $?" >>"$OUT/rc.txt"
 done
 rm -rf "$m"
-run_tests 1
+[[ $tests != 0 ]] && run_tests 1
 cat "$OUT/gpu.txt" "$OUT/rc.txt"
 echo "| variant | round | context | batch | step ms (graph) |"
 for v in "${variants[@]}"; do
