@@ -306,11 +306,6 @@ class Backend {
   // the rows are FP8, for tests and same-binary A/Bs. A no-op where there is
   // no such path.
   virtual void set_latent_widening(std::optional<bool> forced) { (void)forced; }
-  // One token's un-absorption as a grouped GEMM over the heads on the
-  // streaming decode kernel, its split merge in the sparse MLA's launch,
-  // instead of the merge inside the batched un-absorption GEMM (same-binary
-  // A/B; cuda only, a no-op elsewhere).
-  virtual void set_grouped_unabsorb(bool enabled) { (void)enabled; }
 
   // Sums x over the ranks of the tensor-parallel group, in place; every rank
   // ends with the same values. A no-op without a group.

@@ -32,8 +32,6 @@
 // --indexer-query with-qb|before-fork|on-branch places full-indexer layers'
 // indexer query GEMM (ModelOptions::indexer_query), for an A/B;
 // --no-fuse-indexer-query is --indexer-query on-branch.
-// --grouped-unabsorb runs one token's un-absorption on the streaming GEMM
-// kernel (Backend::set_grouped_unabsorb), for an A/B.
 // --timeline prints, per shape, the GPU's own timeline of one graph replay
 // (bench/common/kernel_timeline.h: each kernel's start and duration as it
 // ran, branches overlapped, and the time the GPU ran nothing between them).
@@ -88,7 +86,6 @@ struct Flags {
   IndexerQueryGemm indexer_query = ModelOptions{}.indexer_query;  // --indexer-query (A/B)
   bool branch_overlap = true;  // --no-branch-overlap: Backend::RunConcurrently serial (A/B)
   std::optional<bool> latent_widening;  // --latent-widening auto|always|never (A/B)
-  bool grouped_unabsorb = false;  // --grouped-unabsorb: Backend::set_grouped_unabsorb (A/B)
   std::vector<int> verify_tokens;  // speculative verify steps: query tokens per sequence
 };
 
@@ -122,8 +119,6 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else if (a == "--indexer-query") {
       SPAR_ASSIGN_OR_RETURN(std::string v, value());
       SPAR_ASSIGN_OR_RETURN(f.indexer_query, ParseIndexerQueryGemm(v));
-    } else if (a == "--grouped-unabsorb") {
-      f.grouped_unabsorb = true;
     } else if (a == "--no-branch-overlap") {
       f.branch_overlap = false;
     } else if (a == "--latent-widening") {
@@ -439,7 +434,6 @@ absl::Status Run(const Flags& f) {
   SPAR_ASSIGN_OR_RETURN(auto backend, CreateBackend(bo));
   backend->set_branch_overlap(f.branch_overlap);
   backend->set_latent_widening(f.latent_widening);
-  backend->set_grouped_unabsorb(f.grouped_unabsorb);
   SPAR_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(f.model + "/config.json"));
   const int max_batch = *std::max_element(f.batches.begin(), f.batches.end());
   const int max_context = *std::max_element(f.contexts.begin(), f.contexts.end());

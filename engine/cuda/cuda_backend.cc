@@ -281,7 +281,6 @@ class CudaBackend final : public Backend {
   // Never used in a graph capture (the widening is for prefill steps), so
   // the recorded graphs stay valid.
   void set_latent_widening(std::optional<bool> forced) override { ctx_.widen_latent_rows = forced; }
-  void set_grouped_unabsorb(bool enabled) override { ctx_.grouped_unabsorb = enabled; }
   StepGraphStats graph_stats() const override { return graphs_->stats(); }
 
   // ---- ops: the adapters of engine/cuda/ops ----

@@ -382,17 +382,6 @@ absl::StatusOr<std::unique_ptr<Weight>> UploadAbsorb(const AbsorbSource& src) {
   a->w.heads = src.heads;
   a->w.nope_dim = src.nope_dim;
   a->w.v_dim = src.v_dim;
-  const int64_t work_at = CudaAbsorb::UnabsorbWorkOffset(src.heads) / 4;
-  std::vector<int32_t> groups(work_at + 4 + 4 * static_cast<int64_t>(src.heads), 0);
-  for (int h = 0; h <= src.heads; ++h) groups[h] = h;
-  groups[work_at] = src.heads;
-  for (int h = 0; h < src.heads; ++h) {
-    int32_t* entry = groups.data() + work_at + 4 + 4 * h;
-    entry[0] = h;  // the head's W_UV
-    entry[1] = h;  // its row of X and of the output
-    entry[2] = 1;
-  }
-  SPAR_RETURN_IF_ERROR(a->unabsorb_groups.Upload(groups.data(), groups.size() * 4));
   return std::unique_ptr<Weight>(std::move(a));
 }
 

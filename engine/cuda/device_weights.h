@@ -61,12 +61,6 @@ struct CudaEmbedding : Weight {
 struct CudaAbsorb : Weight {
   DeviceBuffer kv_b;  // bf16 [heads, nope + v, 512]
   MlaAbsorbWeights w;
-  // One token's un-absorption as a grouped GEMM over the heads (each head's
-  // W_UV an "expert" with one row of X): the group offsets 0..heads, then at
-  // byte UnabsorbWorkOffset the work list {heads, 0, 0, 0, {h, h, 1, 0}...}
-  // (MoeGroupedGemmParams::work for tiles of gemm::kStreamMaxTokens rows).
-  DeviceBuffer unabsorb_groups;
-  static int64_t UnabsorbWorkOffset(int heads) { return (static_cast<int64_t>(heads) + 1 + 3) / 4 * 16; }
 };
 
 // 4-bit gate and up are one SiLU pair in `gate` (gate.four_bit with

@@ -66,7 +66,6 @@ class StepContext {
   bool overlap_branches = true;       // Backend::set_branch_overlap
   bool capturing = false;  // a graph capture is recording the ops
   std::optional<bool> widen_latent_rows;  // Backend::set_latent_widening
-  bool grouped_unabsorb = false;          // Backend::set_grouped_unabsorb
   StepMeta meta;
 
   // The stream of the ops from now on (and of the frees of the tensors that

@@ -149,64 +149,6 @@ TEST_P(CudaParityTest, SeparateIndexerQueryGemmKeepsParityWithCpu) {
   }
 }
 
-// One token's un-absorption as a grouped GEMM over the heads on the
-// streaming kernel (Backend::set_grouped_unabsorb, engine_bench
-// --grouped-unabsorb): two engines on the same checkpoint, one with it, step
-// a single sequence in lockstep (decode steps of one token, replayed as
-// graphs; both fed the first engine's greedy tokens). Only the
-// un-absorption's sums differ (another order, another kernel): logits
-// within bf16 rounding and the same argmax but at near-ties.
-TEST_P(CudaParityTest, GroupedUnabsorbOfOneTokenMatchesTheMergedKernel) {
-  constexpr int kTopK = 32, kSteps = 24, kPrompt = 40;
-  auto merged = MakeEngine(dir_, "cuda", kTopK);
-  auto grouped = MakeEngine(dir_, "cuda", kTopK);
-  ASSERT_TRUE(merged && grouped);
-  grouped->model().backend()->set_grouped_unabsorb(true);
-  const ModelConfig& c = merged->model().config();
-  std::vector<int32_t> tokens(prompts_.at(3).begin(), prompts_.at(3).begin() + kPrompt);
-  const std::vector<int32_t> table = {0, 1};
-  auto forward = [&](Engine& e, const StepPlan& plan) -> std::vector<float> {
-    auto logits = e.model().Forward(plan, nullptr);
-    EXPECT_TRUE(logits.ok()) << logits.status();
-    if (!logits.ok()) return {};
-    auto host = e.model().backend()->ToHost(*logits);
-    EXPECT_TRUE(host.ok()) << host.status();
-    return host.ok() ? *host : std::vector<float>();
-  };
-  const StepGraphStats before = grouped->model().backend()->graph_stats();
-  double worst = 0;
-  int near_ties = 0;
-  for (int step = 0; step <= kSteps; ++step) {
-    StepPlan plan;
-    const int pos = step == 0 ? 0 : static_cast<int>(tokens.size()) - 1;
-    plan.seqs.push_back({.seq_id = 0, .start_pos = pos,
-                         .tokens = step == 0 ? tokens : std::vector<int32_t>{tokens.back()},
-                         .block_table = table, .num_logits = 1});
-    ASSERT_TRUE(plan.Finalize(c.vocab_size, c.max_position_embeddings, merged->model().num_blocks()).ok());
-    const std::vector<float> want = forward(*merged, plan), got = forward(*grouped, plan);
-    ASSERT_EQ(want.size(), static_cast<size_t>(c.vocab_size));
-    ASSERT_EQ(got.size(), want.size());
-    const double err = RelErr(want, got);
-    worst = std::max(worst, err);
-    EXPECT_LE(err, 1e-2) << "step " << step;
-    const auto best = std::max_element(want.begin(), want.end()) - want.begin();
-    const auto pick = std::max_element(got.begin(), got.end()) - got.begin();
-    if (pick != best) {
-      double scale = 0;
-      for (float v : want) scale = std::max(scale, std::fabs(static_cast<double>(v)));
-      EXPECT_LE(want[best] - want[pick], 1e-2 * scale) << "step " << step << ": argmax moved past a near-tie";
-      ++near_ties;
-    }
-    for (float v : got) ASSERT_TRUE(std::isfinite(v)) << "step " << step;
-    tokens.push_back(static_cast<int32_t>(best));
-  }
-  const StepGraphStats after = grouped->model().backend()->graph_stats();
-  EXPECT_EQ(after.replays - before.replays, kSteps) << "every decode step replayed";
-  std::cout << GetParam().name << ": grouped un-absorption of one token, " << kSteps
-            << " decode steps, worst relative logit error vs the merged kernel " << worst << ", argmax moved at "
-            << near_ties << " near-ties\n";
-}
-
 }  // namespace
 
 void CudaParityTest::ExpectSeparateIndexerQueryKeepsParity(IndexerQueryGemm placement) {

@@ -8,8 +8,6 @@
 #include "kernels/cuda/attention/mla_cache.h"
 #include "kernels/cuda/attention/sparse_mla.h"
 #include "kernels/cuda/common/cuda_status.h"
-#include "kernels/cuda/gemm/gemm_config.h"
-#include "kernels/cuda/gemm/moe.h"
 #include "kernels/cuda/small_ops/small_ops.h"
 
 namespace spar::cuda_ops {
@@ -176,45 +174,6 @@ absl::StatusOr<WidenedRows> MaybeWidenLatent(StepContext& ctx, int layer, int he
   return w;
 }
 
-// One token's un-absorption on the streaming GEMM kernel as a grouped GEMM
-// over the heads (Backend::set_grouped_unabsorb): the merged o_lat's row of
-// head h times that head's W_UV, 1 KB weight rows read straight into mma
-// fragments; the split merge then runs in the sparse MLA's own launch.
-bool GroupedUnabsorb(const StepContext& ctx, int64_t tokens) { return ctx.grouped_unabsorb && tokens == 1; }
-
-absl::StatusOr<Tensor> UnabsorbOneTokenGrouped(StepContext& ctx, const Tensor& o_lat, const CudaAbsorb& a) {
-  SPAR_RETURN_IF_ERROR(ctx.Mark("unabsorb_output"));
-  const int heads = a.w.heads;
-  if (o_lat.ld() != static_cast<int64_t>(heads) * kLatentNopeDim) {
-    return absl::InternalError("grouped un-absorption: o_lat must hold one token's heads contiguously");
-  }
-  SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(1, static_cast<int64_t>(heads) * a.w.v_dim));
-  MoeGroupedGemmParams g;
-  g.num_experts = heads;
-  g.expert_offsets = a.unabsorb_groups.as<int32_t>();
-  g.max_rows = heads;
-  g.expected_rows_per_expert = 1;
-  g.expected_active_experts = heads;
-  g.k = kLatentNopeDim;
-  g.x = o_lat.as<__nv_bfloat16>();
-  g.ldx = kLatentNopeDim;  // o_lat's head stride: one token's heads are its rows
-  g.weight.type = GemmWeightType::kBf16;
-  g.weight.data = a.w.kv_b + static_cast<int64_t>(a.w.nope_dim) * kLatentNopeDim;
-  g.weight.n = a.w.v_dim;
-  g.expert_weight_stride = static_cast<int64_t>(a.w.nope_dim + a.w.v_dim) * kLatentNopeDim;
-  g.y = out.data();
-  g.ldy = a.w.v_dim;  // one token: head h's outputs at columns h * v_dim
-  g.work = a.unabsorb_groups.as<uint8_t>() + CudaAbsorb::UnabsorbWorkOffset(heads);
-  g.work_block_tokens = gemm::kStreamMaxTokens;
-  g.stream_kernel = true;
-  const size_t ws = MoeGroupedGemmWorkspaceBytes(g.max_rows, g.num_experts);
-  SPAR_ASSIGN_OR_RETURN(Tensor workspace, ctx.NewTensor(1, static_cast<int64_t>(ws), DType::kU8));
-  g.workspace = workspace.data();
-  g.workspace_bytes = ws;
-  SPAR_RETURN_IF_ERROR(LaunchMoeGroupedGemm(g, ctx.stream));
-  return out;
-}
-
 // The sparse MLA over the step's index lists. With `absorb` (the fused
 // tail): where the plan splits and LaunchMlaMergeUnabsorb takes the shape,
 // the partials are left in the workspace and merged by the un-absorption,
@@ -241,7 +200,7 @@ absl::StatusOr<Tensor> LaunchAttention(StepContext& ctx, int layer, const Tensor
   p.scale = scale;
   p.plan = ctx.SparseMlaPlanFor(p.tokens, heads, p.list_len, p.format);
   p.defer_merge = absorb != nullptr && absorb->w.heads == heads && p.plan.num_splits > 1 &&
-                  MlaMergeUnabsorbFits(p.tokens, p.plan.num_splits) && !GroupedUnabsorb(ctx, p.tokens);
+                  MlaMergeUnabsorbFits(p.tokens, p.plan.num_splits);
   const size_t ws = SparseMlaWorkspaceBytes(p.plan, p.tokens, heads);
   Tensor workspace;
   if (ws > 0) {
@@ -280,7 +239,6 @@ absl::StatusOr<Tensor> SparseMla(StepContext& ctx, int layer, const Tensor& q_ab
 }
 
 absl::StatusOr<Tensor> UnabsorbOutput(StepContext& ctx, const Tensor& o_lat, const CudaAbsorb& a) {
-  if (GroupedUnabsorb(ctx, o_lat.rows())) return UnabsorbOneTokenGrouped(ctx, o_lat, a);
   SPAR_RETURN_IF_ERROR(ctx.Mark("unabsorb_output"));
   SPAR_ASSIGN_OR_RETURN(Tensor out, ctx.NewTensor(o_lat.rows(), static_cast<int64_t>(a.w.heads) * a.w.v_dim));
   SPAR_RETURN_IF_ERROR(LaunchMlaOutUnabsorb(a.w, o_lat.as<__nv_bfloat16>(), o_lat.rows(), o_lat.ld(), kLatentNopeDim,

@@ -195,8 +195,7 @@ gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
 }
 
 bool MoeGroupedGemmUsesStreamKernel(const MoeGroupedGemmParams& p) {
-  if (p.force_config >= 0 || p.force_stream_warps < 0) return false;
-  if (p.force_stream_warps == 0 && !p.stream_kernel) return false;
+  if (p.force_config >= 0 || p.force_stream_warps <= 0) return false;
   return p.max_rows > 0 && p.max_rows <= kMoeStreamMaxRows && StreamedK(p) == p.k;
 }
 

@@ -190,10 +190,6 @@ struct MoeGroupedGemmParams {
   // warps a block where it can take the launch (MoeGroupedGemmUsesStreamKernel);
   // 0 (and -1) the tile kernel.
   int force_stream_warps = 0;
-  // The streaming kernel with its own plan where it can take the launch:
-  // for groups of short rows (the MLA un-absorption's per-head W_UV, 1 KB
-  // rows), not the routed experts (see kMoeStreamMaxRows).
-  bool stream_kernel = false;
 };
 size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts);
 gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p);
