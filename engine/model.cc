@@ -261,7 +261,8 @@ absl::Status Model::LoadLayer(const Checkpoint& ck, int l) {
     m.row_begin = hs.begin * c.qk_head_dim();
     m.row_end = hs.end * c.qk_head_dim();
     q_b.parts.push_back(m);
-    if (layer->full_indexer && options_.indexer_query == IndexerQueryGemm::kWithQb) {  // replicated on every rank, like the A projections
+    // wq_b is replicated on every rank, like the A projections.
+    if (layer->full_indexer && options_.indexer_query == IndexerQueryGemm::kWithQb) {
       SPAR_ASSIGN_OR_RETURN(MatrixSource wq, Matrix(ck, c.quant, Layer(l, names::kIdxWqB), index_q_rows, c.q_lora_rank));
       // Stored unlike q_b (AWQ checkpoints keep the indexer bf16 beside int4
       // q_b) the stack is two GEMMs, both before the fork: the indexer's own
