@@ -282,8 +282,8 @@ TEST(QuantizedModelErrors, ConfigAndTensorsMustAgree) {
 }
 
 // q_b and the indexer's wq_b are stacked into one GEMM only where they are
-// stored alike (ModelOptions::fuse_indexer_query): what each tiny config
-// converts decides it.
+// stored alike (IndexerQueryGemm::kWithQb, the default of
+// ModelOptions::indexer_query): what each tiny config converts decides it.
 TEST(QuantizedModelLayout, SameWeightFormatFollowsTheStoredForms) {
   struct Expect {
     TinyQuant quant;

@@ -211,6 +211,23 @@ TEST_P(TensorParallelTest, IndexerQueryPlacementChangesNothing) {
   }
 }
 
+// engine_bench --indexer-query: every placement's name parses back to it;
+// anything else is refused naming the value and the accepted names.
+TEST(IndexerQueryGemmNames, RoundTripAndUnknownNamesAreRefused) {
+  for (IndexerQueryGemm p : {IndexerQueryGemm::kWithQb, IndexerQueryGemm::kBeforeFork, IndexerQueryGemm::kOnBranch}) {
+    auto parsed = ParseIndexerQueryGemm(IndexerQueryGemmName(p));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, p);
+  }
+  for (const char* bad : {"", "fused", "With-Qb", "on-branch "}) {
+    auto parsed = ParseIndexerQueryGemm(bad);
+    ASSERT_FALSE(parsed.ok()) << "\"" << bad << "\"";
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(absl::StrCat("\"", bad, "\"")), std::string::npos) << parsed.status();
+    EXPECT_NE(parsed.status().message().find("before-fork"), std::string::npos) << parsed.status();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, TensorParallelTest,
                          ::testing::Values(TpCase{"glm5_bf16", ModelArch::kGlmMoeDsa, false},
                                            TpCase{"glm5_fp8", ModelArch::kGlmMoeDsa, true},
