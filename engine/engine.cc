@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
     cuda.nccl_unique_id = options.nccl_unique_id;
     cuda.cuda_graphs = !options.enforce_eager;
     cuda.urgent_branch_priority = options.urgent_branch_priority;
+    cuda.tiled_gemm_weights = options.tiled_gemm_weights;
     return CreateCudaBackend(cuda);
 #else
     return absl::UnimplementedError("this binary was built without CUDA (use --backend cpu)");

@@ -65,6 +65,9 @@ struct BackendOptions {
   // batch-1 GLM-5 layer 4 % faster on an H200 (bench/RESULTS.md, session 32);
   // engine_bench --no-urgent-branch turns it off for an A/B.
   bool urgent_branch_priority = true;
+  // cuda: the W8A16 GEMMs' weights in 16-row x 64-byte tiles
+  // (CudaBackendOptions::tiled_gemm_weights); engine_bench --tiled-weights.
+  bool tiled_gemm_weights = false;
 };
 
 struct EngineOptions {

@@ -11,6 +11,7 @@
 //   gemm_bench --stream-warps 4      # <= 8 tokens (and the MoE): the streaming kernel with 4 warps a block
 //                                    # (-1: the tile kernel; the MoE's default is the tile kernel)
 //   gemm_bench --probe               # + read-only stream ceiling and empty-kernel launch cost
+//   gemm_bench --tiled               # weights in 16-row x 64-byte tiles (w8a16_tiles.h), not row-major
 //
 // Per case: median µs per launch of back-to-back launches captured in a CUDA
 // graph and replayed (GPU time, as a serving engine replays its decode step),
@@ -45,6 +46,7 @@
 #include "kernels/cuda/gemm/gemm_config.h"
 #include "kernels/cuda/gemm/moe.h"
 #include "kernels/cuda/gemm/w8a16_gemm.h"
+#include "kernels/cuda/gemm/w8a16_tiles.h"
 
 namespace spar {
 namespace {
@@ -151,7 +153,10 @@ struct Options {
   int force_config = -1;       // main measurement only (profiling)
   int force_splits = 1;
   int stream_warps = 0;        // W8A16GemmParams::force_stream_warps (-1: the tile kernel)
+  bool tiled = false;          // weights in 16-row x 64-byte tiles (GemmWeightLayout::kTiles16x64)
 };
+
+GemmWeightLayout g_layout = GemmWeightLayout::kRowMajor;  // every weight's (--tiled)
 
 std::vector<int64_t> ParseList(const std::string& s) {
   std::vector<int64_t> v;
@@ -225,7 +230,7 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
   std::vector<SegCopies> segs(shape.segs.size());
   for (size_t si = 0; si < shape.segs.size(); ++si) {
     const Segment& s = shape.segs[si];
-    const size_t bytes = s.n * k * (s.fp8 ? 1 : 2);
+    const size_t bytes = gemm::GemmTiledRows(s.n) * k * (s.fp8 ? 1 : 2);  // tiled: rows padded to 16
     const size_t nscale = ((s.n + 127) / 128) * ((k + 127) / 128);
     for (int c = 0; c < copies; ++c) {
       uint8_t* w = DeviceAlloc<uint8_t>(bytes);
@@ -254,7 +259,16 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
     while (j >= shape.segs[si].n) j -= shape.segs[si++].n;
     const Segment& s = shape.segs[si];
     std::vector<uint8_t> raw(k * (s.fp8 ? 1 : 2));
-    CheckCuda(cudaMemcpy(raw.data(), segs[si].w[0] + j * raw.size(), raw.size(), cudaMemcpyDeviceToHost), "row");
+    if (g_layout == GemmWeightLayout::kTiles16x64) {  // the row's 64-byte pieces, one a tile
+      const int64_t row_bytes = static_cast<int64_t>(raw.size());
+      for (int64_t c = 0; c < row_bytes; c += gemm::kGemmTileRowBytes) {
+        CheckCuda(cudaMemcpy(raw.data() + c, segs[si].w[0] + gemm::GemmTiledOffset(j, c, row_bytes),
+                             gemm::kGemmTileRowBytes, cudaMemcpyDeviceToHost),
+                  "row piece");
+      }
+    } else {
+      CheckCuda(cudaMemcpy(raw.data(), segs[si].w[0] + j * raw.size(), raw.size(), cudaMemcpyDeviceToHost), "row");
+    }
     if (s.fp8) {
       const int64_t sc_cols = (k + 127) / 128;
       std::vector<float> srow(sc_cols);
@@ -287,6 +301,7 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
         p.segments[si].data = segs[si].w[c];
         p.segments[si].scale = segs[si].s[c];
         p.segments[si].n = shape.segs[si].n;
+        p.segments[si].layout = g_layout;
       }
     };
     set_copy(0);
@@ -515,8 +530,9 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_
   gu.x = x;
   gu.ldx = H;
   gu.x_row_index = sorted;
-  gu.weight = {GemmWeightType::kFp8Block128, gate, sg, I};
-  gu.up = {GemmWeightType::kFp8Block128, up, su, I};
+  // I and H are multiples of 16: a tiled expert needs no padding rows.
+  gu.weight = {GemmWeightType::kFp8Block128, gate, sg, I, 0, g_layout};
+  gu.up = {GemmWeightType::kFp8Block128, up, su, I, 0, g_layout};
   gu.expert_weight_stride = gu_stride;
   gu.expert_scale_stride = gu_sstride;
   gu.epilogue = GemmEpilogue::kSiluMul;
@@ -530,7 +546,7 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_
   dn.x = h;
   dn.ldx = I;
   dn.x_row_index = nullptr;
-  dn.weight = {GemmWeightType::kFp8Block128, down, sd, H};
+  dn.weight = {GemmWeightType::kFp8Block128, down, sd, H, 0, g_layout};
   dn.up = GemmWeight{};
   dn.expert_weight_stride = d_stride;
   dn.expert_scale_stride = d_sstride;
@@ -617,6 +633,7 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_
     std::vector<uint8_t> raw(n * kk);
     std::vector<float> sc((n / 128) * (kk / 128));
     CheckCuda(cudaMemcpy(raw.data(), w + e * n * kk, raw.size(), cudaMemcpyDeviceToHost), "w");
+    if (g_layout == GemmWeightLayout::kTiles16x64) raw = gemm::UntileGemmRows(raw, n, kk);  // n % 16 == 0: no padding
     CheckCuda(cudaMemcpy(sc.data(), s + e * sc.size(), sc.size() * 4, cudaMemcpyDeviceToHost), "s");
     std::vector<float> f(n * kk);
     for (int64_t i = 0; i < n; ++i)
@@ -681,6 +698,7 @@ int Main(int argc, char** argv) {
     else if (a == "--no-moe") opt.moe = false;
     else if (a == "--csv" && i + 1 < argc) opt.csv = argv[++i];
     else if (a == "--probe") opt.probe = true;
+    else if (a == "--tiled") opt.tiled = true;
     else if (a == "--shapes" && i + 1 < argc) opt.shapes = argv[++i];
     else if (a == "--ms" && i + 1 < argc) opt.ms = ParseList(argv[++i]);
     else if (a == "--moe-tokens" && i + 1 < argc) opt.moe_tokens = ParseList(argv[++i]);
@@ -717,6 +735,7 @@ int Main(int argc, char** argv) {
     std::fflush(g_csv);
   }
 
+  g_layout = opt.tiled ? GemmWeightLayout::kTiles16x64 : GemmWeightLayout::kRowMajor;
   const size_t ws_bytes = size_t{64} << 20;
   void* ws = DeviceAlloc<uint8_t>(ws_bytes);
   CheckCuda(cudaMemset(ws, 0, ws_bytes), "ws");

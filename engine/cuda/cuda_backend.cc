@@ -206,14 +206,16 @@ class CudaBackend final : public Backend {
 
   // ---- weights, RoPE, caches (load time) ----
 
-  absl::StatusOr<std::unique_ptr<Weight>> CreateLinear(const LinearSource& src) override { return UploadLinear(src); }
+  absl::StatusOr<std::unique_ptr<Weight>> CreateLinear(const LinearSource& src) override {
+    return UploadLinear(src, GemmLayout());
+  }
   absl::StatusOr<std::unique_ptr<Weight>> CreateVector(const TensorView& src) override { return UploadVector(src); }
   absl::StatusOr<std::unique_ptr<Weight>> CreateEmbedding(const TensorView& src) override {
     return UploadEmbedding(src);
   }
   absl::StatusOr<std::unique_ptr<Weight>> CreateAbsorb(const AbsorbSource& src) override { return UploadAbsorb(src); }
-  absl::StatusOr<std::unique_ptr<Weight>> CreateMlp(const MlpSource& src) override { return UploadMlp(src); }
-  absl::StatusOr<std::unique_ptr<Weight>> CreateMoe(const MoeSource& src) override { return UploadMoe(src); }
+  absl::StatusOr<std::unique_ptr<Weight>> CreateMlp(const MlpSource& src) override { return UploadMlp(src, GemmLayout()); }
+  absl::StatusOr<std::unique_ptr<Weight>> CreateMoe(const MoeSource& src) override { return UploadMoe(src, GemmLayout()); }
 
   absl::Status SetRope(const ref::RopeParams& params, int64_t max_positions) override {
     // The served context (the model's, or --max-model-len), unless the
@@ -430,6 +432,10 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  GemmWeightLayout GemmLayout() const {
+    return options_.tiled_gemm_weights ? GemmWeightLayout::kTiles16x64 : GemmWeightLayout::kRowMajor;
+  }
+
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   // Larger decode batches gain little from a graph (their kernels are long).
   static constexpr int64_t kMaxGraphTokens = 512;

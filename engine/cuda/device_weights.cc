@@ -10,6 +10,7 @@
 #include "base/thread_pool.h"
 #include "engine/weight_convert.h"
 #include "kernels/cuda/gemm/w4_layout.h"
+#include "kernels/cuda/gemm/w8a16_tiles.h"
 
 namespace spar {
 namespace {
@@ -87,6 +88,17 @@ std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   return out;
 }
 
+// A W8A16 GEMM weight's bytes (`rows` rows of `row_bytes`, row-major) into
+// `buf` in `layout` (tiled: w8a16_tiles.h, rows padded to 16).
+absl::Status UploadGemmBytes(const uint8_t* row_major, int64_t rows, int64_t row_bytes, GemmWeightLayout layout,
+                             DeviceBuffer* buf) {
+  if (layout == GemmWeightLayout::kTiles16x64) {
+    const std::vector<uint8_t> tiled = gemm::TileGemmRows(row_major, rows, row_bytes);
+    return buf->Upload(tiled.data(), tiled.size());
+  }
+  return buf->Upload(row_major, static_cast<size_t>(rows * row_bytes));
+}
+
 // FP8 weights stay FP8 on the GPU when the slice keeps whole 128x128 scale
 // blocks (always true for the real models' TP splits); other slices (tiny
 // test models) are dequantized to bf16, which the GEMM takes as well.
@@ -101,10 +113,11 @@ bool KeepsScaleBlocks(const MatrixSource& m) {
 // included) as stored FP8 or, dequantized by MatrixToFloat, bf16. Rows of
 // `cols` values are stored `ld` apart (PaddedGemmRowElements: the GEMM
 // streams whole 64-byte stages), the padding zero.
-absl::Status UploadStoredMatrix(const MatrixSource& m, CudaMatrix* out) {
+absl::Status UploadStoredMatrix(const MatrixSource& m, GemmWeightLayout layout, CudaMatrix* out) {
   const int64_t rows = m.rows(), cols = m.cols();
   out->cols = cols;
   out->gemm.n = rows;
+  out->gemm.layout = layout;
   if (m.weight.dtype == DType::kF8E4M3 && KeepsScaleBlocks(m)) {
     const int64_t full_cols = m.weight.shape[1];
     const int64_t full_scols = (full_cols + 127) / 128, scols = (cols + 127) / 128, srows = (rows + 127) / 128;
@@ -122,7 +135,7 @@ absl::Status UploadStoredMatrix(const MatrixSource& m, CudaMatrix* out) {
     for (int64_t r = 0; r < srows; ++r) {
       std::memcpy(scales.data() + r * scols, s + (m.row_begin / 128 + r) * full_scols + m.col_begin / 128, scols * 4);
     }
-    SPAR_RETURN_IF_ERROR(out->values.Upload(values.data(), values.size()));
+    SPAR_RETURN_IF_ERROR(UploadGemmBytes(values.data(), rows, ld, layout, &out->values));
     SPAR_RETURN_IF_ERROR(out->scales.Upload(scales.data(), scales.size() * 4));
     out->gemm.type = GemmWeightType::kFp8Block128;
     out->gemm.data = out->values.as<void>();
@@ -135,7 +148,7 @@ absl::Status UploadStoredMatrix(const MatrixSource& m, CudaMatrix* out) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) b[r * ld + c] = FloatToBf16(f[r * cols + c]);
   }
-  SPAR_RETURN_IF_ERROR(out->values.Upload(b.data(), b.size() * 2));
+  SPAR_RETURN_IF_ERROR(UploadGemmBytes(reinterpret_cast<const uint8_t*>(b.data()), rows, ld * 2, layout, &out->values));
   out->gemm.type = GemmWeightType::kBf16;
   out->gemm.data = out->values.as<void>();
   out->gemm.scale = nullptr;
@@ -143,23 +156,26 @@ absl::Status UploadStoredMatrix(const MatrixSource& m, CudaMatrix* out) {
   return absl::OkStatus();
 }
 
-absl::Status UploadMatrix(const MatrixSource& m, CudaMatrix* out) {
+absl::Status UploadMatrix(const MatrixSource& m, GemmWeightLayout layout, CudaMatrix* out) {
   SPAR_ASSIGN_OR_RETURN(std::optional<FourBitHost> four, KernelReady4Bit(m));
   if (four) return UploadW4Matrix(gemm::PackW4(four->Source()), /*silu_pair=*/false, m.cols(), out);
-  return UploadStoredMatrix(m, out);
+  return UploadStoredMatrix(m, layout, out);
 }
 
 // A matrix as bf16 [rows_out, cols_out]: the source in the top-left corner,
 // zeros elsewhere.
-absl::Status UploadPaddedBf16(const MatrixSource& m, int64_t rows_out, int64_t cols_out, CudaMatrix* out) {
+absl::Status UploadPaddedBf16(const MatrixSource& m, int64_t rows_out, int64_t cols_out, GemmWeightLayout layout,
+                              CudaMatrix* out) {
   SPAR_ASSIGN_OR_RETURN(std::vector<float> f, MatrixToFloat(m));
   const int64_t rows = m.rows(), cols = m.cols();
   std::vector<float> padded(static_cast<size_t>(rows_out * cols_out), 0.0f);
   for (int64_t r = 0; r < rows; ++r) std::memcpy(padded.data() + r * cols_out, f.data() + r * cols, cols * 4);
   const auto b = ToBf16(padded);
-  SPAR_RETURN_IF_ERROR(out->values.Upload(b.data(), b.size() * 2));
+  SPAR_RETURN_IF_ERROR(
+      UploadGemmBytes(reinterpret_cast<const uint8_t*>(b.data()), rows_out, cols_out * 2, layout, &out->values));
   out->cols = cols_out;
   out->gemm.n = rows_out;
+  out->gemm.layout = layout;
   out->gemm.type = GemmWeightType::kBf16;
   out->gemm.data = out->values.as<void>();
   out->gemm.scale = nullptr;
@@ -170,7 +186,7 @@ absl::Status UploadPaddedBf16(const MatrixSource& m, int64_t rows_out, int64_t c
 // tensor-parallel slice of a small MLP may not be (the tiny models' shared
 // expert: 192 / 2 = 96): pad the intermediate dimension with zero rows of
 // gate/up and zero columns of down, which adds exactly nothing.
-absl::Status UploadMlpInto(const MlpSource& src, CudaMlp* m) {
+absl::Status UploadMlpInto(const MlpSource& src, GemmWeightLayout layout, CudaMlp* m) {
   const int64_t inter = src.gate.rows();
   const int64_t padded = (inter + 63) / 64 * 64;
   if (padded == inter && (src.gate.quant || src.up.quant)) {
@@ -183,21 +199,21 @@ absl::Status UploadMlpInto(const MlpSource& src, CudaMlp* m) {
     if (pair) {
       SPAR_RETURN_IF_ERROR(UploadW4Matrix(gemm::PackW4SiluPair(g->Source(), u->Source()), true, src.gate.cols(), &m->gate));
     } else {
-      SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.gate, src.gate.rows(), src.gate.cols(), &m->gate));
-      SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.up, src.up.rows(), src.up.cols(), &m->up));
+      SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.gate, src.gate.rows(), src.gate.cols(), layout, &m->gate));
+      SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.up, src.up.rows(), src.up.cols(), layout, &m->up));
     }
-    SPAR_RETURN_IF_ERROR(UploadMatrix(src.down, &m->down));
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.down, layout, &m->down));
     m->inter = inter;
     return absl::OkStatus();
   }
   if (padded == inter) {
-    SPAR_RETURN_IF_ERROR(UploadMatrix(src.gate, &m->gate));
-    SPAR_RETURN_IF_ERROR(UploadMatrix(src.up, &m->up));
-    SPAR_RETURN_IF_ERROR(UploadMatrix(src.down, &m->down));
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.gate, layout, &m->gate));
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.up, layout, &m->up));
+    SPAR_RETURN_IF_ERROR(UploadMatrix(src.down, layout, &m->down));
   } else {
-    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.gate, padded, src.gate.cols(), &m->gate));
-    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.up, padded, src.up.cols(), &m->up));
-    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.down, src.down.rows(), padded, &m->down));
+    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.gate, padded, src.gate.cols(), layout, &m->gate));
+    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.up, padded, src.up.cols(), layout, &m->up));
+    SPAR_RETURN_IF_ERROR(UploadPaddedBf16(src.down, src.down.rows(), padded, layout, &m->down));
   }
   m->inter = m->gate.gemm.n;
   if (m->gate.gemm.type != m->up.gemm.type) return absl::InvalidArgumentError("MLP gate and up differ in dtype");
@@ -207,20 +223,24 @@ absl::Status UploadMlpInto(const MlpSource& src, CudaMlp* m) {
 // Experts back to back, each [rows, ld] with rows of `cols` values padded
 // with zeros to ld (PaddedGemmRowElements: the grouped GEMM streams whole
 // 64-byte stages; an expert width of 96, say, is served as 128).
-absl::Status PackExperts(const std::vector<const MatrixSource*>& mats, PackedExperts* out) {
+absl::Status PackExperts(const std::vector<const MatrixSource*>& mats, GemmWeightLayout layout, PackedExperts* out) {
   const int64_t rows = mats[0]->rows(), cols = mats[0]->cols();
   const bool fp8 = mats[0]->weight.dtype == DType::kF8E4M3;
   const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
   const int64_t ld = PaddedGemmRowElements(cols, fp8 ? GemmWeightType::kFp8Block128 : GemmWeightType::kBf16);
   const int64_t elem = fp8 ? 1 : 2, row_bytes = cols * elem, ld_bytes = ld * elem;
-  std::vector<uint8_t> values(static_cast<size_t>(mats.size() * rows * ld_bytes), 0);
+  // Tiled: each expert's rows padded to whole 16-row tiles (w8a16_tiles.h).
+  const bool tiled = layout == GemmWeightLayout::kTiles16x64;
+  const int64_t stored_rows = tiled ? gemm::GemmTiledRows(rows) : rows;
+  std::vector<uint8_t> values(static_cast<size_t>(mats.size() * stored_rows * ld_bytes), 0);
+  std::vector<uint8_t> expert(static_cast<size_t>(rows * ld_bytes), 0);  // one expert, row-major
   std::vector<float> scales;
   for (size_t e = 0; e < mats.size(); ++e) {
     const MatrixSource* m = mats[e];
     if (m->rows() != rows || m->cols() != cols || (m->weight.dtype == DType::kF8E4M3) != fp8) {
       return absl::InvalidArgumentError(absl::StrCat("expert tensor \"", m->weight.name, "\" differs from expert 0"));
     }
-    uint8_t* dst = values.data() + e * rows * ld_bytes;
+    uint8_t* dst = tiled ? expert.data() : values.data() + e * rows * ld_bytes;
     if (fp8) {
       for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_bytes, m->weight.data + r * row_bytes, row_bytes);
       const float* s = reinterpret_cast<const float*>(m->scale_inv->data);
@@ -230,11 +250,16 @@ absl::Status PackExperts(const std::vector<const MatrixSource*>& mats, PackedExp
       const auto b = ToBf16(f);
       for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_bytes, b.data() + r * cols, row_bytes);
     }
+    if (tiled) {
+      const std::vector<uint8_t> t = gemm::TileGemmRows(expert.data(), rows, ld_bytes);
+      std::memcpy(values.data() + e * stored_rows * ld_bytes, t.data(), t.size());
+    }
   }
   SPAR_RETURN_IF_ERROR(out->values.Upload(values.data(), values.size()));
   out->first.n = rows;
   out->first.ld = ld;
-  out->weight_stride = rows * ld;
+  out->first.layout = layout;
+  out->weight_stride = stored_rows * ld;
   if (fp8) {
     SPAR_RETURN_IF_ERROR(out->scales.Upload(scales.data(), scales.size() * 4));
     out->first.type = GemmWeightType::kFp8Block128;
@@ -310,7 +335,7 @@ absl::StatusOr<bool> PackExpertsW4(const std::vector<const MatrixSource*>& mats,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src) {
+absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src, GemmWeightLayout layout) {
   if (src.parts.empty() || src.parts.size() > static_cast<size_t>(gemm::kMaxGemmSegments)) {
     return absl::InvalidArgumentError(
         absl::StrCat("linear: ", src.parts.size(), " parts (1..", gemm::kMaxGemmSegments, " supported)"));
@@ -336,7 +361,7 @@ absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src) {
       }
       SPAR_RETURN_IF_ERROR(UploadW4Matrix(gemm::PackW4Stacked(run), /*silu_pair=*/false, lin->k, m.get()));
     } else {
-      SPAR_RETURN_IF_ERROR(UploadStoredMatrix(src.parts[i], m.get()));
+      SPAR_RETURN_IF_ERROR(UploadStoredMatrix(src.parts[i], layout, m.get()));
     }
     lin->n_total += m->n();
     lin->parts.push_back(std::move(m));
@@ -385,17 +410,18 @@ absl::StatusOr<std::unique_ptr<Weight>> UploadAbsorb(const AbsorbSource& src) {
   return std::unique_ptr<Weight>(std::move(a));
 }
 
-absl::StatusOr<std::unique_ptr<Weight>> UploadMlp(const MlpSource& src) {
+absl::StatusOr<std::unique_ptr<Weight>> UploadMlp(const MlpSource& src, GemmWeightLayout layout) {
   auto m = std::make_unique<CudaMlp>();
-  SPAR_RETURN_IF_ERROR(UploadMlpInto(src, m.get()));
+  SPAR_RETURN_IF_ERROR(UploadMlpInto(src, layout, m.get()));
   return std::unique_ptr<Weight>(std::move(m));
 }
 
-absl::StatusOr<std::unique_ptr<Weight>> UploadMoe(const MoeSource& src) {
+absl::StatusOr<std::unique_ptr<Weight>> UploadMoe(const MoeSource& src, GemmWeightLayout layout) {
   auto moe = std::make_unique<CudaMoe>();
   MatrixSource router;
   router.weight = src.router;
-  SPAR_RETURN_IF_ERROR(UploadMatrix(router, &moe->router));
+  // Row-major whatever `layout`: the one-token router GEMV reads its rows.
+  SPAR_RETURN_IF_ERROR(UploadMatrix(router, GemmWeightLayout::kRowMajor, &moe->router));
   SPAR_ASSIGN_OR_RETURN(std::vector<float> bias, TensorToFloat(src.correction_bias));
   SPAR_RETURN_IF_ERROR(moe->bias.Upload(bias.data(), bias.size() * 4));
   if (src.experts.empty()) return absl::InvalidArgumentError("MoE layer without local experts");
@@ -416,17 +442,17 @@ absl::StatusOr<std::unique_ptr<Weight>> UploadMoe(const MoeSource& src) {
   }
   if (!pair) {
     moe->gate = PackedExperts();
-    SPAR_RETURN_IF_ERROR(PackExperts(gate, &moe->gate));
-    SPAR_RETURN_IF_ERROR(PackExperts(up, &moe->up));
+    SPAR_RETURN_IF_ERROR(PackExperts(gate, layout, &moe->gate));
+    SPAR_RETURN_IF_ERROR(PackExperts(up, layout, &moe->up));
   }
-  if (!down_4bit) SPAR_RETURN_IF_ERROR(PackExperts(down, &moe->down));
+  if (!down_4bit) SPAR_RETURN_IF_ERROR(PackExperts(down, layout, &moe->down));
   moe->num_local = static_cast<int>(src.experts.size());
   moe->expert_begin = src.expert_begin;
   moe->inter = src.experts[0].gate.rows();
   moe->hidden = src.experts[0].gate.cols();
   if (src.shared) {
     moe->shared = std::make_unique<CudaMlp>();
-    SPAR_RETURN_IF_ERROR(UploadMlpInto(*src.shared, moe->shared.get()));
+    SPAR_RETURN_IF_ERROR(UploadMlpInto(*src.shared, layout, moe->shared.get()));
   }
   moe->route.num_experts = src.num_experts;
   moe->route.top_k = src.top_k;

@@ -4,8 +4,8 @@
 // embedding, MLA's absorption matrices, dense MLPs and MoE layers with their
 // experts packed [E, n, k] for the grouped GEMM. The load time rewrites of a
 // weight (FP8 slices, 4-bit repacking, SiLU pairing and the stacking of a
-// fused linear's 4-bit parts, padding, expert packing) happen here and
-// nowhere else.
+// fused linear's 4-bit parts, padding, the W8A16 GEMM's tiles, expert
+// packing) happen here and nowhere else.
 #ifndef SPAR_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 #define SPAR_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 
@@ -97,12 +97,15 @@ const T& As(const Weight& w) {
   return static_cast<const T&>(w);
 }
 
-absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src);
+// `layout`: how the FP8 / bf16 matrices the W8A16 GEMM reads are stored
+// (GemmWeightLayout::kTiles16x64: w8a16_tiles.h). The MoE router stays
+// row-major either way (its one-token GEMV reads rows).
+absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src, GemmWeightLayout layout);
 absl::StatusOr<std::unique_ptr<Weight>> UploadVector(const TensorView& src);
 absl::StatusOr<std::unique_ptr<Weight>> UploadEmbedding(const TensorView& src);
 absl::StatusOr<std::unique_ptr<Weight>> UploadAbsorb(const AbsorbSource& src);
-absl::StatusOr<std::unique_ptr<Weight>> UploadMlp(const MlpSource& src);
-absl::StatusOr<std::unique_ptr<Weight>> UploadMoe(const MoeSource& src);
+absl::StatusOr<std::unique_ptr<Weight>> UploadMlp(const MlpSource& src, GemmWeightLayout layout);
+absl::StatusOr<std::unique_ptr<Weight>> UploadMoe(const MoeSource& src, GemmWeightLayout layout);
 
 }  // namespace spar
 

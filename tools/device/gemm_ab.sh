@@ -6,7 +6,10 @@
 #   ../shared/scripts/bundle.sh .ab-gemm/b DIR/*
 # and on the GPU host: VARIANTS="before fixed" bash tools/device/gemm_ab.sh
 # Knobs: BUNDLE (.ab-gemm/b), VARIANTS (first = baseline), ROUNDS (3),
-# MS (64,2048), SHAPES (o_proj,mlp_gate_up,exp_gate_up,q_b).
+# MS (64,2048), SHAPES (o_proj,mlp_gate_up,exp_gate_up,q_b), MOE_TOKENS
+# (unset: no MoE; e.g. 1,8,64). A variant may be a flag of another build's
+# binary: BIN_<variant> (the build it runs, default the variant itself) and
+# FLAGS_<variant> (e.g. VARIANTS='base tiled' BIN_tiled=base FLAGS_tiled=--tiled).
 set -u
 BUNDLE=${BUNDLE:-.ab-gemm/b}
 source "$BUNDLE/env.sh"
@@ -21,9 +24,14 @@ if [[ -x "$B/gemm_gpu_test_$last" ]]; then
   echo "gemm_gpu_test rc $?" >>"$OUT/test.log"
   tail -3 "$OUT/test.log"
 fi
+moe=(--no-moe)
+[[ -n ${MOE_TOKENS:-} ]] && moe=(--moe-tokens "$MOE_TOKENS")
 for ((r = 1; r <= ${ROUNDS:-3}; ++r)); do
   for v in "${variants[@]}"; do
-    timeout 45 "$B/gemm_bench_$v" --ms "${MS:-64,2048}" --shapes "${SHAPES:-o_proj,mlp_gate_up,exp_gate_up,q_b}" \
+    bin_var=BIN_$v flags_var=FLAGS_$v
+    read -r -a flags <<<"${!flags_var:-}"
+    timeout 90 "$B/gemm_bench_${!bin_var:-$v}" "${flags[@]}" --ms "${MS:-64,2048}" \
+      --shapes "${SHAPES:-o_proj,mlp_gate_up,exp_gate_up,q_b}" "${moe[@]}" \
       --csv "$OUT/$v-$r.csv" >"$OUT/$v-$r.log" 2>&1
     echo "$v-$r rc $?" >>"$OUT/rc.txt"
   done

@@ -19,8 +19,14 @@ struct MoeRouterParams;
 
 namespace spar::gemm::internal {
 
+// The tiled weight layout (GemmWeightLayout::kTiles16x64, w8a16_tiles.h) as
+// the kernels address it: tiles of 16 rows x 64 bytes (1 KB), ordered [row
+// block][64-byte span], so a fragment's 16 rows of one span are contiguous.
+constexpr int kTileRows = 16;
+constexpr int kTileBytes = 1024;
+
 struct KernelSegment {
-  const uint8_t* w = nullptr;        // [n, k] e4m3 or bf16, as bytes
+  const uint8_t* w = nullptr;        // [n, k] e4m3 or bf16, as bytes (row-major or tiled)
   const float* scale = nullptr;      // e4m3: [ceil(n/128), ceil(k/128)]
   const uint8_t* w_up = nullptr;     // SiLU·mul: up weight [n, k]
   const float* scale_up = nullptr;
@@ -28,6 +34,7 @@ struct KernelSegment {
   int64_t out_col0 = 0;              // first output column in Y
   int32_t first_tile = 0;            // first row tile (blockIdx.y) of this segment
   int32_t is_fp8 = 1;
+  int32_t tiled = 0;                 // GemmWeightLayout::kTiles16x64 (w8a16_tiles.h); one layout a launch
 };
 
 struct KernelParams {

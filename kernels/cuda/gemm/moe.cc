@@ -9,6 +9,7 @@
 #include "kernels/cuda/common/device_info.h"
 #include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
+#include "kernels/cuda/gemm/w8a16_tiles.h"
 
 namespace spar {
 namespace {
@@ -244,6 +245,7 @@ gemm::internal::KernelParams GroupedKernelParams(const MoeGroupedGemmParams& p, 
   }
   ks.n = p.weight.n;
   ks.is_fp8 = p.weight.type == GemmWeightType::kFp8Block128 ? 1 : 0;
+  ks.tiled = p.weight.layout == GemmWeightLayout::kTiles16x64 ? 1 : 0;
   kp.y = p.y;
   kp.ldy = p.ldy;
   kp.y_fp32 = p.y_fp32 ? 1 : 0;
@@ -297,8 +299,11 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
     if (w->n <= 0) return InvalidParam(kOp, name, "n must be positive");
     if (w->type == GemmWeightType::kFp8Block128 && w->scale == nullptr) return InvalidParam(kOp, name, "scale is null");
   }
-  if (silu && (p.up.type != p.weight.type || p.up.n != p.weight.n)) {
-    return InvalidParam(kOp, "up", "must have the type and n of weight");
+  if (p.weight.layout != GemmWeightLayout::kRowMajor && p.weight.layout != GemmWeightLayout::kTiles16x64) {
+    return InvalidParam(kOp, "weight.layout", "is not a known weight layout");
+  }
+  if (silu && (p.up.type != p.weight.type || p.up.n != p.weight.n || p.up.layout != p.weight.layout)) {
+    return InvalidParam(kOp, "up", "must have the type, n and layout of weight");
   }
   const int wbytes = p.weight.type == GemmWeightType::kBf16 ? 2 : 1;
   const int64_t k_rows = StreamedK(p);
@@ -308,8 +313,11 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
                                      k_rows, " for k ", p.k));
   }
   if (silu && GemmRowElements(p.up, p.k) != k_rows) return InvalidParam(kOp, "up.ld", "must equal weight's row length");
-  if (p.expert_weight_stride < p.weight.n * k_rows || (p.expert_weight_stride * wbytes) % 16 != 0) {
-    return InvalidParam(kOp, "expert_weight_stride", "must be >= n * row length elements and a multiple of 16 bytes");
+  // A tiled expert stores its rows padded to whole 16-row tiles.
+  const int64_t stored_rows = p.weight.layout == GemmWeightLayout::kTiles16x64 ? gemm::GemmTiledRows(p.weight.n) : p.weight.n;
+  if (p.expert_weight_stride < stored_rows * k_rows || (p.expert_weight_stride * wbytes) % 16 != 0) {
+    return InvalidParam(kOp, "expert_weight_stride",
+                        "must be >= the stored rows (tiled: n padded to 16) x row length elements and a multiple of 16 bytes");
   }
   if (p.weight.type == GemmWeightType::kFp8Block128 &&
       p.expert_scale_stride < CeilDiv(p.weight.n, 128) * CeilDiv(p.k, 128)) {

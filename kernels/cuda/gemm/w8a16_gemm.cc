@@ -8,9 +8,13 @@
 #include "kernels/cuda/common/device_info.h"
 #include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
+#include "kernels/cuda/gemm/w8a16_tiles.h"
 
 namespace spar {
 namespace {
+
+static_assert(gemm::internal::kTileRows == gemm::kGemmTileRows && gemm::internal::kTileBytes == gemm::kGemmTileBytes,
+              "the kernels address the tiles w8a16_tiles.h writes");
 
 using gemm::GemmPlan;
 using gemm::GemmProblem;
@@ -27,6 +31,9 @@ absl::Status ValidateWeight(const GemmWeight& w, const std::string& name) {
   if (w.type == GemmWeightType::kFp8Block128 && w.scale == nullptr) return InvalidParam(kOp, name + ".scale", "is null");
   if (w.type != GemmWeightType::kFp8Block128 && w.type != GemmWeightType::kBf16) {
     return InvalidParam(kOp, name + ".type", "is not a known weight type");
+  }
+  if (w.layout != GemmWeightLayout::kRowMajor && w.layout != GemmWeightLayout::kTiles16x64) {
+    return InvalidParam(kOp, name + ".layout", "is not a known weight layout");
   }
   return absl::OkStatus();
 }
@@ -57,6 +64,9 @@ absl::Status Validate(const W8A16GemmParams& p) {
                           absl::StrCat("must be >= k, the same for every weight, and rows of whole 64-byte stages ",
                                        "(PaddedGemmRowElements); got ", ld, " for k ", p.k));
     }
+    if (p.segments[s].layout != p.segments[0].layout) {
+      return InvalidParam(kOp, name + ".layout", "must equal segments[0].layout (one layout a launch)");
+    }
   }
   if (p.epilogue == GemmEpilogue::kSiluMul) {
     if (p.num_segments != 1) return InvalidParam(kOp, "num_segments", "must be 1 with the SiLU·mul epilogue");
@@ -65,6 +75,7 @@ absl::Status Validate(const W8A16GemmParams& p) {
     if (p.up.type != p.segments[0].type) return InvalidParam(kOp, "up.type", "must equal segments[0].type");
     if (p.up.n != p.segments[0].n) return InvalidParam(kOp, "up.n", "must equal segments[0].n");
     if (GemmRowElements(p.up, p.k) != k_rows) return InvalidParam(kOp, "up.ld", "must equal segments[0]'s row length");
+    if (p.up.layout != p.segments[0].layout) return InvalidParam(kOp, "up.layout", "must equal segments[0].layout");
   } else if (p.epilogue != GemmEpilogue::kNone) {
     return InvalidParam(kOp, "epilogue", "is not a known epilogue");
   }
@@ -99,6 +110,7 @@ gemm::internal::KernelParams BaseKernelParams(const W8A16GemmParams& p, int64_t 
     ks.w = static_cast<const uint8_t*>(p.segments[s].data);
     ks.scale = p.segments[s].scale;
     ks.is_fp8 = p.segments[s].type == GemmWeightType::kFp8Block128 ? 1 : 0;
+    ks.tiled = p.segments[s].layout == GemmWeightLayout::kTiles16x64 ? 1 : 0;
     ks.n = p.segments[s].n;
     ks.out_col0 = col;
     ks.first_tile = static_cast<int32_t>(tile);

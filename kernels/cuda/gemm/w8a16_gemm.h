@@ -56,22 +56,34 @@ enum class GemmWeightType : int {
   kBf16 = 1,
 };
 
+// How a weight's bytes are laid out (w8a16_tiles.h). kTiles16x64: tiles of
+// 16 rows x 64 bytes, rows padded with zeros to a multiple of 16, so the 16
+// rows an mma fragment reads per 64-byte span are one contiguous kilobyte
+// (DRAM streams that ~12 % faster than rows ld apart); written once at load
+// time by TileGemmRows. Every weight of one launch (segments and up) has the
+// same layout.
+enum class GemmWeightLayout : int {
+  kRowMajor = 0,
+  kTiles16x64 = 1,
+};
+
 enum class GemmEpilogue : int {
   kNone = 0,
   kSiluMul = 1,
 };
 
-// One weight matrix W[n, k], row-major, base 16-byte aligned. Rows are
-// `ld` elements apart (0: k): a k whose rows are not a whole number of the
-// kernel's 64-byte stages (a q_lora_rank of 96, say) is stored zero-padded
-// to such a row at load time (PaddedGemmRowElements), and the columns past k
-// are never read from X.
+// One weight matrix W[n, k], base 16-byte aligned, row-major or tiled
+// (`layout`). Rows are `ld` elements long (0: k): a k whose rows are not a
+// whole number of the kernel's 64-byte stages (a q_lora_rank of 96, say) is
+// stored zero-padded to such a row at load time (PaddedGemmRowElements), and
+// the columns past k are never read from X.
 struct GemmWeight {
   GemmWeightType type = GemmWeightType::kFp8Block128;
   const void* data = nullptr;    // e4m3 bytes [n, ld] or bf16 [n, ld]
   const float* scale = nullptr;  // e4m3: [ceil(n/128), ceil(k/128)]; bf16: unused
   int64_t n = 0;                 // rows = output columns of this segment
-  int64_t ld = 0;                // row stride in elements; 0: k
+  int64_t ld = 0;                // row length in elements; 0: k
+  GemmWeightLayout layout = GemmWeightLayout::kRowMajor;
 };
 
 // The row length in elements a weight of k columns is stored with: k when

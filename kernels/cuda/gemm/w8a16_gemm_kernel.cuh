@@ -200,9 +200,16 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
       base = seg.w;
     }
     wvalid[c] = j < seg.n;
-    wsrc[c] = base + (wvalid[c] ? j * row_bytes : 0) + ch * 16;
+    const int64_t jr = wvalid[c] ? j : 0;
+    // Row-major: byte 16 ch of row jr's stage slice. Tiled (w8a16_tiles.h):
+    // the slice's span ch / 4 is a tile of jr's 16-row block, jr's 64 bytes
+    // at (jr % 16) * 64 in it.
+    wsrc[c] = base + (seg.tiled ? (jr >> 4) * (kTileRows * row_bytes) + (ch >> 2) * kTileBytes + (jr & 15) * 64 + (ch & 3) * 16
+                                : jr * row_bytes + ch * 16);
     wdst[c] = r * Tile::kWPitch + ((ch ^ ParitySwizzle<kSub>(r)) << 4);
   }
+  // A stage's step along each weight row: kSub spans (tiled: kSub tiles).
+  const int64_t wstep = seg.tiled ? kSub * kTileBytes : Tile::kWPitch;
   const int x_chunks_per_row = (fp8 ? 8 : 4) * kSub;  // 16-byte chunks per token per stage
   const int x_pitch = x_chunks_per_row * 16;
   // Activation slots keep a 32-bit row index, not a pointer: registers are
@@ -245,7 +252,7 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     unsigned char* sx = sw + Tile::kWStageBytes;
 #pragma unroll
     for (int c = 0; c < Tile::kWChunks; ++c) {
-      cuda::CpAsync16(sw + wdst[c], wsrc[c] + ks * Tile::kWPitch, wvalid[c] ? 16 : 0);
+      cuda::CpAsync16(sw + wdst[c], wsrc[c] + ks * wstep, wvalid[c] ? 16 : 0);
     }
     // Past the tail the copy reads nothing (size 0) from the row's start.
     const bool x_in_row = !kKTail || ks < x_stages;

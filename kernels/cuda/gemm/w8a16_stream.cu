@@ -48,6 +48,7 @@ namespace spar::gemm::internal {
 namespace {
 
 constexpr int kSpanBytes = 64;  // K bytes of a row a quad reads per step
+
 // Spans a lane keeps in flight: 4 x (2 weight + 2 activation 16-byte loads).
 constexpr int kDepth = 4;
 
@@ -73,12 +74,15 @@ struct LaneStreams {
 // values. Rows past n and tokens past m read row 0 / token 0 instead: their
 // products land in fragment rows and columns that are never stored, so the
 // loads need no predicates.
-template <bool kFp8>
+// kTiled: the weights are tiled (w8a16_tiles.h), so a row's next span is
+// the next 1 KB tile, not the next 64 bytes.
+template <bool kFp8, bool kTiled>
 __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float (&acc)[4]) {
   constexpr int kValues = kFp8 ? 64 : 32;  // K columns a span
   constexpr int kKSteps = kValues / 16;
-  const uint8_t* w_lo = ls.w_lo + ls.begin_lo * kSpanBytes + 16 * t;
-  const uint8_t* w_hi = ls.w_hi + ls.begin_hi * kSpanBytes + 16 * t;
+  constexpr int kWStep = kTiled ? kTileBytes : kSpanBytes;  // bytes from a row's span to its next
+  const uint8_t* w_lo = ls.w_lo + ls.begin_lo * kWStep + 16 * t;
+  const uint8_t* w_hi = ls.w_hi + ls.begin_hi * kWStep + 16 * t;
   const float* s_lo = kFp8 ? ls.scale_lo + ls.begin_lo / 2 : nullptr;
   const float* s_hi = kFp8 ? ls.scale_hi + ls.begin_hi / 2 : nullptr;
   const uint16_t* xp = ls.x + (ls.x_hi ? ls.begin_hi : ls.begin_lo) * kValues + (kValues / 4) * t;
@@ -128,8 +132,8 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
     float sl[kDepth], sh[kDepth];
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      wl[d] = cuda::LoadStreamed16(w_lo + d * kSpanBytes);
-      wh[d] = cuda::LoadStreamed16(w_hi + d * kSpanBytes);
+      wl[d] = cuda::LoadStreamed16(w_lo + d * kWStep);
+      wh[d] = cuda::LoadStreamed16(w_hi + d * kWStep);
       xa[d] = LoadActivation(xp + d * kValues);
       xb[d] = kFp8 ? LoadActivation(xp + d * kValues + 8) : zero;
       sl[d] = kFp8 ? __ldg(s_lo + (((ls.begin_lo & 1) + d) >> 1)) : 1.f;
@@ -137,8 +141,8 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
     }
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) span_mma(wl[d], wh[d], xa[d], xb[d], sl[d], sh[d]);
-    w_lo += kDepth * kSpanBytes;
-    w_hi += kDepth * kSpanBytes;
+    w_lo += kDepth * kWStep;
+    w_hi += kDepth * kWStep;
     xp += kDepth * kValues;
     if constexpr (kFp8) {
       s_lo += kDepth / 2;
@@ -151,8 +155,8 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
   const int64_t x_count = ls.x_hi ? ls.count_hi : ls.count_lo;
   for (int d = 0; i < iters; ++i, ++d) {
     const bool in_lo = i < ls.count_lo, in_hi = i < ls.count_hi, in_x = i < x_count;
-    const uint4 wl = in_lo ? cuda::LoadStreamed16(w_lo + d * kSpanBytes) : zero;
-    const uint4 wh = in_hi ? cuda::LoadStreamed16(w_hi + d * kSpanBytes) : zero;
+    const uint4 wl = in_lo ? cuda::LoadStreamed16(w_lo + d * kWStep) : zero;
+    const uint4 wh = in_hi ? cuda::LoadStreamed16(w_hi + d * kWStep) : zero;
     const uint4 xa = in_x ? LoadActivation(xp + d * kValues) : zero;
     const uint4 xb = kFp8 && in_x ? LoadActivation(xp + d * kValues + 8) : zero;
     float sl = 1.f, sh = 1.f;
@@ -170,7 +174,14 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
 // Dense: block x = row tile. Grouped (p.work): block x = work entry {expert,
 // first permuted row, rows <= 8}, block y = row tile. SiLU·mul (kStreams 1
 // only): fragment rows g and g + 8 are the gate and up rows of 8 outputs.
-template <int kStreams, int kWarps>
+// Where row `row` starts: row-major, row * row_bytes; tiled, its 64 bytes
+// in the first tile of its 16-row block.
+template <bool kTiled>
+__device__ __forceinline__ const uint8_t* RowStart(const uint8_t* w, int64_t row, int64_t row_bytes) {
+  return kTiled ? w + (row / kTileRows) * (kTileRows * row_bytes) + (row % kTileRows) * kSpanBytes : w + row * row_bytes;
+}
+
+template <int kStreams, int kWarps, bool kTiled>
 __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16StreamKernel(const KernelParams p) {
   __shared__ float s_red[kWarps > 1 ? kWarps : 1][32][4];
   const int lane = threadIdx.x & 31;
@@ -206,8 +217,8 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16
   // Rows past n and tokens past m read row 0 / token 0 instead: their
   // products land in fragment rows and columns that are never stored, so
   // the loads need no predicates.
-  ls.w_lo = seg.w + (row_lo < seg.n ? row_lo : 0) * row_bytes;
-  ls.w_hi = (silu ? seg.w_up : seg.w) + (row_hi < seg.n ? row_hi : 0) * row_bytes;
+  ls.w_lo = RowStart<kTiled>(seg.w, row_lo < seg.n ? row_lo : 0, row_bytes);
+  ls.w_hi = RowStart<kTiled>(silu ? seg.w_up : seg.w, row_hi < seg.n ? row_hi : 0, row_bytes);
   ls.scale_lo = seg.is_fp8 ? seg.scale + scale_row : nullptr;
   ls.scale_hi = seg.is_fp8 ? (silu ? seg.scale_up : seg.scale) + scale_row : nullptr;
   const int parts = kWarps * kStreams;
@@ -226,9 +237,9 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   if (seg.is_fp8) {
-    StreamSpans<true>(ls, t, acc);
+    StreamSpans<true, kTiled>(ls, t, acc);
   } else {
-    StreamSpans<false>(ls, t, acc);
+    StreamSpans<false, kTiled>(ls, t, acc);
   }
 
   if constexpr (kWarps > 1) {
@@ -281,7 +292,12 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16
 
 template <int kStreams, int kWarps>
 cudaError_t LaunchStream(const KernelParams& p, dim3 grid, cudaStream_t stream) {
-  W8A16StreamKernel<kStreams, kWarps><<<grid, kWarps * 32, 0, stream>>>(p);
+  // One layout a launch (the launcher checks): segment 0's.
+  if (p.seg[0].tiled != 0) {
+    W8A16StreamKernel<kStreams, kWarps, true><<<grid, kWarps * 32, 0, stream>>>(p);
+  } else {
+    W8A16StreamKernel<kStreams, kWarps, false><<<grid, kWarps * 32, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 

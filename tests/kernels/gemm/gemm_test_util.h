@@ -12,6 +12,7 @@
 #include "base/numeric.h"
 #include "base/rng.h"
 #include "kernels/cuda/gemm/w8a16_gemm.h"
+#include "kernels/cuda/gemm/w8a16_tiles.h"
 #include "kernels/ref/fp8_block_ref.h"
 #include "kernels/ref/gemm_ref.h"
 #include "tests/kernels/gpu_test_util.h"
@@ -74,11 +75,13 @@ inline HostWeight MakeWeight(GemmWeightType type, int64_t n, int64_t k, uint64_t
   return w;
 }
 
-// Device copy of a HostWeight, rows stored PaddedGemmRowElements(k) apart
-// as the engine stores them (the padding zero).
+// Device copy of a HostWeight, rows PaddedGemmRowElements(k) long as the
+// engine stores them (the padding zero), row-major or tiled (`layout`, set
+// before Upload; w8a16_tiles.h).
 struct DeviceWeight {
   DeviceArray<uint8_t> bytes;
   DeviceArray<float> scale;
+  GemmWeightLayout layout = GemmWeightLayout::kRowMajor;
   GemmWeight View(const HostWeight& h) const {
     GemmWeight g;
     g.type = h.type;
@@ -86,6 +89,7 @@ struct DeviceWeight {
     g.scale = h.type == GemmWeightType::kFp8Block128 ? scale.get() : nullptr;
     g.n = h.n;
     g.ld = PaddedGemmRowElements(h.k, h.type);
+    g.layout = layout;
     return g;
   }
   void Upload(const HostWeight& h) {
@@ -95,7 +99,7 @@ struct DeviceWeight {
     for (int64_t r = 0; r < h.n; ++r) {
       std::memcpy(padded.data() + r * ld * elem, h.bytes.data() + r * h.k * elem, h.k * elem);
     }
-    bytes.Upload(padded);
+    bytes.Upload(layout == GemmWeightLayout::kTiles16x64 ? gemm::TileGemmRows(padded.data(), h.n, ld * elem) : padded);
     if (!h.scale.empty()) scale.Upload(h.scale);
   }
 };

@@ -55,6 +55,7 @@ struct MoeCase {
   // The permutation writes the grouped GEMMs' work lists (a second
   // LaunchMoePermute of the same ids, once the GEMMs' plans are known).
   bool permute_work_lists = false;
+  GemmWeightLayout layout = GemmWeightLayout::kRowMajor;  // the experts' (w8a16_tiles.h)
   uint64_t seed = 1;
 };
 
@@ -65,20 +66,28 @@ struct ExpertBank {
   DeviceArray<uint8_t> bytes;
   DeviceArray<float> scale;
   int64_t weight_stride = 0, scale_stride = 0, ld = 0;
+  GemmWeightLayout layout = GemmWeightLayout::kRowMajor;
 
-  void Build(int n_local, int64_t n, int64_t k, uint64_t seed) {
+  // Tiled: each expert in tiles of its rows padded to 16 (the stride too).
+  void Build(int n_local, int64_t n, int64_t k, uint64_t seed, GemmWeightLayout weight_layout) {
     host.clear();
+    layout = weight_layout;
     ld = PaddedGemmRowElements(k, kFp8);
-    std::vector<uint8_t> b(static_cast<size_t>(n_local * n * ld), 0);
+    const bool tiled = layout == GemmWeightLayout::kTiles16x64;
+    const int64_t stored_rows = tiled ? gemm::GemmTiledRows(n) : n;
+    std::vector<uint8_t> b(static_cast<size_t>(n_local * stored_rows * ld), 0);
     std::vector<float> s;
     for (int e = 0; e < n_local; ++e) {
       host.push_back(MakeWeight(kFp8, n, k, seed + e));
+      std::vector<uint8_t> rows(static_cast<size_t>(n * ld), 0);
       for (int64_t r = 0; r < n; ++r) {
-        std::memcpy(b.data() + (e * n + r) * ld, host.back().bytes.data() + r * k, static_cast<size_t>(k));
+        std::memcpy(rows.data() + r * ld, host.back().bytes.data() + r * k, static_cast<size_t>(k));
       }
+      if (tiled) rows = gemm::TileGemmRows(rows.data(), n, ld);
+      std::memcpy(b.data() + e * stored_rows * ld, rows.data(), rows.size());
       s.insert(s.end(), host.back().scale.begin(), host.back().scale.end());
     }
-    weight_stride = n * ld;
+    weight_stride = stored_rows * ld;
     scale_stride = static_cast<int64_t>(host[0].scale.size());
     bytes.Upload(b);
     scale.Upload(s);
@@ -90,6 +99,7 @@ struct ExpertBank {
     g.scale = scale.get();
     g.n = host[0].n;
     g.ld = ld;
+    g.layout = layout;
     return g;
   }
 };
@@ -98,7 +108,8 @@ float Silu(float g) { return g / (1.0f + std::exp(-g)); }
 
 void RunMoeLayer(const MoeCase& c) {
   SCOPED_TRACE(absl::StrCat("tokens=", c.tokens, " local=[", c.e0, ",", c.e1, ") k=", c.top_k,
-                            " cfg=", c.force_config, " splits=", c.force_splits, " favoured=", c.favoured.size()));
+                            " cfg=", c.force_config, " splits=", c.force_splits, " favoured=", c.favoured.size(),
+                            c.layout == GemmWeightLayout::kTiles16x64 ? " tiled" : ""));
   const int64_t T = c.tokens, H = c.hidden, I = c.inter;
   const int n_local = c.e1 - c.e0;
   const int64_t rows = T * c.top_k;
@@ -115,9 +126,9 @@ void RunMoeLayer(const MoeCase& c) {
   const ref::MoeRoutingParams rp{c.experts, c.top_k, 1, 1, true, 2.5f};
 
   ExpertBank gate, up, down;
-  gate.Build(n_local, I, H, c.seed * 1000 + 10);
-  up.Build(n_local, I, H, c.seed * 1000 + 400);
-  down.Build(n_local, H, I, c.seed * 1000 + 800);
+  gate.Build(n_local, I, H, c.seed * 1000 + 10, c.layout);
+  up.Build(n_local, I, H, c.seed * 1000 + 400, c.layout);
+  down.Build(n_local, H, I, c.seed * 1000 + 800, c.layout);
   const HostWeight sg = MakeWeight(kFp8, I, H, c.seed + 91), su = MakeWeight(kFp8, I, H, c.seed + 92),
                    sd = MakeWeight(kFp8, H, I, c.seed + 93);
   DeviceWeight dsg, dsu, dsd;
@@ -520,6 +531,49 @@ TEST(Sm80_MoeLayer, StreamKernelEveryWidth) {
       RunMoeLayer(c);
     }
   }
+}
+
+// Tiled expert weights (GemmWeightLayout::kTiles16x64: each expert's rows
+// padded to 16, the stride with them): the planner's tiles, forced decode
+// and prefill tiles, every streaming width, the permutation's work lists,
+// all tokens on one expert, and an expert width of 200 (gate/up rows ending
+// inside a 16-row tile; the down projection's K a tail of padded rows).
+TEST(Sm80_MoeLayer, TiledExperts) {
+  SPAR_REQUIRE_GPU();
+  const int cfgs[] = {-1, static_cast<int>(gemm::TileConfigId::kT8), static_cast<int>(gemm::TileConfigId::kT64),
+                      static_cast<int>(gemm::TileConfigId::kT128W2F)};
+  for (const int64_t tokens : {1, 7, 150}) {
+    for (const int cfg : cfgs) {
+      MoeCase c;
+      c.tokens = tokens;
+      c.force_config = cfg;
+      c.permute_work_lists = cfg == -1;
+      c.layout = GemmWeightLayout::kTiles16x64;
+      c.seed = 130 + tokens + cfg;
+      RunMoeLayer(c);
+    }
+  }
+  for (const int warps : {1, 2, 4, 8}) {
+    MoeCase c;
+    c.tokens = 7;
+    c.force_stream_warps = warps;
+    c.layout = GemmWeightLayout::kTiles16x64;
+    c.seed = 140 + warps;
+    RunMoeLayer(c);
+  }
+  MoeCase one;
+  one.tokens = 200;
+  one.favoured = {10};
+  one.permute_work_lists = true;
+  one.layout = GemmWeightLayout::kTiles16x64;
+  one.seed = 150;
+  RunMoeLayer(one);
+  MoeCase narrow;
+  narrow.tokens = 40;
+  narrow.inter = 200;
+  narrow.layout = GemmWeightLayout::kTiles16x64;
+  narrow.seed = 151;
+  RunMoeLayer(narrow);
 }
 
 TEST(Sm80_MoeLayer, AllTokensOnOneExpert) {

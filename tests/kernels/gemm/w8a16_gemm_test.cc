@@ -44,12 +44,14 @@ struct GemmCase {
   int force_config = -1;
   int force_splits = 1;
   int force_stream_warps = 0;  // W8A16GemmParams::force_stream_warps
+  GemmWeightLayout layout = GemmWeightLayout::kRowMajor;  // every weight's
   uint64_t seed = 1;
 };
 
 std::string Describe(const GemmCase& c) {
   std::string s = absl::StrCat("m=", c.m, " k=", c.k, " cfg=", c.force_config, " splits=", c.force_splits,
                                " stream_warps=", c.force_stream_warps,
+                               c.layout == GemmWeightLayout::kTiles16x64 ? " tiled" : "",
                                c.up ? " silu" : "", c.residual ? " residual" : "", c.y_fp32 ? " fp32" : "", " n=");
   for (const HostWeight* w : c.segments) absl::StrAppend(&s, w->n, w->type == kFp8 ? "e4m3," : "bf16,");
   return s;
@@ -79,11 +81,13 @@ void RunAndCheck(const GemmCase& c, cudaStream_t stream = nullptr, std::vector<f
   p.ldx = ldx;
   p.num_segments = static_cast<int>(c.segments.size());
   for (size_t s = 0; s < c.segments.size(); ++s) {
+    dw[s].layout = c.layout;
     dw[s].Upload(*c.segments[s]);
     p.segments[s] = dw[s].View(*c.segments[s]);
   }
   DeviceWeight dup;
   if (c.up != nullptr) {
+    dup.layout = c.layout;
     dup.Upload(*c.up);
     p.epilogue = GemmEpilogue::kSiluMul;
     p.up = dup.View(*c.up);
@@ -628,6 +632,79 @@ TEST(Sm80_W8A16Gemm, FoldedCandidatesEqualTheirTwins) {
   }
 }
 
+// Tiled weights (GemmWeightLayout::kTiles16x64) move only where each byte
+// is read from, never the arithmetic: every tile configuration and split,
+// every streaming plan, SiLU·mul pairs, mixed FP8 / bf16 segments, K tails
+// and row counts that end inside a 16-row tile give the row-major result
+// bit for bit (and both are checked against kernels/ref by RunAndCheck).
+TEST(Sm80_W8A16Gemm, TiledWeightsEqualRowMajorBitForBit) {
+  SPAR_REQUIRE_GPU();
+  auto expect_same = [](GemmCase c) {
+    std::vector<float> row_major, tiled;
+    c.layout = GemmWeightLayout::kRowMajor;
+    RunAndCheck(c, nullptr, &row_major);
+    c.layout = GemmWeightLayout::kTiles16x64;
+    RunAndCheck(c, nullptr, &tiled);
+    ASSERT_EQ(row_major.size(), tiled.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < tiled.size(); ++i) differ += row_major[i] != tiled[i];
+    EXPECT_EQ(differ, 0) << Describe(c) << ": tiled outputs differ from row-major";
+  };
+  const HostWeight w = MakeWeight(kFp8, 200, 1024, 91), wb = MakeWeight(kBf16, 37, 1024, 92);
+  const HostWeight gate = MakeWeight(kFp8, 200, 512, 93), up = MakeWeight(kFp8, 200, 512, 94);
+  for (int cfg = 0; cfg < gemm::kNumTileConfigs; ++cfg) {
+    for (int splits : {1, 3}) {
+      for (int64_t m : {1, 13, 130}) {
+        GemmCase c;
+        c.m = m;
+        c.k = 1024;
+        c.segments = {&w, &wb};
+        c.y_fp32 = true;
+        c.force_config = cfg;
+        c.force_splits = splits;
+        c.seed = 3000 + m;
+        expect_same(c);
+        c.k = 512;
+        c.segments = {&gate};
+        c.up = &up;
+        c.y_fp32 = false;
+        c.residual = true;
+        expect_same(c);
+      }
+    }
+  }
+  // K tails (k = 200 of rows padded to 256 bytes) on the tile kernel.
+  const HostWeight tail = MakeWeight(kFp8, 70, 200, 95);
+  for (int64_t m : {1, 9, 64}) {
+    GemmCase c;
+    c.m = m;
+    c.k = 200;
+    c.segments = {&tail};
+    c.y_fp32 = true;
+    c.seed = 3100 + m;
+    expect_same(c);
+  }
+  // The streaming kernel: every block width, both fragment layouts (up to 4
+  // tokens: two K halves of 8 rows; from 5: 16 rows), SiLU·mul.
+  for (int warps : {1, 2, 4, 8}) {
+    for (int64_t m : {1, 4, 5, 8}) {
+      GemmCase c;
+      c.m = m;
+      c.k = 1024;
+      c.segments = {&w, &wb};
+      c.y_fp32 = true;
+      c.force_stream_warps = warps;
+      c.seed = 3200 + m;
+      expect_same(c);
+      c.k = 512;
+      c.segments = {&gate};
+      c.up = &up;
+      c.y_fp32 = false;
+      expect_same(c);
+    }
+  }
+}
+
 // Weights that are all e4m3 subnormals or the smallest normals: folded,
 // they are bf16 subnormals (2^-129..2^-126) and every product an fp32
 // subnormal. Tensor cores that flushed either would return zeros here.
@@ -709,6 +786,13 @@ TEST(Sm80_W8A16Gemm, RejectsBadParams) {
   q = p;
   q.force_stream_warps = 3;
   EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("force_stream_warps"), std::string::npos);
+  q = p;  // one layout a launch
+  q.num_segments = 2;
+  q.segments[1] = p.segments[0];
+  q.segments[1].layout = GemmWeightLayout::kTiles16x64;
+  EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("segments[1].layout"), std::string::npos);
+  q.segments[1].layout = static_cast<GemmWeightLayout>(7);
+  EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("known weight layout"), std::string::npos);
   q = p;
   q.m = 0;
   q.x = nullptr;

@@ -1,0 +1,54 @@
+// The tiled device layout of W8A16 GEMM weights (GemmWeightLayout::kTiles16x64
+// in w8a16_gemm.h), written once at load time. Pure host code, no CUDA: the
+// repack is unit-tested on the CPU (tests/ref/w8a16_tiles_test.cc).
+//
+// Why: the kernels read a weight row 64 bytes at a time (one mma span: 64
+// e4m3 or 32 bf16 columns), 16 rows at once (one mma fragment). Row-major,
+// those 16 pieces lie a whole row apart, and DRAM serves such a strided
+// pattern at ~85 % of its copy bandwidth against 97 % for a contiguous
+// stream (bench/results/gemm.md, "Probes", H200 running sm80 code). Tiled,
+// the 16 pieces a fragment needs are one contiguous kilobyte, and a row
+// block's spans follow each other, so a warp streaming its rows along K
+// reads one contiguous range.
+//
+// Layout: rows padded with zero rows to a multiple of 16; the matrix cut
+// into tiles of 16 rows x 64 bytes, each tile row-major (1 KB), the tiles
+// ordered [row block][64-byte column block]. Byte (r, c) of a row of
+// row_bytes bytes (a multiple of 64) is at
+//   ((r / 16) * (row_bytes / 64) + c / 64) * 1024 + (r % 16) * 64 + c % 64.
+// The block scales of FP8 weights keep their own layout.
+#ifndef SPAR_KERNELS_CUDA_GEMM_W8A16_TILES_H_
+#define SPAR_KERNELS_CUDA_GEMM_W8A16_TILES_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace spar::gemm {
+
+inline constexpr int64_t kGemmTileRows = 16;
+inline constexpr int64_t kGemmTileRowBytes = 64;
+inline constexpr int64_t kGemmTileBytes = kGemmTileRows * kGemmTileRowBytes;
+
+// Rows a tiled matrix of `rows` rows stores (zero rows after the last).
+inline int64_t GemmTiledRows(int64_t rows) { return (rows + kGemmTileRows - 1) / kGemmTileRows * kGemmTileRows; }
+
+// Bytes of a tiled matrix.
+inline int64_t GemmTiledBytes(int64_t rows, int64_t row_bytes) { return GemmTiledRows(rows) * row_bytes; }
+
+// Where byte (r, c) of the row-major matrix lives in the tiled one.
+inline int64_t GemmTiledOffset(int64_t r, int64_t c, int64_t row_bytes) {
+  return ((r / kGemmTileRows) * (row_bytes / kGemmTileRowBytes) + c / kGemmTileRowBytes) * kGemmTileBytes +
+         (r % kGemmTileRows) * kGemmTileRowBytes + c % kGemmTileRowBytes;
+}
+
+// A row-major matrix of `rows` rows of `row_bytes` bytes (a positive multiple
+// of 64; the caller checks) in the tiled layout (GemmTiledBytes bytes).
+std::vector<uint8_t> TileGemmRows(const uint8_t* row_major, int64_t rows, int64_t row_bytes);
+
+// The inverse, for tests: [GemmTiledRows(rows)][row_bytes] row-major, the
+// padding rows included.
+std::vector<uint8_t> UntileGemmRows(const std::vector<uint8_t>& tiled, int64_t rows, int64_t row_bytes);
+
+}  // namespace spar::gemm
+
+#endif  // SPAR_KERNELS_CUDA_GEMM_W8A16_TILES_H_

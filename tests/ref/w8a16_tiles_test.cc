@@ -1,0 +1,62 @@
+// The W8A16 weights' tiled layout (kernels/cuda/gemm/w8a16_tiles.h) on the
+// CPU: every byte lands at the offset the kernels compute, a fragment's 16
+// rows of one 64-byte span are one contiguous kilobyte, the inverse recovers
+// the matrix and the padding rows are zero.
+#include "kernels/cuda/gemm/w8a16_tiles.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "base/rng.h"
+#include "gtest/gtest.h"
+
+namespace spar::gemm {
+namespace {
+
+std::vector<uint8_t> RandomBytes(int64_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<uint8_t> v(static_cast<size_t>(n));
+  for (auto& b : v) b = static_cast<uint8_t>(rng.Below(256));
+  return v;
+}
+
+TEST(GemmTiles, EveryByteLandsWhereTheKernelsReadIt) {
+  // Row counts below, at and past a tile; rows of one span and of many.
+  for (const int64_t rows : {1, 15, 16, 17, 33, 96}) {
+    for (const int64_t row_bytes : {64, 128, 576, 6144}) {
+      const auto src = RandomBytes(rows * row_bytes, static_cast<uint64_t>(rows * 7919 + row_bytes));
+      const auto tiled = TileGemmRows(src.data(), rows, row_bytes);
+      ASSERT_EQ(static_cast<int64_t>(tiled.size()), GemmTiledRows(rows) * row_bytes);
+      ASSERT_EQ(GemmTiledRows(rows) % 16, 0);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < row_bytes; ++c) {
+          // The kernels' address: the tile of (row block, span), then the row in it.
+          const int64_t kernel = ((r >> 4) * (row_bytes / 64) + (c >> 6)) * 1024 + (r & 15) * 64 + (c & 63);
+          ASSERT_EQ(GemmTiledOffset(r, c, row_bytes), kernel);
+          ASSERT_EQ(tiled[kernel], src[r * row_bytes + c]) << "row " << r << " byte " << c;
+        }
+      }
+      for (int64_t r = rows; r < GemmTiledRows(rows); ++r) {
+        for (int64_t c = 0; c < row_bytes; ++c) ASSERT_EQ(tiled[GemmTiledOffset(r, c, row_bytes)], 0) << "padding row " << r;
+      }
+      const auto back = UntileGemmRows(tiled, rows, row_bytes);
+      ASSERT_EQ(std::vector<uint8_t>(back.begin(), back.begin() + rows * row_bytes), src);
+    }
+  }
+}
+
+TEST(GemmTiles, AFragmentsSpanIsOneContiguousKilobyte) {
+  const int64_t rows = 48, row_bytes = 512;
+  const auto src = RandomBytes(rows * row_bytes, 5);
+  const auto tiled = TileGemmRows(src.data(), rows, row_bytes);
+  // Row block 1, span 3: rows 16..31, bytes 192..255 of each, in row order.
+  const int64_t base = (1 * (row_bytes / 64) + 3) * 1024;
+  for (int64_t i = 0; i < 16; ++i) {
+    for (int64_t c = 0; c < 64; ++c) EXPECT_EQ(tiled[base + i * 64 + c], src[(16 + i) * row_bytes + 192 + c]);
+  }
+  // The next span of the same rows follows directly.
+  EXPECT_EQ(GemmTiledOffset(16, 256, row_bytes), base + 1024);
+}
+
+}  // namespace
+}  // namespace spar::gemm
