@@ -18,6 +18,23 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name) 
   return CreateBackend(options);
 }
 
+absl::string_view GemmWeightTilingName(GemmWeightTiling tiling) {
+  switch (tiling) {
+    case GemmWeightTiling::kRowMajor: return "row-major";
+    case GemmWeightTiling::kAlongK: return "along-k";
+    case GemmWeightTiling::kAcrossRows: return "across-rows";
+  }
+  return "?";
+}
+
+absl::StatusOr<GemmWeightTiling> ParseGemmWeightTiling(absl::string_view name) {
+  for (GemmWeightTiling t : {GemmWeightTiling::kRowMajor, GemmWeightTiling::kAlongK, GemmWeightTiling::kAcrossRows}) {
+    if (name == GemmWeightTilingName(t)) return t;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown weight tiling \"", name, "\" (row-major, along-k or across-rows)"));
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {
   const std::string& name = options.name;
   if (name == "cpu") {
@@ -32,7 +49,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
     cuda.nccl_unique_id = options.nccl_unique_id;
     cuda.cuda_graphs = !options.enforce_eager;
     cuda.urgent_branch_priority = options.urgent_branch_priority;
-    cuda.tiled_gemm_weights = options.tiled_gemm_weights;
+    static_assert(static_cast<int>(GemmWeightTiling::kAlongK) == static_cast<int>(GemmWeightLayout::kTilesAlongK) &&
+                  static_cast<int>(GemmWeightTiling::kAcrossRows) == static_cast<int>(GemmWeightLayout::kTilesAcrossRows));
+    cuda.gemm_weight_layout = static_cast<GemmWeightLayout>(options.gemm_weight_tiling);
     return CreateCudaBackend(cuda);
 #else
     return absl::UnimplementedError("this binary was built without CUDA (use --backend cpu)");

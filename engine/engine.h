@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/backend.h"
 #include "engine/block_allocator.h"
 #include "engine/cache_formats.h"
@@ -45,6 +46,15 @@ struct Generation {
   std::optional<int32_t> stop_token;  // the EOS / stop id that ended it (not in tokens)
 };
 
+// How the cuda backend stores the W8A16 GEMMs' FP8 / bf16 weights: row-major
+// or in 16-row x 64-byte tiles ordered along K or across rows
+// (kernels/cuda/gemm/w8a16_tiles.h; the values are GemmWeightLayout's).
+enum class GemmWeightTiling : int { kRowMajor = 0, kAlongK = 1, kAcrossRows = 2 };
+
+// "row-major", "along-k", "across-rows".
+absl::string_view GemmWeightTilingName(GemmWeightTiling tiling);
+absl::StatusOr<GemmWeightTiling> ParseGemmWeightTiling(absl::string_view name);
+
 // Which backend to create and, for tensor parallelism, this rank's place in
 // its group: cuda ranks join an NCCL communicator (one process per GPU);
 // cpu ranks share a CpuGroup (threads: InProcessGroup; processes:
@@ -65,9 +75,9 @@ struct BackendOptions {
   // batch-1 GLM-5 layer 4 % faster on an H200 (bench/RESULTS.md, session 32);
   // engine_bench --no-urgent-branch turns it off for an A/B.
   bool urgent_branch_priority = true;
-  // cuda: the W8A16 GEMMs' weights in 16-row x 64-byte tiles
-  // (CudaBackendOptions::tiled_gemm_weights); engine_bench --tiled-weights.
-  bool tiled_gemm_weights = false;
+  // cuda: how the W8A16 GEMMs' FP8 / bf16 weights are stored
+  // (CudaBackendOptions::gemm_weight_tiling); engine_bench --weight-tiling.
+  GemmWeightTiling gemm_weight_tiling = GemmWeightTiling::kRowMajor;
 };
 
 struct EngineOptions {

@@ -32,8 +32,9 @@
 // --indexer-query with-qb|before-fork|on-branch places full-indexer layers'
 // indexer query GEMM (ModelOptions::indexer_query), for an A/B;
 // --no-fuse-indexer-query is --indexer-query on-branch.
-// --tiled-weights stores the W8A16 GEMMs' weights in 16-row x 64-byte tiles
-// (BackendOptions::tiled_gemm_weights), for an A/B against row-major.
+// --weight-tiling row-major|along-k|across-rows stores the W8A16 GEMMs'
+// weights row-major or in 16-row x 64-byte tiles (BackendOptions::
+// gemm_weight_tiling), for an A/B.
 // --timeline prints, per shape, the GPU's own timeline of one graph replay
 // (bench/common/kernel_timeline.h: each kernel's start and duration as it
 // ran, branches overlapped, and the time the GPU ran nothing between them).
@@ -85,7 +86,7 @@ struct Flags {
   bool op_profile = false;  // per-op GPU time of an eager step per shape
   bool timeline = false;    // --timeline: the GPU timeline of a replayed step per shape
   bool urgent_branch = true;  // --no-urgent-branch: BackendOptions::urgent_branch_priority off (A/B)
-  bool tiled_weights = false;  // --tiled-weights: BackendOptions::tiled_gemm_weights on (A/B)
+  GemmWeightTiling weight_tiling = BackendOptions{}.gemm_weight_tiling;  // --weight-tiling (A/B)
   IndexerQueryGemm indexer_query = ModelOptions{}.indexer_query;  // --indexer-query (A/B)
   bool branch_overlap = true;  // --no-branch-overlap: Backend::RunConcurrently serial (A/B)
   std::optional<bool> latent_widening;  // --latent-widening auto|always|never (A/B)
@@ -115,8 +116,9 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.op_profile = true;
     } else if (a == "--timeline") {
       f.timeline = true;
-    } else if (a == "--tiled-weights") {
-      f.tiled_weights = true;
+    } else if (a == "--weight-tiling") {
+      SPAR_ASSIGN_OR_RETURN(std::string v, value());
+      SPAR_ASSIGN_OR_RETURN(f.weight_tiling, ParseGemmWeightTiling(v));
     } else if (a == "--no-urgent-branch") {
       f.urgent_branch = false;
     } else if (a == "--no-fuse-indexer-query") {
@@ -433,7 +435,7 @@ absl::Status Run(const Flags& f) {
   bo.device = f.device;
   bo.tp = f.tp;
   bo.urgent_branch_priority = f.urgent_branch;
-  bo.tiled_gemm_weights = f.tiled_weights;
+  bo.gemm_weight_tiling = f.weight_tiling;
   if (f.tp.size > 1) {
     SPAR_ASSIGN_OR_RETURN(bo.nccl_unique_id, ExchangeNcclId(f));
   }

@@ -11,7 +11,7 @@
 //   gemm_bench --stream-warps 4      # <= 8 tokens (and the MoE): the streaming kernel with 4 warps a block
 //                                    # (-1: the tile kernel; the MoE's default is the tile kernel)
 //   gemm_bench --probe               # + read-only stream ceiling and empty-kernel launch cost
-//   gemm_bench --tiled               # weights in 16-row x 64-byte tiles (w8a16_tiles.h), not row-major
+//   gemm_bench --tiled along-k       # weights in 16-row x 64-byte tiles (w8a16_tiles.h; or across-rows)
 //
 // Per case: median µs per launch of back-to-back launches captured in a CUDA
 // graph and replayed (GPU time, as a serving engine replays its decode step),
@@ -153,7 +153,7 @@ struct Options {
   int force_config = -1;       // main measurement only (profiling)
   int force_splits = 1;
   int stream_warps = 0;        // W8A16GemmParams::force_stream_warps (-1: the tile kernel)
-  bool tiled = false;          // weights in 16-row x 64-byte tiles (GemmWeightLayout::kTiles16x64)
+  GemmWeightLayout layout = GemmWeightLayout::kRowMajor;  // --tiled along-k|across-rows (w8a16_tiles.h)
 };
 
 GemmWeightLayout g_layout = GemmWeightLayout::kRowMajor;  // every weight's (--tiled)
@@ -259,10 +259,11 @@ void BenchDense(const Shape& shape, const std::vector<int64_t>& ms, const Option
     while (j >= shape.segs[si].n) j -= shape.segs[si++].n;
     const Segment& s = shape.segs[si];
     std::vector<uint8_t> raw(k * (s.fp8 ? 1 : 2));
-    if (g_layout == GemmWeightLayout::kTiles16x64) {  // the row's 64-byte pieces, one a tile
+    if (IsTiled(g_layout)) {  // the row's 64-byte pieces, one a tile
       const int64_t row_bytes = static_cast<int64_t>(raw.size());
       for (int64_t c = 0; c < row_bytes; c += gemm::kGemmTileRowBytes) {
-        CheckCuda(cudaMemcpy(raw.data() + c, segs[si].w[0] + gemm::GemmTiledOffset(j, c, row_bytes),
+        CheckCuda(cudaMemcpy(raw.data() + c,
+                             segs[si].w[0] + gemm::GemmTiledOffset(j, c, s.n, row_bytes, TileOrderOf(g_layout)),
                              gemm::kGemmTileRowBytes, cudaMemcpyDeviceToHost),
                   "row piece");
       }
@@ -633,7 +634,7 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_
     std::vector<uint8_t> raw(n * kk);
     std::vector<float> sc((n / 128) * (kk / 128));
     CheckCuda(cudaMemcpy(raw.data(), w + e * n * kk, raw.size(), cudaMemcpyDeviceToHost), "w");
-    if (g_layout == GemmWeightLayout::kTiles16x64) raw = gemm::UntileGemmRows(raw, n, kk);  // n % 16 == 0: no padding
+    if (IsTiled(g_layout)) raw = gemm::UntileGemmRows(raw, n, kk, TileOrderOf(g_layout));  // n % 16 == 0: no padding
     CheckCuda(cudaMemcpy(sc.data(), s + e * sc.size(), sc.size() * 4, cudaMemcpyDeviceToHost), "s");
     std::vector<float> f(n * kk);
     for (int64_t i = 0; i < n; ++i)
@@ -698,7 +699,14 @@ int Main(int argc, char** argv) {
     else if (a == "--no-moe") opt.moe = false;
     else if (a == "--csv" && i + 1 < argc) opt.csv = argv[++i];
     else if (a == "--probe") opt.probe = true;
-    else if (a == "--tiled") opt.tiled = true;
+    else if (a == "--tiled" && i + 1 < argc) {
+      const std::string order = argv[++i];
+      if (order != "along-k" && order != "across-rows") {
+        std::fprintf(stderr, "--tiled: '%s' is not along-k or across-rows\n", order.c_str());
+        return 2;
+      }
+      opt.layout = order == "along-k" ? GemmWeightLayout::kTilesAlongK : GemmWeightLayout::kTilesAcrossRows;
+    }
     else if (a == "--shapes" && i + 1 < argc) opt.shapes = argv[++i];
     else if (a == "--ms" && i + 1 < argc) opt.ms = ParseList(argv[++i]);
     else if (a == "--moe-tokens" && i + 1 < argc) opt.moe_tokens = ParseList(argv[++i]);
@@ -735,7 +743,7 @@ int Main(int argc, char** argv) {
     std::fflush(g_csv);
   }
 
-  g_layout = opt.tiled ? GemmWeightLayout::kTiles16x64 : GemmWeightLayout::kRowMajor;
+  g_layout = opt.layout;
   const size_t ws_bytes = size_t{64} << 20;
   void* ws = DeviceAlloc<uint8_t>(ws_bytes);
   CheckCuda(cudaMemset(ws, 0, ws_bytes), "ws");

@@ -432,9 +432,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  GemmWeightLayout GemmLayout() const {
-    return options_.tiled_gemm_weights ? GemmWeightLayout::kTiles16x64 : GemmWeightLayout::kRowMajor;
-  }
+  GemmWeightLayout GemmLayout() const { return options_.gemm_weight_layout; }
 
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   // Larger decode batches gain little from a graph (their kernels are long).

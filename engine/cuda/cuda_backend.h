@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/backend.h"
+#include "kernels/cuda/gemm/w8a16_gemm.h"  // GemmWeightLayout
 
 namespace spar {
 
@@ -49,13 +50,11 @@ struct CudaBackendOptions {
   // launch waited 26 us beside the shared expert for an 8 us job; with it
   // the batch-1 GLM-5 layer went 0.227 -> 0.218 ms on an H200).
   bool urgent_branch_priority = true;
-  // The W8A16 GEMMs' FP8 / bf16 weights stored in 16-row x 64-byte tiles
-  // (GemmWeightLayout::kTiles16x64, kernels/cuda/gemm/w8a16_tiles.h) instead
-  // of row-major: a fragment's 16 rows of a span are one contiguous
-  // kilobyte, which DRAM streams faster than rows a whole row apart. Same
-  // arithmetic, the same bits. Off until measured in the engine
-  // (engine_bench --tiled-weights).
-  bool tiled_gemm_weights = false;
+  // How the W8A16 GEMMs' FP8 / bf16 weights are stored: row-major or in
+  // 16-row x 64-byte tiles (kernels/cuda/gemm/w8a16_tiles.h), where a
+  // fragment's 16 rows of a span are one contiguous kilobyte. Same
+  // arithmetic, the same bits. The MoE router stays row-major.
+  GemmWeightLayout gemm_weight_layout = GemmWeightLayout::kRowMajor;
 };
 
 // A fresh NCCL unique id (opaque bytes) for a tensor-parallel group.

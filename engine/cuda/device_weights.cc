@@ -92,8 +92,8 @@ std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
 // `buf` in `layout` (tiled: w8a16_tiles.h, rows padded to 16).
 absl::Status UploadGemmBytes(const uint8_t* row_major, int64_t rows, int64_t row_bytes, GemmWeightLayout layout,
                              DeviceBuffer* buf) {
-  if (layout == GemmWeightLayout::kTiles16x64) {
-    const std::vector<uint8_t> tiled = gemm::TileGemmRows(row_major, rows, row_bytes);
+  if (IsTiled(layout)) {
+    const std::vector<uint8_t> tiled = gemm::TileGemmRows(row_major, rows, row_bytes, TileOrderOf(layout));
     return buf->Upload(tiled.data(), tiled.size());
   }
   return buf->Upload(row_major, static_cast<size_t>(rows * row_bytes));
@@ -230,7 +230,7 @@ absl::Status PackExperts(const std::vector<const MatrixSource*>& mats, GemmWeigh
   const int64_t ld = PaddedGemmRowElements(cols, fp8 ? GemmWeightType::kFp8Block128 : GemmWeightType::kBf16);
   const int64_t elem = fp8 ? 1 : 2, row_bytes = cols * elem, ld_bytes = ld * elem;
   // Tiled: each expert's rows padded to whole 16-row tiles (w8a16_tiles.h).
-  const bool tiled = layout == GemmWeightLayout::kTiles16x64;
+  const bool tiled = IsTiled(layout);
   const int64_t stored_rows = tiled ? gemm::GemmTiledRows(rows) : rows;
   std::vector<uint8_t> values(static_cast<size_t>(mats.size() * stored_rows * ld_bytes), 0);
   std::vector<uint8_t> expert(static_cast<size_t>(rows * ld_bytes), 0);  // one expert, row-major
@@ -251,7 +251,7 @@ absl::Status PackExperts(const std::vector<const MatrixSource*>& mats, GemmWeigh
       for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_bytes, b.data() + r * cols, row_bytes);
     }
     if (tiled) {
-      const std::vector<uint8_t> t = gemm::TileGemmRows(expert.data(), rows, ld_bytes);
+      const std::vector<uint8_t> t = gemm::TileGemmRows(expert.data(), rows, ld_bytes, TileOrderOf(layout));
       std::memcpy(values.data() + e * stored_rows * ld_bytes, t.data(), t.size());
     }
   }

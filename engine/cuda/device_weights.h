@@ -98,7 +98,7 @@ const T& As(const Weight& w) {
 }
 
 // `layout`: how the FP8 / bf16 matrices the W8A16 GEMM reads are stored
-// (GemmWeightLayout::kTiles16x64: w8a16_tiles.h). The MoE router stays
+// (GemmWeightLayout::kTilesAlongK: w8a16_tiles.h). The MoE router stays
 // row-major either way (its one-token GEMV reads rows).
 absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src, GemmWeightLayout layout);
 absl::StatusOr<std::unique_ptr<Weight>> UploadVector(const TensorView& src);

@@ -26,11 +26,11 @@ inline std::unique_ptr<Engine> MakeEngine(const std::string& dir, const std::str
                                           CacheDtypes dtypes = {}, int64_t num_blocks = 64,
                                           bool urgent_branch = BackendOptions{}.urgent_branch_priority,
                                           IndexerQueryGemm indexer_query = ModelOptions{}.indexer_query,
-                                          bool tiled_weights = BackendOptions{}.tiled_gemm_weights) {
+                                          GemmWeightTiling tiling = BackendOptions{}.gemm_weight_tiling) {
   EngineOptions eo;
   eo.backend = backend;
   eo.backend_options.urgent_branch_priority = urgent_branch;
-  eo.backend_options.tiled_gemm_weights = tiled_weights;
+  eo.backend_options.gemm_weight_tiling = tiling;
   eo.model.indexer_query = indexer_query;
   eo.model.num_blocks = num_blocks;
   eo.model.index_topk_override = topk_override;

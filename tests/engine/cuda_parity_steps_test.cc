@@ -117,37 +117,19 @@ TEST_P(CudaParityTest, DecodeGraphsReplayLikeEagerSteps) {
             << " all-keys steps must be); worst scored-step rel err " << worst_sparse << "\n";
 }
 
-// The W8A16 GEMMs' weights stored in 16-row x 64-byte tiles
-// (BackendOptions::tiled_gemm_weights) instead of row-major: the same
-// arithmetic reading other addresses, so every logit of a prefill (the tile
-// kernel), of a prompt of <= 8 tokens (the streaming kernel) and every token
-// and log-probability of greedy decoding (graph replays) is bit for bit the
-// row-major engine's, in every weight format of the variants (4-bit
-// matrices keep their own layout beside tiled FP8 / bf16 ones).
+// The W8A16 GEMMs' weights stored in 16-row x 64-byte tiles, ordered along
+// K or across rows (BackendOptions::gemm_weight_tiling), instead of
+// row-major: the same arithmetic reading other addresses, so every logit of
+// a prefill (the tile kernel), of a prompt of <= 8 tokens (the streaming
+// kernel) and every token and log-probability of greedy decoding (graph
+// replays) is bit for bit the row-major engine's, in every weight format of
+// the variants (4-bit matrices keep their own layout beside tiled FP8 / bf16
+// ones).
 TEST_P(CudaParityTest, TiledGemmWeightsChangeNoBit) {
   const BackendOptions defaults;
   auto row_major = MakeEngine(dir_, "cuda", kDense, {}, 64, defaults.urgent_branch_priority, ModelOptions{}.indexer_query,
-                              /*tiled_weights=*/false);
-  auto tiled = MakeEngine(dir_, "cuda", kDense, {}, 64, defaults.urgent_branch_priority, ModelOptions{}.indexer_query,
-                          /*tiled_weights=*/true);
-  ASSERT_TRUE(row_major && tiled);
-  int64_t compared = 0;
-  for (const auto& full : prompts_) {
-    for (const size_t len : {full.size(), std::min<size_t>(full.size(), 5)}) {
-      const std::vector<int32_t> ids(full.begin(), full.begin() + len);
-      auto a = row_major->PromptLogits({ids}, 2);
-      auto b = tiled->PromptLogits({ids}, 2);
-      ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
-      ASSERT_EQ((*a)[0].size(), (*b)[0].size());
-      for (size_t r = 0; r < (*a)[0].size(); ++r) {
-        ASSERT_EQ((*a)[0][r].size(), (*b)[0][r].size());
-        int64_t differ = 0;
-        for (size_t i = 0; i < (*a)[0][r].size(); ++i) differ += (*a)[0][r][i] != (*b)[0][r][i];
-        EXPECT_EQ(differ, 0) << len << "-token prompt, logit row " << r;
-        ++compared;
-      }
-    }
-  }
+                              GemmWeightTiling::kRowMajor);
+  ASSERT_TRUE(row_major);
   std::vector<GenerationRequest> reqs;
   for (const auto& ids : prompts_) {
     GenerationRequest r;
@@ -158,17 +140,41 @@ TEST_P(CudaParityTest, TiledGemmWeightsChangeNoBit) {
     reqs.push_back(r);
   }
   auto ga = row_major->Generate(reqs);
-  auto gb = tiled->Generate(reqs);
-  ASSERT_TRUE(ga.ok() && gb.ok()) << ga.status() << gb.status();
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    ASSERT_EQ((*ga)[i].tokens.size(), (*gb)[i].tokens.size());
-    for (size_t t = 0; t < (*ga)[i].tokens.size(); ++t) {
-      EXPECT_EQ((*ga)[i].tokens[t].id, (*gb)[i].tokens[t].id) << "prompt " << i << ", token " << t;
-      EXPECT_EQ((*ga)[i].tokens[t].logprob, (*gb)[i].tokens[t].logprob) << "prompt " << i << ", token " << t;
+  ASSERT_TRUE(ga.ok()) << ga.status();
+  for (const GemmWeightTiling tiling : {GemmWeightTiling::kAlongK, GemmWeightTiling::kAcrossRows}) {
+    SCOPED_TRACE(GemmWeightTilingName(tiling));
+    auto tiled =
+        MakeEngine(dir_, "cuda", kDense, {}, 64, defaults.urgent_branch_priority, ModelOptions{}.indexer_query, tiling);
+    ASSERT_TRUE(tiled);
+    int64_t compared = 0;
+    for (const auto& full : prompts_) {
+      for (const size_t len : {full.size(), std::min<size_t>(full.size(), 5)}) {
+        const std::vector<int32_t> ids(full.begin(), full.begin() + len);
+        auto a = row_major->PromptLogits({ids}, 2);
+        auto b = tiled->PromptLogits({ids}, 2);
+        ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+        ASSERT_EQ((*a)[0].size(), (*b)[0].size());
+        for (size_t r = 0; r < (*a)[0].size(); ++r) {
+          ASSERT_EQ((*a)[0][r].size(), (*b)[0][r].size());
+          int64_t differ = 0;
+          for (size_t i = 0; i < (*a)[0][r].size(); ++i) differ += (*a)[0][r][i] != (*b)[0][r][i];
+          EXPECT_EQ(differ, 0) << len << "-token prompt, logit row " << r;
+          ++compared;
+        }
+      }
     }
+    auto gb = tiled->Generate(reqs);
+    ASSERT_TRUE(gb.ok()) << gb.status();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_EQ((*ga)[i].tokens.size(), (*gb)[i].tokens.size());
+      for (size_t t = 0; t < (*ga)[i].tokens.size(); ++t) {
+        EXPECT_EQ((*ga)[i].tokens[t].id, (*gb)[i].tokens[t].id) << "prompt " << i << ", token " << t;
+        EXPECT_EQ((*ga)[i].tokens[t].logprob, (*gb)[i].tokens[t].logprob) << "prompt " << i << ", token " << t;
+      }
+    }
+    std::cout << GetParam().name << ": GEMM weights tiled " << GemmWeightTilingName(tiling) << ", " << compared
+              << " logit rows and " << reqs.size() << " greedy continuations bit for bit the row-major engine's\n";
   }
-  std::cout << GetParam().name << ": tiled GEMM weights, " << compared << " logit rows and " << reqs.size()
-            << " greedy continuations bit for bit the row-major engine's\n";
 }
 
 // The layer's independent branches (the indexer's selection beside the

@@ -228,6 +228,22 @@ TEST(IndexerQueryGemmNames, RoundTripAndUnknownNamesAreRefused) {
   }
 }
 
+// engine_bench --weight-tiling's input path (BackendOptions::gemm_weight_tiling).
+TEST(GemmWeightTilingNames, RoundTripAndUnknownNamesAreRefused) {
+  for (GemmWeightTiling t : {GemmWeightTiling::kRowMajor, GemmWeightTiling::kAlongK, GemmWeightTiling::kAcrossRows}) {
+    auto parsed = ParseGemmWeightTiling(GemmWeightTilingName(t));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, t);
+  }
+  for (const char* bad : {"", "tiled", "Along-K", "across-rows "}) {
+    auto parsed = ParseGemmWeightTiling(bad);
+    ASSERT_FALSE(parsed.ok()) << "\"" << bad << "\"";
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(absl::StrCat("\"", bad, "\"")), std::string::npos) << parsed.status();
+    EXPECT_NE(parsed.status().message().find("across-rows"), std::string::npos) << parsed.status();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, TensorParallelTest,
                          ::testing::Values(TpCase{"glm5_bf16", ModelArch::kGlmMoeDsa, false},
                                            TpCase{"glm5_fp8", ModelArch::kGlmMoeDsa, true},

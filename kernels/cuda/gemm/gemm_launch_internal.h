@@ -19,11 +19,14 @@ struct MoeRouterParams;
 
 namespace spar::gemm::internal {
 
-// The tiled weight layout (GemmWeightLayout::kTiles16x64, w8a16_tiles.h) as
-// the kernels address it: tiles of 16 rows x 64 bytes (1 KB), ordered [row
-// block][64-byte span], so a fragment's 16 rows of one span are contiguous.
+// The tiled weight layouts (GemmWeightLayout, w8a16_tiles.h) as the kernels
+// address them: tiles of 16 rows x 64 bytes (1 KB), ordered [row block]
+// [span] (KernelSegment::tiled == kTiledAlongK) or [span][row block]
+// (kTiledAcrossRows), so a fragment's 16 rows of one span are contiguous.
 constexpr int kTileRows = 16;
 constexpr int kTileBytes = 1024;
+constexpr int kTiledAlongK = 1;      // GemmWeightLayout::kTilesAlongK
+constexpr int kTiledAcrossRows = 2;  // GemmWeightLayout::kTilesAcrossRows
 
 struct KernelSegment {
   const uint8_t* w = nullptr;        // [n, k] e4m3 or bf16, as bytes (row-major or tiled)
@@ -34,7 +37,7 @@ struct KernelSegment {
   int64_t out_col0 = 0;              // first output column in Y
   int32_t first_tile = 0;            // first row tile (blockIdx.y) of this segment
   int32_t is_fp8 = 1;
-  int32_t tiled = 0;                 // GemmWeightLayout::kTiles16x64 (w8a16_tiles.h); one layout a launch
+  int32_t tiled = 0;                 // GemmWeightLayout as int (0 row-major); one layout a launch
 };
 
 struct KernelParams {

@@ -245,7 +245,7 @@ gemm::internal::KernelParams GroupedKernelParams(const MoeGroupedGemmParams& p, 
   }
   ks.n = p.weight.n;
   ks.is_fp8 = p.weight.type == GemmWeightType::kFp8Block128 ? 1 : 0;
-  ks.tiled = p.weight.layout == GemmWeightLayout::kTiles16x64 ? 1 : 0;
+  ks.tiled = static_cast<int32_t>(p.weight.layout);
   kp.y = p.y;
   kp.ldy = p.ldy;
   kp.y_fp32 = p.y_fp32 ? 1 : 0;
@@ -299,7 +299,8 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
     if (w->n <= 0) return InvalidParam(kOp, name, "n must be positive");
     if (w->type == GemmWeightType::kFp8Block128 && w->scale == nullptr) return InvalidParam(kOp, name, "scale is null");
   }
-  if (p.weight.layout != GemmWeightLayout::kRowMajor && p.weight.layout != GemmWeightLayout::kTiles16x64) {
+  if (p.weight.layout != GemmWeightLayout::kRowMajor && p.weight.layout != GemmWeightLayout::kTilesAlongK &&
+      p.weight.layout != GemmWeightLayout::kTilesAcrossRows) {
     return InvalidParam(kOp, "weight.layout", "is not a known weight layout");
   }
   if (silu && (p.up.type != p.weight.type || p.up.n != p.weight.n || p.up.layout != p.weight.layout)) {
@@ -314,7 +315,7 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   }
   if (silu && GemmRowElements(p.up, p.k) != k_rows) return InvalidParam(kOp, "up.ld", "must equal weight's row length");
   // A tiled expert stores its rows padded to whole 16-row tiles.
-  const int64_t stored_rows = p.weight.layout == GemmWeightLayout::kTiles16x64 ? gemm::GemmTiledRows(p.weight.n) : p.weight.n;
+  const int64_t stored_rows = IsTiled(p.weight.layout) ? gemm::GemmTiledRows(p.weight.n) : p.weight.n;
   if (p.expert_weight_stride < stored_rows * k_rows || (p.expert_weight_stride * wbytes) % 16 != 0) {
     return InvalidParam(kOp, "expert_weight_stride",
                         "must be >= the stored rows (tiled: n padded to 16) x row length elements and a multiple of 16 bytes");

@@ -8,12 +8,13 @@
 #include "kernels/cuda/common/device_info.h"
 #include "kernels/cuda/common/invalid_arg.h"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
-#include "kernels/cuda/gemm/w8a16_tiles.h"
 
 namespace spar {
 namespace {
 
-static_assert(gemm::internal::kTileRows == gemm::kGemmTileRows && gemm::internal::kTileBytes == gemm::kGemmTileBytes,
+static_assert(gemm::internal::kTileRows == gemm::kGemmTileRows && gemm::internal::kTileBytes == gemm::kGemmTileBytes &&
+                  gemm::internal::kTiledAlongK == static_cast<int>(GemmWeightLayout::kTilesAlongK) &&
+                  gemm::internal::kTiledAcrossRows == static_cast<int>(GemmWeightLayout::kTilesAcrossRows),
               "the kernels address the tiles w8a16_tiles.h writes");
 
 using gemm::GemmPlan;
@@ -32,7 +33,8 @@ absl::Status ValidateWeight(const GemmWeight& w, const std::string& name) {
   if (w.type != GemmWeightType::kFp8Block128 && w.type != GemmWeightType::kBf16) {
     return InvalidParam(kOp, name + ".type", "is not a known weight type");
   }
-  if (w.layout != GemmWeightLayout::kRowMajor && w.layout != GemmWeightLayout::kTiles16x64) {
+  if (w.layout != GemmWeightLayout::kRowMajor && w.layout != GemmWeightLayout::kTilesAlongK &&
+      w.layout != GemmWeightLayout::kTilesAcrossRows) {
     return InvalidParam(kOp, name + ".layout", "is not a known weight layout");
   }
   return absl::OkStatus();
@@ -110,7 +112,7 @@ gemm::internal::KernelParams BaseKernelParams(const W8A16GemmParams& p, int64_t 
     ks.w = static_cast<const uint8_t*>(p.segments[s].data);
     ks.scale = p.segments[s].scale;
     ks.is_fp8 = p.segments[s].type == GemmWeightType::kFp8Block128 ? 1 : 0;
-    ks.tiled = p.segments[s].layout == GemmWeightLayout::kTiles16x64 ? 1 : 0;
+    ks.tiled = static_cast<int32_t>(p.segments[s].layout);
     ks.n = p.segments[s].n;
     ks.out_col0 = col;
     ks.first_tile = static_cast<int32_t>(tile);

@@ -23,7 +23,8 @@
 //     The checkpoint's gate_proj and up_proj tensors are passed as they are;
 //     if the engine stores them concatenated as one [2n, k] buffer, `up`
 //     points at row n of it (and, for e4m3, at scale row n/128, which needs
-//     n % 128 == 0 — true for every GLM-5 / DeepSeek-V3.2 MLP).
+//     n % 128 == 0 — true for every GLM-5 / DeepSeek-V3.2 MLP; tiled
+//     weights need n % 16 == 0 for row n to start a tile).
 //   residual (any epilogue): out += R[m, n_out]; R may alias Y (in place).
 //
 // Split-K: for small m and few output tiles the K loop is split over
@@ -48,6 +49,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/gemm/gemm_config.h"
+#include "kernels/cuda/gemm/w8a16_tiles.h"
 
 namespace spar {
 
@@ -56,16 +58,25 @@ enum class GemmWeightType : int {
   kBf16 = 1,
 };
 
-// How a weight's bytes are laid out (w8a16_tiles.h). kTiles16x64: tiles of
-// 16 rows x 64 bytes, rows padded with zeros to a multiple of 16, so the 16
-// rows an mma fragment reads per 64-byte span are one contiguous kilobyte
-// (DRAM streams that ~12 % faster than rows ld apart); written once at load
-// time by TileGemmRows. Every weight of one launch (segments and up) has the
-// same layout.
+// How a weight's bytes are laid out (w8a16_tiles.h). The tiled layouts cut
+// the matrix into tiles of 16 rows x 64 bytes (rows padded with zeros to a
+// multiple of 16), so the 16 rows an mma fragment reads per 64-byte span are
+// one contiguous kilobyte (DRAM streams that faster than rows ld apart);
+// kTilesAlongK orders the tiles [row block][span], kTilesAcrossRows [span]
+// [row block]. Written once at load time by TileGemmRows. Every weight of
+// one launch (segments and up) has the same layout.
 enum class GemmWeightLayout : int {
   kRowMajor = 0,
-  kTiles16x64 = 1,
+  kTilesAlongK = 1,
+  kTilesAcrossRows = 2,
 };
+
+inline bool IsTiled(GemmWeightLayout l) { return l != GemmWeightLayout::kRowMajor; }
+
+// The tile order of a tiled layout (TileGemmRows' argument).
+inline gemm::GemmTileOrder TileOrderOf(GemmWeightLayout l) {
+  return l == GemmWeightLayout::kTilesAcrossRows ? gemm::GemmTileOrder::kAcrossRows : gemm::GemmTileOrder::kAlongK;
+}
 
 enum class GemmEpilogue : int {
   kNone = 0,

@@ -182,6 +182,10 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
   // Weight tile row r: plain mode segment row col0 + r; SiLU·mul mode rows
   // 16q..16q+7 are gate rows col0 + 8q.., rows 16q+8.. the matching up rows,
   // so one 16-row fragment holds gate and up of the same 8 outputs.
+  const int64_t row_blocks = (seg.n + kTileRows - 1) / kTileRows;  // tiled across rows: tiles a span
+  const int64_t wstep = seg.tiled == kTiledAlongK      ? kSub * kTileBytes
+                        : seg.tiled == kTiledAcrossRows ? kSub * row_blocks * kTileBytes
+                                                        : Tile::kWPitch;
   const unsigned char* wsrc[Tile::kWChunks];
   uint32_t wdst[Tile::kWChunks];
   bool wvalid[Tile::kWChunks];
@@ -204,12 +208,18 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     // Row-major: byte 16 ch of row jr's stage slice. Tiled (w8a16_tiles.h):
     // the slice's span ch / 4 is a tile of jr's 16-row block, jr's 64 bytes
     // at (jr % 16) * 64 in it.
-    wsrc[c] = base + (seg.tiled ? (jr >> 4) * (kTileRows * row_bytes) + (ch >> 2) * kTileBytes + (jr & 15) * 64 + (ch & 3) * 16
-                                : jr * row_bytes + ch * 16);
+    const int64_t in_tile = (jr & 15) * 64 + (ch & 3) * 16;
+    if (seg.tiled == kTiledAlongK) {
+      wsrc[c] = base + (jr >> 4) * (kTileRows * row_bytes) + (ch >> 2) * kTileBytes + in_tile;
+    } else if (seg.tiled == kTiledAcrossRows) {
+      wsrc[c] = base + ((ch >> 2) * row_blocks + (jr >> 4)) * kTileBytes + in_tile;
+    } else {
+      wsrc[c] = base + jr * row_bytes + ch * 16;
+    }
     wdst[c] = r * Tile::kWPitch + ((ch ^ ParitySwizzle<kSub>(r)) << 4);
   }
-  // A stage's step along each weight row: kSub spans (tiled: kSub tiles).
-  const int64_t wstep = seg.tiled ? kSub * kTileBytes : Tile::kWPitch;
+  // A stage's step along each weight row: kSub spans (tiled along K: kSub
+  // tiles; across rows: kSub columns of tiles).
   const int x_chunks_per_row = (fp8 ? 8 : 4) * kSub;  // 16-byte chunks per token per stage
   const int x_pitch = x_chunks_per_row * 16;
   // Activation slots keep a 32-bit row index, not a pointer: registers are

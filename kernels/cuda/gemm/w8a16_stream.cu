@@ -65,6 +65,7 @@ struct LaneStreams {
   const float* scale_lo;  // its 128-row block's scale row
   const float* scale_hi;
   const uint16_t* x;  // the B column's activation row, at K 0
+  int64_t w_step;     // tiled across rows: bytes from a span's tiles to the next span's
   int64_t begin_lo, count_lo, begin_hi, count_hi;
   bool x_hi;
 };
@@ -74,15 +75,17 @@ struct LaneStreams {
 // values. Rows past n and tokens past m read row 0 / token 0 instead: their
 // products land in fragment rows and columns that are never stored, so the
 // loads need no predicates.
-// kTiled: the weights are tiled (w8a16_tiles.h), so a row's next span is
-// the next 1 KB tile, not the next 64 bytes.
-template <bool kFp8, bool kTiled>
+// kLayout (KernelSegment::tiled): row-major, a row's next span is the next
+// 64 bytes; tiled along K (w8a16_tiles.h) the next 1 KB tile; tiled across
+// rows the tile a column of tiles further (ls.w_step bytes).
+template <bool kFp8, int kLayout>
 __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float (&acc)[4]) {
   constexpr int kValues = kFp8 ? 64 : 32;  // K columns a span
   constexpr int kKSteps = kValues / 16;
-  constexpr int kWStep = kTiled ? kTileBytes : kSpanBytes;  // bytes from a row's span to its next
-  const uint8_t* w_lo = ls.w_lo + ls.begin_lo * kWStep + 16 * t;
-  const uint8_t* w_hi = ls.w_hi + ls.begin_hi * kWStep + 16 * t;
+  // Bytes from a row's span to its next.
+  const int64_t w_step = kLayout == kTiledAlongK ? kTileBytes : kLayout == kTiledAcrossRows ? ls.w_step : kSpanBytes;
+  const uint8_t* w_lo = ls.w_lo + ls.begin_lo * w_step + 16 * t;
+  const uint8_t* w_hi = ls.w_hi + ls.begin_hi * w_step + 16 * t;
   const float* s_lo = kFp8 ? ls.scale_lo + ls.begin_lo / 2 : nullptr;
   const float* s_hi = kFp8 ? ls.scale_hi + ls.begin_hi / 2 : nullptr;
   const uint16_t* xp = ls.x + (ls.x_hi ? ls.begin_hi : ls.begin_lo) * kValues + (kValues / 4) * t;
@@ -132,8 +135,8 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
     float sl[kDepth], sh[kDepth];
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      wl[d] = cuda::LoadStreamed16(w_lo + d * kWStep);
-      wh[d] = cuda::LoadStreamed16(w_hi + d * kWStep);
+      wl[d] = cuda::LoadStreamed16(w_lo + d * w_step);
+      wh[d] = cuda::LoadStreamed16(w_hi + d * w_step);
       xa[d] = LoadActivation(xp + d * kValues);
       xb[d] = kFp8 ? LoadActivation(xp + d * kValues + 8) : zero;
       sl[d] = kFp8 ? __ldg(s_lo + (((ls.begin_lo & 1) + d) >> 1)) : 1.f;
@@ -141,8 +144,8 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
     }
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) span_mma(wl[d], wh[d], xa[d], xb[d], sl[d], sh[d]);
-    w_lo += kDepth * kWStep;
-    w_hi += kDepth * kWStep;
+    w_lo += kDepth * w_step;
+    w_hi += kDepth * w_step;
     xp += kDepth * kValues;
     if constexpr (kFp8) {
       s_lo += kDepth / 2;
@@ -155,8 +158,8 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
   const int64_t x_count = ls.x_hi ? ls.count_hi : ls.count_lo;
   for (int d = 0; i < iters; ++i, ++d) {
     const bool in_lo = i < ls.count_lo, in_hi = i < ls.count_hi, in_x = i < x_count;
-    const uint4 wl = in_lo ? cuda::LoadStreamed16(w_lo + d * kWStep) : zero;
-    const uint4 wh = in_hi ? cuda::LoadStreamed16(w_hi + d * kWStep) : zero;
+    const uint4 wl = in_lo ? cuda::LoadStreamed16(w_lo + d * w_step) : zero;
+    const uint4 wh = in_hi ? cuda::LoadStreamed16(w_hi + d * w_step) : zero;
     const uint4 xa = in_x ? LoadActivation(xp + d * kValues) : zero;
     const uint4 xb = kFp8 && in_x ? LoadActivation(xp + d * kValues + 8) : zero;
     float sl = 1.f, sh = 1.f;
@@ -175,13 +178,16 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams& ls, int t, float 
 // first permuted row, rows <= 8}, block y = row tile. SiLU·mul (kStreams 1
 // only): fragment rows g and g + 8 are the gate and up rows of 8 outputs.
 // Where row `row` starts: row-major, row * row_bytes; tiled, its 64 bytes
-// in the first tile of its 16-row block.
-template <bool kTiled>
+// in the first tile (span 0) of its 16-row block.
+template <int kLayout>
 __device__ __forceinline__ const uint8_t* RowStart(const uint8_t* w, int64_t row, int64_t row_bytes) {
-  return kTiled ? w + (row / kTileRows) * (kTileRows * row_bytes) + (row % kTileRows) * kSpanBytes : w + row * row_bytes;
+  const int64_t in_tile = (row % kTileRows) * kSpanBytes;
+  if constexpr (kLayout == kTiledAlongK) return w + (row / kTileRows) * (kTileRows * row_bytes) + in_tile;
+  if constexpr (kLayout == kTiledAcrossRows) return w + (row / kTileRows) * kTileBytes + in_tile;
+  return w + row * row_bytes;
 }
 
-template <int kStreams, int kWarps, bool kTiled>
+template <int kStreams, int kWarps, int kLayout>
 __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16StreamKernel(const KernelParams p) {
   __shared__ float s_red[kWarps > 1 ? kWarps : 1][32][4];
   const int lane = threadIdx.x & 31;
@@ -217,8 +223,9 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16
   // Rows past n and tokens past m read row 0 / token 0 instead: their
   // products land in fragment rows and columns that are never stored, so
   // the loads need no predicates.
-  ls.w_lo = RowStart<kTiled>(seg.w, row_lo < seg.n ? row_lo : 0, row_bytes);
-  ls.w_hi = RowStart<kTiled>(silu ? seg.w_up : seg.w, row_hi < seg.n ? row_hi : 0, row_bytes);
+  ls.w_lo = RowStart<kLayout>(seg.w, row_lo < seg.n ? row_lo : 0, row_bytes);
+  ls.w_hi = RowStart<kLayout>(silu ? seg.w_up : seg.w, row_hi < seg.n ? row_hi : 0, row_bytes);
+  ls.w_step = (seg.n + kTileRows - 1) / kTileRows * kTileBytes;
   ls.scale_lo = seg.is_fp8 ? seg.scale + scale_row : nullptr;
   ls.scale_hi = seg.is_fp8 ? (silu ? seg.scale_up : seg.scale) + scale_row : nullptr;
   const int parts = kWarps * kStreams;
@@ -237,9 +244,9 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   if (seg.is_fp8) {
-    StreamSpans<true, kTiled>(ls, t, acc);
+    StreamSpans<true, kLayout>(ls, t, acc);
   } else {
-    StreamSpans<false, kTiled>(ls, t, acc);
+    StreamSpans<false, kLayout>(ls, t, acc);
   }
 
   if constexpr (kWarps > 1) {
@@ -293,10 +300,12 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16
 template <int kStreams, int kWarps>
 cudaError_t LaunchStream(const KernelParams& p, dim3 grid, cudaStream_t stream) {
   // One layout a launch (the launcher checks): segment 0's.
-  if (p.seg[0].tiled != 0) {
-    W8A16StreamKernel<kStreams, kWarps, true><<<grid, kWarps * 32, 0, stream>>>(p);
+  if (p.seg[0].tiled == kTiledAlongK) {
+    W8A16StreamKernel<kStreams, kWarps, kTiledAlongK><<<grid, kWarps * 32, 0, stream>>>(p);
+  } else if (p.seg[0].tiled == kTiledAcrossRows) {
+    W8A16StreamKernel<kStreams, kWarps, kTiledAcrossRows><<<grid, kWarps * 32, 0, stream>>>(p);
   } else {
-    W8A16StreamKernel<kStreams, kWarps, false><<<grid, kWarps * 32, 0, stream>>>(p);
+    W8A16StreamKernel<kStreams, kWarps, 0><<<grid, kWarps * 32, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }

@@ -99,7 +99,7 @@ struct DeviceWeight {
     for (int64_t r = 0; r < h.n; ++r) {
       std::memcpy(padded.data() + r * ld * elem, h.bytes.data() + r * h.k * elem, h.k * elem);
     }
-    bytes.Upload(layout == GemmWeightLayout::kTiles16x64 ? gemm::TileGemmRows(padded.data(), h.n, ld * elem) : padded);
+    bytes.Upload(IsTiled(layout) ? gemm::TileGemmRows(padded.data(), h.n, ld * elem, TileOrderOf(layout)) : padded);
     if (!h.scale.empty()) scale.Upload(h.scale);
   }
 };

@@ -73,7 +73,7 @@ struct ExpertBank {
     host.clear();
     layout = weight_layout;
     ld = PaddedGemmRowElements(k, kFp8);
-    const bool tiled = layout == GemmWeightLayout::kTiles16x64;
+    const bool tiled = IsTiled(layout);
     const int64_t stored_rows = tiled ? gemm::GemmTiledRows(n) : n;
     std::vector<uint8_t> b(static_cast<size_t>(n_local * stored_rows * ld), 0);
     std::vector<float> s;
@@ -83,7 +83,7 @@ struct ExpertBank {
       for (int64_t r = 0; r < n; ++r) {
         std::memcpy(rows.data() + r * ld, host.back().bytes.data() + r * k, static_cast<size_t>(k));
       }
-      if (tiled) rows = gemm::TileGemmRows(rows.data(), n, ld);
+      if (tiled) rows = gemm::TileGemmRows(rows.data(), n, ld, TileOrderOf(layout));
       std::memcpy(b.data() + e * stored_rows * ld, rows.data(), rows.size());
       s.insert(s.end(), host.back().scale.begin(), host.back().scale.end());
     }
@@ -109,7 +109,7 @@ float Silu(float g) { return g / (1.0f + std::exp(-g)); }
 void RunMoeLayer(const MoeCase& c) {
   SCOPED_TRACE(absl::StrCat("tokens=", c.tokens, " local=[", c.e0, ",", c.e1, ") k=", c.top_k,
                             " cfg=", c.force_config, " splits=", c.force_splits, " favoured=", c.favoured.size(),
-                            c.layout == GemmWeightLayout::kTiles16x64 ? " tiled" : ""));
+                            IsTiled(c.layout) ? " tiled" : "", c.layout == GemmWeightLayout::kTilesAcrossRows ? " across rows" : ""));
   const int64_t T = c.tokens, H = c.hidden, I = c.inter;
   const int n_local = c.e1 - c.e0;
   const int64_t rows = T * c.top_k;
@@ -533,47 +533,49 @@ TEST(Sm80_MoeLayer, StreamKernelEveryWidth) {
   }
 }
 
-// Tiled expert weights (GemmWeightLayout::kTiles16x64: each expert's rows
-// padded to 16, the stride with them): the planner's tiles, forced decode
-// and prefill tiles, every streaming width, the permutation's work lists,
-// all tokens on one expert, and an expert width of 200 (gate/up rows ending
-// inside a 16-row tile; the down projection's K a tail of padded rows).
+// Tiled expert weights (both tile orders of GemmWeightLayout: each expert's
+// rows padded to 16, the stride with them): the planner's tiles, forced
+// decode and prefill tiles, every streaming width, the permutation's work
+// lists, all tokens on one expert, and an expert width of 200 (gate/up rows
+// ending inside a 16-row tile; the down projection's K a tail of padded rows).
 TEST(Sm80_MoeLayer, TiledExperts) {
   SPAR_REQUIRE_GPU();
   const int cfgs[] = {-1, static_cast<int>(gemm::TileConfigId::kT8), static_cast<int>(gemm::TileConfigId::kT64),
                       static_cast<int>(gemm::TileConfigId::kT128W2F)};
-  for (const int64_t tokens : {1, 7, 150}) {
-    for (const int cfg : cfgs) {
+  for (const GemmWeightLayout layout : {GemmWeightLayout::kTilesAlongK, GemmWeightLayout::kTilesAcrossRows}) {
+    for (const int64_t tokens : {1, 7, 150}) {
+      for (const int cfg : cfgs) {
+        MoeCase c;
+        c.tokens = tokens;
+        c.force_config = cfg;
+        c.permute_work_lists = cfg == -1;
+        c.layout = layout;
+        c.seed = 130 + tokens + cfg;
+        RunMoeLayer(c);
+      }
+    }
+    for (const int warps : {1, 2, 4, 8}) {
       MoeCase c;
-      c.tokens = tokens;
-      c.force_config = cfg;
-      c.permute_work_lists = cfg == -1;
-      c.layout = GemmWeightLayout::kTiles16x64;
-      c.seed = 130 + tokens + cfg;
+      c.tokens = 7;
+      c.force_stream_warps = warps;
+      c.layout = layout;
+      c.seed = 140 + warps;
       RunMoeLayer(c);
     }
+    MoeCase one;
+    one.tokens = 200;
+    one.favoured = {10};
+    one.permute_work_lists = true;
+    one.layout = layout;
+    one.seed = 150;
+    RunMoeLayer(one);
+    MoeCase narrow;
+    narrow.tokens = 40;
+    narrow.inter = 200;
+    narrow.layout = layout;
+    narrow.seed = 151;
+    RunMoeLayer(narrow);
   }
-  for (const int warps : {1, 2, 4, 8}) {
-    MoeCase c;
-    c.tokens = 7;
-    c.force_stream_warps = warps;
-    c.layout = GemmWeightLayout::kTiles16x64;
-    c.seed = 140 + warps;
-    RunMoeLayer(c);
-  }
-  MoeCase one;
-  one.tokens = 200;
-  one.favoured = {10};
-  one.permute_work_lists = true;
-  one.layout = GemmWeightLayout::kTiles16x64;
-  one.seed = 150;
-  RunMoeLayer(one);
-  MoeCase narrow;
-  narrow.tokens = 40;
-  narrow.inter = 200;
-  narrow.layout = GemmWeightLayout::kTiles16x64;
-  narrow.seed = 151;
-  RunMoeLayer(narrow);
 }
 
 TEST(Sm80_MoeLayer, AllTokensOnOneExpert) {

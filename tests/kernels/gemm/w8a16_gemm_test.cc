@@ -51,7 +51,9 @@ struct GemmCase {
 std::string Describe(const GemmCase& c) {
   std::string s = absl::StrCat("m=", c.m, " k=", c.k, " cfg=", c.force_config, " splits=", c.force_splits,
                                " stream_warps=", c.force_stream_warps,
-                               c.layout == GemmWeightLayout::kTiles16x64 ? " tiled" : "",
+                               c.layout == GemmWeightLayout::kTilesAlongK      ? " tiled along K"
+                               : c.layout == GemmWeightLayout::kTilesAcrossRows ? " tiled across rows"
+                                                                                : "",
                                c.up ? " silu" : "", c.residual ? " residual" : "", c.y_fp32 ? " fp32" : "", " n=");
   for (const HostWeight* w : c.segments) absl::StrAppend(&s, w->n, w->type == kFp8 ? "e4m3," : "bf16,");
   return s;
@@ -632,23 +634,26 @@ TEST(Sm80_W8A16Gemm, FoldedCandidatesEqualTheirTwins) {
   }
 }
 
-// Tiled weights (GemmWeightLayout::kTiles16x64) move only where each byte
-// is read from, never the arithmetic: every tile configuration and split,
-// every streaming plan, SiLU·mul pairs, mixed FP8 / bf16 segments, K tails
-// and row counts that end inside a 16-row tile give the row-major result
-// bit for bit (and both are checked against kernels/ref by RunAndCheck).
+// Tiled weights (both tile orders of GemmWeightLayout) move only where each
+// byte is read from, never the arithmetic: every tile configuration and
+// split, every streaming plan, SiLU·mul pairs, mixed FP8 / bf16 segments, K
+// tails and row counts that end inside a 16-row tile give the row-major
+// result bit for bit (and each is checked against kernels/ref by RunAndCheck).
 TEST(Sm80_W8A16Gemm, TiledWeightsEqualRowMajorBitForBit) {
   SPAR_REQUIRE_GPU();
   auto expect_same = [](GemmCase c) {
-    std::vector<float> row_major, tiled;
+    std::vector<float> row_major;
     c.layout = GemmWeightLayout::kRowMajor;
     RunAndCheck(c, nullptr, &row_major);
-    c.layout = GemmWeightLayout::kTiles16x64;
-    RunAndCheck(c, nullptr, &tiled);
-    ASSERT_EQ(row_major.size(), tiled.size());
-    int64_t differ = 0;
-    for (size_t i = 0; i < tiled.size(); ++i) differ += row_major[i] != tiled[i];
-    EXPECT_EQ(differ, 0) << Describe(c) << ": tiled outputs differ from row-major";
+    for (const GemmWeightLayout tiled_layout : {GemmWeightLayout::kTilesAlongK, GemmWeightLayout::kTilesAcrossRows}) {
+      std::vector<float> tiled;
+      c.layout = tiled_layout;
+      RunAndCheck(c, nullptr, &tiled);
+      ASSERT_EQ(row_major.size(), tiled.size());
+      int64_t differ = 0;
+      for (size_t i = 0; i < tiled.size(); ++i) differ += row_major[i] != tiled[i];
+      EXPECT_EQ(differ, 0) << Describe(c) << ": tiled outputs differ from row-major";
+    }
   };
   const HostWeight w = MakeWeight(kFp8, 200, 1024, 91), wb = MakeWeight(kBf16, 37, 1024, 92);
   const HostWeight gate = MakeWeight(kFp8, 200, 512, 93), up = MakeWeight(kFp8, 200, 512, 94);
@@ -789,7 +794,7 @@ TEST(Sm80_W8A16Gemm, RejectsBadParams) {
   q = p;  // one layout a launch
   q.num_segments = 2;
   q.segments[1] = p.segments[0];
-  q.segments[1].layout = GemmWeightLayout::kTiles16x64;
+  q.segments[1].layout = GemmWeightLayout::kTilesAlongK;
   EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("segments[1].layout"), std::string::npos);
   q.segments[1].layout = static_cast<GemmWeightLayout>(7);
   EXPECT_NE(LaunchW8A16Gemm(q, nullptr).message().find("known weight layout"), std::string::npos);
