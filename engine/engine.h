@@ -76,8 +76,11 @@ struct BackendOptions {
   // engine_bench --no-urgent-branch turns it off for an A/B.
   bool urgent_branch_priority = true;
   // cuda: how the W8A16 GEMMs' FP8 / bf16 weights are stored
-  // (CudaBackendOptions::gemm_weight_tiling); engine_bench --weight-tiling.
-  GemmWeightTiling gemm_weight_tiling = GemmWeightTiling::kRowMajor;
+  // (CudaBackendOptions::gemm_weight_layout); engine_bench --weight-tiling.
+  // Tiles across rows: on an H100 (sm80 code) the batch-1 GLM-5 layer 0.267
+  // against 0.271-0.276 ms row-major, batch 8 0.900-0.908 against
+  // 0.915-0.925; prefill chunks 2.3 % slower (bench/RESULTS.md, session 34).
+  GemmWeightTiling gemm_weight_tiling = GemmWeightTiling::kAcrossRows;
 };
 
 struct EngineOptions {

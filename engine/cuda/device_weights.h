@@ -98,8 +98,8 @@ const T& As(const Weight& w) {
 }
 
 // `layout`: how the FP8 / bf16 matrices the W8A16 GEMM reads are stored
-// (GemmWeightLayout::kTilesAlongK: w8a16_tiles.h). The MoE router stays
-// row-major either way (its one-token GEMV reads rows).
+// (GemmWeightLayout, w8a16_tiles.h). The MoE router stays row-major either
+// way (its one-token GEMV reads rows).
 absl::StatusOr<std::unique_ptr<Weight>> UploadLinear(const LinearSource& src, GemmWeightLayout layout);
 absl::StatusOr<std::unique_ptr<Weight>> UploadVector(const TensorView& src);
 absl::StatusOr<std::unique_ptr<Weight>> UploadEmbedding(const TensorView& src);
