@@ -156,9 +156,10 @@ struct MoeGroupedGemmParams {
   int64_t ldx = 0;
   const int32_t* x_row_index = nullptr;  // [max_rows]: X row of permuted row p, or nullptr (X is permuted)
   // Expert 0: [n, ld] (+ scales [ceil(n/128), ceil(k/128)]); type and
-  // layout shared by all (tiled: [GemmTiledRows(n), ld] in tiles). A k that is no whole number of 64-byte stages (an expert width of
-  // 96, say) needs rows stored zero-padded to PaddedGemmRowElements(k) with
-  // weight.ld (and up.ld) set to that; X columns past k are never read.
+  // layout shared by all (tiled: [GemmTiledRows(n), ld] in tiles). A k that
+  // is no whole number of 64-byte stages (an expert width of 96, say) needs
+  // rows stored zero-padded to PaddedGemmRowElements(k) with weight.ld (and
+  // up.ld) set to that; X columns past k are never read.
   GemmWeight weight;
   GemmWeight up;                         // kSiluMul: up weight of expert 0
   int64_t expert_weight_stride = 0;      // elements between experts (weight and up): >= stored rows * ld

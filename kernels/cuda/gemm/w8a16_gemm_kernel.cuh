@@ -183,6 +183,8 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
   // 16q..16q+7 are gate rows col0 + 8q.., rows 16q+8.. the matching up rows,
   // so one 16-row fragment holds gate and up of the same 8 outputs.
   const int64_t row_blocks = (seg.n + kTileRows - 1) / kTileRows;  // tiled across rows: tiles a span
+  // A stage's step along each weight row: kSub spans (tiled along K: kSub
+  // tiles; across rows: kSub columns of tiles).
   const int64_t wstep = seg.tiled == kTiledAlongK      ? kSub * kTileBytes
                         : seg.tiled == kTiledAcrossRows ? kSub * row_blocks * kTileBytes
                                                         : Tile::kWPitch;
@@ -206,8 +208,9 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     wvalid[c] = j < seg.n;
     const int64_t jr = wvalid[c] ? j : 0;
     // Row-major: byte 16 ch of row jr's stage slice. Tiled (w8a16_tiles.h):
-    // the slice's span ch / 4 is a tile of jr's 16-row block, jr's 64 bytes
-    // at (jr % 16) * 64 in it.
+    // the slice's span ch / 4 is the tile of (jr's 16-row block, that span),
+    // [row block][span] along K or [span][row block] across rows, jr's 64
+    // bytes at (jr % 16) * 64 in it.
     const int64_t in_tile = (jr & 15) * 64 + (ch & 3) * 16;
     if (seg.tiled == kTiledAlongK) {
       wsrc[c] = base + (jr >> 4) * (kTileRows * row_bytes) + (ch >> 2) * kTileBytes + in_tile;
@@ -218,8 +221,6 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     }
     wdst[c] = r * Tile::kWPitch + ((ch ^ ParitySwizzle<kSub>(r)) << 4);
   }
-  // A stage's step along each weight row: kSub spans (tiled along K: kSub
-  // tiles; across rows: kSub columns of tiles).
   const int x_chunks_per_row = (fp8 ? 8 : 4) * kSub;  // 16-byte chunks per token per stage
   const int x_pitch = x_chunks_per_row * 16;
   // Activation slots keep a 32-bit row index, not a pointer: registers are
