@@ -351,6 +351,11 @@ struct TopKRun {
 struct TopKShape {
   int rows, len;
   bool real_like;
+  // Positions each row holds (row_len), when fewer than len: a decode
+  // graph's top-k is planned for its bucket's width (a power of two of cache
+  // blocks, DecodeGraphKey::max_context) and the rows hold what the
+  // sequences have, between half of it and all.
+  int valid = 0;
 };
 
 // Variant code of the short-row path forced (rows the planner gives the
@@ -373,8 +378,13 @@ void BenchTopK(const std::vector<TopKShape>& shapes) {
       FillF32<<<1024, 256>>>(logits.p, logits.n, 77, -5.0f, 5.0f);
     }
     const std::vector<float> h = logits.Down();
+    const int valid = s.valid > 0 ? s.valid : s.len;
+    Buf<int32_t> row_len(s.rows);
+    CheckCuda(cudaMemcpy(row_len.p, std::vector<int32_t>(s.rows, valid).data(), row_len.n * 4, cudaMemcpyHostToDevice),
+              "row_len");
     char name[64];
     std::snprintf(name, sizeof(name), "%d x %d %s", s.rows, s.len, s.real_like ? "real-like" : "uniform");
+    if (valid < s.len) std::snprintf(name + std::strlen(name), sizeof(name) - std::strlen(name), " (%d)", valid);
     const bool target = s.real_like && ((s.rows == 64 && s.len == 131072) || (s.rows == 1 && s.len == 32768) ||
                                         (s.rows == 1 && s.len == 8192));
     // The planner's choice, the one-CTA path, and (real-like rows) a sweep of
@@ -395,7 +405,8 @@ void BenchTopK(const std::vector<TopKShape>& shapes) {
       const TopKSplitPlan chosen = chunks == kForcedShort ? short_plan
                                    : chunks < 0          ? TopKGroupPlan(s.rows, s.len, -chunks)
                                                          : PlanTopKSplit(s.rows, s.len, sms, chunks);
-      TopKRun run(logits.p, s.rows, s.len, out.p, chunks < 0 ? 0 : chunks, nullptr, chunks < 0 ? &chosen : nullptr);
+      TopKRun run(logits.p, s.rows, s.len, out.p, chunks < 0 ? 0 : chunks, valid < s.len ? row_len.p : nullptr,
+                  chunks < 0 ? &chosen : nullptr);
       const int planned = chosen.chunks;  // 1: one CTA per row
       if (chunks > 1 && planned != chunks) continue;  // clamped to a variant already timed
       CheckCuda(cudaMemset(out.p, 0x7f, out.n * 4), "poison");
@@ -406,10 +417,10 @@ void BenchTopK(const std::vector<TopKShape>& shapes) {
       std::vector<int32_t> want(2048);
       bool exact = true;
       for (int r : {0, s.rows / 3, 2 * s.rows / 3, s.rows - 1}) {
-        ref::TopK(h.data() + int64_t{r} * s.len, s.len, 2048, want.data());
+        ref::TopK(h.data() + int64_t{r} * s.len, valid, 2048, want.data());
         exact = exact && std::equal(want.begin(), want.end(), got.begin() + int64_t{r} * 2048);
       }
-      const double gbs = double(s.rows) * s.len * 4 / (us * 1e-6) / 1e9;
+      const double gbs = double(s.rows) * valid * 4 / (us * 1e-6) / 1e9;
       char tag[16];
       if (chosen.group()) {
         std::snprintf(tag, sizeof(tag), "%sG%dx%d", chunks == 0 ? "P" : "", chosen.group_keys, chosen.chunks);
@@ -527,6 +538,13 @@ int main(int argc, char** argv) {
                {8, 8193, true}, {8, 12289, true}, {64, 8193, true}});
   }
   if (only.empty() || only == "keywrite") BenchKeyWrite();
+  // Decode graph buckets: rows planned for a power-of-two width, holding
+  // half of it to all of it (TopKShape::valid).
+  if (only == "topkbucket") {
+    BenchTopK({{1, 16384, true, 8193}, {1, 16384, true, 10240}, {1, 16384, true, 12289}, {1, 16384, true},
+               {1, 8192, true, 4097}, {1, 32768, true, 16385}, {1, 32768, true, 24576}, {1, 65536, true, 32769},
+               {8, 16384, true, 8193}, {64, 16384, true, 8193}});
+  }
   if (only == "topkprofile") BenchTopKProfile();
   if (only == "decodesweep") BenchDecodeSweep();
   std::printf("\n== summary (copy %.0f GB/s) ==\n", g_copy_gbs);
