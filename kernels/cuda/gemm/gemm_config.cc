@@ -207,9 +207,8 @@ StreamPlan MakeStreamPlan(const StreamProblem& p, int warps) {
 StreamPlan ChooseStreamPlan(const StreamProblem& p, int num_sms) {
   StreamPlan plan = MakeStreamPlan(p, 1);
   const int64_t capacity = static_cast<int64_t>(std::max(1, num_sms)) * kStreamWarpsPerSm;
-  const int64_t blocks = plan.row_tiles * std::max<int64_t>(1, p.groups);
   for (const int warps : {8, 4, 2}) {
-    if (blocks * warps <= capacity) {
+    if (plan.row_tiles * warps <= capacity) {
       plan.warps = warps;
       break;
     }

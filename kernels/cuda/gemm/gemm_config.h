@@ -223,21 +223,20 @@ struct StreamPlan {
 
 // The shape of the problem: `m` tokens (a grouped launch: up to
 // kStreamMaxTokens a work entry, so one K half), each segment's `rows`,
-// SiLU·mul, and `groups` blocks a row tile (the experts with work).
+// SiLU·mul.
 struct StreamProblem {
   int64_t m = 1;
   const int64_t* rows = nullptr;
   int num_segments = 1;
   bool silu = false;
   bool grouped = false;
-  int64_t groups = 1;
 };
 
 // Two K halves up to kStreamTwoHalvesMaxTokens tokens (twice the blocks for
 // the same rows; not with SiLU·mul or grouped); then the most warps a block
-// (1-8) for which every block is resident at once (row tiles x groups x
-// warps <= SMs x kStreamWarpsPerSm): more loads in flight per row without a
-// second wave.
+// (1-8) for which every block is resident at once (row tiles x warps <=
+// SMs x kStreamWarpsPerSm): more loads in flight per row without a second
+// wave. Dense launches only (the grouped one takes moe.h's width).
 StreamPlan ChooseStreamPlan(const StreamProblem& p, int num_sms);
 // The same with the block's warps given (tests and benchmarks).
 StreamPlan MakeStreamPlan(const StreamProblem& p, int warps);

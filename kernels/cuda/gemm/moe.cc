@@ -196,8 +196,9 @@ gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
 }
 
 bool MoeGroupedGemmUsesStreamKernel(const MoeGroupedGemmParams& p) {
-  if (p.force_config >= 0 || p.force_stream_warps <= 0) return false;
-  return p.max_rows > 0 && p.max_rows <= kMoeStreamMaxRows && StreamedK(p) == p.k;
+  if (p.force_config >= 0 || p.force_stream_warps < 0) return false;
+  const int64_t most_rows = p.force_stream_warps > 0 ? kMoeStreamMaxRows : kMoeStreamAutoMaxRows;
+  return p.max_rows > 0 && p.max_rows <= most_rows && StreamedK(p) == p.k;
 }
 
 int MoeGroupedGemmBlockTokens(const MoeGroupedGemmParams& p) {
@@ -261,11 +262,10 @@ absl::Status LaunchGroupedStream(const MoeGroupedGemmParams& p, int64_t k_rows, 
   prob.rows = &n;
   prob.silu = p.epilogue == GemmEpilogue::kSiluMul;
   prob.grouped = true;
-  prob.groups = ExpectedActiveExperts(p);
+  // Not ChooseStreamPlan's one wave of warps: its one-warp blocks were the
+  // slowest width here (moe.h, kMoeStreamAutoWarps).
   const gemm::StreamPlan plan =
-      p.force_stream_warps > 0
-          ? gemm::MakeStreamPlan(prob, p.force_stream_warps)
-          : gemm::ChooseStreamPlan(prob, p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count);
+      gemm::MakeStreamPlan(prob, p.force_stream_warps > 0 ? p.force_stream_warps : kMoeStreamAutoWarps);
   if (plan.row_tiles > 65535) return InvalidParam("MoeGroupedGemm", "weight.n", "too many output tiles");
   const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, gemm::kStreamMaxTokens);
   gemm::internal::KernelParams kp = GroupedKernelParams(p, k_rows, wbytes);

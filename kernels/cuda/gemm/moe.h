@@ -187,21 +187,26 @@ struct MoeGroupedGemmParams {
   int num_sms = 0;                       // 0: read from the current device
   int force_config = -1;                 // tests/benchmarks: force a tile configuration
   int force_splits = 1;                  // with force_config: the split factor (needs split_workspace)
-  // Tests/benchmarks: 1 / 2 / 4 / 8 run the streaming kernel with that many
-  // warps a block where it can take the launch (MoeGroupedGemmUsesStreamKernel);
-  // 0 (and -1) the tile kernel.
+  // 0: the kernels' own choice (MoeGroupedGemmUsesStreamKernel); tests and
+  // benchmarks: 1 / 2 / 4 / 8 run the streaming kernel with that many warps
+  // a block where it can take the launch, -1 the tile kernel.
   int force_stream_warps = 0;
 };
 size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts);
 gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p);
-// The streaming kernel of the dense decode GEMMs (w8a16_stream.cu) can run
-// a decode-sized launch (max_rows <= kMoeStreamMaxRows, rows of exactly k
-// columns) over work entries of gemm::kStreamMaxTokens rows, but only when
-// forced: it measured slower than the tile kernel there (H200 running sm80
-// code, 2026-12-04: gate/up + down 87.5 -> 102.0 us at one token, 523 ->
-// 543 at 8, 2097 -> 2136 at 64). Its one-warp blocks each stream a whole
-// expert row set (96 spans at K = 6144) four spans at a time: a chain of
-// round trips the tile kernel's deeper cp.async pipeline does not have.
+// The streaming kernel of the dense decode GEMMs (w8a16_stream.cu) runs a
+// decode-sized launch (rows of exactly k columns) over work entries of
+// gemm::kStreamMaxTokens rows: by default one token's choices (max_rows <=
+// kMoeStreamAutoMaxRows) with kMoeStreamAutoWarps warps a block, forced up
+// to kMoeStreamMaxRows. Measured on an H100 running sm80 code (2026-12-06,
+// GLM-5 experts tiled across rows, gate/up + down): one token 107.3 us with
+// four-warp blocks against 113.6 on the tile kernel (93 % of the hit
+// experts' bytes against 88 %; row-major 108.2 against 115.1), one-warp
+// blocks 121.7 (a warp streams a whole expert row, 24 rounds of loads one
+// after another), two 113.8, eight 111.6; at 8 tokens the tile kernel 701
+// against 694-721, at 16 1280 against 1288-1345: no gain worth a second path.
+inline constexpr int64_t kMoeStreamAutoMaxRows = 8;
+inline constexpr int kMoeStreamAutoWarps = 4;
 inline constexpr int64_t kMoeStreamMaxRows = 512;
 bool MoeGroupedGemmUsesStreamKernel(const MoeGroupedGemmParams& p);
 // Rows a work entry of the launch holds (the work list it wants).

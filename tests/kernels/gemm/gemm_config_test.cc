@@ -370,10 +370,11 @@ TEST(GemmConfig, StreamPlanFillsTheGpuInOneWave) {
   EXPECT_EQ(plan.tile_rows, 8);
   EXPECT_EQ(plan.row_tiles, 256);
   EXPECT_EQ(plan.warps, 8);
-  // Grouped: the experts' blocks count too (8 experts of 256 tiles each).
-  plan = ChooseStreamPlan({.m = 1, .rows = shared_expert, .silu = true, .grouped = true, .groups = 8}, kSms);
+  // Grouped (the width given, moe.h's kMoeStreamAutoWarps): one K half.
+  plan = MakeStreamPlan({.m = 1, .rows = shared_expert, .silu = true, .grouped = true}, 4);
   EXPECT_EQ(plan.streams, 1);
-  EXPECT_EQ(plan.warps, 1);
+  EXPECT_EQ(plan.warps, 4);
+  EXPECT_EQ(plan.row_tiles, 256);
   // Too many tiles for one wave at any width: one warp a block.
   const int64_t huge[] = {int64_t{1} << 20};
   EXPECT_EQ(ChooseStreamPlan({.m = 1, .rows = huge}, kSms).warps, 1);

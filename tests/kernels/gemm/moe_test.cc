@@ -513,8 +513,34 @@ TEST(Sm80_MoeLayer, PermutationWritesTheWorkLists) {
   RunMoeLayer(c);
 }
 
+// Which kernel a grouped launch takes (host policy, moe.h): the streaming
+// kernel for one token's choices (<= kMoeStreamAutoMaxRows rows) unless the
+// tile kernel is asked for; forced widths up to kMoeStreamMaxRows.
+TEST(Sm80_MoeLayer, StreamKernelTakesOneTokensChoices) {
+  MoeGroupedGemmParams p;
+  p.num_experts = 256;
+  p.k = 6144;
+  p.weight.n = 2048;
+  p.max_rows = kMoeStreamAutoMaxRows;
+  EXPECT_TRUE(MoeGroupedGemmUsesStreamKernel(p));
+  EXPECT_EQ(MoeGroupedGemmBlockTokens(p), gemm::kStreamMaxTokens);
+  p.force_stream_warps = -1;
+  EXPECT_FALSE(MoeGroupedGemmUsesStreamKernel(p));
+  p.force_stream_warps = 0;
+  p.max_rows = kMoeStreamAutoMaxRows + 1;
+  EXPECT_FALSE(MoeGroupedGemmUsesStreamKernel(p));
+  p.force_stream_warps = 4;
+  EXPECT_TRUE(MoeGroupedGemmUsesStreamKernel(p));
+  p.max_rows = kMoeStreamMaxRows + 1;
+  EXPECT_FALSE(MoeGroupedGemmUsesStreamKernel(p));
+  p.max_rows = 1;
+  p.force_stream_warps = 0;
+  p.force_config = 0;
+  EXPECT_FALSE(MoeGroupedGemmUsesStreamKernel(p));
+}
+
 // The streaming kernel on decode-sized layers (<= kMoeStreamMaxRows rows;
-// forced, it is no default there): every block width, with and without the
+// forced past one token's choices): every block width, with and without the
 // permutation's work lists, one row per expert, several entries of 8 rows
 // on one expert (100 tokens, every first choice the same expert), experts
 // without rows.
