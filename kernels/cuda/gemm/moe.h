@@ -196,16 +196,18 @@ size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts);
 gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p);
 // The streaming kernel of the dense decode GEMMs (w8a16_stream.cu) runs a
 // decode-sized launch (rows of exactly k columns) over work entries of
-// gemm::kStreamMaxTokens rows: by default one token's choices (max_rows <=
-// kMoeStreamAutoMaxRows) with kMoeStreamAutoWarps warps a block, forced up
-// to kMoeStreamMaxRows. Measured on an H100 running sm80 code (2026-12-06,
-// GLM-5 experts tiled across rows, gate/up + down): one token 107.3 us with
-// four-warp blocks against 113.6 on the tile kernel (93 % of the hit
-// experts' bytes against 88 %; row-major 108.2 against 115.1), one-warp
-// blocks 121.7 (a warp streams a whole expert row, 24 rounds of loads one
-// after another), two 113.8, eight 111.6; at 8 tokens the tile kernel 701
-// against 694-721, at 16 1280 against 1288-1345: no gain worth a second path.
-inline constexpr int64_t kMoeStreamAutoMaxRows = 8;
+// gemm::kStreamMaxTokens rows: by default up to kMoeStreamAutoMaxRows rows
+// (one to five tokens' choices at top-8: decode at batch 1, MTP verify
+// steps) with kMoeStreamAutoWarps warps a block, forced up to
+// kMoeStreamMaxRows. Measured on an H100 running sm80 code (2026-12-06,
+// GLM-5 experts tiled across rows, gate/up + down, µs, tile kernel ->
+// four-warp blocks): 1 token 113.6 -> 107.3 (93 % of the hit experts'
+// bytes against 88 %), 2 tokens 238.6 -> 214.2, 3 297.5 -> 288.3, 4 405.4 ->
+// 374.4, 5 473.6 -> 461.8; one-warp blocks were the slowest width at one
+// token (121.7: a warp streams a whole expert row, 24 rounds of loads one
+// after another); at 8 tokens the tile kernel 701 against 694-721 for the
+// widths, at 16 1280 against 1288-1345: no gain worth a second path.
+inline constexpr int64_t kMoeStreamAutoMaxRows = 40;
 inline constexpr int kMoeStreamAutoWarps = 4;
 inline constexpr int64_t kMoeStreamMaxRows = 512;
 bool MoeGroupedGemmUsesStreamKernel(const MoeGroupedGemmParams& p);

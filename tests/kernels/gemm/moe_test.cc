@@ -514,7 +514,7 @@ TEST(Sm80_MoeLayer, PermutationWritesTheWorkLists) {
 }
 
 // Which kernel a grouped launch takes (host policy, moe.h): the streaming
-// kernel for one token's choices (<= kMoeStreamAutoMaxRows rows) unless the
+// kernel up to kMoeStreamAutoMaxRows rows (a few tokens' choices) unless the
 // tile kernel is asked for; forced widths up to kMoeStreamMaxRows.
 TEST(Sm80_MoeLayer, StreamKernelTakesOneTokensChoices) {
   MoeGroupedGemmParams p;
