@@ -299,8 +299,7 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
     if (w->n <= 0) return InvalidParam(kOp, name, "n must be positive");
     if (w->type == GemmWeightType::kFp8Block128 && w->scale == nullptr) return InvalidParam(kOp, name, "scale is null");
   }
-  if (p.weight.layout != GemmWeightLayout::kRowMajor && p.weight.layout != GemmWeightLayout::kTilesAlongK &&
-      p.weight.layout != GemmWeightLayout::kTilesAcrossRows) {
+  if (!IsKnownGemmWeightLayout(p.weight.layout)) {
     return InvalidParam(kOp, "weight.layout", "is not a known weight layout");
   }
   if (silu && (p.up.type != p.weight.type || p.up.n != p.weight.n || p.up.layout != p.weight.layout)) {

@@ -33,8 +33,7 @@ absl::Status ValidateWeight(const GemmWeight& w, const std::string& name) {
   if (w.type != GemmWeightType::kFp8Block128 && w.type != GemmWeightType::kBf16) {
     return InvalidParam(kOp, name + ".type", "is not a known weight type");
   }
-  if (w.layout != GemmWeightLayout::kRowMajor && w.layout != GemmWeightLayout::kTilesAlongK &&
-      w.layout != GemmWeightLayout::kTilesAcrossRows) {
+  if (!IsKnownGemmWeightLayout(w.layout)) {
     return InvalidParam(kOp, name + ".layout", "is not a known weight layout");
   }
   return absl::OkStatus();

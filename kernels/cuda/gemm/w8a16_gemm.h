@@ -72,6 +72,11 @@ enum class GemmWeightLayout : int {
 };
 
 inline bool IsTiled(GemmWeightLayout l) { return l != GemmWeightLayout::kRowMajor; }
+// Whether `l` is one of the enumerators (a launch refuses any other value).
+inline bool IsKnownGemmWeightLayout(GemmWeightLayout l) {
+  return l == GemmWeightLayout::kRowMajor || l == GemmWeightLayout::kTilesAlongK ||
+         l == GemmWeightLayout::kTilesAcrossRows;
+}
 
 // The tile order of a tiled layout (TileGemmRows' argument).
 inline gemm::GemmTileOrder TileOrderOf(GemmWeightLayout l) {
