@@ -251,8 +251,8 @@ absl::Status PackExperts(const std::vector<const MatrixSource*>& mats, GemmWeigh
       for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_bytes, b.data() + r * cols, row_bytes);
     }
     if (tiled) {
-      const std::vector<uint8_t> t = gemm::TileGemmRows(expert.data(), rows, ld_bytes, TileOrderOf(layout));
-      std::memcpy(values.data() + e * stored_rows * ld_bytes, t.data(), t.size());
+      gemm::TileGemmRowsInto(expert.data(), rows, ld_bytes, TileOrderOf(layout),
+                             values.data() + e * stored_rows * ld_bytes);
     }
   }
   SPAR_RETURN_IF_ERROR(out->values.Upload(values.data(), values.size()));

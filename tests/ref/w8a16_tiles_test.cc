@@ -1,7 +1,8 @@
 // The W8A16 weights' tiled layouts (kernels/cuda/gemm/w8a16_tiles.h) on the
 // CPU: every byte lands at the offset the kernels compute (both tile
 // orders), a fragment's 16 rows of one 64-byte span are one contiguous
-// kilobyte, the inverse recovers the matrix and the padding rows are zero.
+// kilobyte, the inverse recovers the matrix, the padding rows are zero and
+// tiling in place writes the same bytes.
 #include "kernels/cuda/gemm/w8a16_tiles.h"
 
 #include <cstdint>
@@ -52,6 +53,22 @@ TEST(GemmTiles, EveryByteLandsWhereTheKernelsReadIt) {
         const auto back = UntileGemmRows(tiled, rows, row_bytes, order);
         ASSERT_EQ(std::vector<uint8_t>(back.begin(), back.begin() + rows * row_bytes), src);
       }
+    }
+  }
+}
+
+// In place (a packed buffer of several matrices, not zeroed): the same bytes
+// as TileGemmRows, padding rows zeroed, nothing written past the matrix.
+TEST(GemmTiles, InPlaceEqualsTheReturnedCopy) {
+  for (const GemmTileOrder order : {GemmTileOrder::kAlongK, GemmTileOrder::kAcrossRows}) {
+    for (const int64_t rows : {5, 16, 40}) {
+      const int64_t row_bytes = 192, bytes = GemmTiledBytes(rows, row_bytes);
+      const auto src = RandomBytes(rows * row_bytes, static_cast<uint64_t>(rows + 31));
+      std::vector<uint8_t> buffer(static_cast<size_t>(bytes + 64), 0xA5);  // poison
+      TileGemmRowsInto(src.data(), rows, row_bytes, order, buffer.data());
+      const auto want = TileGemmRows(src.data(), rows, row_bytes, order);
+      EXPECT_EQ(std::vector<uint8_t>(buffer.begin(), buffer.begin() + bytes), want) << rows << " rows";
+      for (int64_t i = bytes; i < bytes + 64; ++i) ASSERT_EQ(buffer[i], 0xA5) << "byte " << i << " past the matrix";
     }
   }
 }

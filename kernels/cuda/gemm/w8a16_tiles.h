@@ -57,6 +57,10 @@ inline int64_t GemmTiledOffset(int64_t r, int64_t c, int64_t rows, int64_t row_b
 // A row-major matrix of `rows` rows of `row_bytes` bytes (a positive multiple
 // of 64; the caller checks) in a tiled layout (GemmTiledBytes bytes).
 std::vector<uint8_t> TileGemmRows(const uint8_t* row_major, int64_t rows, int64_t row_bytes, GemmTileOrder order);
+// The same written to `out` (GemmTiledBytes bytes, padding rows zeroed): a
+// loader packing many matrices into one buffer (the experts of a layer)
+// tiles each in place instead of copying a tiled temporary.
+void TileGemmRowsInto(const uint8_t* row_major, int64_t rows, int64_t row_bytes, GemmTileOrder order, uint8_t* out);
 
 // The inverse, for tests: [GemmTiledRows(rows)][row_bytes] row-major, the
 // padding rows included.
