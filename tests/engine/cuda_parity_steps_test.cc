@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/engine/cuda_parity.h"
 #include "tests/engine/selection_overlap.h"
+#include "tests/engine/greedy_requests.h"
 #include "tests/engine/test_util.h"
 
 namespace spar::testing {
@@ -130,15 +131,7 @@ TEST_P(CudaParityTest, TiledGemmWeightsChangeNoBit) {
   auto row_major = MakeEngine(dir_, "cuda", kDense, {}, 64, defaults.urgent_branch_priority, ModelOptions{}.indexer_query,
                               GemmWeightTiling::kRowMajor);
   ASSERT_TRUE(row_major);
-  std::vector<GenerationRequest> reqs;
-  for (const auto& ids : prompts_) {
-    GenerationRequest r;
-    r.prompt = ids;
-    r.sampling.temperature = 0;
-    r.max_tokens = 12;
-    r.ignore_eos = true;
-    reqs.push_back(r);
-  }
+  const std::vector<GenerationRequest> reqs = GreedyRequests(prompts_, 12);
   auto ga = row_major->Generate(reqs);
   ASSERT_TRUE(ga.ok()) << ga.status();
   for (const GemmWeightTiling tiling : {GemmWeightTiling::kAlongK, GemmWeightTiling::kAcrossRows}) {

@@ -28,6 +28,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/engine/cuda_parity.h"
 #include "tests/engine/selection_overlap.h"
+#include "tests/engine/greedy_requests.h"
 #include "tests/engine/test_util.h"
 #include "tests/engine/tiny_variants.h"
 #include "tests/kernels/gpu_test_util.h"
@@ -37,6 +38,7 @@ namespace {
 
 using nlohmann::json;
 using testing::CudaParityTest;
+using testing::GreedyRequests;
 using testing::kDense;
 using testing::MakeEngine;
 using testing::RelErr;
@@ -82,15 +84,7 @@ GreedyAgreement DenseGreedy(const std::string& dir, const std::vector<std::vecto
   auto cpu = MakeEngine(dir, "cpu", kDense, dtypes);
   auto cuda = MakeEngine(dir, "cuda", kDense, dtypes);
   if (!cpu || !cuda) return g;
-  std::vector<GenerationRequest> reqs;
-  for (const auto& ids : prompts) {
-    GenerationRequest r;
-    r.prompt = ids;
-    r.sampling.temperature = 0;
-    r.max_tokens = 16;
-    r.ignore_eos = true;
-    reqs.push_back(r);
-  }
+  const std::vector<GenerationRequest> reqs = GreedyRequests(prompts, 16);
   auto gens = cuda->Generate(reqs);
   auto own = cpu->Generate(reqs);
   EXPECT_TRUE(gens.ok() && own.ok()) << gens.status() << own.status();
@@ -425,15 +419,7 @@ TEST_P(CudaParityTest, ReportsGreedyAgreementWithTransformers) {
   if (!has_golden_) GTEST_SKIP() << GetParam().name << " has no transformers goldens yet";
   auto cuda = MakeEngine(dir_, "cuda");
   ASSERT_TRUE(cuda);
-  std::vector<GenerationRequest> reqs;
-  for (const auto& ids : prompts_) {
-    GenerationRequest r;
-    r.prompt = ids;
-    r.sampling.temperature = 0;
-    r.max_tokens = 32;
-    r.ignore_eos = true;
-    reqs.push_back(r);
-  }
+  const std::vector<GenerationRequest> reqs = GreedyRequests(prompts_, 32);
   auto gens = cuda->Generate(reqs);
   ASSERT_TRUE(gens.ok()) << gens.status();
   std::string summary;

@@ -19,12 +19,14 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/engine/dequantized_copy.h"
+#include "tests/engine/greedy_requests.h"
 #include "tests/engine/test_util.h"
 
 namespace spar {
 namespace {
 
 using nlohmann::json;
+using testing::GreedyRequests;
 
 struct QuantCase {
   const char* name;
@@ -84,15 +86,7 @@ TEST_P(QuantizedModelTest, EqualsItsDequantizedCopy) {
     EXPECT_EQ(*a, *b) << c.name << ": prompt of " << p.size();
     EXPECT_EQ(ta.topk_slots, tb.topk_slots) << c.name;
   }
-  std::vector<GenerationRequest> reqs;
-  for (const auto& p : prompts) {
-    GenerationRequest r;
-    r.prompt = p;
-    r.sampling.temperature = 0;
-    r.max_tokens = 12;
-    r.ignore_eos = true;
-    reqs.push_back(r);
-  }
+  const std::vector<GenerationRequest> reqs = GreedyRequests(prompts, 12);
   auto ga = packed->Generate(reqs);
   auto gb = reference->Generate(reqs);
   ASSERT_TRUE(ga.ok() && gb.ok());
