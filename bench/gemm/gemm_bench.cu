@@ -9,7 +9,7 @@
 //   gemm_bench --moe-tokens 1,8,64   # the MoE layer at these token counts (decode tiles swept up to 64)
 //   gemm_bench --force 10,4          # main measurement with configuration 10, splits 4 (profiling)
 //   gemm_bench --stream-warps 4      # <= 8 tokens (and the MoE): the streaming kernel with 4 warps a block
-//                                    # (-1: the tile kernel; the MoE's default is the tile kernel)
+//                                    # (-1: the tile kernel; the MoE streams up to 40 rows by default, moe.h)
 //   gemm_bench --probe               # + read-only stream ceiling and empty-kernel launch cost
 //   gemm_bench --tiled along-k       # weights in 16-row x 64-byte tiles (w8a16_tiles.h; or across-rows)
 //
