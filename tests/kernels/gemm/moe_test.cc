@@ -516,7 +516,7 @@ TEST(Sm80_MoeLayer, PermutationWritesTheWorkLists) {
 // Which kernel a grouped launch takes (host policy, moe.h): the streaming
 // kernel up to kMoeStreamAutoMaxRows rows (a few tokens' choices) unless the
 // tile kernel is asked for; forced widths up to kMoeStreamMaxRows.
-TEST(Sm80_MoeLayer, StreamKernelTakesOneTokensChoices) {
+TEST(Sm80_MoeLayer, StreamKernelTakesAFewTokensChoices) {
   MoeGroupedGemmParams p;
   p.num_experts = 256;
   p.k = 6144;
@@ -540,7 +540,7 @@ TEST(Sm80_MoeLayer, StreamKernelTakesOneTokensChoices) {
 }
 
 // The streaming kernel on decode-sized layers (<= kMoeStreamMaxRows rows;
-// forced past one token's choices): every block width, with and without the
+// forced past kMoeStreamAutoMaxRows): every block width, with and without the
 // permutation's work lists, one row per expert, several entries of 8 rows
 // on one expert (100 tokens, every first choice the same expert), experts
 // without rows.
