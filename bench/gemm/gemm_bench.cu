@@ -10,6 +10,7 @@
 //   gemm_bench --force 10,4          # main measurement with configuration 10, splits 4 (profiling)
 //   gemm_bench --stream-warps 4      # <= 8 tokens (and the MoE): the streaming kernel with 4 warps a block
 //                                    # (-1: the tile kernel; the MoE streams up to 40 rows by default, moe.h)
+//   gemm_bench --moe-tail 32,T16W4F  # the grouped GEMMs' tail split (moe.h): bound, tile (0: off; default auto)
 //   gemm_bench --probe               # + read-only stream ceiling and empty-kernel launch cost
 //   gemm_bench --tiled along-k       # weights in 16-row x 64-byte tiles (w8a16_tiles.h; or across-rows)
 //
@@ -153,6 +154,8 @@ struct Options {
   int force_config = -1;       // main measurement only (profiling)
   int force_splits = 1;
   int stream_warps = 0;        // W8A16GemmParams::force_stream_warps (-1: the tile kernel)
+  int tail_rows = -1;          // MoeGroupedGemmParams::tail_rows (--moe-tail)
+  int tail_config = -1;        // MoeGroupedGemmParams::force_tail_config
   GemmWeightLayout layout = GemmWeightLayout::kRowMajor;  // --tiled along-k|across-rows (w8a16_tiles.h)
 };
 
@@ -463,7 +466,7 @@ RoutingTimes TimeRouting(const MoeRouteParams& route, const MoePermuteParams& pe
   return t;
 }
 
-void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_warps) {
+void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, const Options& opt) {
   const int E = 256, K = 8;
   const int64_t H = 6144, I = 2048;
   const int64_t rows = tokens * K;
@@ -541,7 +544,9 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_
   gu.ldy = I;
   gu.workspace = ws;
   gu.workspace_bytes = ws_bytes;
-  gu.force_stream_warps = stream_warps;
+  gu.force_stream_warps = opt.stream_warps;
+  gu.tail_rows = opt.tail_rows;
+  gu.force_tail_config = opt.tail_config;
   MoeGroupedGemmParams dn = gu;
   dn.k = I;
   dn.x = h;
@@ -671,7 +676,10 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, int stream_
   }
   const double err = max_diff / std::max(max_ref, 1e-30);
   auto plan_name = [&](const MoeGroupedGemmParams& g) {
-    return MoeGroupedGemmUsesStreamKernel(g) ? std::string("stream") : PlanName(MoeGroupedGemmPlan(g));
+    if (MoeGroupedGemmUsesStreamKernel(g)) return std::string("stream");
+    const MoeTailPlan tail = MoeGroupedGemmTailPlan(g);
+    return PlanName(MoeGroupedGemmPlan(g)) +
+           (tail.below > 0 ? "+tail<" + std::to_string(tail.below) + ":" + gemm::GetTileConfig(tail.config).name : "");
   };
   const std::string plan = plan_name(gu) + ";" + plan_name(dn);
   Emit({"moe_gemms", tokens, hit, H, plan, us_gemm, flops / us_gemm * 1e-6, hit_bytes / us_gemm * 1e-3,
@@ -722,6 +730,21 @@ int Main(int argc, char** argv) {
       }
       opt.stream_warps = static_cast<int>(w);
     }
+    else if (a == "--moe-tail" && i + 1 < argc) {  // ROWS[,CONFIG NAME]
+      const std::string v = argv[++i];
+      const size_t comma = v.find(',');
+      opt.tail_rows = std::atoi(v.substr(0, comma).c_str());
+      if (comma != std::string::npos) {
+        const std::string name = v.substr(comma + 1);
+        for (int c = 0; c < gemm::kNumTileConfigs; ++c) {
+          if (name == gemm::GetTileConfig(static_cast<gemm::TileConfigId>(c)).name) opt.tail_config = c;
+        }
+        if (opt.tail_config < 0) {
+          std::fprintf(stderr, "--moe-tail: '%s' is not a tile configuration\n", name.c_str());
+          return 2;
+        }
+      }
+    }
     else if (a == "--force" && i + 1 < argc) {  // CONFIG,SPLITS (configuration index, split or blocks per SM)
       const std::vector<int64_t> f = ParseList(argv[++i]);
       opt.force_config = f.empty() ? -1 : static_cast<int>(f[0]);
@@ -770,7 +793,7 @@ int Main(int argc, char** argv) {
   if (opt.moe) {
     std::vector<int64_t> moe_tokens = opt.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{64, 4096};
     if (!opt.moe_tokens.empty()) moe_tokens = opt.moe_tokens;
-    for (int64_t t : moe_tokens) BenchMoe(t, ws, ws_bytes, opt.stream_warps);
+    for (int64_t t : moe_tokens) BenchMoe(t, ws, ws_bytes, opt);
   }
   if (g_csv != nullptr) std::fclose(g_csv);
   return 0;

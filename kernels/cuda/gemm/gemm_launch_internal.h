@@ -86,6 +86,22 @@ cudaError_t LaunchStreamKernel(const StreamPlan& plan, const KernelParams& p, di
 cudaError_t LaunchGroupedWorkList(const int32_t* expert_offsets, int num_experts, int block_tokens, int32_t* work,
                                   int32_t* work_count, cudaStream_t stream);
 
+// A grouped launch's work list and, optionally, the tail list of a second
+// launch (MoeGroupedGemmParams::tail_rows): an expert's last partial entry
+// of fewer than tail_below rows goes to the tail list instead, in entries
+// of tail_block_tokens rows. Entries {e, first permuted row, rows, 0}.
+struct GroupedWorkLists {
+  int block_tokens = 0;
+  int32_t* work = nullptr;
+  int32_t* work_count = nullptr;
+  int tail_below = 0;  // 0: no tail list
+  int tail_block_tokens = 0;
+  int32_t* tail_work = nullptr;
+  int32_t* tail_count = nullptr;
+};
+cudaError_t LaunchGroupedWorkLists(const int32_t* expert_offsets, int num_experts, const GroupedWorkLists& lists,
+                                   cudaStream_t stream);
+
 // MoE helper kernels (moe_kernels.cu); params already validated.
 cudaError_t LaunchMoeRouteKernel(const MoeRouteParams& p, cudaStream_t stream);
 cudaError_t LaunchMoePermuteKernel(const MoePermuteParams& p, cudaStream_t stream);

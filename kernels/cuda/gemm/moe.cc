@@ -162,9 +162,8 @@ int64_t ExpectedActiveExperts(const MoeGroupedGemmParams& p) {
                                        : std::max<int64_t>(1, std::min<int64_t>(p.num_experts, p.max_rows));
 }
 
-}  // namespace
-
-gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
+// The planner's view of the launch.
+gemm::GemmProblem GroupedProblem(const MoeGroupedGemmParams& p) {
   gemm::GemmProblem prob;
   prob.workspace_bytes = p.split_workspace != nullptr ? p.split_workspace_bytes : 0;
   prob.m = std::max<int64_t>(1, p.expected_rows_per_expert);
@@ -176,6 +175,13 @@ gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
   prob.grouped = true;
   prob.groups = ExpectedActiveExperts(p);
   prob.num_sms = p.num_sms > 0 ? p.num_sms : CurrentDeviceInfo().sm_count;
+  return prob;
+}
+
+}  // namespace
+
+gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
+  const gemm::GemmProblem prob = GroupedProblem(p);
   gemm::GemmPlan plan = p.force_config >= 0 && p.force_config < gemm::kNumTileConfigs
                             ? gemm::MakeGemmPlan(prob, static_cast<gemm::TileConfigId>(p.force_config),
                                                  p.split_workspace != nullptr ? p.force_splits : 1)
@@ -201,8 +207,41 @@ bool MoeGroupedGemmUsesStreamKernel(const MoeGroupedGemmParams& p) {
   return p.max_rows > 0 && p.max_rows <= most_rows && StreamedK(p) == p.k;
 }
 
+namespace {
+
+// Tail entries at most: one expert's last partial tile of fewer than
+// `below` rows (and fewer than the main tile's) in entries of tail_tokens.
+int64_t MaxTailEntries(const MoeGroupedGemmParams& p, int below, int main_tokens, int tail_tokens) {
+  return std::min<int64_t>(p.num_experts, p.max_rows) * CeilDiv(std::min(below, main_tokens) - 1, tail_tokens);
+}
+
+bool ValidTileConfig(int id) { return id >= 0 && id < gemm::kNumTileConfigs; }
+
+}  // namespace
+
+MoeTailPlan MoeGroupedGemmTailPlan(const MoeGroupedGemmParams& p) {
+  MoeTailPlan none;
+  if (p.tail_rows == 0 || p.max_rows <= 0 || MoeGroupedGemmUsesStreamKernel(p)) return none;
+  if (p.force_tail_config >= 0 && !ValidTileConfig(p.force_tail_config)) return none;
+  const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);
+  const gemm::TileConfig& main = gemm::GetTileConfig(plan.config);
+  const bool forced = p.tail_rows > 0;
+  if (plan.splits != 1 || (!forced && main.block_tokens < kMoeTailMinTileTokens)) return none;
+  MoeTailPlan t;
+  t.below = forced ? p.tail_rows : kMoeTailAutoRows;
+  t.config = p.force_tail_config >= 0 ? static_cast<gemm::TileConfigId>(p.force_tail_config) : kMoeTailConfig;
+  const gemm::TileConfig& tail = gemm::GetTileConfig(t.config);
+  const int wbytes = p.weight.type == GemmWeightType::kBf16 ? 2 : 1;
+  if (t.below < 2 || (StreamedK(p) * wbytes) % tail.row_bytes_per_stage() != 0) return none;
+  const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, main.block_tokens) +
+                          MaxTailEntries(p, t.below, main.block_tokens, tail.block_tokens);
+  if (static_cast<size_t>(entries + 2) * 16 > p.workspace_bytes) return none;  // two lists, two counts
+  return t;
+}
+
 int MoeGroupedGemmBlockTokens(const MoeGroupedGemmParams& p) {
   if (MoeGroupedGemmUsesStreamKernel(p)) return gemm::kStreamMaxTokens;
+  if (MoeGroupedGemmTailPlan(p).below > 0) return 0;  // the launch builds both lists itself
   return gemm::GetTileConfig(MoeGroupedGemmPlan(p).config).block_tokens;
 }
 
@@ -279,6 +318,43 @@ absl::Status LaunchGroupedStream(const MoeGroupedGemmParams& p, int64_t k_rows, 
   return CudaStatus(gemm::internal::LaunchStreamKernel(plan, kp, grid, stream), "MoeGroupedGemm stream kernel launch");
 }
 
+// The checks of a tile configuration for this launch (before anything is
+// launched): its stages divide the experts' rows, its kernel instance
+// agrees with its TileConfig, its output tiles fit grid.y.
+absl::Status CheckGroupedTile(const MoeGroupedGemmParams& p, gemm::TileConfigId id, int64_t k_rows, int wbytes,
+                              absl::string_view field, int64_t* row_tiles) {
+  constexpr absl::string_view kOp = "MoeGroupedGemm";
+  const gemm::TileConfig& cfg = gemm::GetTileConfig(id);
+  if ((k_rows * wbytes) % cfg.row_bytes_per_stage() != 0) {
+    return InvalidParam(kOp, field, absl::StrCat(cfg.name, "'s stage does not divide the experts' rows (",
+                                                 k_rows * wbytes, " bytes)"));
+  }
+  if (gemm::internal::KernelSmemBytes(id) != cfg.smem_bytes()) {
+    return absl::InternalError(absl::StrCat(kOp, ": kernel instance ", cfg.name, " disagrees with its TileConfig"));
+  }
+  *row_tiles = CeilDiv(p.weight.n, gemm::OutputColumnsPerTile(cfg, p.epilogue == GemmEpilogue::kSiluMul));
+  if (*row_tiles > 65535) return InvalidParam(kOp, "weight.n", "too many output tiles");
+  return absl::OkStatus();
+}
+
+// One tile-kernel launch over a work list of at most `entries` entries.
+absl::Status LaunchGroupedTiles(const MoeGroupedGemmParams& p, const gemm::GemmPlan& plan, int64_t k_rows, int wbytes,
+                                int64_t row_tiles, const int32_t* work, const int32_t* work_count, int64_t entries,
+                                cudaStream_t stream) {
+  gemm::internal::KernelParams kp = GroupedKernelParams(p, k_rows, wbytes);
+  kp.total_row_tiles = static_cast<int32_t>(row_tiles);
+  kp.work = work;
+  kp.work_count = work_count;
+  kp.splits = plan.splits;
+  if (plan.splits > 1) {  // layout: see gemm::kSplitCounterBytes
+    kp.counters = static_cast<int32_t*>(p.split_workspace);
+    kp.partials = reinterpret_cast<float*>(static_cast<char*>(p.split_workspace) + gemm::kSplitCounterBytes);
+  }
+  const dim3 grid(static_cast<unsigned>(entries), static_cast<unsigned>(row_tiles),
+                  static_cast<unsigned>(plan.splits));
+  return CudaStatus(gemm::internal::LaunchGemmKernel(plan.config, kp, grid, stream), "MoeGroupedGemm kernel launch");
+}
+
 }  // namespace
 
 absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t stream) {
@@ -337,34 +413,46 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   if (!gemm::ValidForcedStreamWarps(p.force_stream_warps)) {
     return InvalidParam(kOp, "force_stream_warps", "must be -1, 0, 1, 2, 4 or 8");
   }
+  if (p.tail_rows < -1) return InvalidParam(kOp, "tail_rows", "must be -1 (automatic), 0 (never) or a row bound");
   if (MoeGroupedGemmUsesStreamKernel(p)) return LaunchGroupedStream(p, k_rows, wbytes, stream);
   const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);
-  const gemm::TileConfig& cfg = gemm::GetTileConfig(plan.config);
-  if ((k_rows * wbytes) % cfg.row_bytes_per_stage() != 0) {
-    return InvalidParam(kOp, "force_config", absl::StrCat(cfg.name, "'s stage does not divide the experts' rows (",
-                                                          k_rows * wbytes, " bytes)"));
+  int64_t row_tiles = 0;
+  SPAR_RETURN_IF_ERROR(CheckGroupedTile(p, plan.config, k_rows, wbytes, "force_config", &row_tiles));
+  const int main_tokens = gemm::GetTileConfig(plan.config).block_tokens;
+  const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, main_tokens);
+  if (p.force_tail_config >= 0) {
+    if (!ValidTileConfig(p.force_tail_config)) return InvalidParam(kOp, "force_tail_config", "is not a tile configuration");
+    int64_t unused = 0;
+    SPAR_RETURN_IF_ERROR(CheckGroupedTile(p, static_cast<gemm::TileConfigId>(p.force_tail_config), k_rows, wbytes,
+                                          "force_tail_config", &unused));
   }
-  if (gemm::internal::KernelSmemBytes(plan.config) != cfg.smem_bytes()) {
-    return absl::InternalError(absl::StrCat(kOp, ": kernel instance ", cfg.name, " disagrees with its TileConfig"));
+  const MoeTailPlan tail = MoeGroupedGemmTailPlan(p);
+  if (tail.below == 0) {
+    const int32_t* work = nullptr;
+    const int32_t* work_count = nullptr;
+    SPAR_RETURN_IF_ERROR(WorkList(p, main_tokens, entries, &work, &work_count, stream));
+    return LaunchGroupedTiles(p, plan, k_rows, wbytes, row_tiles, work, work_count, entries, stream);
   }
-  const int64_t row_tiles = CeilDiv(n_out, gemm::OutputColumnsPerTile(cfg, silu));
-  if (row_tiles > 65535) return InvalidParam(kOp, "weight.n", "too many output tiles");
-  const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, cfg.block_tokens);
-  const int32_t* work = nullptr;
-  const int32_t* work_count = nullptr;
-  SPAR_RETURN_IF_ERROR(WorkList(p, cfg.block_tokens, entries, &work, &work_count, stream));
-  gemm::internal::KernelParams kp = GroupedKernelParams(p, k_rows, wbytes);
-  kp.total_row_tiles = static_cast<int32_t>(row_tiles);
-  kp.work = work;
-  kp.work_count = work_count;
-  kp.splits = plan.splits;
-  if (plan.splits > 1) {  // layout: see gemm::kSplitCounterBytes
-    kp.counters = static_cast<int32_t*>(p.split_workspace);
-    kp.partials = reinterpret_cast<float*>(static_cast<char*>(p.split_workspace) + gemm::kSplitCounterBytes);
-  }
-  const dim3 grid(static_cast<unsigned>(entries), static_cast<unsigned>(row_tiles),
-                  static_cast<unsigned>(plan.splits));
-  return CudaStatus(gemm::internal::LaunchGemmKernel(plan.config, kp, grid, stream), "MoeGroupedGemm kernel launch");
+  // The tail split: both lists built here, the main list first in the
+  // workspace, then the tail list, each followed by its count.
+  int64_t tail_row_tiles = 0;
+  SPAR_RETURN_IF_ERROR(CheckGroupedTile(p, tail.config, k_rows, wbytes, "force_tail_config", &tail_row_tiles));
+  const gemm::TileConfig& tail_cfg = gemm::GetTileConfig(tail.config);
+  const int64_t tail_entries = MaxTailEntries(p, tail.below, main_tokens, tail_cfg.block_tokens);
+  gemm::internal::GroupedWorkLists lists;
+  lists.block_tokens = main_tokens;
+  lists.work = static_cast<int32_t*>(p.workspace);
+  lists.work_count = lists.work + entries * 4;
+  lists.tail_below = tail.below;
+  lists.tail_block_tokens = tail_cfg.block_tokens;
+  lists.tail_work = lists.work_count + 4;
+  lists.tail_count = lists.tail_work + tail_entries * 4;
+  SPAR_CUDA_RETURN_IF_ERROR(gemm::internal::LaunchGroupedWorkLists(p.expert_offsets, p.num_experts, lists, stream));
+  SPAR_RETURN_IF_ERROR(
+      LaunchGroupedTiles(p, plan, k_rows, wbytes, row_tiles, lists.work, lists.work_count, entries, stream));
+  const gemm::GemmPlan tail_plan = gemm::MakeGemmPlan(GroupedProblem(p), tail.config, 1);
+  return LaunchGroupedTiles(p, tail_plan, k_rows, wbytes, tail_row_tiles, lists.tail_work, lists.tail_count,
+                            tail_entries, stream);
 }
 
 absl::Status LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {

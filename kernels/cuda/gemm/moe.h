@@ -191,6 +191,10 @@ struct MoeGroupedGemmParams {
   // benchmarks: 1 / 2 / 4 / 8 run the streaming kernel with that many warps
   // a block where it can take the launch, -1 the tile kernel.
   int force_stream_warps = 0;
+  // The tail split (MoeGroupedGemmTailPlan): -1 automatic, 0 never, > 0
+  // that bound on a tail's rows (tests and benchmarks).
+  int tail_rows = -1;
+  int force_tail_config = -1;  // tests and benchmarks: the tail launch's tile (-1: kMoeTailConfig)
 };
 size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts);
 gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p);
@@ -211,7 +215,35 @@ inline constexpr int64_t kMoeStreamAutoMaxRows = 40;
 inline constexpr int kMoeStreamAutoWarps = 4;
 inline constexpr int64_t kMoeStreamMaxRows = 512;
 bool MoeGroupedGemmUsesStreamKernel(const MoeGroupedGemmParams& p);
-// Rows a work entry of the launch holds (the work list it wants).
+// The tail split of a prefill launch. The prefill tile (128 tokens) costs
+// about the same whatever rows it holds: each warp widens its weight rows
+// once per tile, and that, not the mma, bounds it (a GLM-5 expert's
+// gate/up pass took ~22.4 us at 64 rows and at 128 on the H200). A
+// 4096-token chunk gives each of 256 experts ~128 +- 11 rows when routing
+// is even, so about half of them need a second tile for a few rows. With
+// the split, an expert's last partial tile of fewer than `below` rows runs
+// instead in a second launch of a small tile (`config`) that streams the
+// weights at memory speed (a third of the prefill tile's pass; each of its
+// entries holds config's block_tokens rows). Automatic where the plan's
+// tile holds >= kMoeTailMinTileTokens tokens and does not split K, the
+// tail tile's stages divide the rows, and both work lists fit the
+// workspace. Measured on an H100 running sm80 code (2026-12-06, gemm_bench
+// --moe-tokens, GLM-5 experts tiled across rows, even routing, gate/up +
+// down): 4096 tokens 13070 -> 11368-11523 us (1.13-1.15x), 8192 22068 ->
+// 20916 (1.06x), 2048 unchanged (no expert has a tail); bounds 16 / 48
+// and tail tiles T32 / T8R128M2F / T64W2 were 0-8 % slower than 32 with
+// T16W4F. With engine_bench's random router (uneven rows, remainders
+// spread over the whole tile) the prefill chunk's expert GEMMs gain 3-6 %.
+inline constexpr int kMoeTailAutoRows = 32;
+inline constexpr int kMoeTailMinTileTokens = 128;
+inline constexpr gemm::TileConfigId kMoeTailConfig = gemm::TileConfigId::kT16W4F;
+struct MoeTailPlan {
+  int below = 0;  // 0: no tail launch
+  gemm::TileConfigId config = kMoeTailConfig;
+};
+MoeTailPlan MoeGroupedGemmTailPlan(const MoeGroupedGemmParams& p);
+// Rows a work entry of the launch holds (the work list it wants); 0 where
+// the launch builds its own lists (the tail split).
 int MoeGroupedGemmBlockTokens(const MoeGroupedGemmParams& p);
 absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t stream);
 

@@ -8,46 +8,68 @@
 namespace spar::gemm::internal {
 namespace {
 
-// One thread per expert: tiles = ceil(rows / block_tokens), block-wide
-// exclusive scan (two levels of warp shuffles), then each expert writes its
-// entries. Launched with 1024 threads.
-__global__ void GroupedWorkListKernel(const int32_t* __restrict__ offsets, int num_experts, int block_tokens,
-                                      int4* __restrict__ work, int32_t* __restrict__ work_count) {
+// Exclusive prefix sum of v over the block (blockDim.x threads, a multiple
+// of 32, at most 1024) and, in `total`, the sum of all. Two levels of warp
+// shuffles; ends with a barrier, so warp_sums may be reused at once.
+__device__ int BlockExclusiveSum(int v, int* warp_sums, int& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  int incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += u;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int s = lane < nw ? warp_sums[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int u = __shfl_up_sync(0xffffffffu, s, o);
+      if (lane >= o) s += u;
+    }
+    if (lane < nw) warp_sums[lane] = s;  // inclusive over warps
+  }
+  __syncthreads();
+  const int excl = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - v;
+  total = warp_sums[nw - 1];
+  __syncthreads();
+  return excl;
+}
+
+// One thread per expert: its entries (tiles of block_tokens rows; with a
+// tail list, a last partial tile of fewer than tail_below rows goes there in
+// entries of tail_block_tokens rows), placed by block-wide exclusive scans.
+// Launched with 1024 threads.
+__global__ void GroupedWorkListsKernel(const int32_t* __restrict__ offsets, int num_experts, GroupedWorkLists l) {
   __shared__ int warp_sums[32];
   const int e = threadIdx.x;
-  const int lane = e & 31, warp = e >> 5;
   int begin = 0, rows = 0;
   if (e < num_experts) {
     begin = offsets[e];
     rows = offsets[e + 1] - begin;
   }
-  const int tiles = (rows + block_tokens - 1) / block_tokens;
-  // Inclusive scan inside the warp.
-  int incl = tiles;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    const int nw = blockDim.x >> 5;
-    int s = lane < nw ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, s, o);
-      if (lane >= o) s += v;
-    }
-    if (lane < nw) warp_sums[lane] = s;  // inclusive over warps
-  }
-  __syncthreads();
-  const int first = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - tiles;
+  int tail_rows = 0;
+  const int rem = rows % l.block_tokens;
+  if (l.tail_below > 0 && rem > 0 && rem < l.tail_below) tail_rows = rem;
+  const int main_rows = rows - tail_rows;
+  const int tiles = (main_rows + l.block_tokens - 1) / l.block_tokens;
+  int total = 0;
+  const int first = BlockExclusiveSum(tiles, warp_sums, total);
   for (int i = 0; i < tiles; ++i) {
-    const int r0 = i * block_tokens;
-    work[first + i] = make_int4(e, begin + r0, min(block_tokens, rows - r0), 0);
+    const int r0 = i * l.block_tokens;
+    reinterpret_cast<int4*>(l.work)[first + i] = make_int4(e, begin + r0, min(l.block_tokens, main_rows - r0), 0);
   }
-  if (e == blockDim.x - 1) *work_count = warp_sums[(blockDim.x >> 5) - 1];
+  if (e == 0) *l.work_count = total;
+  if (l.tail_below <= 0) return;  // uniform: every thread sees the same l
+  const int tail_tiles = (tail_rows + l.tail_block_tokens - 1) / l.tail_block_tokens;
+  const int tail_first = BlockExclusiveSum(tail_tiles, warp_sums, total);
+  for (int i = 0; i < tail_tiles; ++i) {
+    const int r0 = i * l.tail_block_tokens;
+    reinterpret_cast<int4*>(l.tail_work)[tail_first + i] =
+        make_int4(e, begin + main_rows + r0, min(l.tail_block_tokens, tail_rows - r0), 0);
+  }
+  if (e == 0) *l.tail_count = total;
 }
 
 }  // namespace
@@ -65,12 +87,21 @@ cudaError_t LaunchGemmKernel(TileConfigId id, const KernelParams& p, dim3 grid, 
                          : LaunchHalf</*kDecodeHalf=*/false>(i, p, grid, stream, AllTileIds());
 }
 
+cudaError_t LaunchGroupedWorkLists(const int32_t* expert_offsets, int num_experts, const GroupedWorkLists& lists,
+                                   cudaStream_t stream) {
+  if (num_experts < 1 || num_experts > 1024 || lists.block_tokens < 1) return cudaErrorInvalidValue;
+  if (lists.tail_below > 0 && (lists.tail_block_tokens < 1 || lists.tail_work == nullptr)) return cudaErrorInvalidValue;
+  GroupedWorkListsKernel<<<1, 1024, 0, stream>>>(expert_offsets, num_experts, lists);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchGroupedWorkList(const int32_t* expert_offsets, int num_experts, int block_tokens, int32_t* work,
                                   int32_t* work_count, cudaStream_t stream) {
-  if (num_experts < 1 || num_experts > 1024) return cudaErrorInvalidValue;
-  GroupedWorkListKernel<<<1, 1024, 0, stream>>>(expert_offsets, num_experts, block_tokens,
-                                                reinterpret_cast<int4*>(work), work_count);
-  return cudaGetLastError();
+  GroupedWorkLists lists;
+  lists.block_tokens = block_tokens;
+  lists.work = work;
+  lists.work_count = work_count;
+  return LaunchGroupedWorkLists(expert_offsets, num_experts, lists, stream);
 }
 
 }  // namespace spar::gemm::internal

@@ -56,6 +56,11 @@ struct MoeCase {
   // LaunchMoePermute of the same ids, once the GEMMs' plans are known).
   bool permute_work_lists = false;
   GemmWeightLayout layout = GemmWeightLayout::kRowMajor;  // the experts' (w8a16_tiles.h)
+  int tail_rows = -1;    // MoeGroupedGemmParams::tail_rows of both grouped GEMMs
+  int tail_config = -1;  // their force_tail_config
+  // Both grouped GEMMs again without the tail split, into poisoned buffers:
+  // they must equal the launches above bit for bit.
+  bool tail_equals_untailed = false;
   uint64_t seed = 1;
 };
 
@@ -206,6 +211,8 @@ void RunMoeLayer(const MoeCase& c) {
   gu.force_config = c.force_config;
   gu.force_splits = c.force_splits;
   gu.force_stream_warps = c.force_stream_warps;
+  gu.tail_rows = c.tail_rows;
+  gu.force_tail_config = c.tail_config;
   if (c.force_config >= 0) {
     ASSERT_EQ(MoeGroupedGemmPlan(gu).splits, c.force_splits) << "the case asks for a split the shape cannot take";
   }
@@ -264,6 +271,27 @@ void RunMoeLayer(const MoeCase& c) {
   }
   st = LaunchMoeGroupedGemm(dn, nullptr);
   ASSERT_TRUE(st.ok()) << st;
+  if (c.tail_equals_untailed) {
+    ASSERT_GT(MoeGroupedGemmTailPlan(gu).below, 0) << "the case asks for a tail split the launch does not make";
+    DeviceArray<uint16_t> h0(rows * I), y0(rows * H);
+    h0.Poison();
+    y0.Poison();
+    MoeGroupedGemmParams gu0 = gu, dn0 = dn;
+    gu0.tail_rows = dn0.tail_rows = 0;
+    gu0.work = dn0.work = nullptr;
+    gu0.y = h0.get();
+    dn0.x = reinterpret_cast<const __nv_bfloat16*>(h0.get());
+    dn0.y = y0.get();
+    ASSERT_TRUE(LaunchMoeGroupedGemm(gu0, nullptr).ok());
+    ASSERT_TRUE(LaunchMoeGroupedGemm(dn0, nullptr).ok());
+    SPAR_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<int32_t> off = offsets.Download();
+    const size_t local = static_cast<size_t>(off[n_local]);
+    const std::vector<uint16_t> h_tail = hperm.Download(), h_plain = h0.Download();
+    const std::vector<uint16_t> y_tail = yperm.Download(), y_plain = y0.Download();
+    EXPECT_TRUE(std::equal(h_tail.begin(), h_tail.begin() + local * I, h_plain.begin())) << "gate/up differs with the tail split";
+    EXPECT_TRUE(std::equal(y_tail.begin(), y_tail.begin() + local * H, y_plain.begin())) << "down differs with the tail split";
+  }
   // 6. Shared expert through the dense GEMM.
   if (c.shared) {
     W8A16GemmParams a;
@@ -537,6 +565,79 @@ TEST(Sm80_MoeLayer, StreamKernelTakesAFewTokensChoices) {
   p.force_stream_warps = 0;
   p.force_config = 0;
   EXPECT_FALSE(MoeGroupedGemmUsesStreamKernel(p));
+}
+
+// The tail split (moe.h): an expert's last partial tile of fewer than
+// tail_rows rows runs in a second launch of a small tile. Forced on prefill
+// and decode main tiles with tail tiles of 8, 16 and 32 tokens; experts
+// wholly in the tail (fewer rows than the bound), every token on one expert
+// (whole main tiles and a tail), tiled experts; bit for bit what the launch
+// computes without it.
+TEST(Sm80_MoeLayer, TailTilesOfPartialExperts) {
+  SPAR_REQUIRE_GPU();
+  using gemm::TileConfigId;
+  struct Split {
+    TileConfigId main, tail;
+    int below;
+  };
+  const Split splits[] = {{TileConfigId::kT128W2F, TileConfigId::kT16W4F, 32},
+                          {TileConfigId::kT128W2F, TileConfigId::kT8R128M2F, 64},
+                          {TileConfigId::kT128W2F, TileConfigId::kT32, 100},
+                          {TileConfigId::kT64W2, TileConfigId::kT8, 16},
+                          {TileConfigId::kT32, TileConfigId::kT16W4F, 24}};
+  for (const Split& sp : splits) {
+    for (const int64_t tokens : {7, 150, 300}) {
+      MoeCase c;
+      c.tokens = tokens;
+      if (tokens == 300) c.favoured = {10};
+      c.force_config = static_cast<int>(sp.main);
+      c.tail_config = static_cast<int>(sp.tail);
+      c.tail_rows = sp.below;
+      c.tail_equals_untailed = true;
+      c.layout = tokens == 150 ? GemmWeightLayout::kTilesAcrossRows : GemmWeightLayout::kRowMajor;
+      c.seed = 170 + tokens + static_cast<int>(sp.main) * 7 + static_cast<int>(sp.tail);
+      RunMoeLayer(c);
+    }
+  }
+}
+
+// When a grouped launch splits off its tails (host policy, moe.h): prefill
+// tiles automatically, decode tiles only when asked, never when the lists do
+// not fit the workspace; a split launch wants no permutation work list.
+TEST(Sm80_MoeLayer, TailSplitOnPrefillTiles) {
+  MoeGroupedGemmParams p;
+  p.num_experts = 256;
+  p.k = 6144;
+  p.weight.n = 2048;
+  p.up.n = 2048;
+  p.epilogue = GemmEpilogue::kSiluMul;
+  p.max_rows = 4096 * 8;  // a 4096-token prefill chunk at top-8
+  p.expected_rows_per_expert = 128;
+  p.num_sms = 132;
+  p.workspace_bytes = MoeGroupedGemmWorkspaceBytes(p.max_rows, p.num_experts);
+  ASSERT_GE(gemm::GetTileConfig(MoeGroupedGemmPlan(p).config).block_tokens, kMoeTailMinTileTokens);
+  MoeTailPlan t = MoeGroupedGemmTailPlan(p);
+  EXPECT_EQ(t.below, kMoeTailAutoRows);
+  EXPECT_EQ(t.config, kMoeTailConfig);
+  EXPECT_EQ(MoeGroupedGemmBlockTokens(p), 0);
+  p.tail_rows = 0;
+  EXPECT_EQ(MoeGroupedGemmTailPlan(p).below, 0);
+  EXPECT_EQ(MoeGroupedGemmBlockTokens(p), gemm::GetTileConfig(MoeGroupedGemmPlan(p).config).block_tokens);
+  p.tail_rows = -1;
+  p.workspace_bytes = 16;
+  EXPECT_EQ(MoeGroupedGemmTailPlan(p).below, 0);
+  // Decode: 64 tokens, 2 rows an expert.
+  p.max_rows = 64 * 8;
+  p.expected_rows_per_expert = 2;
+  p.workspace_bytes = MoeGroupedGemmWorkspaceBytes(p.max_rows, p.num_experts);
+  ASSERT_LT(gemm::GetTileConfig(MoeGroupedGemmPlan(p).config).block_tokens, kMoeTailMinTileTokens);
+  EXPECT_EQ(MoeGroupedGemmTailPlan(p).below, 0);
+  p.tail_rows = 4;
+  p.workspace_bytes = size_t{1} << 20;  // room for one tail entry per expert beside the main list
+  p.force_tail_config = static_cast<int>(gemm::TileConfigId::kT8);
+  t = MoeGroupedGemmTailPlan(p);
+  EXPECT_EQ(t.below, 4);
+  EXPECT_EQ(t.config, gemm::TileConfigId::kT8);
 }
 
 // The streaming kernel on decode-sized layers (<= kMoeStreamMaxRows rows;

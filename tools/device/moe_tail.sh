@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The grouped MoE GEMMs' tail split (kernels/cuda/gemm/moe.h) in one device
+# call (one GPU): gemm_gpu_test's MoE layer tests, gemm_bench's MoE at
+# prefill sizes with the split off, automatic and at the bounds and tail
+# tiles of TAILS, then engine_bench's prefill of the FP8 GLM-5 MoE layer with
+# and without it, interleaved on one checkpoint.
+# Build (sm_90 from compute_80); copy engine_bench built with
+# kMoeTailAutoRows = 0 to /tmp/bXX/engine_bench_base and the tree's to
+# /tmp/bXX/engine_bench_tail, gemm_bench and gemm_gpu_test beside them, then
+#   ../shared/scripts/bundle.sh .bundle-mt /tmp/bXX/*
+#   mkdir -p .bundle-z && tar cJf .bundle-z/mt.tar.xz .bundle-mt
+# On the GPU host (carry .bundle-z):
+#   python3 -c 'import tarfile; tarfile.open(".bundle-z/mt.tar.xz").extractall(".")'
+#   OUT=$OUT bash tools/device/moe_tail.sh
+# Knobs: TOKENS (4096: every tail variant), MORE_TOKENS (2048,8192: off and
+# automatic only), TAILS (bound,tile list), ROUNDS (2), GEMM (1; 0 skips the
+# test and gemm_bench), ENGINE (1; 0 skips the engine rounds). Logs archived to $OUT/mt.tgz; a table last.
+set -uo pipefail
+NAME=mt
+source tools/device/two_build_common.sh
+if [[ ${GEMM:-1} != 0 ]]; then
+timeout 300 "$B/gemm_gpu_test" --gtest_filter='Sm80_MoeLayer.*' >"$OUT/gemm_gpu_test.log" 2>&1
+echo "gemm_gpu_test MoeLayer rc $? ok $(grep -c '^\[       OK \]' "$OUT/gemm_gpu_test.log")" \
+  "failed $(grep -c '^\[  FAILED  \]' "$OUT/gemm_gpu_test.log")" >>"$OUT/rc.txt"
+moe() {  # LOG TOKENS TAIL
+  timeout 200 "$B/gemm_bench" --shapes none --tiled across-rows --moe-tokens "$2" --moe-tail "$3" >"$OUT/$1" 2>&1
+  echo "gemm_bench $1 rc $?" >>"$OUT/rc.txt"
+}
+read -r -a tails <<<"${TAILS:-32,T16W4F 16,T16W4F 48,T16W4F 32,T32 64,T32 32,T8R128M2F 64,T64W2 100,T64W2}"
+for round in 1 2; do
+  moe "moe_${TOKENS:-4096}_off_$round.log" "${TOKENS:-4096}" 0
+  moe "moe_${TOKENS:-4096}_auto_$round.log" "${TOKENS:-4096}" -1
+done
+for t in "${tails[@]}"; do moe "moe_${TOKENS:-4096}_${t/,/_}.log" "${TOKENS:-4096}" "$t"; done
+IFS=, read -r -a more <<<"${MORE_TOKENS-2048,8192}"
+for n in "${more[@]}"; do
+  moe "moe_${n}_off.log" "$n" 0
+  moe "moe_${n}_auto.log" "$n" -1
+done
+fi
+if [[ ${ENGINE:-1} != 0 ]]; then
+  variants=(base tail)
+  m=/tmp/glm5mt
+  [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5mt
+  args=(--model "$m" --layers 3:4 --batches 1 --contexts 8192)
+  engine_rounds base --make-geometry glm5-full --make-layers 4
+  rm -rf "$m"
+fi
+cat "$OUT/gpu.txt" "$OUT/rc.txt"
+grep -h "^\[  FAILED  \]" "$OUT/gemm_gpu_test.log" 2>/dev/null
+echo "| run | plan (gate/up;down) | grouped GEMMs us |"
+for f in "$OUT"/moe_*.log; do
+  awk -v f="$(basename "$f" .log)" '$1 == "moe_gemms" {printf "| %s | %s | %s |\n", f, $5, $6}' "$f"
+done
+echo "| engine run | prefill |"
+for f in "$OUT"/engine_*-[0-9].log; do
+  echo "| $(basename "$f" .log) | $(grep -hE "^prefill chunk" "$f" | head -1) |"
+done
