@@ -137,6 +137,8 @@ constexpr Shape kShapes[] = {
 
 FILE* g_csv = nullptr;
 int g_force = -1;  // --force NAME: only this configuration (dense and grouped)
+int g_tail_rows = -1;    // --moe-tail ROWS[,NAME]: the grouped GEMMs' tail split (w4a16_gemm.h)
+int g_tail_config = -1;
 
 void Report(const char* kind, const char* fmt, const char* shape, int64_t m, double us, int64_t bytes, double copy_gbs,
             double extra) {
@@ -302,6 +304,7 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream, const st
     return w;
   };
   int force_config = -1;
+  std::string tail_name;  // the gate/up launch's tail split, for the report
   auto grouped = [&](const gemm::W4Packed& hp, const std::vector<void*>& b, bool silu, const void* in, int64_t k,
                      const int32_t* index, void* out, int64_t n) {
     W4MoeGroupedGemmParams g;
@@ -324,6 +327,12 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream, const st
     g.workspace = ws;
     g.workspace_bytes = ws_bytes;
     g.force_config = force_config;
+    g.tail_rows = g_tail_rows;
+    g.force_tail_config = g_tail_config;
+    if (tail_name.empty()) {
+      const W4MoeTailPlan tail = W4MoeGroupedGemmTailPlan(g);
+      tail_name = tail.below > 0 ? "+tail<" + std::to_string(tail.below) + ":" + W4ConfigName(tail.config) : "-";
+    }
     return LaunchW4MoeGroupedGemm(g, stream);
   };
   bench::L2Flusher flush;
@@ -334,6 +343,7 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream, const st
   const int64_t bytes = hit * (expert_bytes(gu) + expert_bytes(dn));
   for (int force : force_configs) {
     force_config = force;
+    tail_name.clear();
     // A forced configuration the launcher refuses (e.g. a 1-row tile whose
     // work list does not fit) is reported and skipped.
     const absl::Status st = grouped(gu, gu_bufs, true, x, kHidden, static_cast<const int32_t*>(d_sorted), h, kInter);
@@ -350,9 +360,9 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream, const st
           (void)grouped(dn, dn_bufs, false, h, kInter, nullptr, yd, kHidden);
         },
         3, 21, stream);
-    char name[64];
-    std::snprintf(name, sizeof(name), "moe_%dx8_hit%d%s%s", tokens, hit, force >= 0 ? "/" : "",
-                  force >= 0 ? W4ConfigName(force) : "");
+    char name[96];
+    std::snprintf(name, sizeof(name), "moe_%dx8_hit%d%s%s%s", tokens, hit, force >= 0 ? "/" : "",
+                  force >= 0 ? W4ConfigName(force) : "", tail_name == "-" ? "" : tail_name.c_str());
     Report(force >= 0 ? "forced" : "grouped", fp4 ? "nvfp4" : "int4", name, tokens, us - flush_us, bytes, copy_gbs, -1);
   }
   for (void* p : gu_bufs) cudaFree(p);
@@ -387,6 +397,21 @@ int main(int argc, char** argv) {
         return 2;
       }
       sweep = true;
+    }
+    if (std::strcmp(argv[i], "--moe-tail") == 0 && i + 1 < argc) {
+      const std::string v = argv[++i];
+      const size_t comma = v.find(',');
+      g_tail_rows = std::atoi(v.substr(0, comma).c_str());
+      if (comma != std::string::npos) {
+        const std::string name = v.substr(comma + 1);
+        for (int c = 0; c < kW4NumConfigs; ++c) {
+          if (name == W4ConfigName(c)) g_tail_config = c;
+        }
+        if (g_tail_config < 0) {
+          std::fprintf(stderr, "--moe-tail: no configuration %s\n", name.c_str());
+          return 2;
+        }
+      }
     }
     if (std::strcmp(argv[i], "--moe-tokens") == 0 && i + 1 < argc) {
       moe_tokens.clear();

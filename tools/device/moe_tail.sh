@@ -14,14 +14,21 @@
 #   OUT=$OUT bash tools/device/moe_tail.sh
 # Knobs: TOKENS (4096: every tail variant), MORE_TOKENS (2048,8192: off and
 # automatic only), TAILS (bound,tile list), ROUNDS (2), GEMM (1; 0 skips the
-# test and gemm_bench), ENGINE (1; 0 skips the engine rounds). Logs archived to $OUT/mt.tgz; a table last.
+# W8A16 gemm_bench runs), TESTS (1; 0 skips gemm_gpu_test's MoE tests), W4 (0; 1: w4a16_bench's int4 and NVFP4 MoE with
+# W4TAILS the same way, when the bundle has it), ENGINE (1; 0 skips the
+# engine rounds), QUANT (unset: the FP8 layer; awq, nvfp4, ...: engine_bench
+# --make-quant), OP_PROFILE (0; 1: one --op-profile run of each build after
+# the rounds). Logs archived to $OUT/mt.tgz; a table last.
 set -uo pipefail
 NAME=mt
 source tools/device/two_build_common.sh
+IFS=, read -r -a more <<<"${MORE_TOKENS-2048,8192}"
+if [[ ${TESTS:-1} != 0 ]]; then
+  timeout 300 "$B/gemm_gpu_test" --gtest_filter='Sm80_MoeLayer.*:W4MoeGroupedGemmTest.*' >"$OUT/gemm_gpu_test.log" 2>&1
+  echo "gemm_gpu_test MoeLayer + W4MoeGroupedGemmTest rc $? ok $(grep -c '^\[       OK \]' "$OUT/gemm_gpu_test.log")" \
+    "failed $(grep -c '^\[  FAILED  \]' "$OUT/gemm_gpu_test.log")" >>"$OUT/rc.txt"
+fi
 if [[ ${GEMM:-1} != 0 ]]; then
-timeout 300 "$B/gemm_gpu_test" --gtest_filter='Sm80_MoeLayer.*' >"$OUT/gemm_gpu_test.log" 2>&1
-echo "gemm_gpu_test MoeLayer rc $? ok $(grep -c '^\[       OK \]' "$OUT/gemm_gpu_test.log")" \
-  "failed $(grep -c '^\[  FAILED  \]' "$OUT/gemm_gpu_test.log")" >>"$OUT/rc.txt"
 moe() {  # LOG TOKENS TAIL
   timeout 200 "$B/gemm_bench" --shapes none --tiled across-rows --moe-tokens "$2" --moe-tail "$3" >"$OUT/$1" 2>&1
   echo "gemm_bench $1 rc $?" >>"$OUT/rc.txt"
@@ -32,18 +39,39 @@ for round in 1 2; do
   moe "moe_${TOKENS:-4096}_auto_$round.log" "${TOKENS:-4096}" -1
 done
 for t in "${tails[@]}"; do moe "moe_${TOKENS:-4096}_${t/,/_}.log" "${TOKENS:-4096}" "$t"; done
-IFS=, read -r -a more <<<"${MORE_TOKENS-2048,8192}"
 for n in "${more[@]}"; do
   moe "moe_${n}_off.log" "$n" 0
   moe "moe_${n}_auto.log" "$n" -1
 done
+fi
+if [[ ${W4:-0} != 0 && -x $B/w4a16_bench ]]; then
+  w4() {  # LOG TOKENS TAIL
+    timeout 200 "$B/w4a16_bench" --shapes none --moe-tokens "$2" --moe-tail "$3" >"$OUT/$1" 2>&1
+    echo "w4a16_bench $1 rc $?" >>"$OUT/rc.txt"
+  }
+  read -r -a w4tails <<<"${W4TAILS:-32,W4D16M2S4 16,W4D16M2S4 48,W4D16M2S4 32,W4SM2D3W2 32,W4T16 48,W4T32}"
+  for round in 1 2; do
+    w4 "w4_${TOKENS:-4096}_off_$round.log" "${TOKENS:-4096}" 0
+    w4 "w4_${TOKENS:-4096}_auto_$round.log" "${TOKENS:-4096}" -1
+  done
+  for t in "${w4tails[@]}"; do w4 "w4_${TOKENS:-4096}_${t/,/_}.log" "${TOKENS:-4096}" "$t"; done
+  for n in "${more[@]}"; do
+    w4 "w4_${n}_off.log" "$n" 0
+    w4 "w4_${n}_auto.log" "$n" -1
+  done
 fi
 if [[ ${ENGINE:-1} != 0 ]]; then
   variants=(base tail)
   m=/tmp/glm5mt
   [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5mt
   args=(--model "$m" --layers 3:4 --batches 1 --contexts 8192)
-  engine_rounds base --make-geometry glm5-full --make-layers 4
+  engine_rounds base --make-geometry glm5-full --make-layers 4 ${QUANT:+--make-quant "$QUANT"}
+  if [[ ${OP_PROFILE:-0} != 0 ]]; then
+    for v in "${variants[@]}"; do
+      bench 150 "$v" "${args[@]}" --op-profile >"$OUT/op_$v.log" 2>&1
+      echo "op profile $v rc $?" >>"$OUT/rc.txt"
+    done
+  fi
   rm -rf "$m"
 fi
 cat "$OUT/gpu.txt" "$OUT/rc.txt"
@@ -52,7 +80,12 @@ echo "| run | plan (gate/up;down) | grouped GEMMs us |"
 for f in "$OUT"/moe_*.log; do
   awk -v f="$(basename "$f" .log)" '$1 == "moe_gemms" {printf "| %s | %s | %s |\n", f, $5, $6}' "$f"
 done
+for f in "$OUT"/w4_*.log; do
+  [[ -f $f ]] || continue
+  awk -v f="$(basename "$f" .log)" '/moe_[0-9]+x8/ {printf "| %s | %s |\n", f, $0}' "$f"
+done
 echo "| engine run | prefill |"
 for f in "$OUT"/engine_*-[0-9].log; do
   echo "| $(basename "$f" .log) | $(grep -hE "^prefill chunk" "$f" | head -1) |"
 done
+grep -H "moe.experts" "$OUT"/op_*.log 2>/dev/null

@@ -260,7 +260,45 @@ bool W4ConfigTiles(int config, int64_t rows_padded) { return CheckForced(kOp, co
 
 int W4ConfigBlockTokens(int config) { return config >= 0 && config < kW4NumConfigs ? kW4Configs[config].bt : 0; }
 
+namespace {
+
+// The tail split's bound and tile (W4MoeGroupedGemmTailPlan).
+constexpr int kTailAutoRows = 32;
+constexpr int kTailConfig = kDecode16;
+
+// Work entries of a grouped list of bt-row entries at most (one per row for
+// a 1-row tile).
+int64_t GroupedEntries(const W4MoeGroupedGemmParams& p, int bt) {
+  return bt == 1 ? p.max_rows : CeilDiv(p.max_rows, bt) + std::min<int64_t>(p.num_experts, p.max_rows);
+}
+
+// Tail entries at most: an expert's last partial tile of fewer than `below`
+// rows (and fewer than the main tile's) in entries of tail_bt rows.
+int64_t TailEntries(const W4MoeGroupedGemmParams& p, int below, int main_bt, int tail_bt) {
+  return std::min<int64_t>(p.num_experts, p.max_rows) * CeilDiv(std::min(below, main_bt) - 1, tail_bt);
+}
+
+}  // namespace
+
+W4MoeTailPlan W4MoeGroupedGemmTailPlan(const W4MoeGroupedGemmParams& p) {
+  W4MoeTailPlan none;
+  if (p.tail_rows == 0 || p.max_rows <= 0 || p.weight.rows_padded <= 0) return none;
+  if (p.force_tail_config >= kW4NumConfigs) return none;
+  const int config = GroupedPlanConfig(p);
+  const bool forced = p.tail_rows > 0;
+  if (!forced && config != kPrefill) return none;
+  W4MoeTailPlan t;
+  t.below = forced ? p.tail_rows : kTailAutoRows;
+  t.config = p.force_tail_config >= 0 ? p.force_tail_config : kTailConfig;
+  if (t.below < 2 || kW4Configs[t.config].bt < 2 || !W4ConfigTiles(t.config, p.weight.rows_padded)) return none;
+  const int main_bt = kW4Configs[config].bt;
+  const int64_t entries = GroupedEntries(p, main_bt) + TailEntries(p, t.below, main_bt, kW4Configs[t.config].bt);
+  if (static_cast<size_t>(entries + 2) * 16 > p.workspace_bytes) return none;  // two lists, two counts
+  return t;
+}
+
 int W4MoeGroupedGemmBlockTokens(const W4MoeGroupedGemmParams& p) {
+  if (W4MoeGroupedGemmTailPlan(p).below > 0) return 0;  // the launch builds both lists itself
   return W4ConfigBlockTokens(W4MoeGroupedGemmPlannedConfig(p));
 }
 
@@ -328,50 +366,67 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
     return InvalidParam(kMoeOp, "workspace", "must be 16-byte aligned and hold MoeGroupedGemmWorkspaceBytes()");
   }
   if (p.max_rows_per_expert < 0) return InvalidParam(kMoeOp, "max_rows_per_expert", "must be >= 0");
+  if (p.tail_rows < -1) return InvalidParam(kMoeOp, "tail_rows", "must be -1 (automatic), 0 (never) or a row bound");
+  if (auto s = CheckForced(kMoeOp, p.force_tail_config, p.weight.rows_padded); !s.ok()) return s;
   const int config = GroupedPlanConfig(p);
   // The work list {expert, first row, rows} as the W8A16 grouped GEMM builds
   // it, then its count. The workspace is sized for entries of >= 8 rows, as
   // every planned configuration has; a forced 1-row tile's list (one entry
   // per row) may not fit.
-  const int bt = kW4Configs[config].bt;
-  const int64_t entries =
-      bt == 1 ? p.max_rows : CeilDiv(p.max_rows, bt) + std::min<int64_t>(p.num_experts, p.max_rows);
+  const W4Config& c = kW4Configs[config];
+  const int64_t entries = GroupedEntries(p, c.bt);
   const int64_t capacity = static_cast<int64_t>(p.workspace_bytes / 16) - 1;
   if (entries > capacity) {
     return InvalidParam(kMoeOp, p.force_config >= 0 ? "force_config" : "workspace",
-                        absl::StrCat(kW4Configs[config].name, "'s work list of ", entries,
-                                     " entries does not fit the workspace"));
+                        absl::StrCat(c.name, "'s work list of ", entries, " entries does not fit the workspace"));
   }
-  const W4Config& c = kW4Configs[config];
-  const int64_t row_tiles = CeilDiv(p.weight.rows_padded, c.br);
-  if (row_tiles > 65535) return InvalidParam(kMoeOp, "weight.n", "too many output tiles");
-  const int32_t* work = nullptr;
-  const int32_t* work_count = nullptr;
-  if (p.work != nullptr && p.work_block_tokens == c.bt) {
-    // The permutation's layout: the count, then the entries from byte 16
-    // (at most `entries` of them: the same tile height).
-    if (!Aligned(p.work, 16)) return InvalidParam(kMoeOp, "work", "must be 16-byte aligned");
-    work_count = static_cast<const int32_t*>(p.work);
-    work = work_count + 4;
-  } else {
+  // One launch of configuration `id` over a work list of at most n entries.
+  auto launch = [&](int id, const int32_t* work, const int32_t* work_count, int64_t n) -> absl::Status {
+    const int64_t row_tiles = CeilDiv(p.weight.rows_padded, kW4Configs[id].br);
+    if (row_tiles > 65535) return InvalidParam(kMoeOp, "weight.n", "too many output tiles");
+    gemm::w4::KernelParams kp = KernelParamsFor(p.weight, p.k, p.x, p.ldx, p.y, p.ldy, p.y_fp32);
+    kp.x_row_index = p.x_row_index;
+    kp.row_tiles = static_cast<int32_t>(row_tiles);
+    kp.work = work;
+    kp.work_count = work_count;
+    kp.values_stride = p.values_stride;
+    kp.scales_stride = p.scales_stride;
+    kp.zeros_stride = p.zeros_stride;
+    kp.fp4_stride = p.fp4_scales_stride;
+    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(row_tiles), 1);
+    return CudaStatus(Launch(p.weight.type == W4WeightType::kNvfp4, id, kp, grid, stream),
+                      "W4MoeGroupedGemm kernel launch");
+  };
+  const W4MoeTailPlan tail = W4MoeGroupedGemmTailPlan(p);
+  if (tail.below == 0) {
+    if (p.work != nullptr && p.work_block_tokens == c.bt) {
+      // The permutation's layout: the count, then the entries from byte 16
+      // (at most `entries` of them: the same tile height).
+      if (!Aligned(p.work, 16)) return InvalidParam(kMoeOp, "work", "must be 16-byte aligned");
+      const int32_t* work_count = static_cast<const int32_t*>(p.work);
+      return launch(config, work_count + 4, work_count, entries);
+    }
     int32_t* built = static_cast<int32_t*>(p.workspace);
     int32_t* built_count = built + entries * 4;
     SPAR_CUDA_RETURN_IF_ERROR(
         gemm::internal::LaunchGroupedWorkList(p.expert_offsets, p.num_experts, c.bt, built, built_count, stream));
-    work = built;
-    work_count = built_count;
+    return launch(config, built, built_count, entries);
   }
-  gemm::w4::KernelParams kp = KernelParamsFor(p.weight, p.k, p.x, p.ldx, p.y, p.ldy, p.y_fp32);
-  kp.x_row_index = p.x_row_index;
-  kp.row_tiles = static_cast<int32_t>(row_tiles);
-  kp.work = work;
-  kp.work_count = work_count;
-  kp.values_stride = p.values_stride;
-  kp.scales_stride = p.scales_stride;
-  kp.zeros_stride = p.zeros_stride;
-  kp.fp4_stride = p.fp4_scales_stride;
-  const dim3 grid(static_cast<unsigned>(entries), static_cast<unsigned>(row_tiles), 1);
-  return CudaStatus(Launch(p.weight.type == W4WeightType::kNvfp4, config, kp, grid, stream), "W4MoeGroupedGemm kernel launch");
+  // The tail split: the main list first in the workspace, then the tail
+  // list, each followed by its count.
+  const int tail_bt = kW4Configs[tail.config].bt;
+  const int64_t tail_entries = TailEntries(p, tail.below, c.bt, tail_bt);
+  gemm::internal::GroupedWorkLists lists;
+  lists.block_tokens = c.bt;
+  lists.work = static_cast<int32_t*>(p.workspace);
+  lists.work_count = lists.work + entries * 4;
+  lists.tail_below = tail.below;
+  lists.tail_block_tokens = tail_bt;
+  lists.tail_work = lists.work_count + 4;
+  lists.tail_count = lists.tail_work + tail_entries * 4;
+  SPAR_CUDA_RETURN_IF_ERROR(gemm::internal::LaunchGroupedWorkLists(p.expert_offsets, p.num_experts, lists, stream));
+  if (auto s = launch(config, lists.work, lists.work_count, entries); !s.ok()) return s;
+  return launch(tail.config, lists.tail_work, lists.tail_count, tail_entries);
 }
 
 }  // namespace spar

@@ -116,12 +116,28 @@ struct W4MoeGroupedGemmParams {
   // itself: one launch fewer. Otherwise it is ignored.
   const void* work = nullptr;
   int work_block_tokens = 0;
+  // The tail split (W4MoeGroupedGemmTailPlan): -1 automatic, 0 never, > 0
+  // that bound on a tail's rows (tests and benchmarks).
+  int tail_rows = -1;
+  int force_tail_config = -1;  // tests and benchmarks: the tail launch's configuration
 };
 absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_t stream);
 // Rows per work entry of the launch `p` plans (its tile height; 0 for an
 // empty launch): the height of the permutation's list it would read.
 // Reads no device memory.
 int W4MoeGroupedGemmBlockTokens(const W4MoeGroupedGemmParams& p);
+// The tail split, as the FP8 grouped GEMM's (moe.h, MoeGroupedGemmTailPlan):
+// where the 128 x 128 prefill tile is planned (its cost is the widening of
+// every weight it holds, whatever its rows), an expert's last partial tile
+// of fewer than `below` rows runs in a second launch of `config`'s tile,
+// which streams the weights at memory speed. Automatic with the planned
+// prefill tile and when both work lists fit the workspace; then the launch
+// builds its own lists (W4MoeGroupedGemmBlockTokens returns 0).
+struct W4MoeTailPlan {
+  int below = 0;  // 0: no tail launch
+  int config = -1;
+};
+W4MoeTailPlan W4MoeGroupedGemmTailPlan(const W4MoeGroupedGemmParams& p);
 
 // Tile configurations (for tests and benchmarks that force one): the tile
 // kernel's (any M), the decode kernel's (M <= 16 per tile) and the

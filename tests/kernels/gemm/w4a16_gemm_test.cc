@@ -364,6 +364,8 @@ struct GroupedCase {
   // Also launch with the work list the permutation would write (moe.h's
   // layout) and check the launch follows it.
   bool permutation_list = false;
+  int tail_rows = -1;    // W4MoeGroupedGemmParams::tail_rows (> 0: the split must be made)
+  int tail_config = -1;  // its force_tail_config
 };
 
 // The permutation's work list for entries of bt rows (MoePermuteParams::work):
@@ -493,6 +495,12 @@ void RunGrouped(const GroupedCase& c) {
   p.workspace_bytes = ws.bytes();
   p.force_config = c.force_config;
   p.max_rows_per_expert = c.max_rows_per_expert;
+  p.tail_rows = c.tail_rows;
+  p.force_tail_config = c.tail_config;
+  if (c.tail_rows > 0) {
+    ASSERT_GT(W4MoeGroupedGemmTailPlan(p).below, 0) << "the case asks for a tail split the launch does not make";
+    EXPECT_EQ(W4MoeGroupedGemmBlockTokens(p), 0) << "a split launch reads no permutation list";
+  }
   SPAR_ASSERT_CUDA(cudaMemset(y.get(), 0xff, y.bytes()));
   const absl::Status st = LaunchW4MoeGroupedGemm(p, nullptr);
   ASSERT_TRUE(st.ok()) << st;
@@ -548,6 +556,63 @@ TEST(W4MoeGroupedGemmTest, EdgeCasesAndDecodeBatch) {
     RunGrouped({fp4, decode, 256, 512, 128, true});
     for (int cfg = 0; cfg < kW4NumConfigs; ++cfg) RunGrouped({fp4, {3, 40, 1}, 128, 256, 128, true, cfg});
   }
+}
+
+int W4ConfigNamed(const char* name) {
+  for (int c = 0; c < kW4NumConfigs; ++c) {
+    if (std::strcmp(W4ConfigName(c), name) == 0) return c;
+  }
+  return -1;
+}
+
+// The tail split (W4MoeGroupedGemmTailPlan): forced on the prefill tile with
+// tails on the decode, streaming and tile kernels' small tiles, and on a
+// 32-token main tile; experts with a few rows past whole tiles, experts
+// wholly in the tail, one with tails of two entries, one without a tail
+// (44 rows past its tiles, above the bound), experts without rows.
+TEST(W4MoeGroupedGemmTest, TailTilesOfPartialExperts) {
+  SPAR_REQUIRE_GPU();
+  const std::vector<int> rows = {130, 5, 0, 150, 128, 300, 31};
+  struct Split {
+    const char *main, *tail;
+    int below;
+  };
+  const Split splits[] = {{"W4P128T", "W4D16M2S4", 32}, {"W4P128T", "W4SM2D3W2", 32}, {"W4P128T", "W4T16", 24},
+                          {"W4P128T", "W4T32", 48}, {"W4T32", "W4SM2D3W2", 16}};
+  for (bool fp4 : {false, true}) {
+    for (const Split& sp : splits) {
+      SCOPED_TRACE(absl::StrCat(sp.main, " + tail < ", sp.below, " on ", sp.tail));
+      GroupedCase c{fp4, rows, 128, 256, 128, true, W4ConfigNamed(sp.main)};
+      c.tail_rows = sp.below;
+      c.tail_config = W4ConfigNamed(sp.tail);
+      ASSERT_GE(c.force_config, 0);
+      ASSERT_GE(c.tail_config, 0);
+      RunGrouped(c);
+    }
+  }
+}
+
+// The automatic split: on the planned prefill tile only.
+TEST(W4MoeGroupedGemmTest, TailSplitOnThePrefillTile) {
+  W4MoeGroupedGemmParams p;
+  p.num_experts = 256;
+  p.k = 6144;
+  p.max_rows = 4096 * 8;
+  p.expected_rows_per_expert = 128;
+  p.weight.rows_padded = 4096;
+  p.workspace_bytes = MoeGroupedGemmWorkspaceBytes(p.max_rows, p.num_experts);
+  ASSERT_STREQ(W4ConfigName(W4MoeGroupedGemmPlannedConfig(p)), "W4P128T");
+  EXPECT_EQ(W4MoeGroupedGemmTailPlan(p).below, 32);
+  EXPECT_EQ(W4MoeGroupedGemmBlockTokens(p), 0);
+  p.tail_rows = 0;
+  EXPECT_EQ(W4MoeGroupedGemmTailPlan(p).below, 0);
+  EXPECT_EQ(W4MoeGroupedGemmBlockTokens(p), 128);
+  p.tail_rows = -1;
+  p.expected_rows_per_expert = 16;  // a decode tile
+  EXPECT_EQ(W4MoeGroupedGemmTailPlan(p).below, 0);
+  p.expected_rows_per_expert = 128;
+  p.workspace_bytes = 16;  // the two lists do not fit
+  EXPECT_EQ(W4MoeGroupedGemmTailPlan(p).below, 0);
 }
 
 // A grouped launch over host memory: validation reads no device memory, so
@@ -625,7 +690,14 @@ TEST(W4MoeGroupedGemmTest, ReadsThePermutationsWorkList) {
     for (int e = 0; e < 16; ++e) many[e] = e % 3 == 0 ? 0 : 20 + 13 * e;
     RunGrouped({fp4, one, 192, 640, 128, true, -1, 1, true});
     RunGrouped({fp4, eight, 192, 640, 128, true, -1, 8, true});
-    RunGrouped({fp4, many, 256, 512, 128, false, -1, 0, true});
+    // ~73 rows an expert: the prefill tile, whose automatic tail split
+    // builds its own lists; with the split off it reads the permutation's.
+    GroupedCase prefill{fp4, many, 256, 512, 128, false, -1, 0, true};
+    prefill.tail_rows = 0;
+    RunGrouped(prefill);
+    prefill.tail_rows = -1;
+    prefill.permutation_list = false;
+    RunGrouped(prefill);
   }
 }
 
