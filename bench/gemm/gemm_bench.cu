@@ -734,15 +734,10 @@ int Main(int argc, char** argv) {
       const std::string v = argv[++i];
       const size_t comma = v.find(',');
       opt.tail_rows = std::atoi(v.substr(0, comma).c_str());
-      if (comma != std::string::npos) {
-        const std::string name = v.substr(comma + 1);
-        for (int c = 0; c < gemm::kNumTileConfigs; ++c) {
-          if (name == gemm::GetTileConfig(static_cast<gemm::TileConfigId>(c)).name) opt.tail_config = c;
-        }
-        if (opt.tail_config < 0) {
-          std::fprintf(stderr, "--moe-tail: '%s' is not a tile configuration\n", name.c_str());
-          return 2;
-        }
+      opt.tail_config = comma == std::string::npos ? -1 : gemm::FindTileConfig(v.substr(comma + 1).c_str());
+      if (comma != std::string::npos && opt.tail_config < 0) {
+        std::fprintf(stderr, "--moe-tail: '%s' names no tile configuration\n", v.c_str());
+        return 2;
       }
     }
     else if (a == "--force" && i + 1 < argc) {  // CONFIG,SPLITS (configuration index, split or blocks per SM)

@@ -389,9 +389,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--ms") == 0 && i + 1 < argc) ms_arg = argv[++i];
     if (std::strcmp(argv[i], "--force") == 0 && i + 1 < argc) {
       const char* name = argv[++i];
-      for (int c = 0; c < kW4NumConfigs; ++c) {
-        if (std::strcmp(W4ConfigName(c), name) == 0) g_force = c;
-      }
+      g_force = W4ConfigNamed(name);
       if (g_force < 0) {
         std::fprintf(stderr, "--force: no configuration %s\n", name);
         return 2;
@@ -404,9 +402,7 @@ int main(int argc, char** argv) {
       g_tail_rows = std::atoi(v.substr(0, comma).c_str());
       if (comma != std::string::npos) {
         const std::string name = v.substr(comma + 1);
-        for (int c = 0; c < kW4NumConfigs; ++c) {
-          if (name == W4ConfigName(c)) g_tail_config = c;
-        }
+        g_tail_config = W4ConfigNamed(name.c_str());
         if (g_tail_config < 0) {
           std::fprintf(stderr, "--moe-tail: no configuration %s\n", name.c_str());
           return 2;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <limits>
 
@@ -60,6 +61,22 @@ int64_t TileConfig::smem_bytes() const {
 }
 
 const TileConfig& GetTileConfig(TileConfigId id) { return kTileConfigs[static_cast<int>(id)]; }
+
+int FindTileConfig(const char* name) {
+  for (int i = 0; i < kNumTileConfigs; ++i) {
+    if (name != nullptr && std::strcmp(kTileConfigs[i].name, name) == 0) return i;
+  }
+  return -1;
+}
+
+int64_t MaxGroupedWorkEntries(int64_t max_rows, int num_experts, int block_tokens) {
+  return (max_rows + block_tokens - 1) / block_tokens + std::min<int64_t>(num_experts, max_rows);
+}
+
+int64_t MaxGroupedTailEntries(int64_t max_rows, int num_experts, int below, int main_tokens, int tail_tokens) {
+  const int longest = std::min(below, main_tokens) - 1;
+  return longest < 1 ? 0 : std::min<int64_t>(num_experts, max_rows) * ((longest + tail_tokens - 1) / tail_tokens);
+}
 
 int64_t OutputColumnsPerTile(const TileConfig& c, bool silu_mul) {
   return silu_mul ? c.block_rows / 2 : c.block_rows;

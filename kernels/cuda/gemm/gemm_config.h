@@ -126,6 +126,8 @@ inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
 };
 
 const TileConfig& GetTileConfig(TileConfigId id);
+// The index of the configuration named `name` (TileConfig::name), or -1.
+int FindTileConfig(const char* name);
 
 // Token tiles of block_tokens one group (an expert's rows) fills on
 // average when its row count N is Poisson with mean `mean_rows` (T tokens
@@ -135,6 +137,16 @@ const TileConfig& GetTileConfig(TileConfigId id);
 double ExpectedTokenTilesPerGroup(double mean_rows, int block_tokens);
 
 inline constexpr int kMaxGemmSegments = 4;
+
+// Grouped (MoE) work lists, for the W8A16 and W4A16 launchers alike:
+// entries of block_tokens rows a list may need for max_rows permuted rows
+// over num_experts experts (sum over experts of ceil(rows / block_tokens)
+// <= max_rows / block_tokens + the experts with rows).
+int64_t MaxGroupedWorkEntries(int64_t max_rows, int num_experts, int block_tokens);
+// Entries a tail list may need (the tail split, moe.h): each expert with
+// rows has at most one last partial main tile of fewer than
+// min(below, main_tokens) rows, in entries of tail_tokens rows.
+int64_t MaxGroupedTailEntries(int64_t max_rows, int num_experts, int below, int main_tokens, int tail_tokens);
 
 // One weight matrix streamed by the launch (see w8a16_gemm.h).
 struct GemmSegmentShape {

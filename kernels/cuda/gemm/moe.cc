@@ -18,10 +18,9 @@ bool Aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Work entries a grouped launch may need: Σ_e ceil(rows_e / bt) over
-// experts with rows <= max_rows / bt + (experts with rows).
+// Work entries a grouped launch may need (gemm_config.h).
 int64_t MaxWorkEntries(int64_t max_rows, int num_experts, int block_tokens) {
-  return CeilDiv(max_rows, block_tokens) + std::min<int64_t>(num_experts, max_rows);
+  return gemm::MaxGroupedWorkEntries(max_rows, num_experts, block_tokens);
 }
 
 absl::Status ValidateRoute(const MoeRouteParams& p) {
@@ -209,12 +208,6 @@ bool MoeGroupedGemmUsesStreamKernel(const MoeGroupedGemmParams& p) {
 
 namespace {
 
-// Tail entries at most: one expert's last partial tile of fewer than
-// `below` rows (and fewer than the main tile's) in entries of tail_tokens.
-int64_t MaxTailEntries(const MoeGroupedGemmParams& p, int below, int main_tokens, int tail_tokens) {
-  return std::min<int64_t>(p.num_experts, p.max_rows) * CeilDiv(std::min(below, main_tokens) - 1, tail_tokens);
-}
-
 bool ValidTileConfig(int id) { return id >= 0 && id < gemm::kNumTileConfigs; }
 
 }  // namespace
@@ -234,7 +227,7 @@ MoeTailPlan MoeGroupedGemmTailPlan(const MoeGroupedGemmParams& p) {
   const int wbytes = p.weight.type == GemmWeightType::kBf16 ? 2 : 1;
   if (t.below < 2 || (StreamedK(p) * wbytes) % tail.row_bytes_per_stage() != 0) return none;
   const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, main.block_tokens) +
-                          MaxTailEntries(p, t.below, main.block_tokens, tail.block_tokens);
+                          gemm::MaxGroupedTailEntries(p.max_rows, p.num_experts, t.below, main.block_tokens, tail.block_tokens);
   if (static_cast<size_t>(entries + 2) * 16 > p.workspace_bytes) return none;  // two lists, two counts
   return t;
 }
@@ -438,7 +431,8 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   int64_t tail_row_tiles = 0;
   SPAR_RETURN_IF_ERROR(CheckGroupedTile(p, tail.config, k_rows, wbytes, "force_tail_config", &tail_row_tiles));
   const gemm::TileConfig& tail_cfg = gemm::GetTileConfig(tail.config);
-  const int64_t tail_entries = MaxTailEntries(p, tail.below, main_tokens, tail_cfg.block_tokens);
+  const int64_t tail_entries = gemm::MaxGroupedTailEntries(p.max_rows, p.num_experts, tail.below, main_tokens,
+                                                                  tail_cfg.block_tokens);
   gemm::internal::GroupedWorkLists lists;
   lists.block_tokens = main_tokens;
   lists.work = static_cast<int32_t*>(p.workspace);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <utility>
@@ -242,6 +243,13 @@ cudaError_t Launch(bool fp4, int config, const gemm::w4::KernelParams& kp, dim3 
 
 const char* W4ConfigName(int config) { return config >= 0 && config < kW4NumConfigs ? kW4Configs[config].name : "?"; }
 
+int W4ConfigNamed(const char* name) {
+  for (int c = 0; c < kW4NumConfigs; ++c) {
+    if (name != nullptr && std::strcmp(kW4Configs[c].name, name) == 0) return c;
+  }
+  return -1;
+}
+
 bool W4ConfigIsDecode(int config) { return config >= 0 && config < kW4NumConfigs && kW4Configs[config].decode; }
 
 bool W4ConfigIsStream(int config) { return config >= 0 && config < kW4NumConfigs && kW4Configs[config].stream; }
@@ -262,20 +270,18 @@ int W4ConfigBlockTokens(int config) { return config >= 0 && config < kW4NumConfi
 
 namespace {
 
-// The tail split's bound and tile (W4MoeGroupedGemmTailPlan).
-constexpr int kTailAutoRows = 32;
+// The tail split's tile (W4MoeGroupedGemmTailPlan; the bound is the FP8
+// launch's, kMoeTailAutoRows).
 constexpr int kTailConfig = kDecode16;
 
 // Work entries of a grouped list of bt-row entries at most (one per row for
 // a 1-row tile).
 int64_t GroupedEntries(const W4MoeGroupedGemmParams& p, int bt) {
-  return bt == 1 ? p.max_rows : CeilDiv(p.max_rows, bt) + std::min<int64_t>(p.num_experts, p.max_rows);
+  return bt == 1 ? p.max_rows : gemm::MaxGroupedWorkEntries(p.max_rows, p.num_experts, bt);
 }
 
-// Tail entries at most: an expert's last partial tile of fewer than `below`
-// rows (and fewer than the main tile's) in entries of tail_bt rows.
 int64_t TailEntries(const W4MoeGroupedGemmParams& p, int below, int main_bt, int tail_bt) {
-  return std::min<int64_t>(p.num_experts, p.max_rows) * CeilDiv(std::min(below, main_bt) - 1, tail_bt);
+  return gemm::MaxGroupedTailEntries(p.max_rows, p.num_experts, below, main_bt, tail_bt);
 }
 
 }  // namespace
@@ -288,7 +294,7 @@ W4MoeTailPlan W4MoeGroupedGemmTailPlan(const W4MoeGroupedGemmParams& p) {
   const bool forced = p.tail_rows > 0;
   if (!forced && config != kPrefill) return none;
   W4MoeTailPlan t;
-  t.below = forced ? p.tail_rows : kTailAutoRows;
+  t.below = forced ? p.tail_rows : kMoeTailAutoRows;
   t.config = p.force_tail_config >= 0 ? p.force_tail_config : kTailConfig;
   if (t.below < 2 || kW4Configs[t.config].bt < 2 || !W4ConfigTiles(t.config, p.weight.rows_padded)) return none;
   const int main_bt = kW4Configs[config].bt;

@@ -147,6 +147,7 @@ W4MoeTailPlan W4MoeGroupedGemmTailPlan(const W4MoeGroupedGemmParams& p);
 // streaming kernel's (M <= 16 per tile); which the plans pick: w4a16_gemm.cu.
 inline constexpr int kW4NumConfigs = 16;
 const char* W4ConfigName(int config);
+int W4ConfigNamed(const char* name);  // the configuration of that name, or -1
 bool W4ConfigIsDecode(int config);
 bool W4ConfigIsStream(int config);  // the streaming kernel (<= 16 tokens a tile, no split-K)
 // The configuration the launchers would run (reads no device memory; -1

@@ -385,5 +385,43 @@ TEST(GemmConfig, StreamPlanFillsTheGpuInOneWave) {
   for (int w : {-2, 3, 6, 16}) EXPECT_FALSE(ValidForcedStreamWarps(w)) << w;
 }
 
+TEST(GemmConfig, FindsConfigurationsByName) {
+  for (int i = 0; i < kNumTileConfigs; ++i) EXPECT_EQ(FindTileConfig(kTileConfigs[i].name), i);
+  EXPECT_EQ(FindTileConfig("T16W4"), static_cast<int>(TileConfigId::kT16W4));
+  EXPECT_EQ(FindTileConfig("T16W4f"), -1);
+  EXPECT_EQ(FindTileConfig(""), -1);
+  EXPECT_EQ(FindTileConfig(nullptr), -1);
+}
+
+// The grouped work lists' bounds (the MoE launchers size and check their
+// workspace by them): every expert's rows in whole tiles; a tail list holds
+// each expert's last partial tile below the bound.
+TEST(GemmConfig, GroupedWorkListBounds) {
+  // 4096 tokens x top-8 over 256 experts: 32768 / 128 tiles + one partial per expert.
+  EXPECT_EQ(MaxGroupedWorkEntries(32768, 256, 128), 256 + 256);
+  EXPECT_EQ(MaxGroupedWorkEntries(5, 256, 8), 1 + 5);  // at most one expert per row
+  // Tails of < 32 rows in 16-row entries: two an expert; < 17 rows: one.
+  EXPECT_EQ(MaxGroupedTailEntries(32768, 256, 32, 128, 16), 256 * 2);
+  EXPECT_EQ(MaxGroupedTailEntries(32768, 256, 17, 128, 16), 256);
+  // The main tile bounds a tail too (a partial tile has fewer rows than it).
+  EXPECT_EQ(MaxGroupedTailEntries(32768, 256, 1000, 32, 8), 256 * 4);
+  EXPECT_EQ(MaxGroupedTailEntries(3, 256, 32, 128, 16), 3 * 2);
+  EXPECT_EQ(MaxGroupedTailEntries(32768, 256, 1, 128, 16), 0);  // no row is below 1
+  // Brute force: every split of up to 40 rows over 3 experts fits the bounds.
+  for (int a = 0; a <= 40; ++a)
+    for (int b = 0; b <= 40 - a; ++b) {
+      const int c = 40 - a - b;
+      int main_entries = 0, tail_entries = 0;
+      for (int rows : {a, b, c}) {
+        const int rem = rows % 16;
+        const bool tail = rem > 0 && rem < 12;
+        main_entries += (rows - (tail ? rem : 0) + 15) / 16;
+        tail_entries += tail ? (rem + 3) / 4 : 0;
+      }
+      EXPECT_LE(main_entries, MaxGroupedWorkEntries(40, 3, 16));
+      EXPECT_LE(tail_entries, MaxGroupedTailEntries(40, 3, 12, 16, 4));
+    }
+}
+
 }  // namespace
 }  // namespace spar::gemm

@@ -558,13 +558,6 @@ TEST(W4MoeGroupedGemmTest, EdgeCasesAndDecodeBatch) {
   }
 }
 
-int W4ConfigNamed(const char* name) {
-  for (int c = 0; c < kW4NumConfigs; ++c) {
-    if (std::strcmp(W4ConfigName(c), name) == 0) return c;
-  }
-  return -1;
-}
-
 // The tail split (W4MoeGroupedGemmTailPlan): forced on the prefill tile with
 // tails on the decode, streaming and tile kernels' small tiles, and on a
 // 32-token main tile; experts with a few rows past whole tiles, experts
