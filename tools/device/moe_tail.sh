@@ -28,37 +28,36 @@ if [[ ${TESTS:-1} != 0 ]]; then
   echo "gemm_gpu_test MoeLayer + W4MoeGroupedGemmTest rc $? ok $(grep -c '^\[       OK \]' "$OUT/gemm_gpu_test.log")" \
     "failed $(grep -c '^\[  FAILED  \]' "$OUT/gemm_gpu_test.log")" >>"$OUT/rc.txt"
 fi
-if [[ ${GEMM:-1} != 0 ]]; then
-moe() {  # LOG TOKENS TAIL
-  timeout 200 "$B/gemm_bench" --shapes none --tiled across-rows --moe-tokens "$2" --moe-tail "$3" >"$OUT/$1" 2>&1
-  echo "gemm_bench $1 rc $?" >>"$OUT/rc.txt"
+# sweep PREFIX TAIL...: the bench `run` (a function: LOG TOKENS TAIL) with the
+# split off and automatic (two rounds) and each TAIL at TOKENS, then off and
+# automatic at MORE_TOKENS; logs PREFIX_<tokens>_<variant>.log.
+sweep() {
+  local prefix=$1 tokens=${TOKENS:-4096} t n round
+  for round in 1 2; do
+    run "${prefix}_${tokens}_off_$round.log" "$tokens" 0
+    run "${prefix}_${tokens}_auto_$round.log" "$tokens" -1
+  done
+  for t in "${@:2}"; do run "${prefix}_${tokens}_${t/,/_}.log" "$tokens" "$t"; done
+  for n in "${more[@]}"; do
+    run "${prefix}_${n}_off.log" "$n" 0
+    run "${prefix}_${n}_auto.log" "$n" -1
+  done
 }
-read -r -a tails <<<"${TAILS:-32,T16W4F 16,T16W4F 48,T16W4F 32,T32 64,T32 32,T8R128M2F 64,T64W2 100,T64W2}"
-for round in 1 2; do
-  moe "moe_${TOKENS:-4096}_off_$round.log" "${TOKENS:-4096}" 0
-  moe "moe_${TOKENS:-4096}_auto_$round.log" "${TOKENS:-4096}" -1
-done
-for t in "${tails[@]}"; do moe "moe_${TOKENS:-4096}_${t/,/_}.log" "${TOKENS:-4096}" "$t"; done
-for n in "${more[@]}"; do
-  moe "moe_${n}_off.log" "$n" 0
-  moe "moe_${n}_auto.log" "$n" -1
-done
+if [[ ${GEMM:-1} != 0 ]]; then
+  run() {
+    timeout 200 "$B/gemm_bench" --shapes none --tiled across-rows --moe-tokens "$2" --moe-tail "$3" >"$OUT/$1" 2>&1
+    echo "gemm_bench $1 rc $?" >>"$OUT/rc.txt"
+  }
+  read -r -a tails <<<"${TAILS:-32,T16W4F 16,T16W4F 48,T16W4F 32,T32 64,T32 32,T8R128M2F 64,T64W2 100,T64W2}"
+  sweep moe "${tails[@]}"
 fi
 if [[ ${W4:-0} != 0 && -x $B/w4a16_bench ]]; then
-  w4() {  # LOG TOKENS TAIL
+  run() {
     timeout 200 "$B/w4a16_bench" --shapes none --moe-tokens "$2" --moe-tail "$3" >"$OUT/$1" 2>&1
     echo "w4a16_bench $1 rc $?" >>"$OUT/rc.txt"
   }
   read -r -a w4tails <<<"${W4TAILS:-32,W4D16M2S4 16,W4D16M2S4 48,W4D16M2S4 32,W4SM2D3W2 32,W4T16 48,W4T32}"
-  for round in 1 2; do
-    w4 "w4_${TOKENS:-4096}_off_$round.log" "${TOKENS:-4096}" 0
-    w4 "w4_${TOKENS:-4096}_auto_$round.log" "${TOKENS:-4096}" -1
-  done
-  for t in "${w4tails[@]}"; do w4 "w4_${TOKENS:-4096}_${t/,/_}.log" "${TOKENS:-4096}" "$t"; done
-  for n in "${more[@]}"; do
-    w4 "w4_${n}_off.log" "$n" 0
-    w4 "w4_${n}_auto.log" "$n" -1
-  done
+  sweep w4 "${w4tails[@]}"
 fi
 if [[ ${ENGINE:-1} != 0 ]]; then
   variants=(base tail)
