@@ -139,14 +139,15 @@ int GroupedPlanConfig(const W4MoeGroupedGemmParams& p) {
   return GroupedConfigFor(per_tile, p.weight.rows_padded);
 }
 
-// A forced configuration must tile the packed rows.
-absl::Status CheckForced(absl::string_view op, int config, int64_t rows_padded) {
+// A forced configuration (the parameter `field`) must tile the packed rows.
+absl::Status CheckForced(absl::string_view op, int config, int64_t rows_padded,
+                         absl::string_view field = "force_config") {
   if (config < 0) return absl::OkStatus();
-  if (config >= kW4NumConfigs) return InvalidParam(op, "force_config", "is not a tile configuration");
+  if (config >= kW4NumConfigs) return InvalidParam(op, field, "is not a tile configuration");
   // The decode kernel takes a partial last row block (its warps past the rows idle).
   if (!kW4Configs[config].decode && rows_padded % kW4Configs[config].br != 0) {
-    return InvalidParam(op, "force_config", absl::StrCat(kW4Configs[config].name, " needs rows_padded to be a multiple of ",
-                                                         kW4Configs[config].br));
+    return InvalidParam(op, field, absl::StrCat(kW4Configs[config].name, " needs rows_padded to be a multiple of ",
+                                                kW4Configs[config].br));
   }
   return absl::OkStatus();
 }
@@ -373,7 +374,9 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
   }
   if (p.max_rows_per_expert < 0) return InvalidParam(kMoeOp, "max_rows_per_expert", "must be >= 0");
   if (p.tail_rows < -1) return InvalidParam(kMoeOp, "tail_rows", "must be -1 (automatic), 0 (never) or a row bound");
-  if (auto s = CheckForced(kMoeOp, p.force_tail_config, p.weight.rows_padded); !s.ok()) return s;
+  if (auto s = CheckForced(kMoeOp, p.force_tail_config, p.weight.rows_padded, "force_tail_config"); !s.ok()) {
+    return s;
+  }
   const int config = GroupedPlanConfig(p);
   // The work list {expert, first row, rows} as the W8A16 grouped GEMM builds
   // it, then its count. The workspace is sized for entries of >= 8 rows, as

@@ -412,6 +412,18 @@ TEST(MoeParams, RejectsBadWorkListsAndSplitWorkspace) {
   st = LaunchMoeGroupedGemm(g, nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("split_workspace"), std::string::npos) << st;
+  // The tail split's parameters (the tile kernel forced: four rows would take the streaming one).
+  g.split_workspace = nullptr;
+  g.force_stream_warps = -1;
+  g.tail_rows = -2;
+  st = LaunchMoeGroupedGemm(g, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tail_rows"), std::string::npos) << st;
+  g.tail_rows = -1;
+  g.force_tail_config = gemm::kNumTileConfigs;
+  st = LaunchMoeGroupedGemm(g, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("force_tail_config"), std::string::npos) << st;
 }
 
 }  // namespace

@@ -645,6 +645,20 @@ TEST(W4MoeGroupedGemmTest, RejectsANegativeRowHint) {
   EXPECT_NE(st.message().find("max_rows_per_expert"), absl::string_view::npos) << st;
 }
 
+// The tail split's parameters are refused with a message naming them.
+TEST(W4MoeGroupedGemmTest, RejectsBadTailParameters) {
+  W4MoeGroupedGemmParams p = HostOnlyGroupedParams();
+  p.tail_rows = -2;
+  absl::Status st = LaunchW4MoeGroupedGemm(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tail_rows"), absl::string_view::npos) << st;
+  p.tail_rows = -1;
+  p.force_tail_config = kW4NumConfigs;
+  st = LaunchW4MoeGroupedGemm(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("force_tail_config"), absl::string_view::npos) << st;
+}
+
 // A permutation work list of the launch's tile height that is not 16-byte
 // aligned is refused with a message naming it (before anything launches).
 TEST(W4MoeGroupedGemmTest, RejectsAMisalignedWorkList) {
