@@ -147,6 +147,11 @@ int64_t MaxGroupedWorkEntries(int64_t max_rows, int num_experts, int block_token
 // rows has at most one last partial main tile of fewer than
 // min(below, main_tokens) rows, in entries of tail_tokens rows.
 int64_t MaxGroupedTailEntries(int64_t max_rows, int num_experts, int below, int main_tokens, int tail_tokens);
+// Workspace bytes of a tail split's two lists (16 bytes an entry, and a
+// 16-byte count after each list).
+inline size_t GroupedTailSplitBytes(int64_t main_entries, int64_t tail_entries) {
+  return static_cast<size_t>(main_entries + 1 + tail_entries + 1) * 16;
+}
 
 // One weight matrix streamed by the launch (see w8a16_gemm.h).
 struct GemmSegmentShape {

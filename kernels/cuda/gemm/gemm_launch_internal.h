@@ -101,6 +101,21 @@ struct GroupedWorkLists {
 };
 cudaError_t LaunchGroupedWorkLists(const int32_t* expert_offsets, int num_experts, const GroupedWorkLists& lists,
                                    cudaStream_t stream);
+// A tail split's two lists in a grouped launch's workspace (16-byte slots,
+// GroupedWorkListsBytes of them): the main list's main_entries entries, its
+// count, then the tail list's tail_entries entries and its count.
+inline GroupedWorkLists TailSplitListsIn(void* workspace, int block_tokens, int64_t main_entries, int tail_below,
+                                         int tail_block_tokens, int64_t tail_entries) {
+  GroupedWorkLists l;
+  l.block_tokens = block_tokens;
+  l.work = static_cast<int32_t*>(workspace);
+  l.work_count = l.work + main_entries * 4;
+  l.tail_below = tail_below;
+  l.tail_block_tokens = tail_block_tokens;
+  l.tail_work = l.work_count + 4;
+  l.tail_count = l.tail_work + tail_entries * 4;
+  return l;
+}
 
 // MoE helper kernels (moe_kernels.cu); params already validated.
 cudaError_t LaunchMoeRouteKernel(const MoeRouteParams& p, cudaStream_t stream);

@@ -18,11 +18,6 @@ bool Aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Work entries a grouped launch may need (gemm_config.h).
-int64_t MaxWorkEntries(int64_t max_rows, int num_experts, int block_tokens) {
-  return gemm::MaxGroupedWorkEntries(max_rows, num_experts, block_tokens);
-}
-
 absl::Status ValidateRoute(const MoeRouteParams& p) {
   constexpr absl::string_view kOp = "MoeRoute";
   if (p.tokens < 0) return InvalidParam(kOp, "tokens", "must be >= 0");
@@ -144,7 +139,7 @@ void* RequestPermuteWorkList(MoePermuteParams* perm, int block_tokens, void* sto
 }
 
 size_t MoeGroupedGemmWorkspaceBytes(int64_t max_rows, int num_experts) {
-  const int64_t entries = MaxWorkEntries(max_rows, num_experts, kMinWorkListBlockTokens);
+  const int64_t entries = gemm::MaxGroupedWorkEntries(max_rows, num_experts, kMinWorkListBlockTokens);
   return static_cast<size_t>(entries + 1) * 16;
 }
 
@@ -189,7 +184,7 @@ gemm::GemmPlan MoeGroupedGemmPlan(const MoeGroupedGemmParams& p) {
     // The model counted the expected tiles; the launch's grid (and the
     // split counters and partials) covers every work entry it may have.
     const gemm::TileConfig& c = gemm::GetTileConfig(plan.config);
-    const int64_t tiles = MaxWorkEntries(p.max_rows, p.num_experts, c.block_tokens) *
+    const int64_t tiles = gemm::MaxGroupedWorkEntries(p.max_rows, p.num_experts, c.block_tokens) *
                           CeilDiv(p.weight.n, gemm::OutputColumnsPerTile(c, prob.silu_mul));
     plan.workspace_bytes = gemm::SplitWorkspaceBytes(c, tiles, plan.splits);
     if (plan.workspace_bytes > prob.workspace_bytes) {
@@ -210,13 +205,11 @@ namespace {
 
 bool ValidTileConfig(int id) { return id >= 0 && id < gemm::kNumTileConfigs; }
 
-}  // namespace
-
-MoeTailPlan MoeGroupedGemmTailPlan(const MoeGroupedGemmParams& p) {
+// MoeGroupedGemmTailPlan for the launch's plan (computed once by the launcher).
+MoeTailPlan TailPlanFor(const MoeGroupedGemmParams& p, const gemm::GemmPlan& plan) {
   MoeTailPlan none;
-  if (p.tail_rows == 0 || p.max_rows <= 0 || MoeGroupedGemmUsesStreamKernel(p)) return none;
+  if (p.tail_rows == 0 || p.max_rows <= 0) return none;
   if (p.force_tail_config >= 0 && !ValidTileConfig(p.force_tail_config)) return none;
-  const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);
   const gemm::TileConfig& main = gemm::GetTileConfig(plan.config);
   const bool forced = p.tail_rows > 0;
   if (plan.splits != 1 || (!forced && main.block_tokens < kMoeTailMinTileTokens)) return none;
@@ -226,16 +219,24 @@ MoeTailPlan MoeGroupedGemmTailPlan(const MoeGroupedGemmParams& p) {
   const gemm::TileConfig& tail = gemm::GetTileConfig(t.config);
   const int wbytes = p.weight.type == GemmWeightType::kBf16 ? 2 : 1;
   if (t.below < 2 || (StreamedK(p) * wbytes) % tail.row_bytes_per_stage() != 0) return none;
-  const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, main.block_tokens) +
-                          gemm::MaxGroupedTailEntries(p.max_rows, p.num_experts, t.below, main.block_tokens, tail.block_tokens);
-  if (static_cast<size_t>(entries + 2) * 16 > p.workspace_bytes) return none;  // two lists, two counts
-  return t;
+  const size_t bytes = gemm::GroupedTailSplitBytes(
+      gemm::MaxGroupedWorkEntries(p.max_rows, p.num_experts, main.block_tokens),
+      gemm::MaxGroupedTailEntries(p.max_rows, p.num_experts, t.below, main.block_tokens, tail.block_tokens));
+  return bytes <= p.workspace_bytes ? t : none;
+}
+
+}  // namespace
+
+MoeTailPlan MoeGroupedGemmTailPlan(const MoeGroupedGemmParams& p) {
+  if (p.max_rows <= 0 || MoeGroupedGemmUsesStreamKernel(p)) return {};
+  return TailPlanFor(p, MoeGroupedGemmPlan(p));
 }
 
 int MoeGroupedGemmBlockTokens(const MoeGroupedGemmParams& p) {
   if (MoeGroupedGemmUsesStreamKernel(p)) return gemm::kStreamMaxTokens;
-  if (MoeGroupedGemmTailPlan(p).below > 0) return 0;  // the launch builds both lists itself
-  return gemm::GetTileConfig(MoeGroupedGemmPlan(p).config).block_tokens;
+  const gemm::GemmPlan plan = MoeGroupedGemmPlan(p);
+  if (TailPlanFor(p, plan).below > 0) return 0;  // the launch builds both lists itself
+  return gemm::GetTileConfig(plan.config).block_tokens;
 }
 
 namespace {
@@ -299,7 +300,7 @@ absl::Status LaunchGroupedStream(const MoeGroupedGemmParams& p, int64_t k_rows, 
   const gemm::StreamPlan plan =
       gemm::MakeStreamPlan(prob, p.force_stream_warps > 0 ? p.force_stream_warps : kMoeStreamAutoWarps);
   if (plan.row_tiles > 65535) return InvalidParam("MoeGroupedGemm", "weight.n", "too many output tiles");
-  const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, gemm::kStreamMaxTokens);
+  const int64_t entries = gemm::MaxGroupedWorkEntries(p.max_rows, p.num_experts, gemm::kStreamMaxTokens);
   gemm::internal::KernelParams kp = GroupedKernelParams(p, k_rows, wbytes);
   kp.total_row_tiles = static_cast<int32_t>(plan.row_tiles);
   const int32_t* work = nullptr;
@@ -412,14 +413,14 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   int64_t row_tiles = 0;
   SPAR_RETURN_IF_ERROR(CheckGroupedTile(p, plan.config, k_rows, wbytes, "force_config", &row_tiles));
   const int main_tokens = gemm::GetTileConfig(plan.config).block_tokens;
-  const int64_t entries = MaxWorkEntries(p.max_rows, p.num_experts, main_tokens);
+  const int64_t entries = gemm::MaxGroupedWorkEntries(p.max_rows, p.num_experts, main_tokens);
   if (p.force_tail_config >= 0) {
     if (!ValidTileConfig(p.force_tail_config)) return InvalidParam(kOp, "force_tail_config", "is not a tile configuration");
     int64_t unused = 0;
     SPAR_RETURN_IF_ERROR(CheckGroupedTile(p, static_cast<gemm::TileConfigId>(p.force_tail_config), k_rows, wbytes,
                                           "force_tail_config", &unused));
   }
-  const MoeTailPlan tail = MoeGroupedGemmTailPlan(p);
+  const MoeTailPlan tail = TailPlanFor(p, plan);
   if (tail.below == 0) {
     const int32_t* work = nullptr;
     const int32_t* work_count = nullptr;
@@ -431,16 +432,10 @@ absl::Status LaunchMoeGroupedGemm(const MoeGroupedGemmParams& p, cudaStream_t st
   int64_t tail_row_tiles = 0;
   SPAR_RETURN_IF_ERROR(CheckGroupedTile(p, tail.config, k_rows, wbytes, "force_tail_config", &tail_row_tiles));
   const gemm::TileConfig& tail_cfg = gemm::GetTileConfig(tail.config);
-  const int64_t tail_entries = gemm::MaxGroupedTailEntries(p.max_rows, p.num_experts, tail.below, main_tokens,
-                                                                  tail_cfg.block_tokens);
-  gemm::internal::GroupedWorkLists lists;
-  lists.block_tokens = main_tokens;
-  lists.work = static_cast<int32_t*>(p.workspace);
-  lists.work_count = lists.work + entries * 4;
-  lists.tail_below = tail.below;
-  lists.tail_block_tokens = tail_cfg.block_tokens;
-  lists.tail_work = lists.work_count + 4;
-  lists.tail_count = lists.tail_work + tail_entries * 4;
+  const int64_t tail_entries =
+      gemm::MaxGroupedTailEntries(p.max_rows, p.num_experts, tail.below, main_tokens, tail_cfg.block_tokens);
+  const gemm::internal::GroupedWorkLists lists = gemm::internal::TailSplitListsIn(
+      p.workspace, main_tokens, entries, tail.below, tail_cfg.block_tokens, tail_entries);
   SPAR_CUDA_RETURN_IF_ERROR(gemm::internal::LaunchGroupedWorkLists(p.expert_offsets, p.num_experts, lists, stream));
   SPAR_RETURN_IF_ERROR(
       LaunchGroupedTiles(p, plan, k_rows, wbytes, row_tiles, lists.work, lists.work_count, entries, stream));

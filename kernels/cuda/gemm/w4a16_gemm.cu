@@ -281,10 +281,6 @@ int64_t GroupedEntries(const W4MoeGroupedGemmParams& p, int bt) {
   return bt == 1 ? p.max_rows : gemm::MaxGroupedWorkEntries(p.max_rows, p.num_experts, bt);
 }
 
-int64_t TailEntries(const W4MoeGroupedGemmParams& p, int below, int main_bt, int tail_bt) {
-  return gemm::MaxGroupedTailEntries(p.max_rows, p.num_experts, below, main_bt, tail_bt);
-}
-
 }  // namespace
 
 W4MoeTailPlan W4MoeGroupedGemmTailPlan(const W4MoeGroupedGemmParams& p) {
@@ -299,9 +295,10 @@ W4MoeTailPlan W4MoeGroupedGemmTailPlan(const W4MoeGroupedGemmParams& p) {
   t.config = p.force_tail_config >= 0 ? p.force_tail_config : kTailConfig;
   if (t.below < 2 || kW4Configs[t.config].bt < 2 || !W4ConfigTiles(t.config, p.weight.rows_padded)) return none;
   const int main_bt = kW4Configs[config].bt;
-  const int64_t entries = GroupedEntries(p, main_bt) + TailEntries(p, t.below, main_bt, kW4Configs[t.config].bt);
-  if (static_cast<size_t>(entries + 2) * 16 > p.workspace_bytes) return none;  // two lists, two counts
-  return t;
+  const size_t bytes = gemm::GroupedTailSplitBytes(
+      GroupedEntries(p, main_bt),
+      gemm::MaxGroupedTailEntries(p.max_rows, p.num_experts, t.below, main_bt, kW4Configs[t.config].bt));
+  return bytes <= p.workspace_bytes ? t : none;
 }
 
 int W4MoeGroupedGemmBlockTokens(const W4MoeGroupedGemmParams& p) {
@@ -424,15 +421,9 @@ absl::Status LaunchW4MoeGroupedGemm(const W4MoeGroupedGemmParams& p, cudaStream_
   // The tail split: the main list first in the workspace, then the tail
   // list, each followed by its count.
   const int tail_bt = kW4Configs[tail.config].bt;
-  const int64_t tail_entries = TailEntries(p, tail.below, c.bt, tail_bt);
-  gemm::internal::GroupedWorkLists lists;
-  lists.block_tokens = c.bt;
-  lists.work = static_cast<int32_t*>(p.workspace);
-  lists.work_count = lists.work + entries * 4;
-  lists.tail_below = tail.below;
-  lists.tail_block_tokens = tail_bt;
-  lists.tail_work = lists.work_count + 4;
-  lists.tail_count = lists.tail_work + tail_entries * 4;
+  const int64_t tail_entries = gemm::MaxGroupedTailEntries(p.max_rows, p.num_experts, tail.below, c.bt, tail_bt);
+  const gemm::internal::GroupedWorkLists lists =
+      gemm::internal::TailSplitListsIn(p.workspace, c.bt, entries, tail.below, tail_bt, tail_entries);
   SPAR_CUDA_RETURN_IF_ERROR(gemm::internal::LaunchGroupedWorkLists(p.expert_offsets, p.num_experts, lists, stream));
   if (auto s = launch(config, lists.work, lists.work_count, entries); !s.ok()) return s;
   return launch(tail.config, lists.tail_work, lists.tail_count, tail_entries);

@@ -3,46 +3,20 @@
 // dispatch, and the grouped (MoE) work-list builder.
 #include "kernels/cuda/common/arch.cuh"
 
+#include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/gemm/w8a16_gemm_tiles.cuh"
 
 namespace spar::gemm::internal {
 namespace {
 
-// Exclusive prefix sum of v over the block (blockDim.x threads, a multiple
-// of 32, at most 1024) and, in `total`, the sum of all. Two levels of warp
-// shuffles; ends with a barrier, so warp_sums may be reused at once.
-__device__ int BlockExclusiveSum(int v, int* warp_sums, int& total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  int incl = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int u = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += u;
-  }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    int s = lane < nw ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int u = __shfl_up_sync(0xffffffffu, s, o);
-      if (lane >= o) s += u;
-    }
-    if (lane < nw) warp_sums[lane] = s;  // inclusive over warps
-  }
-  __syncthreads();
-  const int excl = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - v;
-  total = warp_sums[nw - 1];
-  __syncthreads();
-  return excl;
-}
+constexpr int kListThreads = 1024;  // one thread per expert (LaunchGroupedWorkLists' bound)
 
 // One thread per expert: its entries (tiles of block_tokens rows; with a
 // tail list, a last partial tile of fewer than tail_below rows goes there in
 // entries of tail_block_tokens rows), placed by block-wide exclusive scans.
-// Launched with 1024 threads.
-__global__ void GroupedWorkListsKernel(const int32_t* __restrict__ offsets, int num_experts, GroupedWorkLists l) {
-  __shared__ int warp_sums[32];
+__global__ void __launch_bounds__(kListThreads)
+    GroupedWorkListsKernel(const int32_t* __restrict__ offsets, int num_experts, GroupedWorkLists l) {
+  __shared__ int scan_scratch[33];
   const int e = threadIdx.x;
   int begin = 0, rows = 0;
   if (e < num_experts) {
@@ -55,7 +29,7 @@ __global__ void GroupedWorkListsKernel(const int32_t* __restrict__ offsets, int 
   const int main_rows = rows - tail_rows;
   const int tiles = (main_rows + l.block_tokens - 1) / l.block_tokens;
   int total = 0;
-  const int first = BlockExclusiveSum(tiles, warp_sums, total);
+  const int first = cuda::BlockExclusiveScan<kListThreads>(tiles, scan_scratch, &total);
   for (int i = 0; i < tiles; ++i) {
     const int r0 = i * l.block_tokens;
     reinterpret_cast<int4*>(l.work)[first + i] = make_int4(e, begin + r0, min(l.block_tokens, main_rows - r0), 0);
@@ -63,7 +37,7 @@ __global__ void GroupedWorkListsKernel(const int32_t* __restrict__ offsets, int 
   if (e == 0) *l.work_count = total;
   if (l.tail_below <= 0) return;  // uniform: every thread sees the same l
   const int tail_tiles = (tail_rows + l.tail_block_tokens - 1) / l.tail_block_tokens;
-  const int tail_first = BlockExclusiveSum(tail_tiles, warp_sums, total);
+  const int tail_first = cuda::BlockExclusiveScan<kListThreads>(tail_tiles, scan_scratch, &total);
   for (int i = 0; i < tail_tiles; ++i) {
     const int r0 = i * l.tail_block_tokens;
     reinterpret_cast<int4*>(l.tail_work)[tail_first + i] =
@@ -89,9 +63,9 @@ cudaError_t LaunchGemmKernel(TileConfigId id, const KernelParams& p, dim3 grid, 
 
 cudaError_t LaunchGroupedWorkLists(const int32_t* expert_offsets, int num_experts, const GroupedWorkLists& lists,
                                    cudaStream_t stream) {
-  if (num_experts < 1 || num_experts > 1024 || lists.block_tokens < 1) return cudaErrorInvalidValue;
+  if (num_experts < 1 || num_experts > kListThreads || lists.block_tokens < 1) return cudaErrorInvalidValue;
   if (lists.tail_below > 0 && (lists.tail_block_tokens < 1 || lists.tail_work == nullptr)) return cudaErrorInvalidValue;
-  GroupedWorkListsKernel<<<1, 1024, 0, stream>>>(expert_offsets, num_experts, lists);
+  GroupedWorkListsKernel<<<1, kListThreads, 0, stream>>>(expert_offsets, num_experts, lists);
   return cudaGetLastError();
 }
 
