@@ -217,8 +217,11 @@ std::ostream& operator<<(std::ostream& os, const GemmPlan& plan);
 
 // The streaming decode kernel (w8a16_stream.cu: weights straight from
 // global memory into mma fragments, K split over the warps of a block, no
-// split-K over blocks) for dense GEMMs of at most kStreamMaxTokens tokens.
+// split-K over blocks): tiles of at most kStreamMaxTokens tokens (a grouped
+// launch's work entries), dense launches of at most kStreamMaxDenseTokens
+// (9-16 tokens: two 8-token B fragments a tile, StreamPlan::token_frags).
 inline constexpr int kStreamMaxTokens = 8;
+inline constexpr int kStreamMaxDenseTokens = 16;
 // Output rows of a block: 16 (one row per fragment row, 8 tokens) or 8 (two
 // K halves per row, at most kStreamTwoHalvesMaxTokens tokens; or SiLU·mul:
 // a gate and an up row per output).
@@ -236,6 +239,7 @@ struct StreamPlan {
   int warps = 1;    // warps of a block, each on its own part of K (1, 2, 4, 8)
   int64_t row_tiles = 0;
   int tile_rows = kStreamTileRows1;  // output columns a block
+  int token_frags = 1;  // 8-token B fragments (2: 9-16 tokens, one K stream)
 };
 
 // The shape of the problem: `m` tokens (a grouped launch: up to

@@ -76,7 +76,7 @@ cudaError_t LaunchGemmKernel(TileConfigId id, const KernelParams& p, dim3 grid, 
 
 // The streaming decode kernel (w8a16_stream.cu), p.k_valid == p.k. Dense:
 // grid.x = the row tiles of `plan` (segments' first_tile in those tiles),
-// p.m <= kStreamMaxTokens. Grouped (p.work): grid (work entries of at most
+// p.m <= kStreamMaxTokens x plan.token_frags. Grouped (p.work): grid (work entries of at most
 // kStreamMaxTokens rows, row tiles). SiLU·mul with plan.streams == 1 only.
 cudaError_t LaunchStreamKernel(const StreamPlan& plan, const KernelParams& p, dim3 grid, cudaStream_t stream);
 

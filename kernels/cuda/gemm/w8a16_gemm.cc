@@ -186,7 +186,7 @@ size_t W8A16GemmWorkspaceBytes(const W8A16GemmParams& p) {
 
 bool W8A16GemmUsesStreamKernel(const W8A16GemmParams& p) {
   if (p.force_config >= 0 || p.force_stream_warps < 0) return false;
-  if (p.m < 1 || p.m > gemm::kStreamMaxTokens) return false;
+  if (p.m < 1 || p.m > gemm::kStreamMaxDenseTokens) return false;
   return StreamedK(p) == p.k;  // rows padded past k: the tile kernel's K tail
 }
 

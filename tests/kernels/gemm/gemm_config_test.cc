@@ -359,6 +359,14 @@ TEST(GemmConfig, StreamPlanFillsTheGpuInOneWave) {
   EXPECT_EQ(plan.tile_rows, 16);
   EXPECT_EQ(plan.row_tiles, 1024);
   EXPECT_EQ(plan.warps, 2);
+  EXPECT_EQ(plan.token_frags, 1);
+  // 9-16 tokens: two 8-token B fragments a tile, the same rows a block.
+  for (int64_t m : {9, 16}) {
+    plan = ChooseStreamPlan({.m = m, .rows = q_b}, kSms);
+    EXPECT_EQ(plan.streams, 1) << m;
+    EXPECT_EQ(plan.token_frags, 2) << m;
+    EXPECT_EQ(plan.row_tiles, 1024) << m;
+  }
   const int64_t tiny[] = {9};
   plan = ChooseStreamPlan({.m = 1, .rows = tiny}, kSms);
   EXPECT_EQ(plan.row_tiles, 2);
