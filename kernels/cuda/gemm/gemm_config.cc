@@ -217,7 +217,7 @@ StreamPlan MakeStreamPlan(const StreamProblem& p, int warps) {
   plan.streams = p.m <= kStreamTwoHalvesMaxTokens && !p.silu && !p.grouped ? 2 : 1;
   plan.warps = warps;
   plan.tile_rows = plan.streams == 2 || p.silu ? kStreamTileRows2 : kStreamTileRows1;
-  plan.token_frags = p.m > kStreamMaxTokens ? 2 : 1;
+  plan.token_frags = static_cast<int>(std::clamp<int64_t>(CeilDiv(p.m, kStreamMaxTokens), 1, kStreamMaxTokenFrags));
   for (int s = 0; s < p.num_segments; ++s) plan.row_tiles += CeilDiv(p.rows[s], plan.tile_rows);
   return plan;
 }

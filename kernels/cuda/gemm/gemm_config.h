@@ -219,9 +219,11 @@ std::ostream& operator<<(std::ostream& os, const GemmPlan& plan);
 // global memory into mma fragments, K split over the warps of a block, no
 // split-K over blocks): tiles of at most kStreamMaxTokens tokens (a grouped
 // launch's work entries), dense launches of at most kStreamMaxDenseTokens
-// (9-16 tokens: two 8-token B fragments a tile, StreamPlan::token_frags).
+// (beyond 8 tokens: one 8-token B fragment per 8 tokens, StreamPlan::
+// token_frags).
 inline constexpr int kStreamMaxTokens = 8;
-inline constexpr int kStreamMaxDenseTokens = 16;
+inline constexpr int kStreamMaxTokenFrags = 4;
+inline constexpr int kStreamMaxDenseTokens = kStreamMaxTokens * kStreamMaxTokenFrags;
 // Output rows of a block: 16 (one row per fragment row, 8 tokens) or 8 (two
 // K halves per row, at most kStreamTwoHalvesMaxTokens tokens; or SiLU·mul:
 // a gate and an up row per output).
@@ -239,7 +241,7 @@ struct StreamPlan {
   int warps = 1;    // warps of a block, each on its own part of K (1, 2, 4, 8)
   int64_t row_tiles = 0;
   int tile_rows = kStreamTileRows1;  // output columns a block
-  int token_frags = 1;  // 8-token B fragments (2: 9-16 tokens, one K stream)
+  int token_frags = 1;  // 8-token B fragments (ceil(m / 8); > 1: one K stream)
 };
 
 // The shape of the problem: `m` tokens (a grouped launch: up to

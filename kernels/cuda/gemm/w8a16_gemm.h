@@ -157,7 +157,7 @@ gemm::GemmPlan W8A16GemmPlan(const W8A16GemmParams& p);
 size_t W8A16GemmWorkspaceBytes(const W8A16GemmParams& p);
 
 // True if the launch runs the streaming decode kernel (gemm_config.h's
-// StreamPlan): at most 16 tokens, weights whose rows hold exactly k
+// StreamPlan): at most 32 tokens, weights whose rows hold exactly k
 // columns, no forced tile configuration.
 bool W8A16GemmUsesStreamKernel(const W8A16GemmParams& p);
 

@@ -1,6 +1,6 @@
 // The W8A16 streaming decode kernel (gemm_launch_internal.h): block-FP8 (or
 // bf16) weights read straight from global memory into mma.sync fragments,
-// for dense GEMMs of at most 16 tokens (grouped work entries: 8).
+// for dense GEMMs of at most 32 tokens (grouped work entries: 8).
 //
 // Why another kernel: at one token the tile kernel (w8a16_gemm_kernel.cuh)
 // spends most of a small GEMM on fixed costs, not on bytes: each block
@@ -24,8 +24,8 @@
 // owns the 8 columns [8t, 8t + 8) = 2 k-steps, as in the tile kernel).
 // Two layouts of the 16 fragment rows (kStreams):
 //   1: rows g and g + 8 are 16 output rows, B's 8 columns are 8 tokens
-//      (9-16 tokens: kNJ = 2 B fragments, each widened A fragment feeding
-//      two mma: the weights are read once for both);
+//      (9-32 tokens: kNJ = 2-4 B fragments, each widened A fragment feeding
+//      kNJ mma: the weights are read and widened once for all);
 //   2: rows g and g + 8 are the same 8 output rows over two halves of the
 //      block's K range, B's columns 0-3 are 4 tokens over the first half and
 //      4-7 the same tokens over the second; the outputs are C[g][n] +
@@ -52,9 +52,10 @@ namespace {
 constexpr int kSpanBytes = 64;  // K bytes of a row a quad reads per step
 
 // Spans a lane keeps in flight: 4 x (2 weight + 2 activation 16-byte loads)
-// with one token fragment; 3 with two (2 + 4 loads a span: the registers).
+// with one token fragment; 3 with two (2 + 4 loads a span), 2 with three or
+// four: the registers.
 template <int kNJ>
-constexpr int kDepth = kNJ == 1 ? 4 : 3;
+constexpr int kDepth = kNJ == 1 ? 4 : kNJ == 2 ? 3 : 2;
 
 // Activations: every block re-reads X, so through L1.
 __device__ __forceinline__ uint4 LoadActivation(const uint16_t* p) {
@@ -267,7 +268,7 @@ __device__ __forceinline__ void StoreStreamOutputs(const KernelParams& p, const 
 
 template <int kStreams, int kWarps, int kLayout, int kNJ>
 __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16StreamKernel(const KernelParams p) {
-  static_assert(kNJ == 1 || (kNJ == 2 && kStreams == 1), "two token fragments: one K stream");
+  static_assert(kNJ == 1 || (kNJ <= kStreamMaxTokenFrags && kStreams == 1), "several token fragments: one K stream");
   __shared__ float s_red[kWarps > 1 ? kWarps : 1][32][4 * kNJ];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -390,6 +391,8 @@ cudaError_t LaunchStreamKernel(const StreamPlan& plan, const KernelParams& p, di
   if (plan.streams == 2 && (p.silu != 0 || plan.token_frags != 1)) return cudaErrorInvalidValue;
   if (plan.streams == 2) return LaunchStreamWarps<2, 1>(plan.warps, p, grid, stream);
   if (plan.streams != 1) return cudaErrorInvalidValue;
+  if (plan.token_frags == 4) return LaunchStreamWarps<1, 4>(plan.warps, p, grid, stream);
+  if (plan.token_frags == 3) return LaunchStreamWarps<1, 3>(plan.warps, p, grid, stream);
   if (plan.token_frags == 2) return LaunchStreamWarps<1, 2>(plan.warps, p, grid, stream);
   if (plan.token_frags == 1) return LaunchStreamWarps<1, 1>(plan.warps, p, grid, stream);
   return cudaErrorInvalidValue;

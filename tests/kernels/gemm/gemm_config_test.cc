@@ -360,13 +360,14 @@ TEST(GemmConfig, StreamPlanFillsTheGpuInOneWave) {
   EXPECT_EQ(plan.row_tiles, 1024);
   EXPECT_EQ(plan.warps, 2);
   EXPECT_EQ(plan.token_frags, 1);
-  // 9-16 tokens: two 8-token B fragments a tile, the same rows a block.
-  for (int64_t m : {9, 16}) {
+  // Beyond 8 tokens: an 8-token B fragment per 8 tokens, the same rows a block.
+  for (int64_t m : {9, 16, 17, 24, 25, 32}) {
     plan = ChooseStreamPlan({.m = m, .rows = q_b}, kSms);
     EXPECT_EQ(plan.streams, 1) << m;
-    EXPECT_EQ(plan.token_frags, 2) << m;
+    EXPECT_EQ(plan.token_frags, (m + 7) / 8) << m;
     EXPECT_EQ(plan.row_tiles, 1024) << m;
   }
+  EXPECT_EQ(kStreamMaxDenseTokens, 8 * kStreamMaxTokenFrags);
   const int64_t tiny[] = {9};
   plan = ChooseStreamPlan({.m = 1, .rows = tiny}, kSms);
   EXPECT_EQ(plan.row_tiles, 2);

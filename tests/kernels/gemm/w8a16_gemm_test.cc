@@ -404,9 +404,9 @@ TEST(Sm80_W8A16Gemm, HeuristicShapes) {
   }
 }
 
-// The streaming decode kernel (up to 16 tokens): both fragment
-// layouts (two K halves up to 4 tokens, 16 rows from 5), one and two token
-// fragments (9-16 tokens), every block width,
+// The streaming decode kernel (up to 32 tokens): both fragment
+// layouts (two K halves up to 4 tokens, 16 rows from 5), one to four token
+// fragments (8 tokens each), every block width,
 // rows that end inside a tile, K of 2 spans, of an odd number of spans
 // (warps with no span or one more than their other half) and of a partial
 // last scale block, FP8 and bf16 segments in one launch, residual and fp32
@@ -415,7 +415,7 @@ TEST(Sm80_W8A16Gemm, StreamKernelEveryPlan) {
   SPAR_REQUIRE_GPU();
   const HostWeight exact_w = MakeWeight(kFp8, 200, 512, 81, /*exact=*/true);
   for (int warps : {1, 2, 4, 8}) {
-    for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 13, 16}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 13, 16, 17, 27, 32}) {
       GemmCase c;
       c.m = m;
       c.k = 512;
@@ -431,7 +431,7 @@ TEST(Sm80_W8A16Gemm, StreamKernelEveryPlan) {
   for (const int64_t k : {128, 576, 2112}) {
     const HostWeight a = MakeWeight(kFp8, 328, k, 82), b = MakeWeight(kFp8, 37, k, 83), d = MakeWeight(kBf16, 136, k, 84);
     for (int warps : {1, 2, 4, 8}) {
-      for (int64_t m : {1, 3, 4, 6, 8, 11, 16}) {
+      for (int64_t m : {1, 3, 4, 6, 8, 11, 16, 21, 32}) {
         for (int variant = 0; variant < 2; ++variant) {
           GemmCase c;
           c.m = m;
@@ -451,7 +451,7 @@ TEST(Sm80_W8A16Gemm, StreamKernelEveryPlan) {
   const HostWeight gate = MakeWeight(kFp8, 200, 576, 85), up = MakeWeight(kFp8, 200, 576, 86);
   const HostWeight gate16 = MakeWeight(kBf16, 72, 256, 87), up16 = MakeWeight(kBf16, 72, 256, 88);
   for (int warps : {1, 2, 4, 8}) {
-    for (int64_t m : {1, 3, 8, 12, 16}) {
+    for (int64_t m : {1, 3, 8, 12, 16, 24, 32}) {
       GemmCase c;
       c.m = m;
       c.k = 576;
@@ -480,7 +480,7 @@ TEST(Sm80_W8A16Gemm, StreamKernelTakesSmallGemmsOnly) {
   W8A16GemmParams p;
   p.k = 1024;
   p.segments[0] = dw.View(w);
-  for (int64_t m : {1, 8, 9, 16, 17}) {
+  for (int64_t m : {1, 8, 9, 16, 17, 32, 33}) {
     p.m = m;
     EXPECT_EQ(W8A16GemmUsesStreamKernel(p), m <= gemm::kStreamMaxDenseTokens) << m;
   }
@@ -498,7 +498,7 @@ TEST(Sm80_W8A16Gemm, StreamKernelTakesSmallGemmsOnly) {
   p.k = 1000;  // rows of 1024 columns streamed for k = 1000: the K tail
   p.segments[0].ld = 1024;
   EXPECT_FALSE(W8A16GemmUsesStreamKernel(p)) << "padded rows";
-  for (int64_t m : {1, 4, 7, 12, 16}) {
+  for (int64_t m : {1, 4, 7, 12, 16, 19, 32}) {
     std::vector<float> stream_out, tile_out;
     GemmCase c;
     c.m = m;
