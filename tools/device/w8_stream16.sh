@@ -16,8 +16,9 @@
 # On the GPU host (carry .bundle-z):
 #   python3 -c 'import tarfile; tarfile.open(".bundle-z/s16.tar.xz").extractall(".")'
 #   OUT=$OUT bash tools/device/w8_stream16.sh
-# Knobs: TESTS, GEMM, ENGINE, PARITY (1 each; 0 skips), ROUNDS (engine
-# rounds, 1; the make run is a third sample of s16), GEMM_ROUNDS (2), BATCHES
+# Knobs: TESTS, GEMM, ENGINE, PARITY (1 each; 0 skips), VARIANTS (the engine
+# builds, "base s16"), ROUNDS (engine rounds, 1; the make run is a third
+# sample of the last variant), GEMM_ROUNDS (2), BATCHES
 # (1,4,16; with --verify-tokens 4: batch 4 verifies 16 tokens a step). Logs archived to $OUT/s16.tgz; tables last.
 set -uo pipefail
 NAME=s16
@@ -40,11 +41,11 @@ if [[ ${GEMM:-1} != 0 ]]; then
   echo "gemm_ab rc $?" >>"$OUT/rc.txt"
 fi
 if [[ ${ENGINE:-1} != 0 ]]; then
-  variants=(base s16)
+  read -r -a variants <<<"${VARIANTS:-base s16}"
   m=/tmp/glm5s16
   [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5s16
   args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,4,16}" --contexts 8192 --verify-tokens 4)
-  ROUNDS=${ROUNDS:-1} engine_rounds s16 --make-geometry glm5-full --make-layers 4
+  ROUNDS=${ROUNDS:-1} engine_rounds "${variants[-1]}" --make-geometry glm5-full --make-layers 4
   rm -rf "$m"
 fi
 cat "$OUT/gpu.txt" "$OUT/rc.txt"
