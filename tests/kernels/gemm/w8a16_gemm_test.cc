@@ -2,8 +2,8 @@
 // configuration (forced), split-K, e4m3 and bf16 weights, SiLU·mul and
 // residual epilogues, the fused A projection (mixed-dtype segments), partial
 // tiles in M, N and the last scale block, K = 128, fp32 output; plus an
-// exact test (small integers, power-of-two scales: bit-exact fp32 result);
-// the streaming decode kernel of <= 8 tokens, every plan.
+// exact test (small integers, power-of-two scales: bit-exact fp32 result).
+// The streaming decode kernel's plans: w8a16_stream_test.cc.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "kernels/cuda/gemm/w8a16_gemm.h"
 #include "kernels/ref/moe_ref.h"
 #include "tests/kernels/gemm/gemm_test_util.h"
+#include "tests/kernels/gemm/w8a16_gemm_case.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace spar {
@@ -29,171 +30,12 @@ using testing::MakeActivations;
 using testing::MakeWeight;
 using testing::RefGemm;
 
-constexpr GemmWeightType kFp8 = GemmWeightType::kFp8Block128;
-constexpr GemmWeightType kBf16 = GemmWeightType::kBf16;
-constexpr size_t kWorkspaceBytes = size_t{64} << 20;
-
-struct GemmCase {
-  int64_t m = 1;
-  int64_t k = 128;
-  std::vector<const HostWeight*> segments;
-  const HostWeight* up = nullptr;  // SiLU·mul when set
-  bool residual = false;           // in place: y starts as R
-  bool y_fp32 = false;
-  bool exact = false;
-  int force_config = -1;
-  int force_splits = 1;
-  int force_stream_warps = 0;  // W8A16GemmParams::force_stream_warps
-  GemmWeightLayout layout = GemmWeightLayout::kRowMajor;  // every weight's
-  uint64_t seed = 1;
-};
-
-std::string Describe(const GemmCase& c) {
-  std::string s = absl::StrCat("m=", c.m, " k=", c.k, " cfg=", c.force_config, " splits=", c.force_splits,
-                               " stream_warps=", c.force_stream_warps,
-                               c.layout == GemmWeightLayout::kTilesAlongK      ? " tiled along K"
-                               : c.layout == GemmWeightLayout::kTilesAcrossRows ? " tiled across rows"
-                                                                                : "",
-                               c.up ? " silu" : "", c.residual ? " residual" : "", c.y_fp32 ? " fp32" : "", " n=");
-  for (const HostWeight* w : c.segments) absl::StrAppend(&s, w->n, w->type == kFp8 ? "e4m3," : "bf16,");
-  return s;
-}
-
-// Runs one case on the GPU and checks it against kernels/ref. Output rows
-// are allocated with one spare row and 8 spare columns that must stay
-// poisoned (catches stores outside [m, n_out)). `got_out`: the output.
-void RunAndCheck(const GemmCase& c, cudaStream_t stream = nullptr, std::vector<float>* got_out = nullptr) {
-  SCOPED_TRACE(Describe(c));
-  const int64_t m = c.m, k = c.k;
-  const std::vector<float> x = MakeActivations(m, k, c.seed * 7919 + 1, c.exact);
-  // X rows carry 8 NaN columns past k: the kernel must not read them (a K
-  // tail is zero-filled, not loaded).
-  const int64_t ldx = k + 8;
-  std::vector<uint16_t> xh(static_cast<size_t>(m * ldx), 0xffff);
-  const std::vector<uint16_t> xb = testing::ToBf16(x);
-  for (int64_t i = 0; i < m; ++i) std::copy(xb.begin() + i * k, xb.begin() + (i + 1) * k, xh.begin() + i * ldx);
-  DeviceArray<uint16_t> dx;
-  dx.Upload(xh);
-
-  std::vector<DeviceWeight> dw(c.segments.size());
-  W8A16GemmParams p;
-  p.m = m;
-  p.k = k;
-  p.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
-  p.ldx = ldx;
-  p.num_segments = static_cast<int>(c.segments.size());
-  for (size_t s = 0; s < c.segments.size(); ++s) {
-    dw[s].layout = c.layout;
-    dw[s].Upload(*c.segments[s]);
-    p.segments[s] = dw[s].View(*c.segments[s]);
-  }
-  DeviceWeight dup;
-  if (c.up != nullptr) {
-    dup.layout = c.layout;
-    dup.Upload(*c.up);
-    p.epilogue = GemmEpilogue::kSiluMul;
-    p.up = dup.View(*c.up);
-  }
-  const int64_t n_out = W8A16GemmOutputColumns(p);
-  const int64_t ldy = n_out + 8;
-
-  // Reference (fp32) and the residual.
-  std::vector<float> ref(m * n_out);
-  if (c.up != nullptr) {
-    const std::vector<float> gate = RefGemm(x, m, k, c.segments[0]->deq, n_out);
-    const std::vector<float> up = RefGemm(x, m, k, c.up->deq, n_out);
-    ref::SiluMul(gate.data(), up.data(), n_out, m, n_out, ref.data(), n_out);
-  } else {
-    int64_t col = 0;
-    for (const HostWeight* w : c.segments) {
-      const std::vector<float> y = RefGemm(x, m, k, w->deq, w->n);
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < w->n; ++j) ref[i * n_out + col + j] = y[i * w->n + j];
-      }
-      col += w->n;
-    }
-  }
-  const size_t elem = c.y_fp32 ? 4 : 2;
-  DeviceArray<uint8_t> dy((m + 1) * ldy * elem);
-  dy.Poison();
-  std::vector<float> residual;
-  if (c.residual) {
-    ASSERT_FALSE(c.y_fp32);
-    residual = MakeActivations(m, n_out, c.seed * 31 + 5);
-    std::vector<uint16_t> yinit((m + 1) * ldy, 0xffff);
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n_out; ++j) {
-        yinit[i * ldy + j] = FloatToBf16(residual[i * n_out + j]);
-        ref[i * n_out + j] += residual[i * n_out + j];
-      }
-    }
-    SPAR_ASSERT_CUDA(cudaMemcpy(dy.get(), yinit.data(), yinit.size() * 2, cudaMemcpyHostToDevice));
-    p.residual = reinterpret_cast<const __nv_bfloat16*>(dy.get());
-    p.ldr = ldy;
-  }
-  p.y = dy.get();
-  p.ldy = ldy;
-  p.y_fp32 = c.y_fp32;
-  DeviceArray<uint8_t> ws(kWorkspaceBytes);
-  SPAR_ASSERT_CUDA(cudaMemset(ws.get(), 0, kWorkspaceBytes));
-  p.workspace = ws.get();
-  p.workspace_bytes = kWorkspaceBytes;
-  p.force_config = c.force_config;
-  p.force_splits = c.force_splits;
-  p.force_stream_warps = c.force_stream_warps;
-
-  const absl::Status st = LaunchW8A16Gemm(p, stream);
-  ASSERT_TRUE(st.ok()) << st;
-  SPAR_ASSERT_CUDA(cudaGetLastError());
-  SPAR_ASSERT_CUDA(cudaStreamSynchronize(stream));
-
-  // Download, split into the checked region and the guard cells.
-  const std::vector<uint8_t> raw = dy.Download();
-  std::vector<float> got(m * n_out);
-  int64_t guard_bad = 0;
-  auto at = [&](int64_t i, int64_t j) -> float {
-    const size_t off = (i * ldy + j) * elem;
-    if (c.y_fp32) {
-      float f;
-      std::memcpy(&f, raw.data() + off, 4);
-      return f;
-    }
-    return Bf16ToFloat(static_cast<uint16_t>(raw[off] | (raw[off + 1] << 8)));
-  };
-  for (int64_t i = 0; i <= m; ++i) {
-    for (int64_t j = 0; j < ldy; ++j) {
-      const float v = at(i, j);
-      if (i < m && j < n_out) {
-        got[i * n_out + j] = v;
-      } else if (!std::isnan(v)) {
-        ++guard_bad;
-      }
-    }
-  }
-  EXPECT_EQ(guard_bad, 0) << "stores outside [m, n_out)";
-  if (got_out != nullptr) *got_out = got;
-  ASSERT_GT(testing::MaxAbs(ref), 0.0) << "vacuous reference";
-  if (c.exact) {
-    ASSERT_TRUE(c.y_fp32);
-    int64_t mismatches = 0;
-    for (size_t i = 0; i < got.size(); ++i) mismatches += got[i] != ref[i];
-    EXPECT_EQ(mismatches, 0) << "exact case: first diff at max abs " << testing::MaxAbsDiff(got, ref);
-    return;
-  }
-  const double rel = testing::RelativeL2(got, ref);
-  const double max_ref = testing::MaxAbs(ref);
-  // bf16 output: one rounding (rms ~1.1e-3 relative); fp32 output: only the
-  // summation order differs.
-  const double tol_rel = c.y_fp32 ? 1e-5 : 4e-3;
-  EXPECT_LT(rel, tol_rel);
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
-    const double tol = c.y_fp32 ? 1e-5 * max_ref : std::fabs(ref[i]) / 128.0 + 2e-3 * max_ref;
-    bad += !(d <= tol);
-  }
-  EXPECT_EQ(bad, 0) << "elements outside tolerance (rel L2 " << rel << ")";
-}
+using testing::Describe;
+using testing::GemmCase;
+using testing::kBf16;
+using testing::kFp8;
+using testing::kWorkspaceBytes;
+using testing::RunAndCheck;
 
 TEST(Sm80_W8A16Gemm, ExactEveryConfigE4m3) {
   SPAR_REQUIRE_GPU();
@@ -401,114 +243,6 @@ TEST(Sm80_W8A16Gemm, HeuristicShapes) {
     c.segments = {&w};
     c.seed = 800 + m;
     RunAndCheck(c);
-  }
-}
-
-// The streaming decode kernel (up to 32 tokens): both fragment
-// layouts (two K halves up to 4 tokens, 16 rows from 5), one to four token
-// fragments (8 tokens each), every block width,
-// rows that end inside a tile, K of 2 spans, of an odd number of spans
-// (warps with no span or one more than their other half) and of a partial
-// last scale block, FP8 and bf16 segments in one launch, residual and fp32
-// outputs, SiLU·mul.
-TEST(Sm80_W8A16Gemm, StreamKernelEveryPlan) {
-  SPAR_REQUIRE_GPU();
-  const HostWeight exact_w = MakeWeight(kFp8, 200, 512, 81, /*exact=*/true);
-  for (int warps : {1, 2, 4, 8}) {
-    for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 13, 16, 17, 27, 32}) {
-      GemmCase c;
-      c.m = m;
-      c.k = 512;
-      c.segments = {&exact_w};
-      c.y_fp32 = true;
-      c.exact = true;
-      c.force_stream_warps = warps;
-      c.seed = 1000 + m;
-      RunAndCheck(c);
-    }
-  }
-  // Every segment type: the fused A projection's last part is bf16.
-  for (const int64_t k : {128, 576, 2112}) {
-    const HostWeight a = MakeWeight(kFp8, 328, k, 82), b = MakeWeight(kFp8, 37, k, 83), d = MakeWeight(kBf16, 136, k, 84);
-    for (int warps : {1, 2, 4, 8}) {
-      for (int64_t m : {1, 3, 4, 6, 8, 11, 16, 21, 32}) {
-        for (int variant = 0; variant < 2; ++variant) {
-          GemmCase c;
-          c.m = m;
-          c.k = k;
-          c.segments = {&a, &b, &d};
-          c.residual = variant == 0;
-          c.y_fp32 = variant == 1;
-          c.force_stream_warps = warps;
-          c.seed = 1100 + 10 * m + variant;
-          RunAndCheck(c);
-        }
-      }
-    }
-  }
-  // SiLU·mul (a gate and an up row a fragment row pair), FP8 and bf16,
-  // with the residual; 200 outputs: the last tile and scale block partial.
-  const HostWeight gate = MakeWeight(kFp8, 200, 576, 85), up = MakeWeight(kFp8, 200, 576, 86);
-  const HostWeight gate16 = MakeWeight(kBf16, 72, 256, 87), up16 = MakeWeight(kBf16, 72, 256, 88);
-  for (int warps : {1, 2, 4, 8}) {
-    for (int64_t m : {1, 3, 8, 12, 16, 24, 32}) {
-      GemmCase c;
-      c.m = m;
-      c.k = 576;
-      c.segments = {&gate};
-      c.up = &up;
-      c.residual = true;
-      c.force_stream_warps = warps;
-      c.seed = 1200 + m;
-      RunAndCheck(c);
-      c.k = 256;
-      c.segments = {&gate16};
-      c.up = &up16;
-      RunAndCheck(c);
-    }
-  }
-}
-
-// What takes the streaming kernel, and that its own plan matches the tile
-// kernel's result within the summation order.
-TEST(Sm80_W8A16Gemm, StreamKernelTakesSmallGemmsOnly) {
-  SPAR_REQUIRE_GPU();
-  const HostWeight w = MakeWeight(kFp8, 256, 1024, 91), bf = MakeWeight(kBf16, 64, 1024, 92);
-  DeviceWeight dw, dbf;
-  dw.Upload(w);
-  dbf.Upload(bf);
-  W8A16GemmParams p;
-  p.k = 1024;
-  p.segments[0] = dw.View(w);
-  for (int64_t m : {1, 8, 9, 16, 17, 32, 33}) {
-    p.m = m;
-    EXPECT_EQ(W8A16GemmUsesStreamKernel(p), m <= gemm::kStreamMaxDenseTokens) << m;
-  }
-  p.m = 1;
-  p.force_config = 0;
-  EXPECT_FALSE(W8A16GemmUsesStreamKernel(p)) << "a forced tile";
-  p.force_config = -1;
-  p.force_stream_warps = -1;
-  EXPECT_FALSE(W8A16GemmUsesStreamKernel(p)) << "turned off";
-  p.force_stream_warps = 0;
-  p.num_segments = 2;
-  p.segments[1] = dbf.View(bf);
-  EXPECT_TRUE(W8A16GemmUsesStreamKernel(p)) << "a bf16 segment (the fused A projection's last)";
-  p.num_segments = 1;
-  p.k = 1000;  // rows of 1024 columns streamed for k = 1000: the K tail
-  p.segments[0].ld = 1024;
-  EXPECT_FALSE(W8A16GemmUsesStreamKernel(p)) << "padded rows";
-  for (int64_t m : {1, 4, 7, 12, 16, 19, 32}) {
-    std::vector<float> stream_out, tile_out;
-    GemmCase c;
-    c.m = m;
-    c.k = 1024;
-    c.segments = {&w};
-    c.seed = 1300 + m;
-    RunAndCheck(c, nullptr, &stream_out);
-    c.force_stream_warps = -1;
-    RunAndCheck(c, nullptr, &tile_out);
-    EXPECT_LT(testing::RelativeL2(stream_out, tile_out), 4e-3) << m;
   }
 }
 
