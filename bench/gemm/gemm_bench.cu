@@ -8,7 +8,7 @@
 //   gemm_bench --shapes mlp_gate_up,q_b --ms 1,16 --no-moe   # a subset
 //   gemm_bench --moe-tokens 1,8,64   # the MoE layer at these token counts (decode tiles swept up to 64)
 //   gemm_bench --force 10,4          # main measurement with configuration 10, splits 4 (profiling)
-//   gemm_bench --stream-warps 4      # <= 8 tokens (and the MoE): the streaming kernel with 4 warps a block
+//   gemm_bench --stream-warps 4      # <= 32 tokens (and the MoE): the streaming kernel, 4 warps a block
 //                                    # (-1: the tile kernel; the MoE streams up to 40 rows by default, moe.h)
 //   gemm_bench --moe-tail 32,T16W4F  # the grouped GEMMs' tail split (moe.h): bound, tile (0: off; default auto)
 //   gemm_bench --probe               # + read-only stream ceiling and empty-kernel launch cost
