@@ -416,6 +416,9 @@ TEST(GemmConfig, GroupedWorkListBounds) {
   EXPECT_EQ(MaxGroupedTailEntries(32768, 256, 1000, 32, 8), 256 * 4);
   EXPECT_EQ(MaxGroupedTailEntries(3, 256, 32, 128, 16), 3 * 2);
   EXPECT_EQ(MaxGroupedTailEntries(32768, 256, 1, 128, 16), 0);  // no row is below 1
+  // The two lists in a workspace: 16 bytes an entry and a 16-byte count after each.
+  EXPECT_EQ(GroupedTailSplitBytes(512, 512), size_t{(512 + 1 + 512 + 1) * 16});
+  EXPECT_EQ(GroupedTailSplitBytes(0, 0), size_t{32});
   // Brute force: every split of up to 40 rows over 3 experts fits the bounds.
   for (int a = 0; a <= 40; ++a)
     for (int b = 0; b <= 40 - a; ++b) {
