@@ -76,8 +76,9 @@ cudaError_t LaunchGemmKernel(TileConfigId id, const KernelParams& p, dim3 grid, 
 
 // The streaming decode kernel (w8a16_stream.cu), p.k_valid == p.k. Dense:
 // grid.x = the row tiles of `plan` (segments' first_tile in those tiles),
-// p.m <= kStreamMaxTokens x plan.token_frags. Grouped (p.work): grid (work entries of at most
-// kStreamMaxTokens rows, row tiles). SiLU·mul with plan.streams == 1 only.
+// p.m <= kStreamMaxTokens x plan.token_frags. Grouped (p.work): grid (work
+// entries of at most kStreamMaxTokens rows, row tiles). SiLU·mul with
+// plan.streams == 1 only.
 cudaError_t LaunchStreamKernel(const StreamPlan& plan, const KernelParams& p, dim3 grid, cudaStream_t stream);
 
 // Builds the grouped work list from expert_offsets [num_experts + 1]:
@@ -102,7 +103,7 @@ struct GroupedWorkLists {
 cudaError_t LaunchGroupedWorkLists(const int32_t* expert_offsets, int num_experts, const GroupedWorkLists& lists,
                                    cudaStream_t stream);
 // A tail split's two lists in a grouped launch's workspace (16-byte slots,
-// GroupedWorkListsBytes of them): the main list's main_entries entries, its
+// gemm::GroupedTailSplitBytes of them): the main list's main_entries entries, its
 // count, then the tail list's tail_entries entries and its count.
 inline GroupedWorkLists TailSplitListsIn(void* workspace, int block_tokens, int64_t main_entries, int tail_below,
                                          int tail_block_tokens, int64_t tail_entries) {

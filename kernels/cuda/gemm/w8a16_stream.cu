@@ -78,7 +78,8 @@ struct LaneStreams {
 };
 
 // The sum over this lane's spans of its fragment's products (acc[nj]: C's
-// four registers of token fragment nj; each widened A fragment feeds kNJ mma). kFp8: spans of 64 e4m3 values with block scales; else 32 bf16
+// four registers of token fragment nj; each widened A fragment feeds kNJ
+// mma). kFp8: spans of 64 e4m3 values with block scales; else 32 bf16
 // values. Rows past n and tokens past m read row 0 / token 0 instead: their
 // products land in fragment rows and columns that are never stored, so the
 // loads need no predicates.
@@ -96,9 +97,10 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams<kNJ>& ls, int t, f
   const uint8_t* w_hi = ls.w_hi + ls.begin_hi * w_step + 16 * t;
   const float* s_lo = kFp8 ? ls.scale_lo + ls.begin_lo / 2 : nullptr;
   const float* s_hi = kFp8 ? ls.scale_hi + ls.begin_hi / 2 : nullptr;
+  const int64_t x_begin = (ls.x_hi ? ls.begin_hi : ls.begin_lo) * kValues + (kValues / 4) * t;
   const uint16_t* xp[kNJ];
 #pragma unroll
-  for (int nj = 0; nj < kNJ; ++nj) xp[nj] = ls.x[nj] + (ls.x_hi ? ls.begin_hi : ls.begin_lo) * kValues + (kValues / 4) * t;
+  for (int nj = 0; nj < kNJ; ++nj) xp[nj] = ls.x[nj] + x_begin;
 
   // One span's products into acc: rows lo at scale sl, rows hi at sh.
   auto span_mma = [&](const uint4& wl, const uint4& wh, const uint4 (&xa)[kNJ], const uint4 (&xb)[kNJ], float sl,
@@ -175,6 +177,8 @@ __device__ __forceinline__ void StreamSpans(const LaneStreams<kNJ>& ls, int t, f
     w_hi += kD * w_step;
 #pragma unroll
     for (int nj = 0; nj < kNJ; ++nj) xp[nj] += kD * kValues;
+    // An even depth keeps begin's parity: fixed steps, as the one-fragment
+    // instances always compiled; an odd one carries the parity along.
     if constexpr (kFp8 && kD % 2 == 0) {
       s_lo += kD / 2;
       s_hi += kD / 2;
@@ -228,9 +232,9 @@ __device__ __forceinline__ const uint8_t* RowStart(const uint8_t* w, int64_t row
 // tok0 + 2t and tok0 + 2t + 1 of the tile) into Y: two K halves added
 // (kStreams 2), SiLU·mul pairs, the residual, bf16 or fp32.
 template <int kStreams>
-__device__ __forceinline__ void StoreStreamOutputs(const KernelParams& p, const KernelSegment& seg, const float (&acc)[4],
-                                                   bool silu, int64_t out_row0, int64_t m, int64_t row_lo,
-                                                   int64_t row_hi, int tok0, int t) {
+__device__ __forceinline__ void StoreStreamOutputs(const KernelParams& p, const KernelSegment& seg,
+                                                   const float (&acc)[4], bool silu, int64_t out_row0, int64_t m,
+                                                   int64_t row_lo, int64_t row_hi, int tok0, int t) {
   // out[j]: (row, token) of this lane's results.
   float out[4] = {0.f, 0.f, 0.f, 0.f};
   int64_t out_row[4] = {row_lo, row_lo, row_hi, row_hi};
@@ -264,7 +268,6 @@ __device__ __forceinline__ void StoreStreamOutputs(const KernelParams& p, const 
     }
   }
 }
-
 
 template <int kStreams, int kWarps, int kLayout, int kNJ>
 __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16StreamKernel(const KernelParams p) {
@@ -358,7 +361,9 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W8A16
     }
   }
 #pragma unroll
-  for (int nj = 0; nj < kNJ; ++nj) StoreStreamOutputs<kStreams>(p, seg, acc[nj], silu, out_row0, m, row_lo, row_hi, 8 * nj, t);
+  for (int nj = 0; nj < kNJ; ++nj) {
+    StoreStreamOutputs<kStreams>(p, seg, acc[nj], silu, out_row0, m, row_lo, row_hi, 8 * nj, t);
+  }
 }
 
 template <int kStreams, int kWarps, int kNJ>
