@@ -18,37 +18,64 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
-// Exclusive prefix sum over a CTA of kT threads in thread order; *total gets
-// the sum. scratch: 33 elements of shared memory. Ends with a barrier, so
-// scratch may be reused right away. T: an integer type.
-template <int kT, class T>
-__device__ __forceinline__ T BlockExclusiveScan(T v, T* scratch, T* total) {
+// Exclusive prefix sums of kN fields at once over a CTA of kT threads in
+// thread order: v[f] becomes the sum of field f over the threads before
+// this one, total[f] the sum over all. One scan's three barriers for every
+// field (a scan a field would take three each). scratch: 33 * kN elements
+// of shared memory. Ends with a barrier, so scratch may be reused right
+// away. T: an integer type.
+template <int kT, int kN, class T>
+__device__ __forceinline__ void BlockExclusiveScanFields(T (&v)[kN], T* scratch, T (&total)[kN]) {
   static_assert(kT % 32 == 0 && kT <= 1024, "whole warps");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  T incl = v;
+  T incl[kN];
+#pragma unroll
+  for (int f = 0; f < kN; ++f) incl[f] = v[f];
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const T n = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += n;
+#pragma unroll
+    for (int f = 0; f < kN; ++f) {
+      const T n = __shfl_up_sync(0xffffffffu, incl[f], o);
+      if (lane >= o) incl[f] += n;
+    }
   }
-  if (lane == 31) scratch[warp] = incl;
+  if (lane == 31) {
+#pragma unroll
+    for (int f = 0; f < kN; ++f) scratch[warp * kN + f] = incl[f];
+  }
   __syncthreads();
   if (warp == 0) {
-    const T w = lane < kT / 32 ? scratch[lane] : T{0};
-    T wi = w;
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const T n = __shfl_up_sync(0xffffffffu, wi, o);
-      if (lane >= o) wi += n;
+    for (int f = 0; f < kN; ++f) {
+      const T w = lane < kT / 32 ? scratch[lane * kN + f] : T{0};
+      T wi = w;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const T n = __shfl_up_sync(0xffffffffu, wi, o);
+        if (lane >= o) wi += n;
+      }
+      scratch[lane * kN + f] = wi - w;
+      if (lane == 31) scratch[32 * kN + f] = wi;
     }
-    scratch[lane] = wi - w;
-    if (lane == 31) scratch[32] = wi;
   }
   __syncthreads();
-  const T r = scratch[warp] + incl - v;
-  *total = scratch[32];
+#pragma unroll
+  for (int f = 0; f < kN; ++f) {
+    const T r = scratch[warp * kN + f] + incl[f] - v[f];
+    total[f] = scratch[32 * kN + f];
+    v[f] = r;
+  }
   __syncthreads();
-  return r;
+}
+
+// One field: returns this thread's exclusive prefix sum, *total the sum.
+// scratch: 33 elements of shared memory.
+template <int kT, class T>
+__device__ __forceinline__ T BlockExclusiveScan(T v, T* scratch, T* total) {
+  T fields[1] = {v}, totals[1];
+  BlockExclusiveScanFields<kT, 1>(fields, scratch, totals);
+  *total = totals[0];
+  return fields[0];
 }
 
 }  // namespace spar::cuda

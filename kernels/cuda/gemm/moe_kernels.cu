@@ -3,6 +3,7 @@
 // GEMV with both for one token, weighted combine (blocks of tokens x hidden
 // columns).
 #include "kernels/cuda/common/arch.cuh"
+#include "kernels/cuda/common/grid_arrival.cuh"
 #include "kernels/cuda/common/reduce.cuh"
 
 #include <cuda_bf16.h>
@@ -167,15 +168,16 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRouteKernel(const MoeRoutePa
 // the grouped GEMMs' work lists when asked for (before the scatter, while
 // the cursors still hold each expert's first row), scatter through
 // per-expert cursors. cnt and cursor: n_local ints each of shared memory;
-// warp_sums: 33. expert_ids are read through L2 (__ldcg): in the fused
+// scan_scratch: kPermuteScanScratch. expert_ids are read through L2 (__ldcg): in the fused
 // kernel other blocks wrote them during this launch. Up to kT x
 // kPermuteIdsHeld pairs (decode batches) they are read once, before the
 // counters are cleared, and held in registers for the scatter: the scatter
 // then waits for no second L2 round trip.
 constexpr int kPermuteIdsHeld = 4;
+constexpr int kPermuteScanScratch = 33 * (1 + kMaxPermuteWorkLists);
 
 template <int kT>
-__device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt, int* cursor, int* warp_sums) {
+__device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt, int* cursor, int* scan_scratch) {
   const int n_local = p.expert_end - p.expert_begin;
   const int tid = threadIdx.x;
   const int64_t n = p.tokens * p.top_k;
@@ -211,30 +213,37 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
   __syncthreads();
   const int per = (n_local + kT - 1) / kT;
   const int e0 = min(tid * per, n_local), e1 = min(e0 + per, n_local);
-  int v = 0;
-  for (int e = e0; e < e1; ++e) v += cnt[e];
-  int local_rows = 0;
-  int excl = cuda::BlockExclusiveScan<kT>(v, warp_sums, &local_rows);
+  // This thread's experts' rows and each work list's entries (tiles of
+  // work_block_tokens rows), scanned together: one block scan for all.
+  constexpr int kFields = 1 + kMaxPermuteWorkLists;
+  int first[kFields] = {}, totals[kFields];
   for (int e = e0; e < e1; ++e) {
-    p.expert_offsets[e] = excl;
-    cursor[e] = excl;
-    excl += cnt[e];
+    first[0] += cnt[e];
+#pragma unroll
+    for (int l = 0; l < kMaxPermuteWorkLists; ++l) {
+      if (l < p.num_work_lists) first[1 + l] += (cnt[e] + p.work_block_tokens[l] - 1) / p.work_block_tokens[l];
+    }
   }
-  if (tid == 0) p.expert_offsets[n_local] = local_rows;
+  cuda::BlockExclusiveScanFields<kT, kFields>(first, scan_scratch, totals);
+  for (int e = e0, row = first[0]; e < e1; ++e) {
+    p.expert_offsets[e] = row;
+    cursor[e] = row;
+    row += cnt[e];
+  }
+  if (tid == 0) p.expert_offsets[n_local] = totals[0];
   // Work lists (MoePermuteParams::work): [0] the entry count, entries of
   // (local expert, first row, rows, 0) from byte 16, in expert order.
-  for (int l = 0; l < p.num_work_lists; ++l) {
+#pragma unroll
+  for (int l = 0; l < kMaxPermuteWorkLists; ++l) {
+    if (l >= p.num_work_lists) break;
     const int bt = p.work_block_tokens[l];
-    int tiles = 0;
-    for (int e = e0; e < e1; ++e) tiles += (cnt[e] + bt - 1) / bt;
-    int total_tiles = 0;
-    int at = cuda::BlockExclusiveScan<kT>(tiles, warp_sums, &total_tiles);
     int32_t* list = static_cast<int32_t*>(p.work[l]);
     int4* entries = reinterpret_cast<int4*>(list + 4);
+    int at = first[1 + l];
     for (int e = e0; e < e1; ++e) {
       for (int r0 = 0; r0 < cnt[e]; r0 += bt) entries[at++] = make_int4(e, cursor[e] + r0, min(bt, cnt[e] - r0), 0);
     }
-    if (tid == 0) list[0] = total_tiles;
+    if (tid == 0) list[0] = totals[1 + l];
   }
   __syncthreads();
   for_each_pair([&](int64_t i, int e) {
@@ -292,9 +301,9 @@ __device__ __forceinline__ void PermuteOneToken(const MoePermuteParams& p, const
 
 __global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams p) {
   extern __shared__ int s_mem[];
-  __shared__ int warp_sums[33];
+  __shared__ int scan_scratch[kPermuteScanScratch];
   const int n_local = p.expert_end - p.expert_begin;
-  PermuteBlock<1024>(p, s_mem, s_mem + n_local, warp_sums);
+  PermuteBlock<1024>(p, s_mem, s_mem + n_local, scan_scratch);
 }
 
 // Routing and permutation in one launch (decode: two dependent kernels of a
@@ -306,22 +315,18 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRoutePermuteKernel(const Moe
                                                                       int32_t* done) {
   extern __shared__ int s_mem[];
   __shared__ RouteSmem route_smem;
-  __shared__ int warp_sums[33];
-  __shared__ bool is_last;
+  __shared__ int scan_scratch[kPermuteScanScratch];
+  __shared__ int is_last;
   if (r.tokens == 1) {  // decode at batch 1: nothing to wait for, no scans to run
     RouteTokenBlock(r, 0, route_smem);  // ends after a barrier that follows the selection
     PermuteOneToken<kRouteThreads>(q, route_smem.selected_id);
     return;
   }
   if (static_cast<int64_t>(blockIdx.x) < r.tokens) RouteTokenBlock(r, blockIdx.x, route_smem);
-  __threadfence();  // this block's ids and weights before its arrival
-  __syncthreads();
-  if (threadIdx.x == 0) is_last = atomicAdd(done, 1) == static_cast<int32_t>(gridDim.x) - 1;
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
+  // This block's ids and weights published; the last block sees them all.
+  if (!cuda::ArriveIsLast(done, static_cast<int32_t>(gridDim.x), is_last)) return;
   const int n_local = q.expert_end - q.expert_begin;
-  PermuteBlock<kRouteThreads>(q, s_mem, s_mem + n_local, warp_sums);
+  PermuteBlock<kRouteThreads>(q, s_mem, s_mem + n_local, scan_scratch);
   if (threadIdx.x == 0) *done = 0;
 }
 
@@ -352,7 +357,7 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRouterRoutePermuteKernel(con
                                                                             const MoePermuteParams q, int32_t* done) {
   __shared__ RouteSmem route_smem;
   __shared__ float partial[kRouterExpertsPerBlock][kRouterWarpsPerExpert];
-  __shared__ bool is_last;
+  __shared__ int is_last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int local = warp / kRouterWarpsPerExpert, quarter = warp % kRouterWarpsPerExpert;
   const int e = blockIdx.x * kRouterExpertsPerBlock + local;
@@ -390,12 +395,8 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRouterRoutePermuteKernel(con
     for (int i = 0; i < kRouterWarpsPerExpert; ++i) s += partial[tid][i];
     if (ex < r.num_experts) g.logits[ex] = s;
   }
-  __threadfence();  // this block's logits before its arrival
-  __syncthreads();
-  if (tid == 0) is_last = atomicAdd(done, 1) == static_cast<int32_t>(gridDim.x) - 1;
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
+  // This block's logits published; the last block sees them all.
+  if (!cuda::ArriveIsLast(done, static_cast<int32_t>(gridDim.x), is_last)) return;
   RouteTokenBlock(r, 0, route_smem);  // ends after a barrier that follows the selection
   PermuteOneToken<kRouteThreads>(q, route_smem.selected_id);
   if (tid == 0) *done = 0;

@@ -7,6 +7,7 @@
 #define SPAR_KERNELS_CUDA_GEMM_SPLIT_K_SUM_CUH_
 
 #include "kernels/cuda/common/arch.cuh"
+#include "kernels/cuda/common/grid_arrival.cuh"
 
 #include <cstdint>
 
@@ -29,12 +30,7 @@ __device__ __forceinline__ bool SumSplitsInLastBlock(const Params& p, float* sc,
     const int c = (i * 4) / kBR, r = (i * 4) % kBR;
     *reinterpret_cast<float4*>(mine + c * kBR + r) = *reinterpret_cast<const float4*>(sc + c * kPitchC + r);
   }
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) is_last = atomicAdd(&p.counters[tile_id], 1) == p.splits - 1;
-  __syncthreads();
-  if (!is_last) return false;
-  __threadfence();
+  if (!cuda::ArriveIsLast(&p.counters[tile_id], p.splits, is_last)) return false;
   for (int i = tid; i < n4; i += kThreads) {
     const int c = (i * 4) / kBR, r = (i * 4) % kBR;
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);

@@ -13,10 +13,11 @@ constexpr int kListThreads = 1024;  // one thread per expert (LaunchGroupedWorkL
 
 // One thread per expert: its entries (tiles of block_tokens rows; with a
 // tail list, a last partial tile of fewer than tail_below rows goes there in
-// entries of tail_block_tokens rows), placed by block-wide exclusive scans.
+// entries of tail_block_tokens rows), placed by one block-wide exclusive
+// scan of both lists' counts.
 __global__ void __launch_bounds__(kListThreads)
     GroupedWorkListsKernel(const int32_t* __restrict__ offsets, int num_experts, GroupedWorkLists l) {
-  __shared__ int scan_scratch[33];
+  __shared__ int scan_scratch[33 * 2];
   const int e = threadIdx.x;
   int begin = 0, rows = 0;
   if (e < num_experts) {
@@ -28,22 +29,21 @@ __global__ void __launch_bounds__(kListThreads)
   if (l.tail_below > 0 && rem > 0 && rem < l.tail_below) tail_rows = rem;
   const int main_rows = rows - tail_rows;
   const int tiles = (main_rows + l.block_tokens - 1) / l.block_tokens;
-  int total = 0;
-  const int first = cuda::BlockExclusiveScan<kListThreads>(tiles, scan_scratch, &total);
+  const int tail_tiles = tail_rows > 0 ? (tail_rows + l.tail_block_tokens - 1) / l.tail_block_tokens : 0;
+  int first[2] = {tiles, tail_tiles}, total[2];
+  cuda::BlockExclusiveScanFields<kListThreads, 2>(first, scan_scratch, total);
   for (int i = 0; i < tiles; ++i) {
     const int r0 = i * l.block_tokens;
-    reinterpret_cast<int4*>(l.work)[first + i] = make_int4(e, begin + r0, min(l.block_tokens, main_rows - r0), 0);
+    reinterpret_cast<int4*>(l.work)[first[0] + i] = make_int4(e, begin + r0, min(l.block_tokens, main_rows - r0), 0);
   }
-  if (e == 0) *l.work_count = total;
+  if (e == 0) *l.work_count = total[0];
   if (l.tail_below <= 0) return;  // uniform: every thread sees the same l
-  const int tail_tiles = (tail_rows + l.tail_block_tokens - 1) / l.tail_block_tokens;
-  const int tail_first = cuda::BlockExclusiveScan<kListThreads>(tail_tiles, scan_scratch, &total);
   for (int i = 0; i < tail_tiles; ++i) {
     const int r0 = i * l.tail_block_tokens;
-    reinterpret_cast<int4*>(l.tail_work)[tail_first + i] =
+    reinterpret_cast<int4*>(l.tail_work)[first[1] + i] =
         make_int4(e, begin + main_rows + r0, min(l.tail_block_tokens, tail_rows - r0), 0);
   }
-  if (e == 0) *l.tail_count = total;
+  if (e == 0) *l.tail_count = total[1];
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/grid_arrival.cuh"
 #include "kernels/cuda/indexer/indexer.h"
 #include "kernels/cuda/indexer/topk_device.cuh"
 #include "kernels/cuda/indexer/topk_keys.cuh"
@@ -54,28 +55,6 @@ struct GroupArgs {
   uint2* list;        // [rows][kListCap]
   int chunks;
 };
-
-__device__ __forceinline__ uint32_t LoadAcquire(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Waits until the row's CTAs have arrived `target` times in all (chunks per
-// barrier, counted from the zero the launcher set). The global writes of
-// every thread of those CTAs before it are visible to every thread after it
-// (the pattern of a grid barrier: CTA barrier, one thread's fence and
-// counter, CTA barrier); the data is then read with ld.cg (L2).
-__device__ __forceinline__ void RowBarrier(uint32_t* arrived, uint32_t target) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(arrived, 1u);
-    while (LoadAcquire(arrived) < target) {
-    }
-  }
-  __syncthreads();
-}
 
 // The row's bucket holding the rem-th largest key, from the chunks'
 // histograms of one level (hists[c][bin], `chunks` of them; this CTA is
@@ -154,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 2) TopKGroupKernel(const TopKParams 
       for (int cp = 0; cp < kGroupCopies; ++cp) c += h[cp][tid];
       level_hists[me * kBins + tid] = c;
     }
-    RowBarrier(arrived, ++barriers * chunks);
+    cuda::ArriveAndWait(arrived, ++barriers * chunks);
     const DigitSelect s = FindGroupBucket(level_hists, chunks, me, rem, bucket_scratch, &sel);
     if (level == 0 && s.total <= k) {
       take_all_valid = true;
@@ -177,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 2) TopKGroupKernel(const TopKParams 
         Append(in, key[u], c0 + u * kThreads + tid, list + s.earlier_bucket, &list_count,
                kListCap - s.earlier_bucket);
       }
-      RowBarrier(arrived, ++barriers * chunks);
+      cuda::ArriveAndWait(arrived, ++barriers * chunks);
       const uint32_t n = s.count;
       if (tid < static_cast<int>(n)) list_s[tid] = __ldcg(list + tid);
       __syncthreads();
