@@ -5,9 +5,9 @@
 # tree, in one device call (one GPU): the kernels' GPU tests, gemm_bench of
 # both builds interleaved (tools/device/gemm_ab.sh: routing + permutation at
 # 1 / 8 / 64 tokens, the grouped and split-K GEMMs), indexer_bench's top-k
-# (the row-group path's barriers) of both builds interleaved, engine_bench of
-# the FP8 GLM-5 MoE layer of both builds interleaved on one checkpoint, then
-# the decode-graph parity and speculative tests.
+# (the row-group path's barriers) of both builds interleaved, the
+# decode-graph parity and speculative tests, then engine_bench of the FP8
+# GLM-5 MoE layer of both builds interleaved on one checkpoint.
 # Build (sm_90 from compute_80) gemm_bench, indexer_bench and engine_bench of
 # the base tree and of this one as /tmp/bXX/<bench>_{base,acq}, this tree's
 # gemm_gpu_test, indexer_gpu_test, cuda_parity_gpu_test and
@@ -17,8 +17,9 @@
 # On the GPU host (carry .bundle-z):
 #   python3 -c 'import tarfile; tarfile.open(".bundle-z/ga.tar.xz").extractall(".")'
 #   OUT=$OUT bash tools/device/grid_arrival_ab.sh
-# gemm_gpu_test runs whole. Knobs: TESTS, GEMM, TOPK, ENGINE, SLOW_TESTS (1 each; 0 skips), ROUNDS
-# (engine, 2), GEMM_ROUNDS (3), TOPK_ROUNDS (2), BATCHES (1,8,64).
+# gemm_gpu_test runs whole. Knobs: TESTS, GEMM, TOPK, SLOW_TESTS, ENGINE (1
+# each; 0 skips), ROUNDS (engine, 2), GEMM_ROUNDS (3), TOPK_ROUNDS (2),
+# BATCHES (1,8,64).
 # Logs archived to $OUT/ga.tgz; tables last.
 set -uo pipefail
 NAME=ga
@@ -40,7 +41,10 @@ if [[ ${TOPK:-1} != 0 ]]; then
     done
   done
 fi
-if [[ ${ENGINE:-1} != 0 ]]; then
+[[ ${SLOW_TESTS:-1} != 0 ]] && run_tests 1
+# The engine rounds only where the call has time left for them (SECONDS:
+# this script's elapsed time; ENGINE_BEFORE_S, default 330).
+if [[ ${ENGINE:-1} != 0 && $SECONDS -lt ${ENGINE_BEFORE_S:-330} ]]; then
   variants=(base acq)
   m=/tmp/glm5ga
   [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5ga
@@ -48,7 +52,6 @@ if [[ ${ENGINE:-1} != 0 ]]; then
   engine_rounds acq --make-geometry glm5-full --make-layers 4
   rm -rf "$m"
 fi
-[[ ${SLOW_TESTS:-1} != 0 ]] && run_tests 1
 cat "$OUT/gpu.txt" "$OUT/rc.txt"
 grep -h "FAILED" "$OUT"/*_gpu_test*.log 2>/dev/null | head -20
 grep -E "^\|" "$OUT/gemm_ab.txt" 2>/dev/null | grep -vE "\| (cublas|torch)" | head -40
