@@ -1,9 +1,12 @@
-// The grid arrivals (kernels/cuda/common/grid_arrival.cuh) under load: every
-// thread of every block writes values that depend on the launch, and the
-// block(s) after the arrival check every other block's values through L2. A
-// release that published only the arriving thread's own writes, or an
-// acquire that let the last block read stale lines, shows up as mismatches
-// (each launch changes every value, so a stale read cannot match).
+// The grid arrivals (kernels/cuda/common/grid_arrival.cuh) as a protocol:
+// every thread of every block writes values that depend on the launch, and
+// the block(s) after the arrival check every other block's values through
+// L2 (each launch changes every value, so a stale read cannot match); one
+// last block a launch, the counter left zero, two barriers in a row. What
+// this does not show: that the release is needed. On an H100 a copy with
+// relaxed atomics and loads (no fence at all) passed too (2026-12-06, 5
+// repeats): the hardware rarely reorders these without memory stress, so
+// the PTX memory model, not this test, is why the arrival is acq_rel.
 #include <cstdint>
 #include <vector>
 
