@@ -164,53 +164,61 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRouteKernel(const MoeRoutePa
 }
 
 // Counting sort by expert in one block of kT threads: counts (shared
-// atomics), exclusive scan (thread i owns experts [i*per, (i+1)*per)),
-// the grouped GEMMs' work lists when asked for (before the scatter, while
-// the cursors still hold each expert's first row), scatter through
-// per-expert cursors. cnt and cursor: n_local ints each of shared memory;
-// scan_scratch: kPermuteScanScratch. expert_ids are read through L2 (__ldcg): in the fused
-// kernel other blocks wrote them during this launch. Up to kT x
-// kPermuteIdsHeld pairs (decode batches) they are read once, before the
-// counters are cleared, and held in registers for the scatter: the scatter
-// then waits for no second L2 round trip.
+// atomics), one exclusive scan of the rows and the work lists' entries
+// (thread i owns experts [i*per, (i+1)*per)), the grouped GEMMs' work lists
+// when asked for, scatter. cnt and first_row: n_local ints each of shared
+// memory, cnt zero on entry (ClearPermuteCounts, then a barrier: the fused
+// kernel clears before its arrival, off the last block's chain);
+// scan_scratch: kPermuteScanScratch. expert_ids are read through L2
+// (__ldcg): in the fused kernel other blocks wrote them during this launch.
+// Up to kT x kPermuteIdsHeld pairs (decode batches) they are read once and
+// held in registers with each pair's place among its expert's rows (what
+// the counting atomic returned), so the scatter needs no second L2 round
+// trip and no second atomic. Beyond that (prefill) the ids are read again
+// and placed through per-expert cursors. Indices are 32-bit (tokens * top_k
+// < 2^31): this block is a chain of dependent steps, and a 64-bit division
+// is a ~70-instruction subroutine on it.
 constexpr int kPermuteIdsHeld = 4;
-constexpr int kPermuteScanScratch = 33 * (1 + kMaxPermuteWorkLists);
+constexpr int kPermuteScanScratch = 32 * (1 + kMaxPermuteWorkLists);
+
+// Probe hook: tools/device/probes/route_probe.cu defines it to time the
+// block's steps (thread 0, after each barrier); nothing in the build.
+#ifndef SPAR_PERMUTE_STEP
+#define SPAR_PERMUTE_STEP(n)
+#endif
 
 template <int kT>
-__device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt, int* cursor, int* scan_scratch) {
+__device__ __forceinline__ void ClearPermuteCounts(const MoePermuteParams& p, int* cnt) {
+  for (int e = threadIdx.x; e < p.expert_end - p.expert_begin; e += kT) cnt[e] = 0;
+}
+
+template <int kT>
+__device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt, int* first_row, int* scan_scratch) {
   const int n_local = p.expert_end - p.expert_begin;
   const int tid = threadIdx.x;
-  const int64_t n = p.tokens * p.top_k;
-  const bool held = n <= int64_t{kT} * kPermuteIdsHeld;
+  const int n = static_cast<int>(p.tokens) * p.top_k;
+  const unsigned top_k = static_cast<unsigned>(p.top_k);
+  const bool held = n <= kT * kPermuteIdsHeld;
+  auto mine = [&](int e) { return e >= 0 && e < n_local; };
   int local[kPermuteIdsHeld];  // pair tid + k kT's local expert (out of range: not this rank's)
+  int place[kPermuteIdsHeld];  // its place among the expert's rows
+  SPAR_PERMUTE_STEP(0);
   if (held) {
 #pragma unroll
     for (int k = 0; k < kPermuteIdsHeld; ++k) {
-      const int64_t i = tid + int64_t{k} * kT;
+      const int i = tid + k * kT;
       local[k] = i < n ? __ldcg(p.expert_ids + i) - p.expert_begin : -1;
     }
-  }
-  // Visits every pair (index, local expert) this thread owns, the expert
-  // held in registers or read through L2 again; experts of other ranks come
-  // out of range (the callers skip them).
-  auto for_each_pair = [&](auto&& visit) {
-    if (held) {
 #pragma unroll
-      for (int k = 0; k < kPermuteIdsHeld; ++k) {
-        const int64_t i = tid + int64_t{k} * kT;
-        if (i < n) visit(i, local[k]);
-      }
-    } else {
-      for (int64_t i = tid; i < n; i += kT) visit(i, __ldcg(p.expert_ids + i) - p.expert_begin);
+    for (int k = 0; k < kPermuteIdsHeld; ++k) place[k] = mine(local[k]) ? atomicAdd(&cnt[local[k]], 1) : -1;
+  } else {
+    for (int64_t i = tid; i < n; i += kT) {  // 64-bit: i + kT may pass 2^31
+      const int e = __ldcg(p.expert_ids + i) - p.expert_begin;
+      if (mine(e)) atomicAdd(&cnt[e], 1);
     }
-  };
-  auto mine = [&](int e) { return e >= 0 && e < n_local; };
-  for (int e = tid; e < n_local; e += kT) cnt[e] = 0;
+  }
   __syncthreads();
-  for_each_pair([&](int64_t, int e) {
-    if (mine(e)) atomicAdd(&cnt[e], 1);
-  });
-  __syncthreads();
+  SPAR_PERMUTE_STEP(1);
   const int per = (n_local + kT - 1) / kT;
   const int e0 = min(tid * per, n_local), e1 = min(e0 + per, n_local);
   // This thread's experts' rows and each work list's entries (tiles of
@@ -225,9 +233,10 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
     }
   }
   cuda::BlockExclusiveScanFields<kT, kFields>(first, scan_scratch, totals);
+  SPAR_PERMUTE_STEP(2);
   for (int e = e0, row = first[0]; e < e1; ++e) {
     p.expert_offsets[e] = row;
-    cursor[e] = row;
+    first_row[e] = row;
     row += cnt[e];
   }
   if (tid == 0) p.expert_offsets[n_local] = totals[0];
@@ -241,19 +250,37 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
     int4* entries = reinterpret_cast<int4*>(list + 4);
     int at = first[1 + l];
     for (int e = e0; e < e1; ++e) {
-      for (int r0 = 0; r0 < cnt[e]; r0 += bt) entries[at++] = make_int4(e, cursor[e] + r0, min(bt, cnt[e] - r0), 0);
+      for (int r0 = 0; r0 < cnt[e]; r0 += bt) entries[at++] = make_int4(e, first_row[e] + r0, min(bt, cnt[e] - r0), 0);
     }
     if (tid == 0) list[0] = totals[1 + l];
   }
   __syncthreads();
-  for_each_pair([&](int64_t i, int e) {
-    int pos = -1;
-    if (mine(e)) {
-      pos = atomicAdd(&cursor[e], 1);
-      p.sorted_token[pos] = static_cast<int32_t>(i / p.top_k);
+  SPAR_PERMUTE_STEP(3);
+  if (held) {
+#pragma unroll
+    for (int k = 0; k < kPermuteIdsHeld; ++k) {
+      const int i = tid + k * kT;
+      if (i >= n) continue;
+      int pos = -1;
+      if (place[k] >= 0) {
+        pos = first_row[local[k]] + place[k];
+        p.sorted_token[pos] = static_cast<int32_t>(static_cast<unsigned>(i) / top_k);
+      }
+      p.slot[i] = pos;
     }
-    p.slot[i] = pos;
-  });
+  } else {
+    // first_row becomes each expert's cursor.
+    for (int64_t i = tid; i < n; i += kT) {
+      const int e = __ldcg(p.expert_ids + i) - p.expert_begin;
+      int pos = -1;
+      if (mine(e)) {
+        pos = atomicAdd(&first_row[e], 1);
+        p.sorted_token[pos] = static_cast<int32_t>(static_cast<unsigned>(i) / top_k);
+      }
+      p.slot[i] = pos;
+    }
+  }
+  SPAR_PERMUTE_STEP(4);
 }
 
 // The permutation of one token's top_k distinct experts (ids: global, in
@@ -303,6 +330,8 @@ __global__ void __launch_bounds__(1024) MoePermuteKernel(const MoePermuteParams 
   extern __shared__ int s_mem[];
   __shared__ int scan_scratch[kPermuteScanScratch];
   const int n_local = p.expert_end - p.expert_begin;
+  ClearPermuteCounts<1024>(p, s_mem);
+  __syncthreads();
   PermuteBlock<1024>(p, s_mem, s_mem + n_local, scan_scratch);
 }
 
@@ -323,6 +352,7 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRoutePermuteKernel(const Moe
     return;
   }
   if (static_cast<int64_t>(blockIdx.x) < r.tokens) RouteTokenBlock(r, blockIdx.x, route_smem);
+  ClearPermuteCounts<kRouteThreads>(q, s_mem);  // every block: which one is last is not known yet
   // This block's ids and weights published; the last block sees them all.
   if (!cuda::ArriveIsLast(done, static_cast<int32_t>(gridDim.x), is_last)) return;
   const int n_local = q.expert_end - q.expert_begin;

@@ -17,7 +17,7 @@ constexpr int kListThreads = 1024;  // one thread per expert (LaunchGroupedWorkL
 // scan of both lists' counts.
 __global__ void __launch_bounds__(kListThreads)
     GroupedWorkListsKernel(const int32_t* __restrict__ offsets, int num_experts, GroupedWorkLists l) {
-  __shared__ int scan_scratch[33 * 2];
+  __shared__ int scan_scratch[32 * 2];
   const int e = threadIdx.x;
   int begin = 0, rows = 0;
   if (e < num_experts) {
