@@ -226,17 +226,27 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
   constexpr int kFields = 1 + kMaxPermuteWorkLists;
   int first[kFields] = {}, totals[kFields];
   for (int e = e0; e < e1; ++e) {
-    first[0] += cnt[e];
+    const unsigned c = cnt[e];
+    first[0] += c;
 #pragma unroll
     for (int l = 0; l < kMaxPermuteWorkLists; ++l) {
-      if (l < p.num_work_lists) first[1 + l] += (cnt[e] + p.work_block_tokens[l] - 1) / p.work_block_tokens[l];
+      const unsigned bt = p.work_block_tokens[l];
+      if (l < p.num_work_lists) first[1 + l] += (c + bt - 1) / bt;
     }
   }
   cuda::BlockExclusiveScanFields<kT, kFields>(first, scan_scratch, totals);
   SPAR_PERMUTE_STEP(2);
   for (int e = e0, row = first[0]; e < e1; ++e) {
-    p.expert_offsets[e] = row;
     first_row[e] = row;
+    row += cnt[e];
+  }
+  __syncthreads();  // first_row, for the scatter
+  SPAR_PERMUTE_STEP(3);
+  // The global writes come after the last barrier, so no barrier waits for
+  // them. The rows again from registers: without held ids first_row turns
+  // into cursors below, under other threads' atomics.
+  for (int e = e0, row = first[0]; e < e1; ++e) {
+    p.expert_offsets[e] = row;
     row += cnt[e];
   }
   if (tid == 0) p.expert_offsets[n_local] = totals[0];
@@ -249,13 +259,13 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
     int32_t* list = static_cast<int32_t*>(p.work[l]);
     int4* entries = reinterpret_cast<int4*>(list + 4);
     int at = first[1 + l];
-    for (int e = e0; e < e1; ++e) {
-      for (int r0 = 0; r0 < cnt[e]; r0 += bt) entries[at++] = make_int4(e, first_row[e] + r0, min(bt, cnt[e] - r0), 0);
+    for (int e = e0, row = first[0]; e < e1; ++e) {
+      const int c = cnt[e];
+      for (int r0 = 0; r0 < c; r0 += bt) entries[at++] = make_int4(e, row + r0, min(bt, c - r0), 0);
+      row += c;
     }
     if (tid == 0) list[0] = totals[1 + l];
   }
-  __syncthreads();
-  SPAR_PERMUTE_STEP(3);
   if (held) {
 #pragma unroll
     for (int k = 0; k < kPermuteIdsHeld; ++k) {
@@ -302,13 +312,16 @@ __device__ __forceinline__ void PermuteOneToken(const MoePermuteParams& p, const
       hit |= l == e;
     }
     p.expert_offsets[e] = below;
-    if (hit && e < n_local) {
-      for (int w = 0; w < p.num_work_lists; ++w) {
+    // Lists indexed by constants: a runtime index into the parameters'
+    // arrays makes the compiler copy them all to local memory in every
+    // thread of the launch.
+#pragma unroll
+    for (int w = 0; w < kMaxPermuteWorkLists; ++w) {
+      if (w >= p.num_work_lists) break;
+      if (hit && e < n_local) {
         reinterpret_cast<int4*>(static_cast<int32_t*>(p.work[w]) + 4)[below] = make_int4(e, below, 1, 0);
       }
-    }
-    if (e == n_local) {  // below = this rank's rows = the lists' entry counts
-      for (int w = 0; w < p.num_work_lists; ++w) static_cast<int32_t*>(p.work[w])[0] = below;
+      if (e == n_local) static_cast<int32_t*>(p.work[w])[0] = below;  // this rank's rows = the entries
     }
   }
   for (int i = threadIdx.x; i < k; i += kT) {
