@@ -20,7 +20,9 @@
 # On the GPU host (carry .bundle-z):
 #   python3 -c 'import tarfile; tarfile.open(".bundle-z/ra.tar.xz").extractall(".")'
 #   OUT=$OUT bash tools/device/routing_ab.sh
-# Knobs: TESTS, GEMM, TOPK, ENGINE, SLOW_TESTS (1 each; 0 skips), ROUNDS
+# Knobs: VARIANTS (builds, first = baseline; default 'base lean': binaries
+# <bench>_<variant>, route_probe_<variant>), TESTS, GEMM, TOPK, ENGINE,
+# SLOW_TESTS (1 each; 0 skips), ROUNDS
 # (engine, 2), GEMM_ROUNDS (2), TOPK_ROUNDS (2), PROBE_ROUNDS (2), BATCHES
 # (1,8,64), LONG (H200 only, 32768,131072; empty skips), ENGINE_BEFORE_S (300).
 # Logs archived to $OUT/ra.tgz; tables last.
@@ -30,21 +32,23 @@ source tools/device/two_build_common.sh
 FILTER_indexer_gpu_test=${FILTER_indexer_gpu_test:-'*TopK*'}
 FILTER_cuda_parity_gpu_test=${FILTER_cuda_parity_gpu_test:-'*DecodeGraphsReplayLikeEagerSteps*:*SparseSelectionsAgreeWithCpu*:*OverlappedBranches*'}
 FILTER_speculative_gpu_test=${FILTER_speculative_gpu_test:-'*GreedyEqualsPlainGreedy*'}
+read -r -a builds <<<"${VARIANTS:-base lean}"
+first=${builds[0]} last=${builds[${#builds[@]}-1]}
 [[ ${TESTS:-1} != 0 ]] && run_tests 0
 for ((r = 1; r <= ${PROBE_ROUNDS:-2}; ++r)); do
-  for v in base lean; do
+  for v in "${builds[@]}"; do
     timeout 60 "$B/route_probe_$v" >"$OUT/probe_$v-$r.log" 2>&1
     echo "route_probe $v-$r rc $?" >>"$OUT/rc.txt"
   done
 done
 if [[ ${GEMM:-1} != 0 ]]; then
-  BUNDLE=$BUNDLE OUT=$OUT/gab VARIANTS='base lean' MS=64 SHAPES=fused_a \
+  BUNDLE=$BUNDLE OUT=$OUT/gab VARIANTS="${builds[*]}" MS=64 SHAPES=fused_a \
     MOE_TOKENS=1,8,64 ROUNDS=${GEMM_ROUNDS:-2} bash tools/device/gemm_ab.sh >"$OUT/gemm_ab.txt" 2>&1
   echo "gemm_ab rc $?" >>"$OUT/rc.txt"
 fi
 if [[ ${TOPK:-1} != 0 ]]; then
   for ((r = 1; r <= ${TOPK_ROUNDS:-2}; ++r)); do
-    for v in base lean; do
+    for v in "${builds[@]}"; do
       timeout 120 "$B/indexer_bench_$v" topk >"$OUT/topk_$v-$r.log" 2>&1
       echo "indexer_bench topk $v-$r rc $?" >>"$OUT/rc.txt"
     done
@@ -53,16 +57,16 @@ fi
 # The engine rounds only where the call has time left for them (SECONDS:
 # this script's elapsed time).
 if [[ ${ENGINE:-1} != 0 && $SECONDS -lt ${ENGINE_BEFORE_S:-300} ]]; then
-  variants=(base lean lean_fp8)
-  BIN_lean_fp8=lean
-  FLAGS_lean_fp8='--latent fp8'
+  variants=("$first" "$last" fp8)
+  BIN_fp8=$last
+  FLAGS_fp8='--latent fp8'
   m=/tmp/glm5ra
   [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5ra
   args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8,64}" --contexts 8192)
-  engine_rounds lean --make-geometry glm5-full --make-layers 4
+  engine_rounds "$last" --make-geometry glm5-full --make-layers 4
   long=${LONG-32768,131072}
   if [[ -n $long ]] && grep -q H200 "$OUT/gpu.txt"; then
-    bench 240 lean --model "$m" --layers 3:4 --batches 1 --contexts "$long" >"$OUT/engine_long.log" 2>&1
+    bench 240 "$last" --model "$m" --layers 3:4 --batches 1 --contexts "$long" >"$OUT/engine_long.log" 2>&1
     echo "engine long rc $?" >>"$OUT/rc.txt"
   fi
   rm -rf "$m"

@@ -10,11 +10,33 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_80,code=sm_90 --expt-relaxed-constexpr \
 //     -I. -Ibuild-cuda -o /tmp/route_probe tools/device/probes/route_probe.cu
 // Timed with bench/common/bench_util.h's GraphMedianMicros (50 launches a
-// graph).
+// graph). It also times the whole launch's permutation block step by step
+// (clock64 of its thread 0 at its entry, after its barriers and at its end,
+// through the SPAR_PERMUTE_STEP hook; mean cycles over every launch of the
+// timing).
+#include <cuda_runtime.h>
+
+namespace spar::probe {
+// Cycles from PermuteBlock's step n - 1 to step n, summed over launches
+// ([0]: launches). The steps' clocks wait in shared memory and go out at the
+// last step, so the probe puts no global traffic inside the chain it times.
+__device__ unsigned long long g_step_cycles[5];
+__device__ __forceinline__ void Step(int n) {
+  __shared__ long long at[5];
+  if (threadIdx.x != 0) return;
+  at[n] = clock64();
+  if (n < 4) return;
+  atomicAdd(&g_step_cycles[0], 1ull);
+  for (int i = 1; i < 5; ++i) atomicAdd(&g_step_cycles[i], static_cast<unsigned long long>(at[i] - at[i - 1]));
+}
+}  // namespace spar::probe
+#define SPAR_PERMUTE_STEP(n) ::spar::probe::Step(n)
+
 #include "kernels/cuda/gemm/moe_kernels.cu"
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "bench/common/bench_util.h"
@@ -36,6 +58,8 @@ __global__ void __launch_bounds__(kRouteThreads) PermuteOnly(const MoePermutePar
   extern __shared__ int s_mem[];
   __shared__ int scan_scratch[kPermuteScanScratch];
   const int n_local = q.expert_end - q.expert_begin;
+  ClearPermuteCounts<kRouteThreads>(q, s_mem);
+  __syncthreads();
   PermuteBlock<kRouteThreads>(q, s_mem, s_mem + n_local, scan_scratch);
 }
 
@@ -77,6 +101,9 @@ int main() {
   CheckCuda(cudaMemcpy(bias, hb.data(), E * 4, cudaMemcpyHostToDevice), "bias");
   cudaStream_t st;
   CheckCuda(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+  int clock_khz = 0;
+  CheckCuda(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0), "clock rate");
+  std::vector<std::string> steps;
   std::printf("| tokens | route+permute (full) | route + arrival | route only (MoeRouteKernel) | "
               "permute block alone (1 block) |\n|---|---|---|---|---|\n");
   for (int T : {1, 8, 64}) {
@@ -103,7 +130,19 @@ int main() {
     q.work_block_tokens[1] = 16;
     q.work[0] = lists[0];
     q.work[1] = lists[1];
+    const unsigned long long zero[5] = {};
+    CheckCuda(cudaMemcpyToSymbol(probe::g_step_cycles, zero, sizeof(zero)), "reset steps");
     const double full = Time([&] { return LaunchMoeRoutePermuteKernel(r, q, done, st); }, st);
+    unsigned long long cyc[5];
+    CheckCuda(cudaMemcpyFromSymbol(cyc, probe::g_step_cycles, sizeof(cyc)), "read steps");
+    if (cyc[0] > 0) {
+      char line[256];
+      double c[5];
+      for (int i = 1; i < 5; ++i) c[i] = static_cast<double>(cyc[i]) / cyc[0];
+      std::snprintf(line, sizeof(line), "| %d | %llu | %.0f | %.0f | %.0f | %.0f | %.2f |", T, cyc[0], c[1], c[2], c[3],
+                    c[4], (c[1] + c[2] + c[3] + c[4]) / clock_khz * 1e3);
+      steps.push_back(line);
+    }
     const double route_arrive = Time(
         [&] {
           RouteArrive<<<T, kRouteThreads, 0, st>>>(r, done);
@@ -120,6 +159,10 @@ int main() {
     std::printf("| %d%s | %.2f | %.2f | %.2f | %.2f |\n", T, T == 1 ? " (one-token path)" : "", full, route_arrive,
                 route, permute);
   }
+  std::printf("\nThe whole launch's permutation block, mean cycles of its thread 0 between steps (clock %d MHz):\n"
+              "| tokens | launches | ids read + counted | scan | first rows + barrier | global writes | sum us |\n"
+              "|---|---|---|---|---|---|---|\n", clock_khz / 1000);
+  for (const auto& l : steps) std::printf("%s\n", l.c_str());
   int d = -1;
   CheckCuda(cudaMemcpy(&d, done, 4, cudaMemcpyDeviceToHost), "counter");
   std::printf("counter left %d\n", d);
