@@ -182,7 +182,8 @@ constexpr int kPermuteIdsHeld = 4;
 constexpr int kPermuteScanScratch = 32 * (1 + kMaxPermuteWorkLists);
 
 // Probe hook: tools/device/probes/route_probe.cu defines it to time the
-// block's steps (thread 0, after each barrier); nothing in the build.
+// block's steps (thread 0: at entry, after the counts, before and after the
+// scan, after the first rows, at the end); nothing in the build.
 #ifndef SPAR_PERMUTE_STEP
 #define SPAR_PERMUTE_STEP(n)
 #endif
@@ -234,14 +235,15 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
       if (l < p.num_work_lists) first[1 + l] += (c + bt - 1) / bt;
     }
   }
-  cuda::BlockExclusiveScanFields<kT, kFields>(first, scan_scratch, totals);
   SPAR_PERMUTE_STEP(2);
+  cuda::BlockExclusiveScanFields<kT, kFields>(first, scan_scratch, totals);
+  SPAR_PERMUTE_STEP(3);
   for (int e = e0, row = first[0]; e < e1; ++e) {
     first_row[e] = row;
     row += cnt[e];
   }
   __syncthreads();  // first_row, for the scatter
-  SPAR_PERMUTE_STEP(3);
+  SPAR_PERMUTE_STEP(4);
   // The global writes come after the last barrier, so no barrier waits for
   // them. The rows again from registers: without held ids first_row turns
   // into cursors below, under other threads' atomics.
@@ -290,7 +292,7 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
       p.slot[i] = pos;
     }
   }
-  SPAR_PERMUTE_STEP(4);
+  SPAR_PERMUTE_STEP(5);
 }
 
 // The permutation of one token's top_k distinct experts (ids: global, in

@@ -17,17 +17,18 @@
 #include <cuda_runtime.h>
 
 namespace spar::probe {
+constexpr int kSteps = 6;  // PermuteBlock's SPAR_PERMUTE_STEP(0 .. kSteps - 1)
 // Cycles from PermuteBlock's step n - 1 to step n, summed over launches
 // ([0]: launches). The steps' clocks wait in shared memory and go out at the
 // last step, so the probe puts no global traffic inside the chain it times.
-__device__ unsigned long long g_step_cycles[5];
+__device__ unsigned long long g_step_cycles[kSteps];
 __device__ __forceinline__ void Step(int n) {
-  __shared__ long long at[5];
+  __shared__ long long at[kSteps];
   if (threadIdx.x != 0) return;
   at[n] = clock64();
-  if (n < 4) return;
+  if (n < kSteps - 1) return;
   atomicAdd(&g_step_cycles[0], 1ull);
-  for (int i = 1; i < 5; ++i) atomicAdd(&g_step_cycles[i], static_cast<unsigned long long>(at[i] - at[i - 1]));
+  for (int i = 1; i < kSteps; ++i) atomicAdd(&g_step_cycles[i], static_cast<unsigned long long>(at[i] - at[i - 1]));
 }
 }  // namespace spar::probe
 #define SPAR_PERMUTE_STEP(n) ::spar::probe::Step(n)
@@ -130,17 +131,22 @@ int main() {
     q.work_block_tokens[1] = 16;
     q.work[0] = lists[0];
     q.work[1] = lists[1];
-    const unsigned long long zero[5] = {};
+    const unsigned long long zero[probe::kSteps] = {};
     CheckCuda(cudaMemcpyToSymbol(probe::g_step_cycles, zero, sizeof(zero)), "reset steps");
     const double full = Time([&] { return LaunchMoeRoutePermuteKernel(r, q, done, st); }, st);
-    unsigned long long cyc[5];
+    unsigned long long cyc[probe::kSteps];
     CheckCuda(cudaMemcpyFromSymbol(cyc, probe::g_step_cycles, sizeof(cyc)), "read steps");
     if (cyc[0] > 0) {
-      char line[256];
-      double c[5];
-      for (int i = 1; i < 5; ++i) c[i] = static_cast<double>(cyc[i]) / cyc[0];
-      std::snprintf(line, sizeof(line), "| %d | %llu | %.0f | %.0f | %.0f | %.0f | %.2f |", T, cyc[0], c[1], c[2], c[3],
-                    c[4], (c[1] + c[2] + c[3] + c[4]) / clock_khz * 1e3);
+      std::string line = "| " + std::to_string(T) + " | " + std::to_string(cyc[0]);
+      double sum = 0.0;
+      for (int i = 1; i < probe::kSteps; ++i) {
+        const double c = static_cast<double>(cyc[i]) / cyc[0];
+        sum += c;
+        line += " | " + std::to_string(static_cast<long long>(c + 0.5));
+      }
+      char tail[32];
+      std::snprintf(tail, sizeof(tail), " | %.2f |", sum / clock_khz * 1e3);
+      line += tail;
       steps.push_back(line);
     }
     const double route_arrive = Time(
@@ -160,8 +166,8 @@ int main() {
                 route, permute);
   }
   std::printf("\nThe whole launch's permutation block, mean cycles of its thread 0 between steps (clock %d MHz):\n"
-              "| tokens | launches | ids read + counted | scan | first rows + barrier | global writes | sum us |\n"
-              "|---|---|---|---|---|---|---|\n", clock_khz / 1000);
+              "| tokens | launches | ids read + counted | counts and tiles a thread | block scan | first rows + barrier | "
+              "global writes | sum us |\n|---|---|---|---|---|---|---|---|\n", clock_khz / 1000);
   for (const auto& l : steps) std::printf("%s\n", l.c_str());
   int d = -1;
   CheckCuda(cudaMemcpy(&d, done, 4, cudaMemcpyDeviceToHost), "counter");
