@@ -82,9 +82,4 @@ grep -E "^\|" "$OUT/gemm_ab.txt" 2>/dev/null | grep -vE "\| (cublas|torch)" | he
 for f in "$OUT"/topk_*.log; do
   [[ -f $f ]] && echo "== $(basename "$f" .log)" && grep -E "^topk" "$f" | head -12
 done
-echo "| run | context | batch | per-layer ms (graph) | roofline ms | % of roofline |"
-for f in "$OUT"/engine_*-[0-9].log "$OUT/engine_long.log"; do
-  [[ -f $f ]] || continue
-  v=$(basename "$f" .log)
-  grep -E "^\| *[0-9]+ \| *[0-9]+ \| [0-9.]+ \|" "$f" | awk -F'|' -v v="$v" '{printf "| %s | %s | %s | %s | %s | %s |\n", v, $2, $3, $5, $10, $11}'
-done
+engine_table "$OUT"/engine_*-[0-9].log "$OUT/engine_long.log"

@@ -40,10 +40,5 @@ if [[ ${CAPACITY:-1} != 0 && -x $B/capacity_plan_gpu_test ]]; then
 fi
 cat "$OUT/gpu.txt" "$OUT/rc.txt"
 grep -hE "^prefill chunk" "$OUT"/engine_*-[0-9].log "$OUT/engine_long.log" 2>/dev/null
-echo "| run | context | batch | per-layer ms (graph) | roofline ms | % of roofline |"
-for f in "$OUT"/engine_*-[0-9].log "$OUT/engine_long.log"; do
-  [[ -f $f ]] || continue
-  v=$(basename "$f" .log)
-  grep -E "^\| *[0-9]+ \| *[0-9]+ \| [0-9.]+ \|" "$f" | awk -F'|' -v v="$v" '{printf "| %s | %s | %s | %s | %s | %s |\n", v, $2, $3, $5, $10, $11}'
-done
+engine_table "$OUT"/engine_*-[0-9].log "$OUT/engine_long.log"
 { grep -E "timeline of|^span|^  idle" "$OUT/timeline.log" || echo "(no timeline)"; } | head -n 6

@@ -62,3 +62,17 @@ run_tests() {
       >>"$OUT/rc.txt"
   done
 }
+
+# engine_table LOGS...: one row per grid point of each engine_bench log (the
+# log's name as the run, context, batch, per-layer ms, roofline ms, % of
+# roofline); missing logs are skipped.
+engine_table() {
+  echo "| run | context | batch | per-layer ms (graph) | roofline ms | % of roofline |"
+  local f v
+  for f in "$@"; do
+    [[ -f $f ]] || continue
+    v=$(basename "$f" .log)
+    grep -E "^\| *[0-9]+ \| *[0-9]+ \| [0-9.]+ \|" "$f" |
+      awk -F'|' -v v="$v" '{printf "| %s | %s | %s | %s | %s | %s |\n", v, $2, $3, $5, $10, $11}'
+  done
+}
