@@ -193,13 +193,19 @@ __device__ __forceinline__ void ClearPermuteCounts(const MoePermuteParams& p, in
   for (int e = threadIdx.x; e < p.expert_end - p.expert_begin; e += kT) cnt[e] = 0;
 }
 
-template <int kT>
+// kDecode: n_local <= kT and at most kT x kPermuteIdsHeld pairs (the caller
+// checks), so thread i owns expert i alone, the ids are held, and the block
+// is straight code without the prefill path's loops. The last block runs it
+// once a launch on an SM whose instruction cache has not seen it, so its
+// length is latency too: 452 instructions from the arrival instead of 1,205
+// took 8-64-token launches from 6.3 to 5.8 us (bench/RESULTS.md, session 40).
+template <int kT, bool kDecode = false>
 __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt, int* first_row, int* scan_scratch) {
   const int n_local = p.expert_end - p.expert_begin;
   const int tid = threadIdx.x;
   const int n = static_cast<int>(p.tokens) * p.top_k;
   const unsigned top_k = static_cast<unsigned>(p.top_k);
-  const bool held = n <= kT * kPermuteIdsHeld;
+  const bool held = kDecode || n <= kT * kPermuteIdsHeld;
   auto mine = [&](int e) { return e >= 0 && e < n_local; };
   int local[kPermuteIdsHeld];  // pair tid + k kT's local expert (out of range: not this rank's)
   int place[kPermuteIdsHeld];  // its place among the expert's rows
@@ -222,11 +228,19 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
   SPAR_PERMUTE_STEP(1);
   const int per = (n_local + kT - 1) / kT;
   const int e0 = min(tid * per, n_local), e1 = min(e0 + per, n_local);
+  // Visits this thread's experts in order (decode: expert tid, if any).
+  auto for_my_experts = [&](auto&& visit) {
+    if constexpr (kDecode) {
+      if (tid < n_local) visit(tid);
+    } else {
+      for (int e = e0; e < e1; ++e) visit(e);
+    }
+  };
   // This thread's experts' rows and each work list's entries (tiles of
   // work_block_tokens rows), scanned together: one block scan for all.
   constexpr int kFields = 1 + kMaxPermuteWorkLists;
   int first[kFields] = {}, totals[kFields];
-  for (int e = e0; e < e1; ++e) {
+  for_my_experts([&](int e) {
     const unsigned c = cnt[e];
     first[0] += c;
 #pragma unroll
@@ -234,23 +248,25 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
       const unsigned bt = p.work_block_tokens[l];
       if (l < p.num_work_lists) first[1 + l] += (c + bt - 1) / bt;
     }
-  }
+  });
   SPAR_PERMUTE_STEP(2);
   cuda::BlockExclusiveScanFields<kT, kFields>(first, scan_scratch, totals);
   SPAR_PERMUTE_STEP(3);
-  for (int e = e0, row = first[0]; e < e1; ++e) {
+  int row = first[0];
+  for_my_experts([&](int e) {
     first_row[e] = row;
     row += cnt[e];
-  }
+  });
   __syncthreads();  // first_row, for the scatter
   SPAR_PERMUTE_STEP(4);
   // The global writes come after the last barrier, so no barrier waits for
   // them. The rows again from registers: without held ids first_row turns
   // into cursors below, under other threads' atomics.
-  for (int e = e0, row = first[0]; e < e1; ++e) {
+  row = first[0];
+  for_my_experts([&](int e) {
     p.expert_offsets[e] = row;
     row += cnt[e];
-  }
+  });
   if (tid == 0) p.expert_offsets[n_local] = totals[0];
   // Work lists (MoePermuteParams::work): [0] the entry count, entries of
   // (local expert, first row, rows, 0) from byte 16, in expert order.
@@ -261,11 +277,12 @@ __device__ __forceinline__ void PermuteBlock(const MoePermuteParams& p, int* cnt
     int32_t* list = static_cast<int32_t*>(p.work[l]);
     int4* entries = reinterpret_cast<int4*>(list + 4);
     int at = first[1 + l];
-    for (int e = e0, row = first[0]; e < e1; ++e) {
+    row = first[0];
+    for_my_experts([&](int e) {
       const int c = cnt[e];
       for (int r0 = 0; r0 < c; r0 += bt) entries[at++] = make_int4(e, row + r0, min(bt, c - r0), 0);
       row += c;
-    }
+    });
     if (tid == 0) list[0] = totals[1 + l];
   }
   if (held) {
@@ -371,7 +388,11 @@ __global__ void __launch_bounds__(kRouteThreads) MoeRoutePermuteKernel(const Moe
   // This block's ids and weights published; the last block sees them all.
   if (!cuda::ArriveIsLast(done, static_cast<int32_t>(gridDim.x), is_last)) return;
   const int n_local = q.expert_end - q.expert_begin;
-  PermuteBlock<kRouteThreads>(q, s_mem, s_mem + n_local, scan_scratch);
+  if (n_local <= kRouteThreads && r.tokens * r.top_k <= kRouteThreads * kPermuteIdsHeld) {
+    PermuteBlock<kRouteThreads, true>(q, s_mem, s_mem + n_local, scan_scratch);
+  } else {
+    PermuteBlock<kRouteThreads>(q, s_mem, s_mem + n_local, scan_scratch);
+  }
   if (threadIdx.x == 0) *done = 0;
 }
 

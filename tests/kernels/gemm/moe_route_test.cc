@@ -196,8 +196,8 @@ TEST(Sm80_MoeRoutePermute, EqualsRouteThenPermute) {
     int e0, e1;
   };
   Rng rng(11);
-  std::vector<float> bias256(256);
-  for (auto& b : bias256) b = 0.1f * rng.Symmetric();
+  std::vector<float> bias512(512);
+  for (auto& b : bias512) b = 0.1f * rng.Symmetric();
   const Case cases[] = {
       {1, {256, 8, 1, 1, true, 2.5f}, 0, 256},   // GLM-5 decode, batch 1 (the one-token path)
       {1, {256, 8, 8, 4, true, 2.5f}, 64, 128},  // one token on a rank of EP 4, DeepSeek groups
@@ -208,6 +208,10 @@ TEST(Sm80_MoeRoutePermute, EqualsRouteThenPermute) {
       {300, {256, 8, 8, 4, true, 2.5f}, 0, 256},
       {0, {256, 8, 1, 1, true, 2.5f}, 0, 256},   // empty: offsets still written
       {70, {16, 4, 4, 2, true, 2.5f}, 0, 16},    // the tiny models
+      // More local experts than threads: the permutation's general instance
+      // with few pairs (the decode instance owns one expert a thread).
+      {8, {512, 8, 16, 8, true, 2.5f}, 0, 512},
+      {8, {512, 8, 1, 1, true, 2.5f}, 128, 384},  // 256 local: the decode instance's edge
   };
   DeviceArray<int32_t> done(1);
   SPAR_ASSERT_CUDA(cudaMemset(done.get(), 0, 4));
@@ -215,7 +219,7 @@ TEST(Sm80_MoeRoutePermute, EqualsRouteThenPermute) {
     SCOPED_TRACE(absl::StrCat("tokens=", c.tokens, " E=", c.rp.num_experts, " groups=", c.rp.n_group, " local=[",
                               c.e0, ",", c.e1, ")"));
     const std::vector<float> logits = RandomLogits(c.tokens, c.rp.num_experts, 20 + c.tokens);
-    const std::vector<float> bias(bias256.begin(), bias256.begin() + c.rp.num_experts);
+    const std::vector<float> bias(bias512.begin(), bias512.begin() + c.rp.num_experts);
     const int64_t pairs = c.tokens * c.rp.top_k;
     const int n_local = c.e1 - c.e0;
     DeviceArray<float> dl, db;
