@@ -60,7 +60,7 @@ if [[ ${AWQ:-1} != 0 && $SECONDS -lt ${AWQ_BEFORE_S:-420} ]]; then
   rm -rf "$a"
 fi
 cat "$OUT/gpu.txt" "$OUT/rc.txt"
-grep -hE "^prefill chunk" "$OUT"/engine_*.log 2>/dev/null
+grep -E "^prefill chunk" "$OUT"/engine_*.log 2>/dev/null | sed "s|^$OUT/||"
 engine_table "$OUT"/engine_*-[0-9].log "$OUT/engine_long.log" "$OUT/engine_awq.log"
 grep -E "^(mlp_gate_up|o_proj) .*M=(1|8|16|64|2048) |cublas bf16|moe_route|moe_router" "$OUT/gemm.log" | cut -c1-120
 grep -E "^1 x (8192|32768)|^64 x 131072" "$OUT/topk.log" | head -8
