@@ -2,7 +2,9 @@
 // replays, us per launch; 256 experts, top-8, two work lists): the whole
 // launch, the routing blocks with their arrival but no permutation, the
 // routing alone (MoeRouteKernel), and the permutation block alone on ids
-// already in memory. It includes moe_kernels.cu itself to reach the
+// already in memory (its general instance: the one every tree has, so the
+// column compares across trees; the launch itself runs the decode instance
+// at up to 256 experts and 1,024 pairs since session 40). It includes moe_kernels.cu itself to reach the
 // kernels' internal pieces (RouteTokenBlock, PermuteBlock), so it measures
 // whatever tree it is compiled in; to compare two, put the other
 // moe_kernels.cu under DIR/kernels/cuda/gemm/ and add -IDIR first. Not part
@@ -54,7 +56,7 @@ __global__ void __launch_bounds__(kRouteThreads) RouteArrive(const MoeRouteParam
   if (threadIdx.x == 0) *done = 0;
 }
 
-// The permutation block alone, on ids already in memory.
+// The permutation block alone, on ids already in memory (general instance).
 __global__ void __launch_bounds__(kRouteThreads) PermuteOnly(const MoePermuteParams q) {
   extern __shared__ int s_mem[];
   __shared__ int scan_scratch[kPermuteScanScratch];
