@@ -46,11 +46,8 @@ fi
 # this script's elapsed time; ENGINE_BEFORE_S, default 330).
 if [[ ${ENGINE:-1} != 0 && $SECONDS -lt ${ENGINE_BEFORE_S:-330} ]]; then
   variants=(base acq)
-  m=/tmp/glm5ga
-  [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5ga
-  args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8,64}" --contexts 8192)
-  engine_rounds acq --make-geometry glm5-full --make-layers 4
-  rm -rf "$m"
+  glm5_grid acq glm5ga
+  rm -rf "$GLM5_MODEL"
 fi
 cat "$OUT/gpu.txt" "$OUT/rc.txt"
 grep -h "FAILED" "$OUT"/*_gpu_test*.log 2>/dev/null | head -20

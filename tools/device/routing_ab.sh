@@ -60,16 +60,9 @@ if [[ ${ENGINE:-1} != 0 && $SECONDS -lt ${ENGINE_BEFORE_S:-300} ]]; then
   variants=("$first" "$last" fp8)
   BIN_fp8=$last
   FLAGS_fp8='--latent fp8'
-  m=/tmp/glm5ra
-  [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5ra
-  args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8,64}" --contexts 8192)
-  engine_rounds "$last" --make-geometry glm5-full --make-layers 4
-  long=${LONG-32768,131072}
-  if [[ -n $long ]] && grep -q H200 "$OUT/gpu.txt"; then
-    bench 240 "$last" --model "$m" --layers 3:4 --batches 1 --contexts "$long" >"$OUT/engine_long.log" 2>&1
-    echo "engine long rc $?" >>"$OUT/rc.txt"
-  fi
-  rm -rf "$m"
+  glm5_grid "$last" glm5ra
+  grep -q H200 "$OUT/gpu.txt" && long_contexts "$last"
+  rm -rf "$GLM5_MODEL"
 fi
 [[ ${SLOW_TESTS:-1} != 0 ]] && run_tests 1
 cat "$OUT/gpu.txt" "$OUT/rc.txt"

@@ -32,16 +32,9 @@ source tools/device/two_build_common.sh
 variants=(base fp8)
 BIN_fp8=base
 FLAGS_fp8='--latent fp8'
-m=/tmp/glm5ta
-[[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5ta
-args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8,64}" --contexts 8192)
-engine_rounds base --make-geometry glm5-full --make-layers 4
-long=${LONG-32768,131072}
-if [[ -n $long ]]; then
-  bench 240 base --model "$m" --layers 3:4 --batches 1 --contexts "$long" >"$OUT/engine_long.log" 2>&1
-  echo "engine long rc $?" >>"$OUT/rc.txt"
-fi
-rm -rf "$m"
+glm5_grid base glm5ta
+long_contexts base
+rm -rf "$GLM5_MODEL"
 timeout 120 "$B/gemm_bench" --tiled across-rows --shapes mlp_gate_up,o_proj --ms 1,8,16,64,2048 \
   --moe-tokens 1,8,64 >"$OUT/gemm.log" 2>&1
 echo "gemm_bench rc $?" >>"$OUT/rc.txt"
@@ -52,8 +45,7 @@ echo "attention_bench rc $?" >>"$OUT/rc.txt"
 timeout 150 "$B/w4a16_bench" --shapes dense_gate_tp1 --ms 1,16,2048 >"$OUT/w4.log" 2>&1
 echo "w4a16_bench rc $?" >>"$OUT/rc.txt"
 if [[ ${AWQ:-1} != 0 && $SECONDS -lt ${AWQ_BEFORE_S:-420} ]]; then
-  a=/tmp/glm5ta_awq
-  [[ $m == /dev/shm/* ]] && a=/dev/shm/glm5ta_awq
+  a=${GLM5_MODEL}_awq
   bench 200 base --model "$a" --make-geometry glm5-full --make-layers 4 --make-quant awq --layers 3:4 --batches 1 \
     --contexts 8192 >"$OUT/engine_awq.log" 2>&1
   echo "engine awq rc $?" >>"$OUT/rc.txt"

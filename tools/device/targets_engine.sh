@@ -21,18 +21,11 @@ source tools/device/two_build_common.sh
 variants=(base rm)
 BIN_rm=base
 FLAGS_rm='--weight-tiling row-major'
-m=/tmp/glm5te
-[[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5te
-args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8,64}" --contexts 8192)
-engine_rounds base --make-geometry glm5-full --make-layers 4
-long=${LONG-32768,131072}
-if [[ -n $long ]]; then
-  bench 240 base --model "$m" --layers 3:4 --batches 1 --contexts "$long" >"$OUT/engine_long.log" 2>&1
-  echo "engine long rc $?" >>"$OUT/rc.txt"
-fi
-bench 150 base --model "$m" --layers 3:4 --batches 1 --contexts 8192 --reps 5 --timeline >"$OUT/timeline.log" 2>&1
+glm5_grid base glm5te
+long_contexts base
+bench 150 base --model "$GLM5_MODEL" --layers 3:4 --batches 1 --contexts 8192 --reps 5 --timeline >"$OUT/timeline.log" 2>&1
 echo "timeline rc $?" >>"$OUT/rc.txt"
-rm -rf "$m"
+rm -rf "$GLM5_MODEL"
 if [[ ${CAPACITY:-1} != 0 && -x $B/capacity_plan_gpu_test ]]; then
   timeout "${CAPACITY_S:-300}" "$B/capacity_plan_gpu_test" >"$OUT/capacity_plan_gpu_test.log" 2>&1
   echo "capacity_plan_gpu_test rc $? ok $(grep -c '^\[       OK \]' "$OUT/capacity_plan_gpu_test.log")" \

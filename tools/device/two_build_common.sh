@@ -2,7 +2,8 @@
 # sourced after they set NAME: the bundle's env (BUNDLE, default
 # .bundle-$NAME) and B (its bin/), the logs folder OUT=/tmp/$NAME, archived on
 # exit (a timeout's TERM included) to the caller's $OUT/$NAME.tgz, the GPU and
-# its clocks in $OUT/gpu.txt, engine_rounds and run_tests.
+# its clocks in $OUT/gpu.txt, engine_rounds, glm5_grid, long_contexts,
+# run_tests and engine_table.
 BUNDLE=${BUNDLE:-.bundle-$NAME}
 source "$BUNDLE/env.sh"
 B=$BUNDLE/bin
@@ -40,6 +41,27 @@ engine_rounds() {
       echo "engine $v-$r rc $?" >>"$OUT/rc.txt"
     done
   done
+}
+
+# glm5_grid MAKER NAME: a GLM-5-geometry checkpoint of four layers at
+# GLM5_MODEL (/dev/shm/NAME where /dev/shm has over 40 GB free, else
+# /tmp/NAME), made by variant MAKER, then engine_rounds of the caller's
+# `variants` on its layer 3 at 8K (BATCHES, default 1,8,64; the common flags
+# left in `args`). The caller removes the checkpoint.
+glm5_grid() {
+  GLM5_MODEL=/tmp/$2
+  [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && GLM5_MODEL=/dev/shm/$2
+  args=(--model "$GLM5_MODEL" --layers 3:4 --batches "${BATCHES:-1,8,64}" --contexts 8192)
+  engine_rounds "$1" --make-geometry glm5-full --make-layers 4
+}
+
+# long_contexts VARIANT: VARIANT at batch 1 over the contexts LONG (default
+# 32768,131072; empty skips) on GLM5_MODEL's layer 3, into engine_long.log.
+long_contexts() {
+  local long=${LONG-32768,131072}
+  [[ -n $long ]] || return 0
+  bench 240 "$1" --model "$GLM5_MODEL" --layers 3:4 --batches 1 --contexts "$long" >"$OUT/engine_long.log" 2>&1
+  echo "engine long rc $?" >>"$OUT/rc.txt"
 }
 
 # run_tests 0|1: the bundle's test binaries (*_gpu_test, or *_gpu_test_<build>

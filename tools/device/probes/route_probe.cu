@@ -4,11 +4,12 @@
 // routing alone (MoeRouteKernel), and the permutation block alone on ids
 // already in memory (its general instance: the one every tree has, so the
 // column compares across trees; the launch itself runs the decode instance
-// at up to 256 experts and 1,024 pairs since session 40). It includes moe_kernels.cu itself to reach the
-// kernels' internal pieces (RouteTokenBlock, PermuteBlock), so it measures
-// whatever tree it is compiled in; to compare two, put the other
-// moe_kernels.cu under DIR/kernels/cuda/gemm/ and add -IDIR first. Not part
-// of the build; on this machine:
+// at up to 256 experts and 1,024 pairs since session 40). It includes
+// moe_kernels.cu itself to reach the kernels' internal pieces
+// (RouteTokenBlock, PermuteBlock), so it measures whatever tree it is
+// compiled in; to compare two, put the other moe_kernels.cu under
+// DIR/kernels/cuda/gemm/ and add -IDIR first. Not part of the build; on this
+// machine:
 //   nvcc -O3 -std=c++17 -gencode arch=compute_80,code=sm_90 --expt-relaxed-constexpr \
 //     -I. -Ibuild-cuda -o /tmp/route_probe tools/device/probes/route_probe.cu
 // Timed with bench/common/bench_util.h's GraphMedianMicros (50 launches a
