@@ -16,6 +16,8 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr int64_t kMaxHiddenLayers = 4096;
+
 absl::Status FieldError(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("config.json: field \"", field, "\" ", what));
 }
@@ -47,9 +49,15 @@ class FieldReader {
     return v;
   }
 
+  // An optional integer; the config's fields are stored as int, so a value
+  // outside its range is refused rather than wrapped.
   absl::StatusOr<int64_t> IntOr(const char* name, int64_t fallback) const {
     if (!Has(name)) return fallback;
-    return Int(name);
+    SPAR_ASSIGN_OR_RETURN(int64_t v, Int(name));
+    if (v > std::numeric_limits<int32_t>::max() || v < std::numeric_limits<int32_t>::min()) {
+      return FieldError(Path(name), absl::StrCat("is out of range: ", v));
+    }
+    return v;
   }
 
   absl::StatusOr<double> Number(const char* name) const {
@@ -334,6 +342,11 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
   SPAR_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
   SPAR_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size"));
   SPAR_ASSIGN_OR_RETURN(int64_t layers, r.PositiveInt("num_hidden_layers"));
+  // The per-layer lists below are built from it (GLM-5 has 78 layers,
+  // DeepSeek-V3.2 61): a garbled count must not allocate gigabytes.
+  if (layers > kMaxHiddenLayers) {
+    return FieldError("num_hidden_layers", absl::StrCat("(", layers, ") exceeds ", kMaxHiddenLayers));
+  }
   c.num_hidden_layers = static_cast<int>(layers);
   SPAR_ASSIGN_OR_RETURN(int64_t heads, r.PositiveInt("num_attention_heads"));
   c.num_attention_heads = static_cast<int>(heads);

@@ -148,6 +148,12 @@ TEST(ModelConfigTest, BadInputsNameTheField) {
       {"non-interleaved mla", [](json& j) { j["rope_interleave"] = false; }, "rope_interleave"},
       {"softmax scoring", [](json& j) { j["scoring_func"] = "softmax"; }, "scoring_func"},
       {"fractional vocab", [](json& j) { j["vocab_size"] = 12.5; }, "vocab_size"},
+      // Found by model_config_fuzzer (explore run, 2026-12-07): 40M layers made
+      // the per-layer lists allocate ~500 MB before anything was refused.
+      {"layers beyond any model", [](json& j) { j["num_hidden_layers"] = 40000000; }, "num_hidden_layers"},
+      // Stored as int: 2^32 + 256 would have wrapped to 256 experts.
+      {"experts past int", [](json& j) { j["n_routed_experts"] = int64_t{4294967552}; }, "n_routed_experts"},
+      {"negative past int", [](json& j) { j["first_k_dense_replace"] = int64_t{-4294967293}; }, "first_k_dense_replace"},
   };
   for (const auto& bad : cases) {
     json j = json::parse(testing::ReadSource("tests/data/glm5_config.json"));
