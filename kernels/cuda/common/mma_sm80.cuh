@@ -69,9 +69,21 @@ __device__ __forceinline__ void CpAsync16Ca(void* smem_dst, const void* gmem_src
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(SmemAddress(smem_dst)), "l"(gmem_src));
 }
 
+// CpAsync16 to a shared-space address (SmemAddress of the buffer, worked out
+// once): a kernel that issues many copies a stage saves the generic ->
+// shared conversion per copy (on sm_90 machine code it reads the CTA's
+// cluster id each time).
+__device__ __forceinline__ void CpAsync16At(uint32_t smem_addr, const void* gmem_src, int src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem_src), "r"(src_bytes));
+}
+
 // A 4-byte copy (.ca: the only cache mode 4-byte copies have): scales.
 __device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SmemAddress(smem_dst)), "l"(gmem_src));
+}
+
+__device__ __forceinline__ void CpAsync4At(uint32_t smem_addr, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr), "l"(gmem_src));
 }
 
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }

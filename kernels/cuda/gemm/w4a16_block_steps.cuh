@@ -33,6 +33,15 @@ __device__ __forceinline__ uint32_t Bf16x2Mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<uint32_t*>(&r);
 }
 
+// (a & b) | c in one LOP3 (the compiler splits the two constants into two):
+// the int4 widening's nibble mask and bf16 magic number.
+template <uint32_t kAnd, uint32_t kOr>
+__device__ __forceinline__ uint32_t AndOr(uint32_t a) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "n"(kAnd), "n"(kOr));
+  return r;
+}
+
 // An e4m3 block scale times 2^110 as bf16 in both halves (exact: e4m3
 // values have 4 significant bits and 2^110 keeps them in bf16's range). Times
 // nvfp4_word's e2m1 bits (value x 2^-126) it gives value x scale x 2^-16:

@@ -70,14 +70,6 @@ struct DecodeTile {
 
 __device__ __forceinline__ uint4 Lds128(const unsigned char* p) { return *reinterpret_cast<const uint4*>(p); }
 
-// (a & b) | c in one LOP3 (the compiler splits the two constants into two).
-template <uint32_t kAnd, uint32_t kOr>
-__device__ __forceinline__ uint32_t AndOr(uint32_t a) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "n"(kAnd), "n"(kOr));
-  return r;
-}
-
 template <int kWarps, int kMI, int kNJ, int kXTok, int kStages, bool kFp4, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) W4A16DecodeKernel(const KernelParams p) {
   using T = DecodeTile<kWarps, kMI, kNJ, kXTok, kStages, kFp4>;

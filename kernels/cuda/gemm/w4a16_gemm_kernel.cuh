@@ -96,9 +96,48 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
   const int64_t c_begin = split * chunks / p.splits, c_end = (split + 1) * chunks / p.splits;
   const int nst = static_cast<int>((c_end - c_begin + kSub - 1) / kSub);
 
-  // ---- per-thread activation slots (fixed over the K loop) ---------------
+  // ---- per-thread copy slots (fixed over the K loop) --------------------
+  // Every copy a thread issues has its source and shared destination worked
+  // out here, once; a stage only adds its K offset. (Worked out per copy and
+  // stage, with a 64-bit division per scale copy and a 64-bit modulo per
+  // chunk, the int4 tile issued ~11 instructions per mma against the FP8
+  // tile's ~5, 2026-12-07: tools/sass_local.sh.) Stage st holds the split's
+  // chunks [st kSub, st kSub + kSub); a thread's chunk u within a stage is
+  // the same for all its copies of a kind (kThreads is a multiple of the
+  // copies per chunk row), so one bound check a kind per stage.
+  const int nch = static_cast<int>(c_end - c_begin);  // chunks of this split
+  const uint32_t sbase = cuda::SmemAddress(smem);
+  // Weights: piece j = tid + s kThreads of a stage is 16 bytes q of chunk u
+  // of fragment row block i.
+  constexpr int kWSlots = T::kWPieces / kThreads;
+  static_assert(kThreads % (kSub * 32) == 0, "a thread's weight chunk is the same in every slot");
+  const int w_u = (tid / 32) % kSub;
+  const uint8_t* const wsrc = values + ((prow0 / 16) * chunks + c_begin + w_u) * 512 + (tid % 32) * 16;
+  uint32_t wofs[kWSlots];  // from wsrc; fragment row blocks are `chunks` chunks apart
+  uint32_t wdst[kWSlots];
+#pragma unroll
+  for (int s = 0; s < kWSlots; ++s) {
+    const int j = tid + s * kThreads;
+    const int i = j / (kSub * 32);
+    wofs[s] = static_cast<uint32_t>(i * chunks * 512);
+    wdst[s] = static_cast<uint32_t>((i * kSub + w_u) * 512 + (j % 32) * 16);
+  }
+  // Activations: piece j = tid + s kThreads is 16 bytes q of chunk u of
+  // token row r, stored XOR-swizzled by the row.
+  static_assert(kThreads % (kSub * 8) == 0, "a thread's activation chunk is the same in every slot");
   const unsigned char* xbase = reinterpret_cast<const unsigned char*>(p.x);
   const int64_t ldx_bytes = p.ldx * 2;
+  const int x_u = (tid / 8) % kSub, x_q = tid % 8;
+  const int x_r0 = tid / (kSub * 8);
+  constexpr int kXRowsApart = kThreads / (kSub * 8);  // token rows from a slot to the next
+  // Slot s's destination in a stage: token row x_r0 + s kXRowsApart (one
+  // swizzle for all slots when the rows lie a multiple of 8 apart).
+  auto XDst = [&](int s) -> uint32_t {
+    const int r = x_r0 + s * kXRowsApart;
+    const int swz = kXRowsApart % 8 == 0 ? x_r0 & 7 : r & 7;
+    return static_cast<uint32_t>(T::kWBytes + r * T::kXPitch + x_u * 128 + ((x_q ^ swz) << 4));
+  };
+  const unsigned char* const xsrc = xbase + (c_begin + x_u) * 128 + x_q * 16;
   int32_t xrow[T::kXSlots];
   uint32_t xvalid = 0;
 #pragma unroll
@@ -113,51 +152,73 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
     }
     xrow[s] = static_cast<int32_t>(row);
   }
+  // int4 scales and zero points: thread tid < kSub x kPer copies piece
+  // sz_q of chunk sz_u's group (kBR / 4 scale pieces of 4 rows, then kBR /
+  // 16 zero pieces of 16 rows). The group index advances with the stages
+  // (load_stage runs for st = 0, 1, 2, ... in order), no division.
+  constexpr int kPer = kBR / 4 + kBR / 16;
+  static_assert(kFp4 || kSub * kPer <= kThreads, "one scale or zero copy a thread");
+  const int cpg = kFp4 ? 1 : static_cast<int>(p.group / 64);  // chunks a group (group % 64 == 0)
+  const int sz_u = tid / kPer, sz_q = tid % kPer;
+  const bool sz_copies = !kFp4 && tid < kSub * kPer;
+  const unsigned char* sz_src = nullptr;
+  uint32_t sz_dst = 0;
+  int sz_gi = 0, sz_rem = 0;  // group of chunk c_begin + st kSub + sz_u, and its chunk in the group
+  if (sz_copies) {
+    const int c0 = static_cast<int>(c_begin) + sz_u;  // chunks of a row fit an int (the planner's k)
+    sz_gi = c0 / cpg;
+    sz_rem = c0 % cpg;
+    if (sz_q < kBR / 4) {
+      sz_src = reinterpret_cast<const unsigned char*>(scales + prow0 + sz_q * 4);
+      sz_dst = static_cast<uint32_t>(T::kWBytes + T::kXBytes + (sz_u * kBR + sz_q * 4) * 4);
+    } else {
+      sz_src = zeros + prow0 + (sz_q - kBR / 4) * 16;
+      sz_dst = static_cast<uint32_t>(T::kWBytes + T::kXBytes + T::kSBytes + sz_u * kBR + (sz_q - kBR / 4) * 16);
+    }
+  }
+  const int64_t sz_pitch = p.rows_padded * (sz_q < kBR / 4 ? 4 : 1);  // bytes from a group's row to the next
+  // NVFP4 block scales: piece j = tid + s kThreads is row r's 4 bytes of
+  // chunk u.
+  constexpr int kFSlots = kFp4 ? (kBR * kSub + kThreads - 1) / kThreads : 0;
+  static_assert(!kFp4 || kThreads % kSub == 0, "a thread's NVFP4 scale chunk is the same in every slot");
+  const int f_u = tid % kSub;
+  const uint8_t* const fsrc = kFp4 ? fp4s + prow0 * (p.k / 16) + (c_begin + f_u) * 4 : nullptr;
 
   auto load_stage = [&](int st, int buf) {
-    unsigned char* sw = smem + buf * T::kStageBytes;
-    unsigned char* sx = sw + T::kWBytes;
-    unsigned char* ss = sx + T::kXBytes;
-    unsigned char* sz = ss + T::kSBytes;
-    const int64_t cs = c_begin + static_cast<int64_t>(st) * kSub;
+    const uint32_t stage = sbase + buf * T::kStageBytes;
+    const int cw = st * kSub;  // the stage's first chunk in the split
+    if (cw + w_u < nch) {
 #pragma unroll
-    for (int s = 0; s < T::kWPieces / kThreads; ++s) {
-      const int j = tid + s * kThreads;
-      const int i = j / (kSub * 32), u = (j / 32) % kSub, q = j % 32;
-      const int64_t c = cs + u;
-      if (c < c_end) {
-        cuda::CpAsync16(sw + (i * kSub + u) * 512 + q * 16, values + ((prow0 / 16 + i) * chunks + c) * 512 + q * 16);
-      }
+      for (int s = 0; s < kWSlots; ++s) cuda::CpAsync16At(stage + wdst[s], wsrc + wofs[s] + cw * 512);
     }
+    if (cw + x_u < nch) {
+      const unsigned char* const xs = xsrc + static_cast<int64_t>(cw) * 128;
 #pragma unroll
-    for (int s = 0; s < T::kXSlots; ++s) {
-      const int j = tid + s * kThreads;
-      const int r = j / (kSub * 8), u = (j / 8) % kSub, q = j % 8;
-      const int64_t c = cs + u;
-      if (j < T::kXPieces && c < c_end) {
-        cuda::CpAsync16(sx + r * T::kXPitch + u * 128 + ((q ^ (r & 7)) << 4),
-                        xbase + static_cast<int64_t>(xrow[s]) * ldx_bytes + c * 128 + q * 16, ((xvalid >> s) & 1u) ? 16 : 0);
+      for (int s = 0; s < T::kXSlots; ++s) {
+        if (T::kXPieces % kThreads == 0 || tid + s * kThreads < T::kXPieces) {
+          cuda::CpAsync16At(stage + XDst(s), xs + xrow[s] * ldx_bytes, ((xvalid >> s) & 1u) ? 16 : 0);
+        }
       }
     }
     if constexpr (!kFp4) {
-      constexpr int kPer = kBR / 4 + kBR / 16;  // scale pieces + zero pieces per chunk
-      for (int j = tid; j < kSub * kPer; j += kThreads) {
-        const int u = j / kPer, q = j % kPer;
-        const int64_t c = cs + u;
-        if (c >= c_end) continue;
-        const int64_t gi = c * 64 / p.group;
-        if (q < kBR / 4) {
-          cuda::CpAsync16(ss + (u * kBR + q * 4) * 4, scales + gi * p.rows_padded + prow0 + q * 4);
-        } else {
-          const int qq = q - kBR / 4;
-          cuda::CpAsync16(sz + u * kBR + qq * 16, zeros + gi * p.rows_padded + prow0 + qq * 16);
+      if (sz_copies) {
+        if (cw + sz_u < nch) cuda::CpAsync16At(stage + sz_dst, sz_src + sz_gi * sz_pitch);
+        // The next stage's chunk is kSub chunks on.
+#pragma unroll
+        for (int i = 0; i < kSub; ++i) {
+          if (++sz_rem == cpg) {
+            sz_rem = 0;
+            ++sz_gi;
+          }
         }
       }
     } else {
-      for (int j = tid; j < kBR * kSub; j += kThreads) {
-        const int r = j / kSub, u = j % kSub;
-        const int64_t c = cs + u;
-        if (c < c_end) cuda::CpAsync4(ss + (r * kSub + u) * 4, fp4s + (prow0 + r) * (p.k / 16) + c * 4);
+#pragma unroll
+      for (int s = 0; s < kFSlots; ++s) {
+        const int j = tid + s * kThreads;
+        if (j < kBR * kSub && cw + f_u < nch) {
+          cuda::CpAsync4At(stage + T::kWBytes + T::kXBytes + j * 4, fsrc + (j / kSub) * (p.k / 16) + cw * 4);
+        }
       }
     }
   };
@@ -177,6 +238,8 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
     if (s < nst) load_stage(s, s);
     cuda::CpAsyncCommit();
   }
+  // int4: chunks left in the current group (its sum is scaled when it ends).
+  int group_left = cpg - static_cast<int>(c_begin) % cpg;
   for (int it = 0; it < nst; ++it) {
     cuda::CpAsyncWait<kStages - 2>();
     __syncthreads();
@@ -191,8 +254,8 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
     const unsigned char* sz = ss + T::kSBytes;
 #pragma unroll
     for (int u = 0; u < kSub; ++u) {
-      const int64_t c = c_begin + static_cast<int64_t>(it) * kSub + u;
-      if (c >= c_end) break;  // the same for the whole block
+      const int cl = it * kSub + u;  // chunk of the split
+      if (cl >= nch) break;          // the same for the whole block
       uint32_t wq[kMI][4], lo[kMI], hi[kMI];
 #pragma unroll
       for (int mi = 0; mi < kMI; ++mi) {
@@ -231,8 +294,7 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
               const uint32_t bits = nvfp4_word::E2m1PairBitsOf(wq[mi][s], r);
               a[mi][r] = Bf16x2Mul(bits, (r & 1) ? hi[mi] : lo[mi]);
             } else {
-              const uint32_t v = (wq[mi][s] >> (4 * r)) & 0x000F000Fu;
-              a[mi][r] = Bf16x2Sub(v | 0x43004300u, (r & 1) ? hi[mi] : lo[mi]);
+              a[mi][r] = Bf16x2Sub(AndOr<0x000F000Fu, 0x43004300u>(wq[mi][s] >> (4 * r)), (r & 1) ? hi[mi] : lo[mi]);
             }
           }
         }
@@ -240,7 +302,8 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
       }
       if constexpr (!kFp4) {
         // The group ends with this chunk (or the split does): scale its sum.
-        if (((c + 1) * 64) % p.group == 0 || c + 1 == c_end) {
+        if (--group_left == 0 || cl + 1 == nch) {
+          group_left = cpg;
           const float* sf = reinterpret_cast<const float*>(ss) + u * kBR;
           float s_lo[kMI], s_hi[kMI];
 #pragma unroll

@@ -209,6 +209,26 @@ TEST(W4A16GemmTest, EveryConfigurationAndSplit) {
   }
 }
 
+// The tile kernel's int4 groups: it tracks each copy's group and each
+// group's end by counting chunks from the split's first one, so group sizes
+// of 1, 2, 3 and 4 chunks (64-256 columns) against stages of 2 or 4 chunks,
+// splits that start and end inside a group (24 chunks over 5 and 7 splits),
+// a partial row block, two token tiles and a token tail. NVFP4 (no groups)
+// on the same shapes.
+TEST(W4A16GemmTest, TileKernelGroupsAcrossStagesAndSplits) {
+  SPAR_REQUIRE_GPU();
+  for (bool fp4 : {false, true}) {
+    for (int cfg = 0; cfg < kW4NumConfigs; ++cfg) {
+      if (W4ConfigIsDecode(cfg) || W4ConfigIsStream(cfg)) continue;
+      const int64_t m = W4ConfigBlockTokens(cfg) + 7;  // two token tiles, the second partial
+      for (int64_t group : {64, 128, 192, 256}) {
+        if (fp4 && group != 64) continue;  // (NVFP4 ignores it)
+        for (int splits : {1, 5, 7}) RunDense({fp4, m, 200, 1536, group, false, true, cfg, splits});
+      }
+    }
+  }
+}
+
 // The decode kernel (per-warp rings, no block barrier in the K loop) on the
 // shapes that stress it: a partial last row block (idle warps), K splits
 // that start and end inside an int4 group, fewer chunks than ring slots,
