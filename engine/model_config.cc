@@ -43,20 +43,14 @@ class FieldReader {
   absl::StatusOr<int64_t> PositiveInt(const char* name) const {
     SPAR_ASSIGN_OR_RETURN(int64_t v, Int(name));
     if (v <= 0) return FieldError(Path(name), absl::StrCat("must be positive, got ", v));
-    if (v > std::numeric_limits<int32_t>::max()) {
-      return FieldError(Path(name), absl::StrCat("is too large: ", v));
-    }
+    SPAR_RETURN_IF_ERROR(FitsInt(name, v));
     return v;
   }
 
-  // An optional integer; the config's fields are stored as int, so a value
-  // outside its range is refused rather than wrapped.
   absl::StatusOr<int64_t> IntOr(const char* name, int64_t fallback) const {
     if (!Has(name)) return fallback;
     SPAR_ASSIGN_OR_RETURN(int64_t v, Int(name));
-    if (v > std::numeric_limits<int32_t>::max() || v < std::numeric_limits<int32_t>::min()) {
-      return FieldError(Path(name), absl::StrCat("is out of range: ", v));
-    }
+    SPAR_RETURN_IF_ERROR(FitsInt(name, v));
     return v;
   }
 
@@ -101,6 +95,14 @@ class FieldReader {
       out.push_back(e.get<std::string>());
     }
     return out;
+  }
+
+  // The config's integer fields are stored as int: a value outside its
+  // range is refused rather than wrapped.
+  absl::Status FitsInt(const char* name, int64_t v) const {
+    if (v > std::numeric_limits<int32_t>::max()) return FieldError(Path(name), absl::StrCat("is too large: ", v));
+    if (v < std::numeric_limits<int32_t>::min()) return FieldError(Path(name), absl::StrCat("is too small: ", v));
+    return absl::OkStatus();
   }
 
   std::string Path(const char* name) const { return prefix_.empty() ? name : absl::StrCat(prefix_, ".", name); }

@@ -56,12 +56,19 @@ __device__ __forceinline__ uint32_t MovMatrixTrans(uint32_t a) {
   return d;
 }
 
-// 16-byte global -> shared copy that bypasses registers (and L1: .cg).
-// With src_bytes < 16 the rest of the destination is zero-filled, which is
-// how tile edges are handled without branches.
+// 16-byte global -> shared copy that bypasses registers (and L1: .cg), to a
+// shared-space address. With src_bytes < 16 the rest of the destination is
+// zero-filled, which is how tile edges are handled without branches. A
+// kernel that issues many copies a stage works SmemAddress of its buffer out
+// once and calls this form: the generic -> shared conversion of CpAsync16
+// reads the CTA's cluster id each time on sm_90 machine code.
+__device__ __forceinline__ void CpAsync16At(uint32_t smem_addr, const void* gmem_src, int src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem_src), "r"(src_bytes));
+}
+
+// The same to a generic pointer into shared memory.
 __device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src, int src_bytes = 16) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddress(smem_dst)), "l"(gmem_src),
-               "r"(src_bytes));
+  CpAsync16At(SmemAddress(smem_dst), gmem_src, src_bytes);
 }
 
 // The same through L1 (.ca): data several warps of a block read (activations).
@@ -69,21 +76,13 @@ __device__ __forceinline__ void CpAsync16Ca(void* smem_dst, const void* gmem_src
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(SmemAddress(smem_dst)), "l"(gmem_src));
 }
 
-// CpAsync16 to a shared-space address (SmemAddress of the buffer, worked out
-// once): a kernel that issues many copies a stage saves the generic ->
-// shared conversion per copy (on sm_90 machine code it reads the CTA's
-// cluster id each time).
-__device__ __forceinline__ void CpAsync16At(uint32_t smem_addr, const void* gmem_src, int src_bytes = 16) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem_src), "r"(src_bytes));
-}
-
 // A 4-byte copy (.ca: the only cache mode 4-byte copies have): scales.
-__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SmemAddress(smem_dst)), "l"(gmem_src));
-}
-
 __device__ __forceinline__ void CpAsync4At(uint32_t smem_addr, const void* gmem_src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr), "l"(gmem_src));
+}
+
+__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src) {
+  CpAsync4At(SmemAddress(smem_dst), gmem_src);
 }
 
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
