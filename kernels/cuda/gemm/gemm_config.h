@@ -35,8 +35,12 @@ enum class TileConfigId : int {
   kT8W2QF = 12,     // kT8W2Q, 2^120 folded into the block scale
   kT8R128M2F = 13,  // 128 rows x 8, 4 warps of two 16-row fragments, folded
   kT128W2F = 14,    // kT128W2 with 2^120 folded: the prefill tile (2026-12-03)
+  // 64 tokens on the prefill tile's 32 x 64 warp tile (4x1 warps), so each
+  // widened weight fragment feeds 8 token fragments, not kT64's 4.
+  kT64R4F = 15,    // 128 rows x 64 tokens, 64 B/row/stage, 4 stages: two blocks fit an A100
+  kT64R4W2F = 16,  // kT64R4F with 128 B/row/stage, 3 stages
 };
-inline constexpr int kNumTileConfigs = 15;
+inline constexpr int kNumTileConfigs = 17;
 
 struct TileConfig {
   TileConfigId id;
@@ -123,6 +127,10 @@ inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
     // 2026-12-03, bench/results/gemm.md). Its mma efficiency is kT128W2's
     // times the measured 1.05; kT128W2 stays as its unfolded twin in the tests.
     {TileConfigId::kT128W2F, "T128W2F", 128, 128, 4, 2, 3, 2, 1, 0.43, 0.79, true},
+    // Candidates for M = 64 (2026-12-07, not yet measured): the efficiencies
+    // keep the heuristic off them until a sweep says what they reach.
+    {TileConfigId::kT64R4F, "T64R4F", 64, 128, 4, 1, 4, 1, 2, 0.1, 0.5, true},
+    {TileConfigId::kT64R4W2F, "T64R4W2F", 64, 128, 4, 1, 3, 2, 1, 0.1, 0.5, true},
 };
 
 const TileConfig& GetTileConfig(TileConfigId id);

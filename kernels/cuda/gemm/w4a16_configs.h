@@ -74,6 +74,10 @@ inline constexpr W4Config kW4Configs[kW4NumConfigs] = {
     StreamConfig("W4SM1N2D3W4", 4, 1, 3, 2),
     StreamConfig("W4SM2N2D2W4", 4, 2, 2, 2),
     StreamConfig("W4SM2N2D2W2", 2, 2, 2, 2),
+    // A candidate for 33-128 tokens (2026-12-07, not yet measured, no
+    // planner takes it): 64 tokens on the prefill tile's 32 x 64 warp tile,
+    // so each widened weight fragment feeds 8 token fragments, not W4T64's 4.
+    TileConfig("W4T64R4", 64, 128, 4, 1, 3, 2, 2),
 };
 
 // w4a16_decode.cu: the decode kernel of configuration `id` (decode == true).

@@ -145,7 +145,7 @@ W4MoeTailPlan W4MoeGroupedGemmTailPlan(const W4MoeGroupedGemmParams& p);
 // Tile configurations (for tests and benchmarks that force one): the tile
 // kernel's (any M), the decode kernel's (M <= 16 per tile) and the
 // streaming kernel's (M <= 16 per tile); which the plans pick: w4a16_gemm.cu.
-inline constexpr int kW4NumConfigs = 16;
+inline constexpr int kW4NumConfigs = 17;
 const char* W4ConfigName(int config);
 int W4ConfigNamed(const char* name);  // the configuration of that name, or -1
 bool W4ConfigIsDecode(int config);
