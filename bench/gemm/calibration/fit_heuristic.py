@@ -21,6 +21,7 @@ Example: python3 bench/gemm/calibration/fit_heuristic.py bench/gemm/calibration/
 import copy
 import math
 import os
+import re
 import sys
 
 SHAPES = {  # name: (K, [(rows, weight bytes)])
@@ -29,6 +30,8 @@ SHAPES = {  # name: (K, [(rows, weight bytes)])
     "exp_down": (2048, [(6144, 1)]), "fused_a": (6144, [(2048, 1), (576, 1), (128, 1), (32, 2)]),
 }
 CFG = {}  # name: tokens, rows, threads, stages, sub, smem (as gemm_config.cc)
+HERE = os.path.dirname(os.path.abspath(__file__))
+GEMM_DIR = os.path.join(HERE, "..", "..", "..", "kernels", "cuda", "gemm")
 
 
 def add(name, bt, br, wr, wt, st, sub):
@@ -37,13 +40,28 @@ def add(name, bt, br, wr, wt, st, sub):
                      smem=max(st * stage, bt * (br + 4) * 4) + st * sub * 8 + 16)
 
 
-for args in (("T8", 8, 64, 4, 1, 8, 1), ("T16", 16, 64, 4, 1, 8, 1), ("T32", 32, 64, 4, 1, 6, 1),
-             ("T64", 64, 64, 2, 2, 6, 1), ("T128", 128, 128, 4, 2, 5, 1), ("T8W4", 8, 64, 4, 1, 4, 4),
-             ("T16W4", 16, 64, 4, 1, 4, 4), ("T64W2", 64, 64, 2, 2, 4, 2), ("T128B2", 128, 128, 4, 2, 4, 1),
-             ("T128W2", 128, 128, 4, 2, 3, 2), ("T16W4F", 16, 64, 4, 1, 3, 4), ("T8W2Q", 8, 64, 4, 1, 3, 2),
-             ("T8W2QF", 8, 64, 4, 1, 3, 2), ("T8R128M2F", 8, 128, 4, 1, 4, 2), ("T128W2F", 128, 128, 4, 2, 3, 2),
-             ("T64R4F", 64, 128, 4, 1, 4, 1), ("T64R4W2F", 64, 128, 4, 1, 3, 2)):
-    add(*args)
+def read_tables():
+    """The starting point is what the runtime uses now: kTileConfigs of
+    gemm_config.h and the model constants of gemm_config.cc, read from the
+    sources so the two cannot drift apart."""
+    header = open(os.path.join(GEMM_DIR, "gemm_config.h")).read()
+    dram, mma = {}, {}
+    row = re.compile(r'\{TileConfigId::k\w+, "(\w+)", (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), '
+                     r'([\d.]+), ([\d.]+)')
+    for m in row.finditer(header):
+        name = m.group(1)
+        add(name, *(int(m.group(i)) for i in range(2, 8)))
+        mma[name], dram[name] = float(m.group(9)), float(m.group(10))
+    source = open(os.path.join(GEMM_DIR, "gemm_config.cc")).read()
+
+    def const(name):
+        expr = re.search(r"constexpr double %s = ([^;]+);" % name, source).group(1)
+        return float(eval(expr, {}))  # e.g. "4.0 * 1.281"
+    return dict(need=const("kInflightBytesForPeak"), xw=const("kActivationWeight"), F=const("kFlopPerByte"),
+                split=const("kSplitBytesPerElement") / 4.0, fill=const("kWaveFill"), launch=const("kLaunch"),
+                dram=dram, mma=mma)
+
+
 SMS, SMEM_PER_SM = 132, 164 * 1024
 BYTES_PER_US_PER_SM = 4233e3 / SMS  # copy roofline share of one SM
 
@@ -105,18 +123,14 @@ def evaluate(P, cases, verbose=False):
 
 
 def main():
+    P = read_tables()  # fills CFG, which load() filters on
     cases = load(sys.argv[1:])
-    # Start: the constants in gemm_config.h / gemm_config.cc (2026-11-30 fit),
-    # the new decode tiles at their relatives' values.
-    P = dict(need=60000.0, xw=0.002, F=148.0, split=1.66, fill=36880.0, launch=141000.0,
-             dram={"T8": 0.79, "T16": 0.79, "T32": 0.79, "T64": 0.79, "T128": 0.79, "T8W4": 0.86, "T16W4": 0.86,
-                   "T64W2": 0.79, "T128B2": 0.79, "T128W2": 0.79, "T16W4F": 0.86, "T8W2Q": 0.86, "T8W2QF": 0.86,
-                   "T8R128M2F": 0.86, "T128W2F": 0.79, "T64R4F": 0.79, "T64R4W2F": 0.79},
-             mma={"T8": 0.30, "T16": 0.45, "T32": 0.24, "T64": 0.155, "T128": 0.34, "T8W4": 0.30, "T16W4": 0.45,
-                  "T64W2": 0.43, "T128B2": 0.375, "T128W2": 0.41, "T16W4F": 0.45, "T8W2Q": 0.30, "T8W2QF": 0.30,
-                  "T8R128M2F": 0.30, "T128W2F": 0.43, "T64R4F": 0.43, "T64R4W2F": 0.43})
     keys = [(k, kk) for k, v in P.items() if isinstance(v, dict) for kk in v] + \
            [(k, None) for k, v in P.items() if not isinstance(v, dict)]
+    only = os.environ.get("FIT_ONLY")  # e.g. "T64R4F,T64R4W2F": fit these, hold the rest
+    if only:
+        names = set(only.split(","))
+        keys = [key for key in keys if (key[1] or key[0]) in names]
 
     def obj(Q):
         r, s, _ = evaluate(Q, cases)

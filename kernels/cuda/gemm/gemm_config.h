@@ -65,6 +65,9 @@ struct TileConfig {
   // 2^120 is applied with the fp32 block scale in the epilogue, instead of
   // a bf16 multiply per pair in the mma loop (fp8_sm80.cuh).
   bool fold_pow2 = false;
+  // ChooseGemmPlan offers it to dense GEMMs only (a forced plan may still
+  // run it grouped): for tiles whose grouped plans were not measured.
+  bool dense_only = false;
 
   int64_t row_bytes_per_stage() const { return int64_t{64} * sub; }
   // Bytes of one pipeline stage: weight tile (64·sub B per row) +
@@ -83,9 +86,10 @@ struct TileConfig {
 // sweeps of every (configuration, split) over the GLM-5 projection shapes on
 // the H200 test GPU running this sm80 code: M in {1, 16, 64, 256, 2048}
 // (2026-11-30) and M in {1, 4, 8, 16} with the decode tiles below
-// (2026-12-02, which replaces the first at M = 1, 16). The fitted model
-// picks plans 1.7 % slower than the best measured on average, 1.28x worst
-// (bench/results/gemm.md). They only rank configurations: T8R128M2F's DRAM
+// (2026-12-02, which replaces the first at M = 1, 16), then M in {64, 128,
+// 256} with the 64-token warp tiles (2026-12-07, which replaces the first
+// there). The fitted model picks plans 2.3 % slower than the best measured
+// on average, 1.17x worst (bench/results/gemm.md). They only rank configurations: T8R128M2F's DRAM
 // efficiency of 1 says it streams best, not that it reaches the copy rate.
 // mma efficiency: fraction of the tensor rate a compute-bound tile
 // reaches; DRAM efficiency: fraction of the copy rate a streaming tile
@@ -94,7 +98,7 @@ struct TileConfig {
 // spills); kT128B2 caps registers at 128 for two blocks per SM (ptxas spills
 // ~130 bytes).
 // Fields: id, name, tokens, rows, warps rows x tokens, stages, sub, min
-// blocks per SM, mma efficiency, DRAM efficiency[, fold_pow2].
+// blocks per SM, mma efficiency, DRAM efficiency[, fold_pow2[, dense_only]].
 inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
     {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 1, 4, 0.3, 0.751},
     {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 1, 4, 0.45, 0.718},
@@ -127,10 +131,21 @@ inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
     // 2026-12-03, bench/results/gemm.md). Its mma efficiency is kT128W2's
     // times the measured 1.05; kT128W2 stays as its unfolded twin in the tests.
     {TileConfigId::kT128W2F, "T128W2F", 128, 128, 4, 2, 3, 2, 1, 0.43, 0.79, true},
-    // Candidates for M = 64 (2026-12-07, not yet measured): the efficiencies
-    // keep the heuristic off them until a sweep says what they reach.
-    {TileConfigId::kT64R4F, "T64R4F", 64, 128, 4, 1, 4, 1, 2, 0.1, 0.5, true},
-    {TileConfigId::kT64R4W2F, "T64R4W2F", 64, 128, 4, 1, 3, 2, 1, 0.1, 0.5, true},
+    // 64 tokens on the prefill tile's 32 x 64 warp tiles (4 x 1 warps of 32
+    // rows x 64 tokens), so each widened weight fragment feeds 8 token
+    // fragments where T64 / T64W2 (2 x 2 warps of 32 x 32) feed 4. At M = 64
+    // T64R4W2F took 56.2 us on the dense gate/up (T64W2 75.6) and 70.1 on
+    // o_proj (T64W2 96.0); at 128-256 tokens it was 1-8 % ahead of T128W2F,
+    // which the model does not resolve (H200 running this sm80 code, weights
+    // tiled across rows, bench/gemm/calibration/h200_sweep_2026-12-07_t64r4.txt).
+    // Efficiencies fitted to that sweep with every other constant held
+    // (FIT_ONLY=T64R4F,T64R4W2F fit_heuristic.py ...). Dense only: with them
+    // the model would take T64R4W2F for the grouped MoE of a 2048-token
+    // chunk, which no sweep has timed (at 4096 tokens it was 1.5 % faster
+    // than T128W2F on gate/up and 3.4 % slower on down; at 512 tokens T32
+    // beat it on both).
+    {TileConfigId::kT64R4F, "T64R4F", 64, 128, 4, 1, 4, 1, 2, 0.332, 0.768, true, true},
+    {TileConfigId::kT64R4W2F, "T64R4W2F", 64, 128, 4, 1, 3, 2, 1, 0.364, 1.0, true, true},
 };
 
 const TileConfig& GetTileConfig(TileConfigId id);

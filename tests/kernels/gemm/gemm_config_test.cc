@@ -190,6 +190,10 @@ TEST(GemmConfig, PicksTheMeasuredBestOnTheH200) {
       {16, 6144, 16384, TileConfigId::kT16W4F, 4},    // 35.8 µs (T16W4/s8 46.7)
       {16, 16384, 2048, TileConfigId::kT16W4F, 1},    // 15.7 µs
       {16, 6144, 2048, TileConfigId::kT16, 4},        // 10.1 µs
+      // M = 64 (2026-12-07, weights tiled across rows): T64R4W2F 56.2 µs
+      // (T64W2/s2 75.6, the plan before) and 70.4 (T64W2/s4 96.0).
+      {64, 12288, 6144, TileConfigId::kT64R4W2F, 4},
+      {64, 6144, 16384, TileConfigId::kT64R4W2F, 8},
       // M = 2048 (2026-12-03): T128W2F 1103.2 / 1076.1 µs (T128W2 1157.8 /
       // 1131.7, T128B2 1164.6 / 1162.3).
       {2048, 12288, 6144, TileConfigId::kT128W2F, 1},
