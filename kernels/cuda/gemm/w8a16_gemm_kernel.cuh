@@ -35,6 +35,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common/fp8_sm80.cuh"
 #include "kernels/cuda/common/launch_smem.cuh"
@@ -221,69 +222,7 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     }
     wdst[c] = r * Tile::kWPitch + ((ch ^ ParitySwizzle<kSub>(r)) << 4);
   }
-  const int x_chunks_per_row = (fp8 ? 8 : 4) * kSub;  // 16-byte chunks per token per stage
-  const int x_pitch = x_chunks_per_row * 16;
-  // Activation slots keep a 32-bit row index, not a pointer: registers are
-  // the limiting resource of the 128x128 tile. Every slot of a thread has
-  // the same 16-byte chunk (kThreads is a multiple of x_chunks_per_row).
-  int32_t xrow[Tile::kXSlots];
-  uint32_t xdst[Tile::kXSlots];
-  uint32_t xmask = 0;  // bit c: slot c copies a valid row; bit 8 + c: slot c is in the tile
-  const unsigned char* xbase = reinterpret_cast<const unsigned char*>(p.x);
-  const int64_t ldx_bytes = p.ldx * 2;
-  const int x_chunk = tid % x_chunks_per_row;
-  // K tails: X columns past k_valid are zero-filled. k_valid is a multiple
-  // of 8, so a thread's 16-byte chunk is wholly inside or outside a row, and
-  // it is inside for the first x_stages stages (precomputed: a per-stage
-  // byte clamp cost 10-20 % of the GEMM time).
-  const int64_t x_stages_wide = (p.k_valid * 2 - x_chunk * 16 + x_pitch - 1) / x_pitch;
-  const int64_t x_stages = kKTail ? (x_stages_wide > 0 ? x_stages_wide : 0) : INT64_MAX;
-#pragma unroll
-  for (int c = 0; c < Tile::kXSlots; ++c) {
-    const int idx = tid + c * kThreads;
-    const int r = idx / x_chunks_per_row;
-    const bool active = idx < kBT * x_chunks_per_row;
-    const bool valid = active && r < tok_count;
-    int64_t row = 0;
-    if (valid) {
-      row = row0_out + r;
-      if (p.x_row_index != nullptr) row = p.x_row_index[row];
-    }
-    xrow[c] = static_cast<int32_t>(row);
-    xmask |= (valid ? 1u << c : 0u) | (active ? 1u << (8 + c) : 0u);
-    // e4m3 stages: each 128-byte slice XORs its chunk with (row & 7), so the
-    // fragment reads of 8 tokens x 4 lanes hit 32 distinct banks; bf16
-    // stages: 64-byte slices, odd rows swap halves when the pitch is >= 128.
-    xdst[c] = fp8 ? r * x_pitch + ((x_chunk & ~7) << 4) + (((x_chunk & 7) ^ (r & 7)) << 4)
-                  : r * x_pitch + ((x_chunk ^ ParitySwizzle<kSub>(r)) << 4);
-  }
-
-  auto load_stage = [&](int64_t ks, int buf) {
-    unsigned char* sw = smem + buf * Tile::kStageBytes;
-    unsigned char* sx = sw + Tile::kWStageBytes;
-#pragma unroll
-    for (int c = 0; c < Tile::kWChunks; ++c) {
-      cuda::CpAsync16(sw + wdst[c], wsrc[c] + ks * wstep, wvalid[c] ? 16 : 0);
-    }
-    // Past the tail the copy reads nothing (size 0) from the row's start.
-    const bool x_in_row = !kKTail || ks < x_stages;
-    const unsigned char* xk = xbase + (x_in_row ? x_chunk * 16 + ks * x_pitch : 0);
-#pragma unroll
-    for (int c = 0; c < Tile::kXSlots; ++c) {
-      if (xmask & (1u << (8 + c))) {
-        cuda::CpAsync16(sx + xdst[c], xk + xrow[c] * ldx_bytes, ((xmask >> c) & 1u) && x_in_row ? 16 : 0);
-      }
-    }
-    // One scale per 64-byte slice and fragment half (slice q of the row is
-    // columns [64q, 64q + 64): 128-column block q / 2).
-    if (fp8 && tid < 2 * kSub) {
-      const int u = tid >> 1;
-      cuda::CpAsync4(&s_scale[(buf * kSub + u) * 2 + (tid & 1)],
-               ((tid & 1) ? srow_hi : srow_lo) + ((ks * kSub + u) >> 1));
-    }
-  };
-
-  // ---- Phase 2: main loop --------------------------------------------------
+  // ---- Phase 2 state: the accumulators, in units of the current scales ----
   float acc[kMI][kNJ][4];
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi)
@@ -293,108 +232,186 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
       for (int e = 0; e < 4; ++e) acc[mi][nj][e] = 0.0f;
   float cur_lo = 1.0f, cur_hi = 1.0f;  // scale the accumulator is expressed in
 
+  // The activation copies and the K loop, compiled once for e4m3 weights and
+  // once for bf16 ones (fused_a's last segment): with the activation pitch
+  // and which slots copy known at compile time, a stage of the e4m3 path
+  // issues no run-time pitch arithmetic or slot predicates.
+  auto k_loop = [&](auto fp8_tag) {
+    constexpr bool kFp8 = decltype(fp8_tag)::value;
+    constexpr int x_chunks_per_row = (kFp8 ? 8 : 4) * kSub;  // 16-byte chunks per token per stage
+    constexpr int x_pitch = x_chunks_per_row * 16;
+    // Activation slots keep a 32-bit row index, not a pointer: registers are
+    // the limiting resource of the 128x128 tile. Every slot of a thread has
+    // the same 16-byte chunk (kThreads is a multiple of x_chunks_per_row).
+    int32_t xrow[Tile::kXSlots];
+    uint32_t xdst[Tile::kXSlots];
+    uint32_t xmask = 0;  // bit c: slot c copies a valid row; bit 8 + c: slot c is in the tile
+    const unsigned char* xbase = reinterpret_cast<const unsigned char*>(p.x);
+    const int64_t ldx_bytes = p.ldx * 2;
+    const int x_chunk = tid % x_chunks_per_row;
+    // K tails: X columns past k_valid are zero-filled. k_valid is a multiple
+    // of 8, so a thread's 16-byte chunk is wholly inside or outside a row, and
+    // it is inside for the first x_stages stages (precomputed: a per-stage
+    // byte clamp cost 10-20 % of the GEMM time).
+    const int64_t x_stages_wide = (p.k_valid * 2 - x_chunk * 16 + x_pitch - 1) / x_pitch;
+    const int64_t x_stages = kKTail ? (x_stages_wide > 0 ? x_stages_wide : 0) : INT64_MAX;
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nst) load_stage(ks_begin + s, s);
-    cuda::CpAsyncCommit();
-  }
+    for (int c = 0; c < Tile::kXSlots; ++c) {
+      const int idx = tid + c * kThreads;
+      const int r = idx / x_chunks_per_row;
+      // Compile-time true for the slots every thread fills (all of them on the
+      // e4m3 path of the large tiles), so their copies carry no test.
+      const bool active = (c + 1) * kThreads <= kBT * x_chunks_per_row || idx < kBT * x_chunks_per_row;
+      const bool valid = active && r < tok_count;
+      int64_t row = 0;
+      if (valid) {
+        row = row0_out + r;
+        if (p.x_row_index != nullptr) row = p.x_row_index[row];
+      }
+      xrow[c] = static_cast<int32_t>(row);
+      xmask |= (valid ? 1u << c : 0u) | (active ? 1u << (8 + c) : 0u);
+      // e4m3 stages: each 128-byte slice XORs its chunk with (row & 7), so the
+      // fragment reads of 8 tokens x 4 lanes hit 32 distinct banks; bf16
+      // stages: 64-byte slices, odd rows swap halves when the pitch is >= 128.
+      xdst[c] = kFp8 ? r * x_pitch + ((x_chunk & ~7) << 4) + (((x_chunk & 7) ^ (r & 7)) << 4)
+                    : r * x_pitch + ((x_chunk ^ ParitySwizzle<kSub>(r)) << 4);
+    }
 
-  const int wswz = ParitySwizzle<kSub>(g);  // rows g and g + 8 have g's parity
-  for (int it = 0; it < nst; ++it) {
-    cuda::CpAsyncWait<kStages - 2>();
-    __syncthreads();
-    {
-      const int nxt = it + kStages - 1;
-      if (nxt < nst) load_stage(ks_begin + nxt, nxt % kStages);
+    auto load_stage = [&](int64_t ks, int buf) {
+      unsigned char* sw = smem + buf * Tile::kStageBytes;
+      unsigned char* sx = sw + Tile::kWStageBytes;
+#pragma unroll
+      for (int c = 0; c < Tile::kWChunks; ++c) {
+        cuda::CpAsync16(sw + wdst[c], wsrc[c] + ks * wstep, wvalid[c] ? 16 : 0);
+      }
+      // Past the tail the copy reads nothing (size 0) from the row's start.
+      const bool x_in_row = !kKTail || ks < x_stages;
+      const unsigned char* xk = xbase + (x_in_row ? x_chunk * 16 + ks * x_pitch : 0);
+#pragma unroll
+      for (int c = 0; c < Tile::kXSlots; ++c) {
+        if ((c + 1) * kThreads <= kBT * x_chunks_per_row || (xmask & (1u << (8 + c)))) {
+          cuda::CpAsync16(sx + xdst[c], xk + xrow[c] * ldx_bytes, ((xmask >> c) & 1u) && x_in_row ? 16 : 0);
+        }
+      }
+      // One scale per 64-byte slice and fragment half (slice q of the row is
+      // columns [64q, 64q + 64): 128-column block q / 2).
+      if (kFp8 && tid < 2 * kSub) {
+        const int u = tid >> 1;
+        cuda::CpAsync4(&s_scale[(buf * kSub + u) * 2 + (tid & 1)],
+                 ((tid & 1) ? srow_hi : srow_lo) + ((ks * kSub + u) >> 1));
+      }
+    };
+
+    // ---- Phase 2: main loop --------------------------------------------------
+
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < nst) load_stage(ks_begin + s, s);
       cuda::CpAsyncCommit();
     }
-    const int buf = it % kStages;
-    const unsigned char* sw = smem + buf * Tile::kStageBytes;
-    const unsigned char* sx = sw + Tile::kWStageBytes;
 
-#pragma unroll
-    for (int u = 0; u < kSub; ++u) {
-      // Weight bytes of this lane: rows g and g+8 of each 16-row fragment.
-      uint32_t wr[kMI][2][4];
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi) {
-        const int row = wr0 + mi * 16 + g;
-        const int off = (((u * 4 + t) ^ wswz) << 4);
-        Lds128(wr[mi][0], sw + row * Tile::kWPitch + off);
-        Lds128(wr[mi][1], sw + (row + 8) * Tile::kWPitch + off);
+    const int wswz = ParitySwizzle<kSub>(g);  // rows g and g + 8 have g's parity
+    for (int it = 0; it < nst; ++it) {
+      cuda::CpAsyncWait<kStages - 2>();
+      __syncthreads();
+      {
+        const int nxt = it + kStages - 1;
+        if (nxt < nst) load_stage(ks_begin + nxt, nxt % kStages);
+        cuda::CpAsyncCommit();
       }
+      const int buf = it % kStages;
+      const unsigned char* sw = smem + buf * Tile::kStageBytes;
+      const unsigned char* sx = sw + Tile::kWStageBytes;
 
-      if (fp8) {
-        const float s_lo = s_scale[(buf * kSub + u) * 2];
-        const float s_hi = s_scale[(buf * kSub + u) * 2 + 1];
-        if (it == 0 && u == 0) {
-          cur_lo = s_lo;
-          cur_hi = s_hi;
-        } else if ((((ks_begin + it) * kSub + u) & 1) == 0) {  // entering a new 128-column block
-          const float r_lo = cur_lo / s_lo;
-          const float r_hi = cur_hi / s_hi;
 #pragma unroll
-          for (int mi = 0; mi < kMI; ++mi)
+      for (int u = 0; u < kSub; ++u) {
+        // Weight bytes of this lane: rows g and g+8 of each 16-row fragment.
+        uint32_t wr[kMI][2][4];
+#pragma unroll
+        for (int mi = 0; mi < kMI; ++mi) {
+          const int row = wr0 + mi * 16 + g;
+          const int off = (((u * 4 + t) ^ wswz) << 4);
+          Lds128(wr[mi][0], sw + row * Tile::kWPitch + off);
+          Lds128(wr[mi][1], sw + (row + 8) * Tile::kWPitch + off);
+        }
+
+        if constexpr (kFp8) {
+          const float s_lo = s_scale[(buf * kSub + u) * 2];
+          const float s_hi = s_scale[(buf * kSub + u) * 2 + 1];
+          if (it == 0 && u == 0) {
+            cur_lo = s_lo;
+            cur_hi = s_hi;
+          } else if ((((ks_begin + it) * kSub + u) & 1) == 0) {  // entering a new 128-column block
+            const float r_lo = cur_lo / s_lo;
+            const float r_hi = cur_hi / s_hi;
+#pragma unroll
+            for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+              for (int nj = 0; nj < kNJ; ++nj) {
+                acc[mi][nj][0] *= r_lo;
+                acc[mi][nj][1] *= r_lo;
+                acc[mi][nj][2] *= r_hi;
+                acc[mi][nj][3] *= r_hi;
+              }
+            cur_lo = s_lo;
+            cur_hi = s_hi;
+          }
+          // 64 columns = 4 k-steps, processed as two pairs; each pair reads
+          // one 16-byte activation chunk per 8-token fragment.
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t a[2][kMI][4];
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+              for (int mi = 0; mi < kMI; ++mi) {
+                if constexpr (kFold) {
+                  cuda::E4m3x4ToScaledBf16x4(wr[mi][0][2 * h + j], a[j][mi][0], a[j][mi][2]);
+                  cuda::E4m3x4ToScaledBf16x4(wr[mi][1][2 * h + j], a[j][mi][1], a[j][mi][3]);
+                } else {
+                  cuda::E4m3x4ToBf16x4(wr[mi][0][2 * h + j], a[j][mi][0], a[j][mi][2]);
+                  cuda::E4m3x4ToBf16x4(wr[mi][1][2 * h + j], a[j][mi][1], a[j][mi][3]);
+                }
+              }
 #pragma unroll
             for (int nj = 0; nj < kNJ; ++nj) {
-              acc[mi][nj][0] *= r_lo;
-              acc[mi][nj][1] *= r_lo;
-              acc[mi][nj][2] *= r_hi;
-              acc[mi][nj][3] *= r_hi;
-            }
-          cur_lo = s_lo;
-          cur_hi = s_hi;
-        }
-        // 64 columns = 4 k-steps, processed as two pairs; each pair reads
-        // one 16-byte activation chunk per 8-token fragment.
+              const int tok = wt0 + nj * 8 + g;  // tok & 7 == g
+              uint32_t xb[4];
+              Lds128(xb, sx + tok * Tile::kXPitch + u * 128 + (((2 * t + h) ^ g) << 4));
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t a[2][kMI][4];
+              for (int j = 0; j < 2; ++j) {
+                const uint32_t b[2] = {xb[2 * j], xb[2 * j + 1]};
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int mi = 0; mi < kMI; ++mi) {
-              if constexpr (kFold) {
-                cuda::E4m3x4ToScaledBf16x4(wr[mi][0][2 * h + j], a[j][mi][0], a[j][mi][2]);
-                cuda::E4m3x4ToScaledBf16x4(wr[mi][1][2 * h + j], a[j][mi][1], a[j][mi][3]);
-              } else {
-                cuda::E4m3x4ToBf16x4(wr[mi][0][2 * h + j], a[j][mi][0], a[j][mi][2]);
-                cuda::E4m3x4ToBf16x4(wr[mi][1][2 * h + j], a[j][mi][1], a[j][mi][3]);
+                for (int mi = 0; mi < kMI; ++mi) cuda::MmaBf16M16N8K16(acc[mi][nj], a[j][mi], b, acc[mi][nj]);
               }
             }
+          }
+        } else {
+          // bf16: 32 columns = 2 k-steps; lane t owns columns [8t, 8t+8).
 #pragma unroll
           for (int nj = 0; nj < kNJ; ++nj) {
-            const int tok = wt0 + nj * 8 + g;  // tok & 7 == g
+            const int tok = wt0 + nj * 8 + g;
             uint32_t xb[4];
-            Lds128(xb, sx + tok * Tile::kXPitch + u * 128 + (((2 * t + h) ^ g) << 4));
+            Lds128(xb, sx + tok * (Tile::kXPitch / 2) + (((u * 4 + t) ^ wswz) << 4));
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
               const uint32_t b[2] = {xb[2 * j], xb[2 * j + 1]};
 #pragma unroll
-              for (int mi = 0; mi < kMI; ++mi) cuda::MmaBf16M16N8K16(acc[mi][nj], a[j][mi], b, acc[mi][nj]);
-            }
-          }
-        }
-      } else {
-        // bf16: 32 columns = 2 k-steps; lane t owns columns [8t, 8t+8).
-#pragma unroll
-        for (int nj = 0; nj < kNJ; ++nj) {
-          const int tok = wt0 + nj * 8 + g;
-          uint32_t xb[4];
-          Lds128(xb, sx + tok * (Tile::kXPitch / 2) + (((u * 4 + t) ^ wswz) << 4));
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const uint32_t b[2] = {xb[2 * j], xb[2 * j + 1]};
-#pragma unroll
-            for (int mi = 0; mi < kMI; ++mi) {
-              const uint32_t a[4] = {wr[mi][0][2 * j], wr[mi][1][2 * j], wr[mi][0][2 * j + 1],
-                                     wr[mi][1][2 * j + 1]};
-              cuda::MmaBf16M16N8K16(acc[mi][nj], a, b, acc[mi][nj]);
+              for (int mi = 0; mi < kMI; ++mi) {
+                const uint32_t a[4] = {wr[mi][0][2 * j], wr[mi][1][2 * j], wr[mi][0][2 * j + 1],
+                                       wr[mi][1][2 * j + 1]};
+                cuda::MmaBf16M16N8K16(acc[mi][nj], a, b, acc[mi][nj]);
+              }
             }
           }
         }
       }
     }
+  };
+  if (fp8) {
+    k_loop(std::true_type{});
+  } else {
+    k_loop(std::false_type{});
   }
   cuda::CpAsyncWait<0>();
   __syncthreads();
