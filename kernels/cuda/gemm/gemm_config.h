@@ -89,8 +89,9 @@ struct TileConfig {
 // (2026-12-02, which replaces the first at M = 1, 16), then M in {64, 128,
 // 256} with the 64-token warp tiles (2026-12-07, which replaces the first
 // there). The fitted model picks plans 2.3 % slower than the best measured
-// on average, 1.17x worst (bench/results/gemm.md). They only rank configurations: T8R128M2F's DRAM
-// efficiency of 1 says it streams best, not that it reaches the copy rate.
+// on average, 1.17x worst (bench/results/gemm.md). They only rank
+// configurations: T8R128M2F's DRAM efficiency of 1 says it streams best,
+// not that it reaches the copy rate.
 // mma efficiency: fraction of the tensor rate a compute-bound tile
 // reaches; DRAM efficiency: fraction of the copy rate a streaming tile
 // reaches (wider stages stream better). Register notes:

@@ -77,9 +77,9 @@ constexpr bool AllNamed(std::initializer_list<int> ids) {
   }
   return true;
 }
-static_assert(AllNamed({kTile32, kTile64, kPrefill, kTile64Rows128, kDecode16, kStreamDense[0], kStreamDense[1], kStreamDense[2],
-                        kStreamDense[3], kStreamDense16[0], kStreamDense16[1], kStreamDense16[2], kStreamDense16[3],
-                        kGroupedStream8, kGroupedStream1}),
+static_assert(AllNamed({kTile32, kTile64, kPrefill, kTile64Rows128, kDecode16, kStreamDense[0], kStreamDense[1],
+                        kStreamDense[2], kStreamDense[3], kStreamDense16[0], kStreamDense16[1], kStreamDense16[2],
+                        kStreamDense16[3], kGroupedStream8, kGroupedStream1}),
               "configurations named by the planner");
 
 // The streaming kernel's block: the first of kStreamDense (8-token tiles)

@@ -255,13 +255,15 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
     // byte clamp cost 10-20 % of the GEMM time).
     const int64_t x_stages_wide = (p.k_valid * 2 - x_chunk * 16 + x_pitch - 1) / x_pitch;
     const int64_t x_stages = kKTail ? (x_stages_wide > 0 ? x_stages_wide : 0) : INT64_MAX;
+    // Slot c is in the tile in every thread when the tile's chunks fill it
+    // whole (all slots on the e4m3 path of the large tiles): known at compile
+    // time, so those slots' setup and copies carry no test.
+    auto slot_in_every_thread = [](int c) { return (c + 1) * kThreads <= kBT * x_chunks_per_row; };
 #pragma unroll
     for (int c = 0; c < Tile::kXSlots; ++c) {
       const int idx = tid + c * kThreads;
       const int r = idx / x_chunks_per_row;
-      // Compile-time true for the slots every thread fills (all of them on the
-      // e4m3 path of the large tiles), so their copies carry no test.
-      const bool active = (c + 1) * kThreads <= kBT * x_chunks_per_row || idx < kBT * x_chunks_per_row;
+      const bool active = slot_in_every_thread(c) || idx < kBT * x_chunks_per_row;
       const bool valid = active && r < tok_count;
       int64_t row = 0;
       if (valid) {
@@ -289,7 +291,7 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
       const unsigned char* xk = xbase + (x_in_row ? x_chunk * 16 + ks * x_pitch : 0);
 #pragma unroll
       for (int c = 0; c < Tile::kXSlots; ++c) {
-        if ((c + 1) * kThreads <= kBT * x_chunks_per_row || (xmask & (1u << (8 + c)))) {
+        if (slot_in_every_thread(c) || (xmask & (1u << (8 + c)))) {
           cuda::CpAsync16(sx + xdst[c], xk + xrow[c] * ldx_bytes, ((xmask >> c) & 1u) && x_in_row ? 16 : 0);
         }
       }
