@@ -11,7 +11,8 @@
 # On the GPU host (carry .bundle-z):
 #   python3 -c 'import tarfile; tarfile.open(".bundle-z/dk.tar.xz").extractall(".")'
 #   OUT=$OUT KERNELS='regex' bash tools/device/decode_kernel_ab.sh
-# Knobs: BATCHES (1,8), CONTEXTS (8192), ROUNDS (2), KERNELS (an ncu
+# Knobs: BATCHES (1,8), CONTEXTS (8192), ROUNDS (2), VARIANTS ("before after": the
+# bundle's engine_bench_<variant>s, interleaved; after makes the checkpoint), KERNELS (an ncu
 # --kernel-name regex; empty: no ncu), PARITY_FILTER (a gtest filter for
 # cuda_parity_gpu_test; empty: all of it), SLOW (test binaries run after the
 # benchmarks; default cuda_parity and speculative). Every other *_gpu_test of
@@ -25,7 +26,7 @@ run_tests 0
 m=/tmp/glm5dk
 [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && m=/dev/shm/glm5dk
 args=(--model "$m" --layers 3:4 --batches "${BATCHES:-1,8}" --contexts "${CONTEXTS:-8192}")
-variants=(before after)
+read -r -a variants <<<"${VARIANTS:-before after}"
 engine_rounds after --make-geometry glm5-full --make-layers 4
 if [[ -n ${KERNELS:-} ]]; then
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
