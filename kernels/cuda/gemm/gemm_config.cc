@@ -135,7 +135,7 @@ GemmPlan ChooseGemmPlan(const GemmProblem& p) {
   const double eff_m = static_cast<double>(std::max<int64_t>(1, p.m));
 
   for (const TileConfig& c : kTileConfigs) {
-    if (!ConfigSupports(p, c) || (p.grouped && c.dense_only)) continue;
+    if (!ConfigSupports(p, c)) continue;
     int64_t max_kst = 0, min_kst = std::numeric_limits<int64_t>::max();
     for (int s = 0; s < p.num_segments; ++s) {
       const int64_t kst = KStages(p.k, p.segments[s].weight_bytes, c.sub);

@@ -65,9 +65,6 @@ struct TileConfig {
   // 2^120 is applied with the fp32 block scale in the epilogue, instead of
   // a bf16 multiply per pair in the mma loop (fp8_sm80.cuh).
   bool fold_pow2 = false;
-  // ChooseGemmPlan offers it to dense GEMMs only (a forced plan may still
-  // run it grouped): for tiles whose grouped plans were not measured.
-  bool dense_only = false;
 
   int64_t row_bytes_per_stage() const { return int64_t{64} * sub; }
   // Bytes of one pipeline stage: weight tile (64·sub B per row) +
@@ -99,7 +96,7 @@ struct TileConfig {
 // spills); kT128B2 caps registers at 128 for two blocks per SM (ptxas spills
 // ~130 bytes).
 // Fields: id, name, tokens, rows, warps rows x tokens, stages, sub, min
-// blocks per SM, mma efficiency, DRAM efficiency[, fold_pow2[, dense_only]].
+// blocks per SM, mma efficiency, DRAM efficiency[, fold_pow2].
 inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
     {TileConfigId::kT8, "T8", 8, 64, 4, 1, 8, 1, 4, 0.3, 0.751},
     {TileConfigId::kT16, "T16", 16, 64, 4, 1, 8, 1, 4, 0.45, 0.718},
@@ -140,13 +137,20 @@ inline constexpr TileConfig kTileConfigs[kNumTileConfigs] = {
     // which the model does not resolve (H200 running this sm80 code, weights
     // tiled across rows, bench/gemm/calibration/h200_sweep_2026-12-07_t64r4.txt).
     // Efficiencies fitted to that sweep with every other constant held
-    // (FIT_ONLY=T64R4F,T64R4W2F fit_heuristic.py ...). Dense only: with them
-    // the model would take T64R4W2F for the grouped MoE of a 2048-token
-    // chunk, which no sweep has timed (at 4096 tokens it was 1.5 % faster
-    // than T128W2F on gate/up and 3.4 % slower on down; at 512 tokens T32
-    // beat it on both).
-    {TileConfigId::kT64R4F, "T64R4F", 64, 128, 4, 1, 4, 1, 2, 0.332, 0.768, true, true},
-    {TileConfigId::kT64R4W2F, "T64R4W2F", 64, 128, 4, 1, 3, 2, 1, 0.364, 1.0, true, true},
+    // (FIT_ONLY=T64R4F,T64R4W2F fit_heuristic.py ...). Grouped plans take
+    // them too: the grouped MoE of a 2048-token chunk (64 rows an expert) ran
+    // gate/up on T64R4W2F in 4310 us against T128W2F's 5843 and down on
+    // T64R4F / T64R4W2F in 2545 / 2590 against 3035 (H100 running this sm80
+    // code, every configuration forced, 2026-12-07 session 44,
+    // bench/gemm/calibration/h100_sweep_2026-12-07_grouped2048.txt). At 4096
+    // tokens the model puts gate/up on T64R4W2F, not T128W2F with the tail
+    // split (moe.h): 1.5 % slower with gemm_bench's even routing (128 +- 11
+    // rows an expert, where the tail takes the few rows past 128), but the
+    // FP8 layer's 4096-token prefill chunk ran 1.09x faster with it than with
+    // a model that counts the tail split and keeps T128W2F there (engine_bench's
+    // router spreads the rows unevenly, so remainders fall anywhere in a tile).
+    {TileConfigId::kT64R4F, "T64R4F", 64, 128, 4, 1, 4, 1, 2, 0.332, 0.768, true},
+    {TileConfigId::kT64R4W2F, "T64R4W2F", 64, 128, 4, 1, 3, 2, 1, 0.364, 1.0, true},
 };
 
 const TileConfig& GetTileConfig(TileConfigId id);

@@ -76,7 +76,7 @@ inline constexpr W4Config kW4Configs[kW4NumConfigs] = {
     StreamConfig("W4SM2N2D2W2", 2, 2, 2, 2),
     // 64 tokens on the prefill tile's 32 x 64 warp tile, so each widened
     // weight fragment feeds 8 token fragments, not W4T64's 4: the dense plan
-    // at 65-256 tokens (w4a16_gemm.cu, DenseConfigFor; 2026-12-07).
+    // from 65 tokens (w4a16_gemm.cu, DenseConfigFor; 2026-12-07).
     TileConfig("W4T64R4", 64, 128, 4, 1, 3, 2, 2),
 };
 

@@ -109,28 +109,29 @@ int TileConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
   return kPrefill;
 }
 
-// Dense GEMMs of 65-256 tokens (a speculative verify step of a large batch,
-// a short prefill chunk) on 64-token tiles of 128 rows with the prefill
+// Dense GEMMs of more than 64 tokens (a speculative verify step of a large
+// batch, a prefill chunk) on 64-token tiles of 128 rows with the prefill
 // tile's 32 x 64 warp tiles: twice the blocks of the 128 x 128 tile at
 // 65-128 tokens, and each widened weight fragment feeds 8 token fragments
 // where W4T64's feed 4. 1.19-1.33x W4P128T at 128 and 256 tokens on the
 // dense gate (12288 x 6144) and the shared expert's gate/up (4096 x 6144),
-// int4 and NVFP4; at 64 tokens it won on the first (1.07x) and lost on the
-// second (0.90x), so W4T64 keeps 33-64 (H200 running this sm80 code,
-// 2026-12-07, bench/RESULTS.md). Not measured beyond 256 tokens. Grouped
-// GEMMs keep TileConfigFor: at 4096 tokens (128 rows an expert) W4P128T
-// took 9.9 ms against its 10.4.
-constexpr int64_t kTile64Rows128MaxTokens = 256;
+// int4 and NVFP4 (H200 running this sm80 code, 2026-12-07); on those two and
+// o_proj at TP 8 it took 0.66-0.98x W4P128T's time forced at 384-1024
+// tokens and 0.95-0.99x planned at 1024-4096 (H100 running this sm80 code,
+// 2026-12-07, session 44). At 64 tokens it won on the first (1.07x) and lost on the second (0.90x), so
+// W4T64 keeps 33-64. Grouped GEMMs keep TileConfigFor: at 4096 tokens (128
+// rows an expert) W4P128T took 9.9 ms against its 10.4.
+constexpr int64_t kTile64Rows128MinTokens = 65;
 
 // The dense plan's tile, fitted to w4a16_bench on the H200 running this
 // sm80 code: up to 8 tokens the streaming kernel's 8-token tiles (1.05-1.57x
 // the decode kernel, 2026-12-04), 9-16 tokens its 16-token tiles (1.33-1.67x
 // the decode and tile kernels it replaced at 16 tokens on every GLM-5 shape,
-// int4 and NVFP4, 2026-12-04 session 25); 65-256 W4T64R4 (above); else
+// int4 and NVFP4, 2026-12-04 session 25); from 65 W4T64R4 (above); else
 // TileConfigFor.
 int DenseConfigFor(int64_t m, int64_t rows_padded, int sms) {
   if (m <= 16) return StreamConfigFor(m, rows_padded, sms);
-  if (m > 64 && m <= kTile64Rows128MaxTokens && rows_padded % kW4Configs[kTile64Rows128].br == 0) {
+  if (m >= kTile64Rows128MinTokens && rows_padded % kW4Configs[kTile64Rows128].br == 0) {
     return kTile64Rows128;
   }
   return TileConfigFor(m, rows_padded);

@@ -615,6 +615,9 @@ TEST(Sm80_MoeLayer, TailSplitOnPrefillTiles) {
   p.expected_rows_per_expert = 128;
   p.num_sms = 132;
   p.workspace_bytes = MoeGroupedGemmWorkspaceBytes(p.max_rows, p.num_experts);
+  // The 128-token prefill tile, forced: the planner puts this gate/up on
+  // 64-token tiles, which take no automatic tail split.
+  p.force_config = static_cast<int>(gemm::TileConfigId::kT128W2F);
   ASSERT_GE(gemm::GetTileConfig(MoeGroupedGemmPlan(p).config).block_tokens, kMoeTailMinTileTokens);
   MoeTailPlan t = MoeGroupedGemmTailPlan(p);
   EXPECT_EQ(t.below, kMoeTailAutoRows);
@@ -625,6 +628,11 @@ TEST(Sm80_MoeLayer, TailSplitOnPrefillTiles) {
   EXPECT_EQ(MoeGroupedGemmBlockTokens(p), gemm::GetTileConfig(MoeGroupedGemmPlan(p).config).block_tokens);
   p.tail_rows = -1;
   p.workspace_bytes = 16;
+  EXPECT_EQ(MoeGroupedGemmTailPlan(p).below, 0);
+  // Planned 64-token tiles: no automatic tail split.
+  p.force_config = -1;
+  p.workspace_bytes = MoeGroupedGemmWorkspaceBytes(p.max_rows, p.num_experts);
+  ASSERT_LT(gemm::GetTileConfig(MoeGroupedGemmPlan(p).config).block_tokens, kMoeTailMinTileTokens);
   EXPECT_EQ(MoeGroupedGemmTailPlan(p).below, 0);
   // Decode: 64 tokens, 2 rows an expert.
   p.max_rows = 64 * 8;

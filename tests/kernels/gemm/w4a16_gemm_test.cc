@@ -304,13 +304,14 @@ TEST(W4A16GemmTest, PlansTakeTheStreamingKernelUpToSixteenTokens) {
     EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(9, 2048, 2048, type))), "W4SM1N2D3W8");
     EXPECT_FALSE(W4ConfigIsStream(W4A16GemmPlannedConfig(dense(17, 4096, 2048, type))));
     EXPECT_FALSE(W4ConfigIsStream(W4A16GemmPlannedConfig(dense(2048, 4096, 6144, type))));
-    // 65-256 tokens: the 64-token tile of 128 rows (1.19-1.33x W4P128T at
-    // 128 and 256 tokens, 2026-12-07); 33-64 W4T64 (it lost on the shared
-    // expert there); 257 up the 128 x 128 prefill tile.
+    // From 65 tokens the 64-token tile of 128 rows (1.19-1.33x W4P128T at
+    // 128 and 256 tokens, 1.01-1.5x up to 4096 tokens, 2026-12-07); 33-64 W4T64
+    // (it lost on the shared expert there).
     EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(64, 12288, 6144, type))), "W4T64");
     EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(65, 12288, 6144, type))), "W4T64R4");
     EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(256, 4096, 6144, type))), "W4T64R4");
-    EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(257, 4096, 6144, type))), "W4P128T");
+    EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(257, 4096, 6144, type))), "W4T64R4");
+    EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(4096, 12288, 6144, type))), "W4T64R4");
     EXPECT_EQ(name(W4A16GemmPlannedConfig(dense(128, 4160, 6144, type))), "W4T64");  // rows not a multiple of 128
     W4A16GemmParams forced = dense(1, 6144, 2048, type);
     forced.force_config = 0;
