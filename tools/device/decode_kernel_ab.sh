@@ -11,12 +11,13 @@
 # On the GPU host (carry .bundle-z):
 #   python3 -c 'import tarfile; tarfile.open(".bundle-z/dk.tar.xz").extractall(".")'
 #   OUT=$OUT KERNELS='regex' bash tools/device/decode_kernel_ab.sh
-# Knobs: BATCHES (1,8), CONTEXTS (8192), ROUNDS (2), VARIANTS ("before after": the
-# bundle's engine_bench_<variant>s, interleaved; after makes the checkpoint), KERNELS (an ncu
-# --kernel-name regex; empty: no ncu), PARITY_FILTER (a gtest filter for
-# cuda_parity_gpu_test; empty: all of it), SLOW (test binaries run after the
-# benchmarks; default cuda_parity and speculative). Every other *_gpu_test of
-# the bundle runs whole, first. Logs archived to $OUT/dk.tgz; a table last.
+# Knobs: BATCHES (1,8), CONTEXTS (8192), ROUNDS (2), VARIANTS ("before after":
+# the bundle's engine_bench_<variant>s, interleaved; after makes the
+# checkpoint), KERNELS (an ncu --kernel-name regex; empty: no ncu),
+# PARITY_FILTER (a gtest filter for cuda_parity_gpu_test; empty: all of it),
+# SLOW (test binaries run after the benchmarks; default cuda_parity and
+# speculative; SLOW_TESTS=0 skips them). Every other *_gpu_test of the bundle
+# runs whole, first. Logs archived to $OUT/dk.tgz; a table last.
 set -uo pipefail
 NAME=dk
 source tools/device/two_build_common.sh
@@ -39,7 +40,7 @@ if [[ -n ${KERNELS:-} ]]; then
   done
 fi
 rm -rf "$m"
-run_tests 1
+[[ ${SLOW_TESTS:-1} != 0 ]] && run_tests 1
 cat "$OUT/gpu.txt" "$OUT/rc.txt"
 for f in "$OUT"/engine_*.log; do
   echo "== $(basename "$f")"

@@ -29,29 +29,35 @@ SHAPES = {  # name: (K, [(rows, weight bytes)])
     "kv_b": (512, [(28672, 1)]), "o_proj": (16384, [(6144, 1)]), "exp_gate_up": (6144, [(4096, 1)]),
     "exp_down": (2048, [(6144, 1)]), "fused_a": (6144, [(2048, 1), (576, 1), (128, 1), (32, 2)]),
 }
-CFG = {}  # name: tokens, rows, threads, stages, sub, smem (as gemm_config.cc)
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEMM_DIR = os.path.join(HERE, "..", "..", "..", "kernels", "cuda", "gemm")
 
 
-def add(name, bt, br, wr, wt, st, sub):
-    stage = (br * 64 + bt * 128) * sub
-    CFG[name] = dict(bt=bt, br=br, thr=32 * wr * wt, st=st, sub=sub,
-                     smem=max(st * stage, bt * (br + 4) * 4) + st * sub * 8 + 16)
-
-
-def read_tables():
-    """The starting point is what the runtime uses now: kTileConfigs of
-    gemm_config.h and the model constants of gemm_config.cc, read from the
-    sources so the two cannot drift apart."""
+def tile_table_rows():
+    """kTileConfigs' rows of gemm_config.h: name, the six shape fields, mma and DRAM efficiency."""
     header = open(os.path.join(GEMM_DIR, "gemm_config.h")).read()
-    dram, mma = {}, {}
     row = re.compile(r'\{TileConfigId::k\w+, "(\w+)", (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), '
                      r'([\d.]+), ([\d.]+)')
     for m in row.finditer(header):
-        name = m.group(1)
-        add(name, *(int(m.group(i)) for i in range(2, 8)))
-        mma[name], dram[name] = float(m.group(9)), float(m.group(10))
+        yield m.group(1), tuple(int(m.group(i)) for i in range(2, 8)), float(m.group(9)), float(m.group(10))
+
+
+def tile_shape(bt, br, wr, wt, st, sub):
+    """Tokens, rows, threads, stages, sub and shared memory, as gemm_config.cc works them out."""
+    stage = (br * 64 + bt * 128) * sub
+    return dict(bt=bt, br=br, thr=32 * wr * wt, st=st, sub=sub,
+                smem=max(st * stage, bt * (br + 4) * 4) + st * sub * 8 + 16)
+
+
+CFG = {name: tile_shape(*fields) for name, fields, _, _ in tile_table_rows()}
+
+
+def read_tables():
+    """The starting point is what the runtime uses now: kTileConfigs' efficiencies
+    in gemm_config.h and the model constants of gemm_config.cc, read from the
+    sources so the two cannot drift apart."""
+    mma = {name: m for name, _, m, _ in tile_table_rows()}
+    dram = {name: d for name, _, _, d in tile_table_rows()}
     source = open(os.path.join(GEMM_DIR, "gemm_config.cc")).read()
 
     def const(name):
@@ -123,7 +129,7 @@ def evaluate(P, cases, verbose=False):
 
 
 def main():
-    P = read_tables()  # fills CFG, which load() filters on
+    P = read_tables()
     cases = load(sys.argv[1:])
     keys = [(k, kk) for k, v in P.items() if isinstance(v, dict) for kk in v] + \
            [(k, None) for k, v in P.items() if not isinstance(v, dict)]
