@@ -45,7 +45,7 @@ if [[ "${GEMM:-1}" != 0 ]]; then
   done
 fi
 cat "$OUT/gpu.txt" "$OUT/rc.txt"
-tail -3 "$OUT/gemm_tests.log"
+[[ -f $OUT/gemm_tests.log ]] && tail -3 "$OUT/gemm_tests.log"
 grep -E "relative logit|greedy|FAILED|PASSED|OK \]" "$OUT/parity.log" 2>/dev/null | tail -30
 for f in "$OUT"/engine_*.log; do
   echo "== $(basename "$f")"

@@ -49,15 +49,16 @@ def tile_shape(bt, br, wr, wt, st, sub):
                 smem=max(st * stage, bt * (br + 4) * 4) + st * sub * 8 + 16)
 
 
-CFG = {name: tile_shape(*fields) for name, fields, _, _ in tile_table_rows()}
+TILE_ROWS = list(tile_table_rows())  # read once: the shapes below, the efficiencies in read_tables
+CFG = {name: tile_shape(*fields) for name, fields, _, _ in TILE_ROWS}
 
 
 def read_tables():
     """The starting point is what the runtime uses now: kTileConfigs' efficiencies
     in gemm_config.h and the model constants of gemm_config.cc, read from the
     sources so the two cannot drift apart."""
-    mma = {name: m for name, _, m, _ in tile_table_rows()}
-    dram = {name: d for name, _, _, d in tile_table_rows()}
+    mma = {name: m for name, _, m, _ in TILE_ROWS}
+    dram = {name: d for name, _, _, d in TILE_ROWS}
     source = open(os.path.join(GEMM_DIR, "gemm_config.cc")).read()
 
     def const(name):

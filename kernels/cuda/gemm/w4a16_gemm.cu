@@ -118,9 +118,10 @@ int TileConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
 // int4 and NVFP4 (H200 running this sm80 code, 2026-12-07); on those two and
 // o_proj at TP 8 it took 0.66-0.98x W4P128T's time forced at 384-1024
 // tokens and 0.95-0.99x planned at 1024-4096 (H100 running this sm80 code,
-// 2026-12-07, session 44). At 64 tokens it won on the first (1.07x) and lost on the second (0.90x), so
-// W4T64 keeps 33-64. Grouped GEMMs keep TileConfigFor: at 4096 tokens (128
-// rows an expert) W4P128T took 9.9 ms against its 10.4.
+// 2026-12-07, session 44). At 64 tokens it won on the first (1.07x) and
+// lost on the second (0.90x), so W4T64 keeps 33-64. Grouped GEMMs keep
+// TileConfigFor: at 4096 tokens (128 rows an expert) W4P128T took 9.9 ms
+// against its 10.4.
 constexpr int64_t kTile64Rows128MinTokens = 65;
 
 // The dense plan's tile, fitted to w4a16_bench on the H200 running this
