@@ -119,9 +119,8 @@ int TileConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
 // o_proj at TP 8 it took 0.66-0.98x W4P128T's time forced at 384-1024
 // tokens and 0.95-0.99x planned at 1024-4096 (H100 running this sm80 code,
 // 2026-12-07, session 44). At 64 tokens it won on the first (1.07x) and
-// lost on the second (0.90x), so W4T64 keeps 33-64. Grouped GEMMs keep
-// TileConfigFor: at 4096 tokens (128 rows an expert) W4P128T took 9.9 ms
-// against its 10.4.
+// lost on the second (0.90x), so W4T64 keeps 33-64. Grouped GEMMs:
+// GroupedConfigFor.
 constexpr int64_t kTile64Rows128MinTokens = 65;
 
 // The dense plan's tile, fitted to w4a16_bench on the H200 running this
@@ -142,11 +141,19 @@ int DenseConfigFor(int64_t m, int64_t rows_padded, int sms) {
 // entries of <= 8 rows, two 16-row fragments a block), with four warps a
 // block at one row per expert and two beyond (one token: 1.02-1.04x the
 // decode kernel's one-row tile; 8 and 64 tokens: 1.00x int4, 1.09x NVFP4;
-// 2026-12-04); up to 16 the decode kernel; then TileConfigFor.
+// 2026-12-04); up to 16 the decode kernel; 33-64 (a 2048-token chunk) the
+// 64-token tile of 128 rows where it tiles the packed rows: 0.714x / 0.743x
+// W4T64's time at 2048 tokens, int4 / NVFP4, even routing (H100 running
+// this sm80 code, 2026-12-07, session 45); else TileConfigFor. At 128 rows
+// an expert (a 4096-token chunk) it took 1.053x / 0.976x W4P128T + tail's
+// time and the AWQ layer's prefill 1.005x: no gain, so W4P128T keeps it.
 int GroupedConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
   if (rows_per_tile <= 1) return kGroupedStream1;
   if (rows_per_tile <= 8) return kGroupedStream8;
   if (rows_per_tile <= 16) return kDecode16;
+  if (rows_per_tile > 32 && rows_per_tile <= 64 && rows_padded % kW4Configs[kTile64Rows128].br == 0) {
+    return kTile64Rows128;
+  }
   return TileConfigFor(rows_per_tile, rows_padded);
 }
 

@@ -81,6 +81,14 @@ TEST(W4A16GemmTest, PlansTakeTheStreamingKernelUpToSixteenTokens) {
     EXPECT_EQ(name(W4MoeGroupedGemmPlannedConfig(grouped(8, 8))), "W4SM2D3W2");
     EXPECT_EQ(name(W4MoeGroupedGemmPlannedConfig(grouped(64, 64))), "W4SM2D3W2");  // ~2 rows an expert
     EXPECT_FALSE(W4ConfigIsStream(W4MoeGroupedGemmPlannedConfig(grouped(4096, 4096))));
+    // 33-64 rows an expert (a 2048-token chunk) on the 64-token tile of 128
+    // rows; 17-32 W4T32, 128 the prefill tile (with its tail split).
+    EXPECT_EQ(name(W4MoeGroupedGemmPlannedConfig(grouped(1024, 1024))), "W4T32");    // 32 rows an expert
+    EXPECT_EQ(name(W4MoeGroupedGemmPlannedConfig(grouped(2048, 2048))), "W4T64R4");  // 64
+    EXPECT_EQ(name(W4MoeGroupedGemmPlannedConfig(grouped(4096, 4096))), "W4P128T");  // 128
+    W4MoeGroupedGemmParams odd_rows = grouped(2048, 2048);
+    odd_rows.weight.rows_padded = 4160;  // not a multiple of 128: the 128-row tile cannot take it
+    EXPECT_EQ(name(W4MoeGroupedGemmPlannedConfig(odd_rows)), "W4T64");
   }
 }
 
@@ -102,6 +110,10 @@ TEST(W4MoeGroupedGemmTest, TailSplitOnThePrefillTile) {
   p.tail_rows = -1;
   p.expected_rows_per_expert = 16;  // a decode tile
   EXPECT_EQ(W4MoeGroupedGemmTailPlan(p).below, 0);
+  p.expected_rows_per_expert = 64;  // the 64-token tile: its remainders cost half a prefill tile
+  ASSERT_STREQ(W4ConfigName(W4MoeGroupedGemmPlannedConfig(p)), "W4T64R4");
+  EXPECT_EQ(W4MoeGroupedGemmTailPlan(p).below, 0);
+  EXPECT_EQ(W4MoeGroupedGemmBlockTokens(p), 64);
   p.expected_rows_per_expert = 128;
   p.workspace_bytes = 16;  // the two lists do not fit
   EXPECT_EQ(W4MoeGroupedGemmTailPlan(p).below, 0);
