@@ -98,6 +98,10 @@ int StreamConfigFor(int64_t m, int64_t rows_padded, int sms) {
   return family[3];
 }
 
+// Whether the row blocks of configuration `config` tile `rows_padded`
+// packed rows exactly (the tile kernels take no partial row block).
+constexpr bool TilesRows(int config, int64_t rows_padded) { return rows_padded % kW4Configs[config].br == 0; }
+
 // Beyond 16 rows per tile, dense and grouped alike: the tile kernel by
 // tokens; the 128 x 128 prefill tile from 65 tokens, where it tiles the
 // packed rows (padded to 64). At 128 rows per expert (the grouped MoE of a
@@ -105,7 +109,7 @@ int StreamConfigFor(int64_t m, int64_t rows_padded, int sms) {
 // running this sm80 code, 2026-12-03).
 int TileConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
   if (rows_per_tile <= 32) return kTile32;
-  if (rows_per_tile <= 64 || rows_padded % 128 != 0) return kTile64;
+  if (rows_per_tile <= 64 || !TilesRows(kPrefill, rows_padded)) return kTile64;
   return kPrefill;
 }
 
@@ -131,9 +135,7 @@ constexpr int64_t kTile64Rows128MinTokens = 65;
 // TileConfigFor.
 int DenseConfigFor(int64_t m, int64_t rows_padded, int sms) {
   if (m <= 16) return StreamConfigFor(m, rows_padded, sms);
-  if (m >= kTile64Rows128MinTokens && rows_padded % kW4Configs[kTile64Rows128].br == 0) {
-    return kTile64Rows128;
-  }
+  if (m >= kTile64Rows128MinTokens && TilesRows(kTile64Rows128, rows_padded)) return kTile64Rows128;
   return TileConfigFor(m, rows_padded);
 }
 
@@ -151,9 +153,7 @@ int GroupedConfigFor(int64_t rows_per_tile, int64_t rows_padded) {
   if (rows_per_tile <= 1) return kGroupedStream1;
   if (rows_per_tile <= 8) return kGroupedStream8;
   if (rows_per_tile <= 16) return kDecode16;
-  if (rows_per_tile > 32 && rows_per_tile <= 64 && rows_padded % kW4Configs[kTile64Rows128].br == 0) {
-    return kTile64Rows128;
-  }
+  if (rows_per_tile > 32 && rows_per_tile <= 64 && TilesRows(kTile64Rows128, rows_padded)) return kTile64Rows128;
   return TileConfigFor(rows_per_tile, rows_padded);
 }
 
@@ -172,7 +172,7 @@ absl::Status CheckForced(absl::string_view op, int config, int64_t rows_padded,
   if (config < 0) return absl::OkStatus();
   if (config >= kW4NumConfigs) return InvalidParam(op, field, "is not a tile configuration");
   // The decode kernel takes a partial last row block (its warps past the rows idle).
-  if (!kW4Configs[config].decode && rows_padded % kW4Configs[config].br != 0) {
+  if (!kW4Configs[config].decode && !TilesRows(config, rows_padded)) {
     return InvalidParam(op, field, absl::StrCat(kW4Configs[config].name, " needs rows_padded to be a multiple of ",
                                                 kW4Configs[config].br));
   }
