@@ -30,8 +30,8 @@ set -uo pipefail
 NAME=ta
 source tools/device/two_build_common.sh
 variants=(base fp8)
-BIN_fp8=base
-FLAGS_fp8='--latent fp8'
+# shellcheck disable=SC2034  # read by two_build_common.sh's bench (BIN_ / FLAGS_<variant>)
+BIN_fp8=base FLAGS_fp8='--latent fp8'
 glm5_grid base glm5ta
 long_contexts base
 rm -rf "$GLM5_MODEL"
