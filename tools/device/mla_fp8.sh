@@ -15,7 +15,8 @@
 # On the GPU host: OUT=$OUT bash tools/device/mla_fp8.sh   (carry .bundle-x)
 # Knobs: ROUNDS (2), BATCHES (1,16,64,128), HEADS (8,16,64), TESTS (1: also
 # indexer_gpu_test, gemm_gpu_test and cuda_parity_gpu_test when bundled),
-# NCU (1: profile the FP8 batch-64 x 8-head launch of both builds),
+# NCU (1: profile the FP8 batch-64 x 8-head launch of every build; NCU_SOURCE=0
+# skips the after build's per-instruction samples),
 # EXTRA="name ..." (more bench binaries in the bundle, timed like "after").
 # Logs land in /tmp/mla, archived to $OUT/mla.tgz (the device tool returns
 # at most 8 files).
@@ -58,9 +59,9 @@ for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
 done
 if [[ "${NCU:-1}" != 0 ]]; then
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  for v in before after; do
-    [[ $v == before ]] && k=SparseMlaKernelILi16ELb1 || k=NarrowFp8KernelILi8E
-    timeout 150 $ncu --kernel-name-base mangled -k "regex:$k" --launch-skip 5 --launch-count 1 \
+  for v in before after ${EXTRA:-}; do
+    k=NarrowFp8KernelILi8E  # the FP8 8-head decode launch of every build since session 12
+    timeout 150 "$ncu" --kernel-name-base mangled -k "regex:$k" --launch-skip 5 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats \
       --section LaunchStats --section MemoryWorkloadAnalysis \
       --metrics smsp__inst_executed.sum,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio \
@@ -69,20 +70,23 @@ if [[ "${NCU:-1}" != 0 ]]; then
     grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Issued Warp Per|No Eligible|Warp Cycles Per Issued|inst_executed|stalled_[a-z_]*_per_issue" \
       "$out/ncu_$v.txt" | sed "s/^ */$v /" | head -24
   done
-  # Per-instruction stall samples of the after build's 8-head kernel.
-  timeout 150 $ncu --kernel-name-base mangled -k regex:NarrowFp8KernelILi8E --launch-skip 5 --launch-count 1 \
-    --section SourceCounters --section WarpStateStats -o "$out/narrow8" -f \
-    "$B/attention_bench_after" --decode-only --batches 64 --heads 8 >"$out/ncu_src.log" 2>&1
-  echo "ncu source rc=$?"
-  timeout 60 $ncu --import "$out/narrow8.ncu-rep" --page source --csv --print-source sass >"$out/narrow8_source.csv" 2>&1
-  echo "ncu source page rc=$? lines $(wc -l <"$out/narrow8_source.csv")"
-  cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
-  $cuobjdump -sass "$B/attention_bench_after" 2>/dev/null | awk '/Function : .*NarrowFp8KernelILi8E/{p=1} /Function : .*NarrowFp8KernelILi16E/{p=0} p' >"$out/narrow8_sass.txt"
-  echo "narrow8 sass lines $(wc -l <"$out/narrow8_sass.txt"), MOVM $(grep -c MOVM "$out/narrow8_sass.txt"), HMMA $(grep -c HMMA "$out/narrow8_sass.txt"), BAR $(grep -c 'BAR.SYNC' "$out/narrow8_sass.txt")"
+  # Per-instruction stall samples of the after build's 8-head kernel (NCU_SOURCE=0 skips).
+  if [[ "${NCU_SOURCE:-1}" != 0 ]]; then
+    timeout 150 "$ncu" --kernel-name-base mangled -k regex:NarrowFp8KernelILi8E --launch-skip 5 --launch-count 1 \
+      --section SourceCounters --section WarpStateStats -o "$out/narrow8" -f \
+      "$B/attention_bench_after" --decode-only --batches 64 --heads 8 >"$out/ncu_src.log" 2>&1
+    echo "ncu source rc=$?"
+    timeout 60 "$ncu" --import "$out/narrow8.ncu-rep" --page source --csv --print-source sass >"$out/narrow8_source.csv" 2>&1
+    echo "ncu source page rc=$? lines $(wc -l <"$out/narrow8_source.csv")"
+    cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+    $cuobjdump -sass "$B/attention_bench_after" 2>/dev/null | awk '/Function : .*NarrowFp8KernelILi8E/{p=1} /Function : .*NarrowFp8KernelILi16E/{p=0} p' >"$out/narrow8_sass.txt"
+    echo "narrow8 sass lines $(wc -l <"$out/narrow8_sass.txt"), MOVM $(grep -c MOVM "$out/narrow8_sass.txt"), HMMA $(grep -c HMMA "$out/narrow8_sass.txt"), BAR $(grep -c 'BAR.SYNC' "$out/narrow8_sass.txt")"
+  fi
 fi
 echo
 echo "| fmt | batch | heads | build | tile x splits | graph-replay us (per round) | per-launch us |"
 echo "|---|---|---|---|---|---|---|"
+# shellcheck disable=SC2086  # EXTRA is a list of names
 python3 - "$out" ${EXTRA:-} <<'PY'
 import collections, glob, re, statistics, sys
 out = sys.argv[1]
