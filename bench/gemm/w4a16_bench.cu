@@ -14,13 +14,14 @@
 // Activations are random bf16 (never zeros: they hide unwritten outputs
 // and can run faster than real data).
 //
-// Usage: w4a16_bench [--csv FILE] [--quick] [--sweep] [--moe-tokens 1,8,64]
+// Usage: w4a16_bench [--csv FILE] [--quick] [--sweep] [--moe-tokens 1,8,64] [--moe-bias RANGE]
 //                    [--shapes a,b] [--formats int4,nvfp4] [--ms 1,4] [--force NAME] [--probe]
 //   --sweep: also every tile configuration, forced, at M <= 16 (the
 //   planner's split for each) and for the grouped GEMMs, to fit the
 //   configuration choice; --force NAME: only that configuration (for a
 //   profiler run of one kernel); --probe: also the streaming kernel's weight
-//   reads without its arithmetic (w4_stream_probe.cu).
+//   reads without its arithmetic (w4_stream_probe.cu); --moe-bias RANGE:
+//   route the MoE tokens unevenly, as gemm_bench --moe-bias does (RouteTokens).
 #include "kernels/cuda/common/arch.cuh"
 
 #include <cublas_v2.h>
@@ -137,6 +138,7 @@ constexpr Shape kShapes[] = {
 
 FILE* g_csv = nullptr;
 int g_force = -1;  // --force NAME: only this configuration (dense and grouped)
+double g_moe_bias = -1;  // --moe-bias RANGE; < 0: even routing (RouteTokens)
 int g_tail_rows = -1;    // --moe-tail ROWS[,NAME]: the grouped GEMMs' tail split (w4a16_gemm.h)
 int g_tail_config = -1;
 
@@ -228,6 +230,38 @@ void RunDense(bool fp4, const Shape& s, const std::vector<int64_t>& ms, double c
   cudaFree(y);
 }
 
+// The experts each token picks (top_k distinct of `experts`), as lists of
+// tokens per expert. bias_range < 0: uniformly at random (every expert
+// about equally loaded). Else as a DeepSeek-V3 / GLM-5 router selects, and
+// as gemm_bench's routing launch does with --moe-bias: the top_k of
+// sigmoid(logit) + bias[e], logits uniform in [-3, 3) and each expert's bias
+// uniform in [-bias_range, bias_range), so at a range of ~0.01 or more some
+// experts take several times the mean and others none.
+std::vector<std::vector<int>> RouteTokens(int tokens, int experts, int top_k, double bias_range) {
+  Rng rng(tokens);
+  std::vector<std::vector<int>> rows_of(experts);
+  if (bias_range < 0) {
+    for (int t = 0; t < tokens; ++t) {
+      std::set<int> picked;
+      while (static_cast<int>(picked.size()) < top_k) picked.insert(static_cast<int>(rng.Below(experts)));
+      for (int e : picked) rows_of[e].push_back(t);
+    }
+    return rows_of;
+  }
+  std::vector<double> bias(experts), score(experts);
+  for (double& b : bias) b = (2 * rng.UniformDouble() - 1) * bias_range;
+  std::vector<int> order(experts);
+  for (int t = 0; t < tokens; ++t) {
+    for (int e = 0; e < experts; ++e) score[e] = 1 / (1 + std::exp(-(6 * rng.UniformDouble() - 3))) + bias[e];
+    for (int e = 0; e < experts; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](int a, int b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
+    for (int j = 0; j < top_k; ++j) rows_of[order[j]].push_back(t);
+  }
+  for (auto& rows : rows_of) std::sort(rows.begin(), rows.end());  // tokens in order within an expert
+  return rows_of;
+}
+
 // One MoE layer's grouped GEMMs at `tokens` x top-8 over 256 experts: the
 // work of the experts hit, as the cuda backend runs it after routing.
 void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream, const std::vector<int>& force_configs) {
@@ -260,21 +294,21 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream, const st
   std::vector<void*> gu_bufs, dn_bufs;
   bank(gu, gu_bufs);
   bank(dn, dn_bufs);
-  // Routing: each token picks 8 distinct random experts.
-  Rng rng(tokens);
-  std::vector<std::vector<int>> rows_of(kExperts);
-  int row = 0;
-  for (int t = 0; t < tokens; ++t) {
-    std::set<int> picked;
-    while (static_cast<int>(picked.size()) < kTopK) picked.insert(static_cast<int>(rng.Below(kExperts)));
-    for (int e : picked) rows_of[e].push_back(t), ++row;
-  }
+  const std::vector<std::vector<int>> rows_of = RouteTokens(tokens, kExperts, kTopK, g_moe_bias);
   std::vector<int32_t> offsets(kExperts + 1, 0), sorted;
-  int hit = 0;
+  int hit = 0, most = 0;
   for (int e = 0; e < kExperts; ++e) {
     offsets[e + 1] = offsets[e] + static_cast<int32_t>(rows_of[e].size());
     hit += !rows_of[e].empty();
+    most = std::max(most, static_cast<int>(rows_of[e].size()));
     for (int t : rows_of[e]) sorted.push_back(t);
+  }
+  std::printf("  routing moe M=%d: %d experts hit, rows per expert mean %.1f max %d", tokens, hit,
+              static_cast<double>(tokens) * kTopK / std::max(hit, 1), most);
+  if (g_moe_bias < 0) {
+    std::printf(" (even)\n");
+  } else {
+    std::printf(" (bias range %g)\n", g_moe_bias);
   }
   const int64_t rows = tokens * kTopK;
   void* x = RandomActivations(tokens * kHidden, tokens + 1);
@@ -408,6 +442,16 @@ int main(int argc, char** argv) {
           return 2;
         }
       }
+    }
+    if (std::strcmp(argv[i], "--moe-bias") == 0 && i + 1 < argc) {  // uneven routing (RouteTokens)
+      const char* text = argv[++i];
+      char* end = nullptr;
+      const double b = std::strtod(text, &end);
+      if (end == text || *end != '\0' || !(b >= 0 && b <= 100)) {
+        std::fprintf(stderr, "--moe-bias: '%s' is not a number in [0, 100]\n", text);
+        return 2;
+      }
+      g_moe_bias = b;
     }
     if (std::strcmp(argv[i], "--moe-tokens") == 0 && i + 1 < argc) {
       moe_tokens.clear();
