@@ -110,6 +110,21 @@ inline std::string DeviceName() {
   return prop.name;
 }
 
+// --moe-bias RANGE of gemm_bench and w4a16_bench (the routing bias's range,
+// for uneven routing): false, after a message naming the flag and the
+// value, unless `text` is a number in [0, 100]; checked before any device
+// work, so a typo never runs a sweep.
+inline bool ParseMoeBias(const char* text, double* range) {
+  char* end = nullptr;
+  const double b = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(b >= 0 && b <= 100)) {
+    std::fprintf(stderr, "--moe-bias: '%s' is not a number in [0, 100]\n", text);
+    return false;
+  }
+  *range = b;
+  return true;
+}
+
 }  // namespace spar::bench
 
 #endif  // SPAR_BENCH_COMMON_BENCH_UTIL_H_

@@ -305,13 +305,8 @@ int Main(int argc, char** argv) {
       opt.stream_warps = static_cast<int>(w);
     }
     else if (a == "--moe-bias" && i + 1 < argc) {  // the routing bias's range (uneven routing)
-      const char* text = argv[++i];
-      char* end = nullptr;
-      const double b = std::strtod(text, &end);
-      if (end == text || *end != '\0' || !(b >= 0 && b <= 100)) {
-        std::fprintf(stderr, "--moe-bias: '%s' is not a number in [0, 100]\n", text);
-        return 2;
-      }
+      double b = 0;
+      if (!bench::ParseMoeBias(argv[++i], &b)) return 2;
       opt.moe_bias = static_cast<float>(b);
     }
     else if (a == "--moe-tail" && i + 1 < argc) {  // ROWS[,CONFIG NAME]

@@ -444,14 +444,7 @@ int main(int argc, char** argv) {
       }
     }
     if (std::strcmp(argv[i], "--moe-bias") == 0 && i + 1 < argc) {  // uneven routing (RouteTokens)
-      const char* text = argv[++i];
-      char* end = nullptr;
-      const double b = std::strtod(text, &end);
-      if (end == text || *end != '\0' || !(b >= 0 && b <= 100)) {
-        std::fprintf(stderr, "--moe-bias: '%s' is not a number in [0, 100]\n", text);
-        return 2;
-      }
-      g_moe_bias = b;
+      if (!bench::ParseMoeBias(argv[++i], &g_moe_bias)) return 2;
     }
     if (std::strcmp(argv[i], "--moe-tokens") == 0 && i + 1 < argc) {
       moe_tokens.clear();
