@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -123,6 +124,27 @@ inline bool ParseMoeBias(const char* text, double* range) {
   }
   *range = b;
   return true;
+}
+
+// How evenly an MoE bench's routing came out, from its expert offsets
+// (num_experts + 1 prefix sums of rows): the experts hit, the mean and most
+// rows of a hit expert, printed as one "routing moe M=..." line (the device
+// scripts grep it), with the routing's bias range (< 0: even routing).
+// Returns the experts hit.
+inline int PrintMoeRouting(int64_t tokens, const std::vector<int32_t>& offsets, double bias_range) {
+  int hit = 0, most = 0;
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    hit += offsets[e + 1] > offsets[e];
+    most = std::max(most, offsets[e + 1] - offsets[e]);
+  }
+  std::printf("  routing moe M=%lld: %d experts hit, rows per expert mean %.1f max %d", static_cast<long long>(tokens),
+              hit, static_cast<double>(offsets.back()) / std::max(hit, 1), most);
+  if (bias_range < 0) {
+    std::printf(" (even)\n");
+  } else {
+    std::printf(" (bias range %g)\n", bias_range);
+  }
+  return hit;
 }
 
 }  // namespace spar::bench

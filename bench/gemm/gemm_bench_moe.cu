@@ -186,14 +186,7 @@ void BenchMoe(int64_t tokens, void* split_ws, size_t split_ws_bytes, const Optio
   CheckCuda(cudaDeviceSynchronize(), "route");
   std::vector<int32_t> off(E + 1);
   CheckCuda(cudaMemcpy(off.data(), offsets, off.size() * 4, cudaMemcpyDeviceToHost), "offsets");
-  int hit = 0, most = 0;
-  for (int e = 0; e < E; ++e) {
-    hit += off[e + 1] > off[e];
-    most = std::max(most, off[e + 1] - off[e]);
-  }
-  std::printf("  routing moe M=%lld: %d experts hit, rows per expert mean %.1f max %d (bias range %g)\n",
-              static_cast<long long>(tokens), hit, static_cast<double>(rows) / std::max(hit, 1), most,
-              static_cast<double>(opt.moe_bias));
+  const int hit = bench::PrintMoeRouting(tokens, off, opt.moe_bias);
   const double expert_bytes = 3.0 * I * H + 4.0 * (2 * gu_sstride + d_sstride);
   const double hit_bytes = hit * expert_bytes;
   const double flops = 2.0 * rows * (2 * I * H + H * I);

@@ -256,9 +256,8 @@ std::vector<std::vector<int>> RouteTokens(int tokens, int experts, int top_k, do
     for (int e = 0; e < experts; ++e) order[e] = e;
     std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
                       [&](int a, int b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
-    for (int j = 0; j < top_k; ++j) rows_of[order[j]].push_back(t);
+    for (int j = 0; j < top_k; ++j) rows_of[order[j]].push_back(t);  // tokens in order within an expert
   }
-  for (auto& rows : rows_of) std::sort(rows.begin(), rows.end());  // tokens in order within an expert
   return rows_of;
 }
 
@@ -296,20 +295,11 @@ void RunMoe(bool fp4, int tokens, double copy_gbs, cudaStream_t stream, const st
   bank(dn, dn_bufs);
   const std::vector<std::vector<int>> rows_of = RouteTokens(tokens, kExperts, kTopK, g_moe_bias);
   std::vector<int32_t> offsets(kExperts + 1, 0), sorted;
-  int hit = 0, most = 0;
   for (int e = 0; e < kExperts; ++e) {
     offsets[e + 1] = offsets[e] + static_cast<int32_t>(rows_of[e].size());
-    hit += !rows_of[e].empty();
-    most = std::max(most, static_cast<int>(rows_of[e].size()));
     for (int t : rows_of[e]) sorted.push_back(t);
   }
-  std::printf("  routing moe M=%d: %d experts hit, rows per expert mean %.1f max %d", tokens, hit,
-              static_cast<double>(tokens) * kTopK / std::max(hit, 1), most);
-  if (g_moe_bias < 0) {
-    std::printf(" (even)\n");
-  } else {
-    std::printf(" (bias range %g)\n", g_moe_bias);
-  }
+  const int hit = bench::PrintMoeRouting(tokens, offsets, g_moe_bias);
   const int64_t rows = tokens * kTopK;
   void* x = RandomActivations(tokens * kHidden, tokens + 1);
   void* h = RandomActivations(rows * kInter, tokens + 2);  // the down GEMM's input (overwritten by gate/up)

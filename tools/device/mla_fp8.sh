@@ -59,8 +59,8 @@ for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
 done
 if [[ "${NCU:-1}" != 0 ]]; then
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  k=NarrowFp8KernelILi8E  # the FP8 8-head decode launch of every build since session 12
   for v in before after ${EXTRA:-}; do
-    k=NarrowFp8KernelILi8E  # the FP8 8-head decode launch of every build since session 12
     timeout 150 "$ncu" --kernel-name-base mangled -k "regex:$k" --launch-skip 5 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats \
       --section LaunchStats --section MemoryWorkloadAnalysis \
