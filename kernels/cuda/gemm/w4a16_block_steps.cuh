@@ -53,7 +53,8 @@ __device__ __forceinline__ uint32_t E4m3Pow2_110PairBf16(uint32_t byte) {
 }
 
 // The tile of block (blockIdx.x, blockIdx.y, blockIdx.z): its matrix (a
-// grouped entry's expert), its first output row and token count, its split.
+// grouped entry's expert), its first output row and token count, its row
+// tile, its split.
 struct BlockTile {
   const uint8_t* values;
   const float* scales;
@@ -62,6 +63,7 @@ struct BlockTile {
   const float* global_scale;
   int64_t row0_out;  // dense: first token; grouped: first permuted row
   int tok_count;
+  int row_tile;     // which kBR packed rows
   int split;
   int64_t tile_id;  // split-K counter and partials slot
 };
@@ -69,10 +71,18 @@ struct BlockTile {
 // False when the block has nothing to do (a grouped entry past the count).
 template <int kBT, bool kFp4>
 __device__ __forceinline__ bool LocateBlockTile(const KernelParams& p, BlockTile& b) {
-  b = {p.values, p.scales, p.zeros, p.fp4_scales, p.global_scale, 0, 0, 0, 0};
+  b = {p.values, p.scales, p.zeros, p.fp4_scales, p.global_scale, 0, 0, 0, 0, 0};
   if (p.work != nullptr) {
-    if (static_cast<int>(blockIdx.x) >= *p.work_count) return false;
-    const int4 wk = reinterpret_cast<const int4*>(p.work)[blockIdx.x];
+    // Blocks start in the order of their linear index (x fastest): one
+    // entry's row tiles are taken consecutively, so the blocks resident at
+    // once share a few entries' activation rows through L2 (as the W8A16
+    // tile kernel, w8a16_gemm_kernel.cuh). Entries past work_count are the
+    // grid's last blocks.
+    const unsigned linear = blockIdx.y * gridDim.x + blockIdx.x;
+    const unsigned entry = linear / gridDim.y;
+    if (static_cast<int>(entry) >= *p.work_count) return false;
+    b.row_tile = static_cast<int>(linear - entry * gridDim.y);
+    const int4 wk = reinterpret_cast<const int4*>(p.work)[entry];
     b.values += wk.x * p.values_stride;
     if constexpr (kFp4) {
       b.fp4_scales += wk.x * p.fp4_stride;
@@ -85,6 +95,7 @@ __device__ __forceinline__ bool LocateBlockTile(const KernelParams& p, BlockTile
     b.tok_count = wk.z;
   } else {
     b.row0_out = static_cast<int64_t>(blockIdx.x) * kBT;
+    b.row_tile = static_cast<int>(blockIdx.y);
     b.tok_count = static_cast<int>(p.m - b.row0_out < kBT ? p.m - b.row0_out : kBT);
     b.split = blockIdx.z;
     b.tile_id = static_cast<int64_t>(blockIdx.x) * p.row_tiles + blockIdx.y;

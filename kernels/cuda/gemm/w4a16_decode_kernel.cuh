@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) W4A16DecodeKernel(con
   const int n_chunks = static_cast<int>(c_end - c_begin);
   // This warp's first 16-row fragment; rows_padded is a multiple of 64, so
   // a warp's kMI (<= 4) fragments are all inside the matrix or all outside.
-  const int64_t frag0 = static_cast<int64_t>(blockIdx.y) * (T::kBR / 16) + warp * kMI;
+  const int64_t frag0 = static_cast<int64_t>(bt.row_tile) * (T::kBR / 16) + warp * kMI;
   const bool warp_active = frag0 * 16 < p.rows_padded;
 
   float acc[kMI][kNJ][4];
@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) W4A16DecodeKernel(con
     gs_a = gscale[0] * 0x1p16f;  // the block scales carried 2^-16
     gs_b = p.silu ? gscale[1] * 0x1p16f : gs_a;
   }
-  StoreTile<T::kBT, T::kBR, T::kThreads>(p, sc, tok_count, row0_out, split, tile_id, blockIdx.y, gs_a, gs_b, &s_is_last);
+  StoreTile<T::kBT, T::kBR, T::kThreads>(p, sc, tok_count, row0_out, split, tile_id, bt.row_tile, gs_a, gs_b, &s_is_last);
 }
 
 template <int kWarps, int kMI, int kNJ, int kXTok, int kStages, bool kFp4, int kMinBlocks>

@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
   const int64_t row0_out = bt.row0_out;
   const int tok_count = bt.tok_count, split = bt.split;
   const int64_t tile_id = bt.tile_id;
-  const int64_t prow0 = static_cast<int64_t>(blockIdx.y) * kBR;  // first packed row
+  const int64_t prow0 = static_cast<int64_t>(bt.row_tile) * kBR;  // first packed row
   const int64_t chunks = p.k / 64;
   const int64_t c_begin = split * chunks / p.splits, c_end = (split + 1) * chunks / p.splits;
   const int nst = static_cast<int>((c_end - c_begin + kSub - 1) / kSub);
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W4A16GemmKernel(con
     gs_a = gscale[0] * 0x1p16f;  // the block scales carried 2^-16
     gs_b = p.silu ? gscale[1] * 0x1p16f : gs_a;
   }
-  StoreTile<kBT, kBR, kThreads>(p, sc, tok_count, row0_out, split, tile_id, blockIdx.y, gs_a, gs_b, &s_is_last);
+  StoreTile<kBT, kBR, kThreads>(p, sc, tok_count, row0_out, split, tile_id, bt.row_tile, gs_a, gs_b, &s_is_last);
 }
 
 template <int kBT, int kBR, int kWR, int kWT, int kStages, int kSub, bool kFp4, int kMinBlocks>

@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W4A16
   const int64_t chunks = p.k / 64;
   const int64_t c_begin = warp * chunks / kWarps;
   const int64_t n_chunks = (warp + 1) * chunks / kWarps - c_begin;
-  const int64_t frag0 = static_cast<int64_t>(blockIdx.y) * kMI;
+  const int64_t frag0 = static_cast<int64_t>(bt.row_tile) * kMI;
   const int64_t row_lo = frag0 * 16 + g;  // fragment 0's row g
 
   StreamGeometry geo;
@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps) W4A16
     gs_b = p.silu ? bt.global_scale[1] * 0x1p16f : gs_a;
   }
   // One split (the launcher's plan): StoreTile only pairs, scales and stores.
-  StoreTile<kTokens, kBR, kWarps * 32>(p, s_tile, bt.tok_count, bt.row0_out, 0, 0, blockIdx.y, gs_a, gs_b, &s_is_last);
+  StoreTile<kTokens, kBR, kWarps * 32>(p, s_tile, bt.tok_count, bt.row0_out, 0, 0, bt.row_tile, gs_a, gs_b, &s_is_last);
 }
 
 template <int... kIds>
