@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/gemm/grouped_block_order.h"
 #include "kernels/cuda/gemm/nvfp4_word.h"
 #include "kernels/cuda/gemm/split_k_sum.cuh"
 #include "kernels/cuda/gemm/w4a16_kernel_params.h"
@@ -73,16 +74,11 @@ template <int kBT, bool kFp4>
 __device__ __forceinline__ bool LocateBlockTile(const KernelParams& p, BlockTile& b) {
   b = {p.values, p.scales, p.zeros, p.fp4_scales, p.global_scale, 0, 0, 0, 0, 0};
   if (p.work != nullptr) {
-    // Blocks start in the order of their linear index (x fastest): one
-    // entry's row tiles are taken consecutively, so the blocks resident at
-    // once share a few entries' activation rows through L2 (as the W8A16
-    // tile kernel, w8a16_gemm_kernel.cuh). Entries past work_count are the
-    // grid's last blocks.
-    const unsigned linear = blockIdx.y * gridDim.x + blockIdx.x;
-    const unsigned entry = linear / gridDim.y;
-    if (static_cast<int>(entry) >= *p.work_count) return false;
-    b.row_tile = static_cast<int>(linear - entry * gridDim.y);
-    const int4 wk = reinterpret_cast<const int4*>(p.work)[entry];
+    // One entry's output tiles run together (grouped_block_order.h).
+    const GroupedBlock block = GroupedBlockAt(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y);
+    if (static_cast<int>(block.entry) >= *p.work_count) return false;
+    b.row_tile = static_cast<int>(block.row_tile);
+    const int4 wk = reinterpret_cast<const int4*>(p.work)[block.entry];
     b.values += wk.x * p.values_stride;
     if constexpr (kFp4) {
       b.fp4_scales += wk.x * p.fp4_stride;

@@ -41,6 +41,7 @@
 #include "kernels/cuda/common/launch_smem.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/gemm/gemm_launch_internal.h"
+#include "kernels/cuda/gemm/grouped_block_order.h"
 #include "kernels/cuda/gemm/grouped_work.cuh"
 #include "kernels/cuda/gemm/split_k_sum.cuh"
 
@@ -144,21 +145,15 @@ __global__ void __launch_bounds__(kWR* kWT * 32, kMinBlocks) W8A16GemmKernel(con
   int split = 0;
   int64_t tile_id = 0;
   if (grouped) {
-    // Blocks start in the order of their linear index (x fastest), so the
-    // output tiles of one work entry are taken consecutively: the blocks
-    // resident at once share a few entries' activation rows through L2
-    // instead of each reading another entry's (entry-fastest, a 4096-token
-    // chunk's 1.5 MB of rows an entry were read from DRAM once per output
-    // tile). Entries past work_count are the grid's last blocks.
-    const unsigned linear = blockIdx.y * gridDim.x + blockIdx.x;
-    const unsigned entry = linear / gridDim.y;
-    if (static_cast<int>(entry) >= *p.work_count) return;
-    const GroupedWork work = ApplyWorkEntry(p, entry, seg);
+    // One entry's output tiles run together (grouped_block_order.h).
+    const GroupedBlock block = GroupedBlockAt(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y);
+    if (static_cast<int>(block.entry) >= *p.work_count) return;
+    const GroupedWork work = ApplyWorkEntry(p, block.entry, seg);
     row0_out = work.first_row;
     tok_count = work.rows;
-    tile_in_seg = static_cast<int>(linear - entry * gridDim.y);
+    tile_in_seg = static_cast<int>(block.row_tile);
     split = blockIdx.z;
-    tile_id = static_cast<int64_t>(entry) * p.total_row_tiles + tile_in_seg;
+    tile_id = static_cast<int64_t>(block.entry) * p.total_row_tiles + tile_in_seg;
   } else {
 #pragma unroll
     for (int s = 1; s < kMaxGemmSegments; ++s) {

@@ -4,8 +4,11 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/gemm/grouped_block_order.h"
 
 namespace spar::gemm {
 namespace {
@@ -444,6 +447,37 @@ TEST(GemmConfig, GroupedWorkListBounds) {
       EXPECT_LE(main_entries, MaxGroupedWorkEntries(40, 3, 16));
       EXPECT_LE(tail_entries, MaxGroupedTailEntries(40, 3, 12, 16, 4));
     }
+}
+
+// The grouped launches' block order: every (entry, row tile) of the grid
+// exactly once, one entry's tiles at consecutive linear indices (so the
+// blocks resident together share its rows), entries in order (so the
+// entries past a launch's work count are the grid's last blocks).
+TEST(GroupedBlockOrder, EachEntrysTilesRunTogether) {
+  for (const auto& [entries, tiles] : {std::pair{1u, 1u}, {7u, 1u}, {1u, 48u}, {256u, 32u}, {513u, 48u}, {5u, 3u}}) {
+    std::vector<int> seen(static_cast<size_t>(entries) * tiles, 0);
+    unsigned prev_entry = 0, prev_tile = 0;
+    for (unsigned y = 0; y < tiles; ++y) {
+      for (unsigned x = 0; x < entries; ++x) {
+        const unsigned linear = y * entries + x;  // the order blocks start in
+        const GroupedBlock b = GroupedBlockAt(x, y, entries, tiles);
+        ASSERT_LT(b.entry, entries);
+        ASSERT_LT(b.row_tile, tiles);
+        ++seen[static_cast<size_t>(b.entry) * tiles + b.row_tile];
+        if (linear > 0) {
+          const bool next_tile = b.entry == prev_entry && b.row_tile == prev_tile + 1;
+          const bool next_entry = b.entry == prev_entry + 1 && b.row_tile == 0 && prev_tile == tiles - 1;
+          EXPECT_TRUE(next_tile || next_entry) << entries << " x " << tiles << " at " << linear;
+        } else {
+          EXPECT_EQ(b.entry, 0u);
+          EXPECT_EQ(b.row_tile, 0u);
+        }
+        prev_entry = b.entry;
+        prev_tile = b.row_tile;
+      }
+    }
+    for (int n : seen) EXPECT_EQ(n, 1) << entries << " x " << tiles;
+  }
 }
 
 }  // namespace
