@@ -65,5 +65,5 @@ for key in sorted(us):
     print(f"| {key[0]} {key[1]} tokens | " + " | ".join(" / ".join(f"{x:.1f}" for x in d[v]) for v in ("before", "after")) + " |")
 PY
 [[ ${PREFILL_ROUNDS:-${ROUNDS:-2}} == 0 ]] && exit 0
-CHUNKS=4096 ROUNDS=${PREFILL_ROUNDS:-${ROUNDS:-2}} OUT=$OUT timeout 300 bash tools/device/prefill_ab.sh 2>&1 | tail -6
-grep -H "prefill chunk" "$OUT"/pab/eng_*.log | sed 's#.*/pab/##'
+# prefill_ab.sh prints each run's rc, then one line per engine log (its prefill chunk and batch-1 row).
+CHUNKS=4096 ROUNDS=${PREFILL_ROUNDS:-${ROUNDS:-2}} OUT=$OUT timeout 300 bash tools/device/prefill_ab.sh 2>&1
