@@ -4,13 +4,16 @@
 // accumulate. B comes either as K x N rows (ldmatrix.trans) or N x K rows
 // (ldmatrix).
 //
-// Two tile shapes, one arithmetic. Prefill takes 64-row tiles (4 warps of
-// 32 x 32, 3 stages). At decode (<= 16 tokens) the GEMM is a stream of
-// weights and the 3-stage pipeline leaves each CTA waiting on memory once
+// Three tile shapes, one arithmetic. Up to 255 rows take 64-row tiles (4
+// warps of 32 x 32, 3 stages); prefill chunks of 256 rows and more take
+// 128-row tiles (4 warps of 64 x 32), whose warps load a B fragment for
+// four m-tiles instead of two (6 ldmatrix for 16 mma instead of 4 for 8:
+// the 64-row tile's k-steps wait on shared memory). At decode (<= 16
+// tokens) the GEMM is a stream of weights and the 3-stage pipeline leaves each CTA waiting on memory once
 // per two K tiles (the un-absorption's 16 K tiles: ~10 us for 17 MB at 64
 // heads); there a 16-row tile (4 warps of 16 x 16, 7 stages in 44.8 KB of
 // static shared memory) keeps 6 K tiles in flight. Every output element is
-// the same sequence of mma k-steps from zero in both shapes, so a token's
+// the same sequence of mma k-steps from zero in every shape, so a token's
 // row has the same bits whichever shape its step took (a speculative verify
 // step's rows equal a plain decode step's: the engine's greedy equality
 // relies on it, and absorb_gemm_gpu_test checks it).
@@ -44,6 +47,7 @@ constexpr int kBknStride = kBN + 8;  // 144-byte rows
 constexpr int kBnkStride = kBK + 8;
 constexpr int kBStage = kBK * kBknStride > kBN * kBnkStride ? kBK * kBknStride : kBN * kBnkStride;
 constexpr int64_t kSmallTileMaxRows = 16;  // rows (tokens) up to which the 16-row tile runs
+constexpr int64_t kTallTileMinRows = 256;  // rows from which the 128-row tile runs
 
 // kWM warps along M with kMT 16-row fragments each; the other 4 / kWM warps
 // split the 64 columns.
@@ -60,6 +64,7 @@ struct TileShape {
   static_assert((kAStage + kBStage) * 2 * kStages <= 48 * 1024, "static shared memory");
 };
 using WideTile = TileShape<2, 2, 3>;   // 64 rows
+using TallTile = TileShape<2, 4, 3>;   // 128 rows: prefill chunks
 using SmallTile = TileShape<1, 1, 7>;  // 16 rows, 6 K tiles in flight
 // The merged variant: 16 rows of A merged whole into shared memory, B in 6
 // stages (48 KB of static shared memory in all).
@@ -319,11 +324,18 @@ absl::Status CheckAbsorbWeights(const MlaAbsorbWeights& w) {
 absl::Status LaunchBatchedGemm(const BatchedGemmParams& p, cudaStream_t stream) {
   SPAR_RETURN_IF_ERROR(CheckBatchedGemm(p, /*a_merged=*/false));
   if (p.m == 0 || p.batch == 0) return absl::OkStatus();
-  if (p.tile_rows != 0 && p.tile_rows != SmallTile::kBM && p.tile_rows != WideTile::kBM) {
-    return InvalidParam(kOp, "tile_rows", "must be 0, 16 or 64");
+  if (p.tile_rows != 0 && p.tile_rows != SmallTile::kBM && p.tile_rows != WideTile::kBM &&
+      p.tile_rows != TallTile::kBM) {
+    return InvalidParam(kOp, "tile_rows", "must be 0, 16, 64 or 128");
   }
-  if (p.tile_rows == SmallTile::kBM || (p.tile_rows == 0 && p.m <= kSmallTileMaxRows)) {
+  int rows = p.tile_rows;
+  if (rows == 0) {
+    rows = p.m <= kSmallTileMaxRows ? SmallTile::kBM : p.m >= kTallTileMinRows ? TallTile::kBM : WideTile::kBM;
+  }
+  if (rows == SmallTile::kBM) {
     Launch<SmallTile>(p, stream);
+  } else if (rows == TallTile::kBM) {
+    Launch<TallTile>(p, stream);
   } else {
     Launch<WideTile>(p, stream);
   }

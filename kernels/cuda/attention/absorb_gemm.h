@@ -39,8 +39,9 @@ struct BatchedGemmParams {
   int n = 0;
   int k = 0;
   int batch = 1;
-  // Rows per CTA tile: 0 chooses (16 up to 16 rows, else 64); 16 or 64
-  // forces one (tests and benchmarks). Both give the same bits.
+  // Rows per CTA tile: 0 chooses (16 up to 16 rows, 128 from 256 rows, else
+  // 64); 16, 64 or 128 forces one (tests and benchmarks). All give the same
+  // bits.
   int tile_rows = 0;
 };
 bool BatchedGemmSupported(int n, int k);

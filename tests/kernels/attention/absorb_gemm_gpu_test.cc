@@ -39,8 +39,9 @@ TEST_P(AbsorbGemm, QAbsorbAndUnabsorbMatchReference) {
   DeviceArray<uint16_t> dkvb;
   dkvb.Upload(testing::ToBf16(kvb));
   MlaAbsorbWeights w{reinterpret_cast<const __nv_bfloat16*>(dkvb.get()), s.heads, s.nope, s.v};
-  // Up to 16 tokens take the 16-row tile, more the 64-row tile.
-  for (int64_t tokens : {1, 2, 7, 16, 17, 130}) {
+  // Up to 16 tokens take the 16-row tile, 17-255 the 64-row tile, more the
+  // 128-row tile (300: two whole tiles and a partial one).
+  for (int64_t tokens : {1, 2, 7, 16, 17, 130, 300}) {
     SCOPED_TRACE(::testing::Message() << "heads " << s.heads << " nope " << s.nope << " tokens " << tokens);
     // q absorption into the 576-wide attention query buffer.
     const auto q = RandomBf16(tokens * s.heads * qdim, 2 + tokens, -2.0f, 2.0f);
@@ -106,8 +107,9 @@ TEST_P(AbsorbGemm, QAbsorbAndUnabsorbMatchReference) {
 
 // A token's row has the same bits whichever tile shape its step took
 // (absorb_gemm.cu): the rows of a 1- / 5- / 16-token call (16-row tiles)
-// equal the same rows of a 40-token call (64-row tiles). A speculative
-// verify step's rows then equal a plain decode step's.
+// and of a 40- / 130-token call (64-row tiles) equal the same rows of a
+// 300-token call (128-row tiles). A speculative verify step's rows then
+// equal a plain decode step's, and a prefill chunk's a decode step's.
 TEST_P(AbsorbGemm, ARowHasTheSameBitsInEitherTileShape) {
   SPAR_REQUIRE_GPU();
   const Shape s = GetParam();
@@ -116,7 +118,7 @@ TEST_P(AbsorbGemm, ARowHasTheSameBitsInEitherTileShape) {
   DeviceArray<uint16_t> dkvb;
   dkvb.Upload(testing::ToBf16(kvb));
   MlaAbsorbWeights w{reinterpret_cast<const __nv_bfloat16*>(dkvb.get()), s.heads, s.nope, s.v};
-  const int64_t most = 40;
+  const int64_t most = 300;
   DeviceArray<uint16_t> dq, dol;
   dq.Upload(testing::ToBf16(RandomBf16(most * s.heads * qdim, 12, -2.0f, 2.0f)));
   dol.Upload(testing::ToBf16(RandomBf16(most * s.heads * 512, 13, -1.0f, 1.0f)));
@@ -136,17 +138,17 @@ TEST_P(AbsorbGemm, ARowHasTheSameBitsInEitherTileShape) {
     *q_out = dqo.Download();
     *o_out = dout.Download();
   };
-  std::vector<uint16_t> wide_q, wide_o;
-  run(most, &wide_q, &wide_o);
-  for (int64_t tokens : {1, 5, 16}) {
+  std::vector<uint16_t> tall_q, tall_o;
+  run(most, &tall_q, &tall_o);
+  for (int64_t tokens : {1, 5, 16, 40, 130}) {
     SCOPED_TRACE(::testing::Message() << "tokens " << tokens);
     std::vector<uint16_t> q, o;
     run(tokens, &q, &o);
     for (int64_t i = 0; i < tokens * s.heads; ++i) {  // the 512 latent lanes of each (token, head)
-      ASSERT_TRUE(std::equal(q.begin() + i * 576, q.begin() + i * 576 + 512, wide_q.begin() + i * 576))
+      ASSERT_TRUE(std::equal(q.begin() + i * 576, q.begin() + i * 576 + 512, tall_q.begin() + i * 576))
           << "q absorption, (token, head) " << i;
     }
-    EXPECT_TRUE(std::equal(o.begin(), o.end(), wide_o.begin())) << "un-absorption";
+    EXPECT_TRUE(std::equal(o.begin(), o.end(), tall_o.begin())) << "un-absorption";
   }
 }
 
