@@ -11,6 +11,10 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The most tokens an FP8 launch of more than 16 heads runs on 16-head tiles
+// (the largest batch measured faster there than on the wide tile).
+constexpr int64_t kNarrowFp8MaxTokens = 128;
+
 }  // namespace
 
 int SparseMlaCtasPerSm(int head_tile, bool fp8, int smem_per_sm) {
@@ -37,6 +41,14 @@ SparseMlaPlan PlanSparseMla(int64_t tokens, int heads, int list_len, int num_sms
   // finest split; 16-head tiles trade row reuse (the other tiles re-read the
   // rows from L2) for parallelism.
   if (hm > 16 && tokens * tiles(hm) * max_splits < num_sms) hm = 16;
+  // FP8 decode batches at more than 16 heads (tensor parallelism 1 / 2 of
+  // GLM-5) also run the narrow kernel's 16-head tiles: up to 128 tokens they
+  // measured faster than the wide FP8 tile though each tile re-reads the
+  // rows from L2 (H100 running sm80 code, 2026-12-07, graph replays: 64 x 64
+  // heads 133.7 against 155.8 us, 64 x 32 76.3 against 86.4, 128 x 32 137.1
+  // against 150.5, 128 x 64 266.3 against 269.1). Larger FP8 batches stay on
+  // the wide tile (prefill chunks widen their rows to bf16 first).
+  if (fp8 && hm > 16 && tokens <= kNarrowFp8MaxTokens) hm = 16;
   plan.head_tile = hm;
   if (nb == 0 || tokens <= 0) {
     plan.num_splits = 1;

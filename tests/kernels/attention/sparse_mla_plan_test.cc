@@ -71,6 +71,20 @@ TEST(SparseMlaPlan, FewFp8HeadsGetTheNarrowTile) {
   EXPECT_EQ(PlanSparseMla(64, 8, 2048, kH200Sms, kH200Smem, false).head_tile, 16);
 }
 
+// FP8 decode batches at 32-128 heads (tensor parallelism 1 / 2) run the
+// narrow kernel's 16-head tiles up to 128 tokens; larger FP8 launches and
+// bf16 rows keep the wide tiles.
+TEST(SparseMlaPlan, Fp8DecodeBatchesAtManyHeadsGetSixteenHeadTiles) {
+  for (int heads : {32, 64, 128}) {
+    for (int64_t tokens : {1, 64, 128}) {
+      EXPECT_EQ(PlanSparseMla(tokens, heads, 2048, kH200Sms, kH200Smem, true).head_tile, 16) << heads << " " << tokens;
+      EXPECT_EQ(PlanSparseMla(tokens, heads, 2048, kA100Sms, kA100Smem, true).head_tile, 16) << heads << " " << tokens;
+    }
+    EXPECT_EQ(PlanSparseMla(129, heads, 2048, kH200Sms, kH200Smem, true).head_tile, heads == 32 ? 32 : 64) << heads;
+    EXPECT_EQ(PlanSparseMla(64, heads, 2048, kH200Sms, kH200Smem, false).head_tile, heads == 32 ? 32 : 64) << heads;
+  }
+}
+
 // A forced 8-head tile exists for FP8 rows only; the refusal names the field
 // (checked before any CUDA call, so it runs without a GPU).
 TEST(SparseMlaPlan, EightHeadTileNeedsFp8Rows) {
