@@ -8,7 +8,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/out}/pab
 mkdir -p "$out"
-BUNDLE=.bundle-pab
+BUNDLE=${BUNDLE:-.bundle-pab}
 source tools/device/bundle_setup.sh
 export NCCL_NVLS_ENABLE=0
 for t in ${TESTS:-}; do

@@ -4,8 +4,9 @@
 //
 // One CTA computes [HM heads, 576] @ [keys of one index-list range, 576]ᵀ for
 // one token, in blocks of 32 gathered rows:
-//   S = Q·Kᵀ (16 x 32 warp tiles; the 576-wide reduction is cut into kNK
-//       slices across warps, partial scores summed in a fixed order in smem)
+//   S = Q·Kᵀ (warp tiles of 16 or 32 heads x 32 keys; the 576-wide
+//       reduction is cut into kNK slices across warps, partial scores summed
+//       in a fixed order in smem)
 //   online softmax per head (exp2 domain), P rounded to bf16
 //   O += P·V, V = the first 512 lanes of the same smem rows (8 warps split
 //       O's 512 columns; accumulators stay in registers all along)
@@ -61,9 +62,13 @@ struct Cfg {
   // The query tile is staged at the end of the gather area; stages below it
   // can be filled at the same time.
   static constexpr int kQOffset = kGatherBytes - HM * kRowBytes;
-  // S phase: kNM groups of 16 heads x kNK slices of the 36 k-steps.
-  static constexpr int kNM = HM / 16;
+  // S phase: kNM groups of 16 * kSMT heads x kNK slices of the 36 k-steps.
+  // With two m-tiles a warp the 32 keys go in two passes of 16 (kPassNT
+  // n-tiles of 8 keys each), so the accumulators stay at 16 registers.
+  static constexpr int kSMT = kTile.ScoreMTiles();
+  static constexpr int kNM = HM / (16 * kSMT);
   static constexpr int kNK = kWarps / kNM;
+  static constexpr int kPassNT = 4 / kSMT;
   static constexpr int kMaxQSteps = (kKSteps + kNK - 1) / kNK;
   // fp8 S phase: e4m3 k-steps per warp (4, 8 or 16: inside one scale block
   // or two whole ones), then its share of the rope k-steps.
@@ -81,6 +86,9 @@ struct Cfg {
   static_assert(kQOffset >= 0, "query tile must fit the gather area");
   static_assert(kSmem <= 166912, "must fit an A100's 163 KB per block");
   static_assert(kNM * kNK == kWarps && kOGM * kOGN == kWarps, "warp tiling");
+  static_assert(kNK * HM == kWarps * 16 * kSMT, "one 16-row partial-score slab per warp and m-tile");
+  static_assert(!kFp8 || kSMT == 1, "the fp8 S phase takes one m-tile a warp");
+  static_assert(kPassNT % 2 == 0, "n-tiles loaded in pairs (ldmatrix x4)");
   static_assert(!kFp8 || (kONT % 4 == 0 && 128 % kOCols == 0), "fp8 O phase: 32-column groups in one scale block");
 };
 
@@ -97,9 +105,10 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
   float* const sred = reinterpret_cast<float*>(smem + C::kGatherBytes);
   __nv_bfloat16* const sp = reinterpret_cast<__nv_bfloat16*>(smem + C::kGatherBytes + C::kTile.SredBytes());
   float* const salpha = reinterpret_cast<float*>(smem + C::kGatherBytes + C::kTile.SredBytes() + C::kTile.PBytes());
-  float* const sfin_m = salpha + HM;
-  float* const sfin_l = sfin_m + HM;
-  int32_t* const sidx = reinterpret_cast<int32_t*>(sfin_l + HM);
+  int32_t* const sidx = reinterpret_cast<int32_t*>(salpha + HM);
+  // After the key loop the partial-score area holds each head's final max and sum.
+  float* const sfin_m = sred;
+  float* const sfin_l = sred + HM;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const CtaWork work = LocateCta(a, HM, kBlockKeys);
@@ -164,25 +173,30 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
   // nope0 (whole 128-column scale blocks, or half of one), then the rope
   // k-steps [rope0, rope1).
   const int mg = warp % C::kNM, ks = warp / C::kNM;
+  const int mrow0 = mg * 16 * C::kSMT;  // this warp's first head row in the S phase
   const int kstep0 = ks * kKSteps / C::kNK, kstep1 = (ks + 1) * kKSteps / C::kNK;
   const int nope0 = ks * C::kNopeSteps;
   const int rope0 = kNopeKSteps + ks * kRopeKSteps / C::kNK, rope1 = kNopeKSteps + (ks + 1) * kRopeKSteps / C::kNK;
-  uint32_t qf[C::kMaxQSteps][4];
+  uint32_t qf[C::kSMT][C::kMaxQSteps][4];
 #pragma unroll
   for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
     if constexpr (kFp8) {
       // Columns in the K order: lane t's a0/a2 are columns 4t..4t+3.
       const int step = kk < C::kNopeSteps ? nope0 + kk : rope0 + kk - C::kNopeSteps;
       if (kk < C::kNopeSteps || step < rope1) {
-        const uint8_t* qrow = qstage + (mg * 16 + (lane >> 2)) * kRowBytes + (step * 16 + (lane & 3) * 4) * 2;
+        const uint8_t* qrow = qstage + (mrow0 + (lane >> 2)) * kRowBytes + (step * 16 + (lane & 3) * 4) * 2;
         const uint2 lo = LoadShared<uint2>(qrow), hi = LoadShared<uint2>(qrow + 8 * kRowBytes);
-        qf[kk][0] = lo.x;
-        qf[kk][1] = hi.x;
-        qf[kk][2] = lo.y;
-        qf[kk][3] = hi.y;
+        qf[0][kk][0] = lo.x;
+        qf[0][kk][1] = hi.x;
+        qf[0][kk][2] = lo.y;
+        qf[0][kk][3] = hi.y;
       }
     } else if (kstep0 + kk < kstep1) {
-      cuda::LdMatrixX4(qf[kk], qstage + (mg * 16 + (lane & 15)) * kRowBytes + ((kstep0 + kk) * 16 + (lane >> 4) * 8) * 2);
+#pragma unroll
+      for (int mt = 0; mt < C::kSMT; ++mt) {
+        cuda::LdMatrixX4(qf[mt][kk], qstage + (mrow0 + mt * 16 + (lane & 15)) * kRowBytes +
+                                         ((kstep0 + kk) * 16 + (lane >> 4) * 8) * 2);
+      }
     }
   }
   __syncthreads();
@@ -219,14 +233,16 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
     // bf16: the gathered tile; fp8: the raw rows.
     const uint8_t* const tile = gather + (b % C::kStages) * C::kStageBytes;
 
-    // Phase 2: partial scores of this warp's 16 heads x 32 keys over its k-slice.
+    // Phase 2: partial scores of this warp's 16 * kSMT heads x 32 keys over its
+    // k-slice, into its slab of the partial-score area.
     {
-      float sacc[4][4];
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sacc[nt][e] = 0.0f;
+      float* const sr = sred + (ks * HM + mrow0 + (lane >> 2)) * kSredStride + (lane & 3) * 2;
       if constexpr (kFp8) {
+        float sacc[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sacc[nt][e] = 0.0f;
         // Key nt * 8 + g of n-tile nt; this lane's scales are those of keys
         // nt * 8 + 2t and + 1 (its accumulator columns).
         const uint8_t* krow = tile + (lane >> 2) * kFp8RowBytes + (lane & 3) * 4;
@@ -247,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
               uint32_t lo, hi;
               cuda::E4m3x4ToScaledBf16x4(LoadShared<uint32_t>(krow + nt * 8 * kFp8RowBytes + (nope0 + kk) * 16), lo,
                                          hi);
-              Mma(part[nt], qf[kk], lo, hi);
+              Mma(part[nt], qf[0][kk], lo, hi);
             }
           }
           const int blk = (nope0 + c * kChunk) / 8;
@@ -272,31 +288,54 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
               // krow holds + 4t; the lane's four bf16 lanes start at + 8t.
               const uint2 v = LoadShared<uint2>(krow + nt * 8 * kFp8RowBytes + kFp8RopeOffset +
                                                 (step - kNopeKSteps) * 32 + (lane & 3) * 4);
-              Mma(sacc[nt], qf[kk], v.x, v.y);
+              Mma(sacc[nt], qf[0][kk], v.x, v.y);
             }
           }
         }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          *reinterpret_cast<float2*>(sr + nt * 8) = make_float2(sacc[nt][0], sacc[nt][1]);
+          *reinterpret_cast<float2*>(sr + 8 * kSredStride + nt * 8) = make_float2(sacc[nt][2], sacc[nt][3]);
+        }
       } else {
+        // ldmatrix x4 at krow + 16 keys * j: n-tiles 2j (kb[j][0], kb[j][1]) and 2j + 1 (kb[j][2], kb[j][3]).
         const uint8_t* krow = tile + ((lane & 7) + ((lane >> 4) << 3)) * kRowBytes + ((lane >> 3) & 1) * 16;
 #pragma unroll
-        for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
-          if (kstep0 + kk < kstep1) {
-            const int off = (kstep0 + kk) * 32;
-            uint32_t b0[4], b1[4];
-            cuda::LdMatrixX4(b0, krow + off);
-            cuda::LdMatrixX4(b1, krow + 16 * kRowBytes + off);
-            Mma(sacc[0], qf[kk], b0[0], b0[1]);
-            Mma(sacc[1], qf[kk], b0[2], b0[3]);
-            Mma(sacc[2], qf[kk], b1[0], b1[1]);
-            Mma(sacc[3], qf[kk], b1[2], b1[3]);
-          }
-        }
-      }
-      float* sr = sred + (ks * HM + mg * 16 + (lane >> 2)) * kSredStride + (lane & 3) * 2;
+        for (int pass = 0; pass < C::kSMT; ++pass) {
+          float sacc[C::kSMT][C::kPassNT][4];
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        *reinterpret_cast<float2*>(sr + nt * 8) = make_float2(sacc[nt][0], sacc[nt][1]);
-        *reinterpret_cast<float2*>(sr + 8 * kSredStride + nt * 8) = make_float2(sacc[nt][2], sacc[nt][3]);
+          for (int mt = 0; mt < C::kSMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < C::kPassNT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) sacc[mt][nt][e] = 0.0f;
+#pragma unroll
+          for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
+            if (kstep0 + kk < kstep1) {
+              const int off = (kstep0 + kk) * 32;
+              uint32_t kb[C::kPassNT / 2][4];
+#pragma unroll
+              for (int j = 0; j < C::kPassNT / 2; ++j) {
+                cuda::LdMatrixX4(kb[j], krow + (pass * C::kPassNT / 2 + j) * 16 * kRowBytes + off);
+              }
+#pragma unroll
+              for (int mt = 0; mt < C::kSMT; ++mt)
+#pragma unroll
+                for (int j = 0; j < C::kPassNT / 2; ++j) {
+                  Mma(sacc[mt][2 * j], qf[mt][kk], kb[j][0], kb[j][1]);
+                  Mma(sacc[mt][2 * j + 1], qf[mt][kk], kb[j][2], kb[j][3]);
+                }
+            }
+          }
+#pragma unroll
+          for (int mt = 0; mt < C::kSMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < C::kPassNT; ++nt) {
+              float* const r = sr + mt * 16 * kSredStride + (pass * C::kPassNT + nt) * 8;
+              *reinterpret_cast<float2*>(r) = make_float2(sacc[mt][nt][0], sacc[mt][nt][1]);
+              *reinterpret_cast<float2*>(r + 8 * kSredStride) = make_float2(sacc[mt][nt][2], sacc[mt][nt][3]);
+            }
+        }
       }
     }
     __syncthreads();

@@ -45,7 +45,15 @@ struct TileConfig {
     const int stages = Stages() * (fp8 ? RawStageBytes() : TileBytes());
     return stages > QTileBytes() ? stages : QTileBytes();
   }
-  constexpr int SredBytes() const { return kWarps * 16 * kSredStride * 4; }
+  // Score m-tiles (16 heads each) per warp in the S phase. The bf16 64-head
+  // tile gives each warp 32 heads over a quarter of the 576 columns (not 16
+  // heads over half): the same query registers, but each K fragment loaded
+  // from shared memory feeds two m-tiles, so the S phase reads K half as
+  // often (at one m-tile a warp its ldmatrix traffic outweighs its MMAs).
+  // Four partial scores a key are then summed instead of two.
+  constexpr int ScoreMTiles() const { return !fp8 && head_tile == 64 ? 2 : 1; }
+  // One 16-row slab of partial scores per warp and score m-tile.
+  constexpr int SredBytes() const { return kWarps * 16 * ScoreMTiles() * kSredStride * 4; }
   // Probabilities in bf16; fp8: one copy per 128-column scale block of V,
   // each key's probability times that key's scale for the block.
   constexpr int PCopies() const { return fp8 ? kDimV / 128 : 1; }
@@ -54,9 +62,9 @@ struct TileConfig {
   // registers) and one above (164-255 registers). The kernel's
   // __launch_bounds__ asks for exactly this, and the planner counts it.
   constexpr int MaxCtasByRegisters() const { return head_tile == 16 ? 2 : 1; }
-  constexpr int SmemBytes() const {
-    return GatherBytes() + SredBytes() + PBytes() + 3 * head_tile * 4 + kMaxKeysPerCta * 4;
-  }
+  // The final max and sum per head (2 * head_tile floats) reuse the partial
+  // score area after the key loop.
+  constexpr int SmemBytes() const { return GatherBytes() + SredBytes() + PBytes() + head_tile * 4 + kMaxKeysPerCta * 4; }
 };
 
 // The FP8 kernel for narrow head tiles (8 or 16 heads; sparse_mla_narrow.cu):

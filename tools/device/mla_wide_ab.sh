@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One device call for the wide sparse-MLA tile (sparse_mla.cu: 32-128 heads a
+# GPU, the TP 1 prefill and decode of a GLM-5 layer; issue 21's prefill) of
+# two builds, before / after a change to it:
+#   1. the after build's attention_sparse_mla_gpu_test (every head count and
+#      forced plan against kernels/ref) and attention_sparse_mla_plan_test;
+#   2. attention_bench of both builds interleaved over ROUNDS (2): prefill of
+#      4096 tokens at PREFILL_HEADS (64,128), decode at BATCHES (1,64,128) x
+#      HEADS (32,64,128), graph replays;
+#   3. ncu of one bf16 64-head prefill launch of each build (NCU=0 skips):
+#      duration, tensor-pipe and shared-memory activity, stall reasons;
+#   4. prefill_ab.sh: the engine's 4096-token prefill chunk of one FP8 GLM-5
+#      MoE layer, before / after interleaved (PREFILL_ROUNDS, ROUNDS; 0 skips),
+#      with batch 64 decode in the same runs.
+# Build here (sm_90 machine code from compute_80): attention_bench and
+# engine_bench of the base tree and of this tree, this tree's
+# attention_sparse_mla_gpu_test and attention_sparse_mla_plan_test; copy them
+# to DIR/{attention_bench,engine_bench}_{before,after} and DIR/<test>, then
+#   ../shared/scripts/bundle.sh .bundle-mwa DIR/*
+#   tar cJf .bundle-z/mwa.tar.xz .bundle-mwa
+# On the GPU host (carry .bundle-z): OUT=$OUT bash tools/device/mla_wide_ab.sh
+# Logs under $OUT/mwa; a table last.
+set -uo pipefail
+[[ -d .bundle-mwa ]] || python3 -c 'import tarfile; tarfile.open(".bundle-z/mwa.tar.xz").extractall(".")'
+out=${OUT:-/tmp/out}/mwa
+mkdir -p "$out"
+B=.bundle-mwa/bin
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
+(
+  # shellcheck source=/dev/null
+  source .bundle-mwa/env.sh
+  for t in attention_sparse_mla_gpu_test attention_sparse_mla_plan_test; do
+    timeout 240 "$B/$t" --gtest_brief=1 >"$out/$t.log" 2>&1
+    echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED)' "$out/$t.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED|Failure|Which is|Expected' "$out/$t.log" | head -8
+  done
+  for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
+    for v in before after; do
+      timeout 200 "$B/attention_bench_$v" --prefill-only --prefill-heads "${PREFILL_HEADS:-64,128}" \
+        >"$out/prefill-$v-$r.log" 2>&1
+      echo "prefill $v-$r rc $?"
+      timeout 200 "$B/attention_bench_$v" --decode-only --batches "${BATCHES:-1,64,128}" --heads "${HEADS:-32,64,128}" \
+        >"$out/decode-$v-$r.log" 2>&1
+      echo "decode $v-$r rc $?"
+    done
+  done
+  if [[ ${NCU:-1} != 0 ]]; then
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    for v in before after; do
+      timeout 200 "$ncu" --kernel-name-base mangled -k regex:SparseMlaKernelILi64ELb0E --launch-skip 2 --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+        --metrics smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio \
+        "$B/attention_bench_$v" --prefill-only --prefill-heads 64 >"$out/ncu_$v.txt" 2>&1
+      echo "ncu $v rc $?"
+      grep -E "Duration|Issued Warp Per|No Eligible|inst_executed|hmma|wavefronts|stalled_[a-z_]*_per_issue" \
+        "$out/ncu_$v.txt" | sed "s/^ */$v /" | head -16
+    done
+  fi
+)
+echo "| attention_bench | before µs (rounds) | after µs (rounds) | after/before |"
+echo "|---|---|---|---|"
+python3 - "$out" "${ROUNDS:-2}" <<'PY'
+import collections, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+us = collections.defaultdict(lambda: collections.defaultdict(list))
+for kind in ("prefill", "decode"):
+    for v in ("before", "after"):
+        for r in range(1, rounds + 1):
+            try:
+                lines = open(f"{out}/{kind}-{v}-{r}.log").read().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                c = [x.strip() for x in line.strip().strip("|").split("|")]
+                if len(c) < 5 or c[0] not in ("bf16", "fp8", "fp8 widened"):
+                    continue
+                # decode: the graph replay column (11th); prefill: per launch (5th)
+                val = c[10] if kind == "decode" and len(c) >= 11 else c[4]
+                us[(kind, c[0], int(c[1]), int(c[2]))][v].append(float(val))
+for key in sorted(us):
+    d = us[key]
+    if not d["before"] or not d["after"]:
+        continue
+    ratio = statistics.median(d["after"]) / statistics.median(d["before"])
+    fmt = lambda xs: " / ".join(f"{x:.1f}" for x in xs)
+    print(f"| {key[0]} {key[1]} {key[2]} x {key[3]} heads | {fmt(d['before'])} | {fmt(d['after'])} | {ratio:.3f} |")
+PY
+[[ ${PREFILL_ROUNDS:-${ROUNDS:-2}} == 0 ]] && exit 0
+BUNDLE=.bundle-mwa CHUNKS=4096 ROUNDS=${PREFILL_ROUNDS:-${ROUNDS:-2}} EXTRA_ARGS="--batches 64" OUT=$OUT \
+  timeout 300 bash tools/device/prefill_ab.sh 2>&1 | tail -4
+grep -HE "prefill chunk|^\| 8192 \| 64 \|" "$OUT"/pab/eng_*.log | sed 's#.*/pab/##' | cut -c1-140
