@@ -3,10 +3,12 @@
 # GPU, the TP 1 prefill and decode of a GLM-5 layer; issue 21's prefill) of
 # two builds, before / after a change to it:
 #   1. the after build's attention_sparse_mla_gpu_test (every head count and
-#      forced plan against kernels/ref) and attention_sparse_mla_plan_test;
-#   2. attention_bench of both builds interleaved over ROUNDS (2): prefill of
-#      4096 tokens at PREFILL_HEADS (64,128), decode at BATCHES (1,64,128) x
-#      HEADS (32,64,128), graph replays;
+#      forced plan against kernels/ref; also attention_sparse_mla_gpu_test_<v>
+#      for each EXTRA variant bundled) and attention_sparse_mla_plan_test;
+#   2. attention_bench of both builds (and attention_bench_<v> of the EXTRA
+#      variants, "v1 v2 ...") interleaved over ROUNDS (2): prefill of 4096
+#      tokens at PREFILL_HEADS (32,64,128), decode at BATCHES (1,64,128) x
+#      HEADS (16,32,64,128), graph replays;
 #   3. ncu of one bf16 64-head prefill launch of each build (NCU=0 skips):
 #      duration, tensor-pipe and shared-memory activity, stall reasons;
 #   4. prefill_ab.sh: the engine's 4096-token prefill chunk of one FP8 GLM-5
@@ -25,28 +27,35 @@ set -uo pipefail
 out=${OUT:-/tmp/out}/mwa
 mkdir -p "$out"
 B=.bundle-mwa/bin
+read -ra extra <<<"${EXTRA:-}"
+variants=(before after "${extra[@]}")
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 (
   # shellcheck source=/dev/null
   source .bundle-mwa/env.sh
-  for t in attention_sparse_mla_gpu_test attention_sparse_mla_plan_test; do
+  tests=(attention_sparse_mla_gpu_test attention_sparse_mla_plan_test)
+  for v in "${extra[@]}"; do tests+=("attention_sparse_mla_gpu_test_$v"); done
+  for t in "${tests[@]}"; do
+    [[ -x $B/$t ]] || continue
     timeout 240 "$B/$t" --gtest_brief=1 >"$out/$t.log" 2>&1
     echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED)' "$out/$t.log" | tr '\n' ' ')"
     grep -E '^\[  FAILED|Failure|Which is|Expected' "$out/$t.log" | head -8
   done
   for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
-    for v in before after; do
-      timeout 200 "$B/attention_bench_$v" --prefill-only --prefill-heads "${PREFILL_HEADS:-64,128}" \
+    for v in "${variants[@]}"; do
+      [[ -x $B/attention_bench_$v ]] || continue
+      timeout 200 "$B/attention_bench_$v" --prefill-only --prefill-heads "${PREFILL_HEADS:-32,64,128}" \
         >"$out/prefill-$v-$r.log" 2>&1
       echo "prefill $v-$r rc $?"
-      timeout 200 "$B/attention_bench_$v" --decode-only --batches "${BATCHES:-1,64,128}" --heads "${HEADS:-32,64,128}" \
+      timeout 200 "$B/attention_bench_$v" --decode-only --batches "${BATCHES:-1,64,128}" --heads "${HEADS:-16,32,64,128}" \
         >"$out/decode-$v-$r.log" 2>&1
       echo "decode $v-$r rc $?"
     done
   done
   if [[ ${NCU:-1} != 0 ]]; then
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    for v in before after; do
+    for v in "${variants[@]}"; do
+      [[ -x $B/attention_bench_$v ]] || continue
       timeout 200 "$ncu" --kernel-name-base mangled -k regex:SparseMlaKernelILi64ELb0E --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
         --metrics smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio \
@@ -57,14 +66,15 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee 
     done
   fi
 )
-echo "| attention_bench | before µs (rounds) | after µs (rounds) | after/before |"
-echo "|---|---|---|---|"
-python3 - "$out" "${ROUNDS:-2}" <<'PY'
+python3 - "$out" "${ROUNDS:-2}" "${variants[@]}" <<'PY'
 import collections, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+print("| attention_bench, µs (rounds) | " + " | ".join(variants) + " | " +
+      " | ".join(f"{v}/before" for v in variants[1:]) + " |")
+print("|---" * (2 * len(variants)) + "|")
 us = collections.defaultdict(lambda: collections.defaultdict(list))
 for kind in ("prefill", "decode"):
-    for v in ("before", "after"):
+    for v in variants:
         for r in range(1, rounds + 1):
             try:
                 lines = open(f"{out}/{kind}-{v}-{r}.log").read().splitlines()
@@ -77,13 +87,15 @@ for kind in ("prefill", "decode"):
                 # decode: the graph replay column (11th); prefill: per launch (5th)
                 val = c[10] if kind == "decode" and len(c) >= 11 else c[4]
                 us[(kind, c[0], int(c[1]), int(c[2]))][v].append(float(val))
+fmt = lambda xs: " / ".join(f"{x:.1f}" for x in xs) or "-"
 for key in sorted(us):
     d = us[key]
-    if not d["before"] or not d["after"]:
+    if not d["before"]:
         continue
-    ratio = statistics.median(d["after"]) / statistics.median(d["before"])
-    fmt = lambda xs: " / ".join(f"{x:.1f}" for x in xs)
-    print(f"| {key[0]} {key[1]} {key[2]} x {key[3]} heads | {fmt(d['before'])} | {fmt(d['after'])} | {ratio:.3f} |")
+    base = statistics.median(d["before"])
+    ratios = [f"{statistics.median(d[v]) / base:.3f}" if d[v] else "-" for v in variants[1:]]
+    print(f"| {key[0]} {key[1]} {key[2]} x {key[3]} heads | " + " | ".join(fmt(d[v]) for v in variants) + " | " +
+          " | ".join(ratios) + " |")
 PY
 [[ ${PREFILL_ROUNDS:-${ROUNDS:-2}} == 0 ]] && exit 0
 BUNDLE=.bundle-mwa CHUNKS=4096 ROUNDS=${PREFILL_ROUNDS:-${ROUNDS:-2}} EXTRA_ARGS="--batches 64" OUT=$OUT \

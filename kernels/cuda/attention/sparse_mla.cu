@@ -70,6 +70,7 @@ struct Cfg {
   static constexpr int kNK = kWarps / kNM;
   static constexpr int kPassNT = 4 / kSMT;
   static constexpr int kMaxQSteps = (kKSteps + kNK - 1) / kNK;
+  static constexpr bool kEvenSlices = kKSteps % kNK == 0;  // every warp's k-slice is kMaxQSteps long
   // fp8 S phase: e4m3 k-steps per warp (4, 8 or 16: inside one scale block
   // or two whole ones), then its share of the rope k-steps.
   static constexpr int kNopeSteps = kNopeKSteps / kNK;
@@ -89,8 +90,16 @@ struct Cfg {
   static_assert(kNK * HM == kWarps * 16 * kSMT, "one 16-row partial-score slab per warp and m-tile");
   static_assert(!kFp8 || kSMT == 1, "the fp8 S phase takes one m-tile a warp");
   static_assert(kPassNT % 2 == 0, "n-tiles loaded in pairs (ldmatrix x4)");
+  static_assert(kKPT <= 8 && kKPT % 2 == 0, "a softmax thread's keys lie in one swizzled 8-key group");
+  static_assert(!kTile.Pipelined() || kStages >= 3, "the pipelined loop keeps blocks b, b+1 and b+2 in stages");
   static_assert(!kFp8 || (kONT % 4 == 0 && 128 % kOCols == 0), "fp8 O phase: 32-column groups in one scale block");
 };
+
+// Index of (row, key) in the unpadded partial-score area. Each row's four
+// 8-key groups are permuted by the row's index mod 4, so an mma fragment's
+// stores (eight rows, each lane two keys) and a quarter-warp's 16-byte loads
+// (two rows, or one) fall in distinct banks.
+__device__ __forceinline__ int SredAt(int row, int key) { return row * kBlockKeys + (key ^ ((row & 3) << 3)); }
 
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const uint32_t b[2] = {b0, b1};
@@ -103,9 +112,9 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* const gather = smem;
   float* const sred = reinterpret_cast<float*>(smem + C::kGatherBytes);
-  __nv_bfloat16* const sp = reinterpret_cast<__nv_bfloat16*>(smem + C::kGatherBytes + C::kTile.SredBytes());
-  float* const salpha = reinterpret_cast<float*>(smem + C::kGatherBytes + C::kTile.SredBytes() + C::kTile.PBytes());
-  int32_t* const sidx = reinterpret_cast<int32_t*>(salpha + HM);
+  __nv_bfloat16* const sp_bufs = reinterpret_cast<__nv_bfloat16*>(smem + C::kGatherBytes + C::kTile.SredBytes());
+  float* const salpha_bufs = reinterpret_cast<float*>(smem + C::kGatherBytes + C::kTile.SredBytes() + C::kTile.PBytes());
+  int32_t* const sidx = reinterpret_cast<int32_t*>(salpha_bufs + C::kTile.PBuffers() * HM);
   // After the key loop the partial-score area holds each head's final max and sum.
   float* const sfin_m = sred;
   float* const sfin_l = sred + HM;
@@ -191,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
         qf[0][kk][2] = lo.y;
         qf[0][kk][3] = hi.y;
       }
-    } else if (kstep0 + kk < kstep1) {
+    } else if (C::kEvenSlices || kstep0 + kk < kstep1) {
 #pragma unroll
       for (int mt = 0; mt < C::kSMT; ++mt) {
         cuda::LdMatrixX4(qf[mt][kk], qstage + (mrow0 + mt * 16 + (lane & 15)) * kRowBytes +
@@ -224,19 +233,21 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
 #pragma unroll
       for (int e = 0; e < 4; ++e) oacc[mt][nt][e] = 0.0f;
 
-  for (int b = 0; b < nblocks; ++b) {
-    cuda::CpAsyncWait<C::kStages - 2>();
-    __syncthreads();  // block b landed everywhere; block b-1 fully consumed
-    issue(b + C::kStages - 1);
-    cuda::CpAsyncCommit();
+  // Block b's rows in shared memory (bf16: the gathered tile; fp8: raw rows),
+  // and the buffers its probabilities and rescale factors go through.
+  auto tile_of = [&](int b) { return gather + (b % C::kStages) * C::kStageBytes; };
+  auto p_of = [&](int b) { return sp_bufs + (b % C::kTile.PBuffers()) * (C::kTile.PBytes() / C::kTile.PBuffers() / 2); };
+  auto alpha_of = [&](int b) { return salpha_bufs + (b % C::kTile.PBuffers()) * HM; };
 
-    // bf16: the gathered tile; fp8: the raw rows.
-    const uint8_t* const tile = gather + (b % C::kStages) * C::kStageBytes;
-
+  auto score = [&](int b) {
+    const uint8_t* const tile = tile_of(b);
     // Phase 2: partial scores of this warp's 16 * kSMT heads x 32 keys over its
     // k-slice, into its slab of the partial-score area.
     {
-      float* const sr = sred + (ks * HM + mrow0 + (lane >> 2)) * kSredStride + (lane & 3) * 2;
+      const int srow0 = ks * HM + mrow0 + (lane >> 2), skey0 = (lane & 3) * 2;  // this lane's first row and key
+      auto store = [&](int row, int key, float x, float y) {
+        *reinterpret_cast<float2*>(sred + SredAt(row, key)) = make_float2(x, y);
+      };
       if constexpr (kFp8) {
         float sacc[4][4];
 #pragma unroll
@@ -294,8 +305,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
         }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
-          *reinterpret_cast<float2*>(sr + nt * 8) = make_float2(sacc[nt][0], sacc[nt][1]);
-          *reinterpret_cast<float2*>(sr + 8 * kSredStride + nt * 8) = make_float2(sacc[nt][2], sacc[nt][3]);
+          store(srow0, skey0 + nt * 8, sacc[nt][0], sacc[nt][1]);
+          store(srow0 + 8, skey0 + nt * 8, sacc[nt][2], sacc[nt][3]);
         }
       } else {
         // ldmatrix x4 at krow + 16 keys * j: n-tiles 2j (kb[j][0], kb[j][1]) and 2j + 1 (kb[j][2], kb[j][3]).
@@ -311,7 +322,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
               for (int e = 0; e < 4; ++e) sacc[mt][nt][e] = 0.0f;
 #pragma unroll
           for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
-            if (kstep0 + kk < kstep1) {
+            if (C::kEvenSlices || kstep0 + kk < kstep1) {
               const int off = (kstep0 + kk) * 32;
               uint32_t kb[C::kPassNT / 2][4];
 #pragma unroll
@@ -331,15 +342,18 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
           for (int mt = 0; mt < C::kSMT; ++mt)
 #pragma unroll
             for (int nt = 0; nt < C::kPassNT; ++nt) {
-              float* const r = sr + mt * 16 * kSredStride + (pass * C::kPassNT + nt) * 8;
-              *reinterpret_cast<float2*>(r) = make_float2(sacc[mt][nt][0], sacc[mt][nt][1]);
-              *reinterpret_cast<float2*>(r + 8 * kSredStride) = make_float2(sacc[mt][nt][2], sacc[mt][nt][3]);
+              const int key = skey0 + (pass * C::kPassNT + nt) * 8;
+              store(srow0 + mt * 16, key, sacc[mt][nt][0], sacc[mt][nt][1]);
+              store(srow0 + mt * 16 + 8, key, sacc[mt][nt][2], sacc[mt][nt][3]);
             }
         }
       }
     }
-    __syncthreads();
-
+  };
+  auto softmax = [&](int b) {
+    const uint8_t* const tile = tile_of(b);
+    __nv_bfloat16* const sp = p_of(b);
+    float* const salpha = alpha_of(b);
     // Phase 3: online softmax. Partial scores are summed in slice order, so
     // the result does not depend on scheduling.
     {
@@ -349,12 +363,29 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
       for (int i = 0; i < C::kKPT; ++i) s[i] = 0.0f;
 #pragma unroll
       for (int q = 0; q < C::kNK; ++q) {
-        const float* p = sred + (q * HM + srow) * kSredStride + j0;
+        const int row = q * HM + srow;
+        if constexpr (C::kKPT == 8) {
+          // Two 16-byte loads; odd rows take their halves in the other order
+          // so that each load's quarter-warp (two rows) hits distinct banks.
+          const int odd = srow & 1;
+          const float4 va = *reinterpret_cast<const float4*>(sred + SredAt(row, j0 + 4 * odd));
+          const float4 vb = *reinterpret_cast<const float4*>(sred + SredAt(row, j0 + 4 * (odd ^ 1)));
+          const float4 lo = odd ? vb : va, hi = odd ? va : vb;
+          s[0] += lo.x;
+          s[1] += lo.y;
+          s[2] += lo.z;
+          s[3] += lo.w;
+          s[4] += hi.x;
+          s[5] += hi.y;
+          s[6] += hi.z;
+          s[7] += hi.w;
+        } else {
 #pragma unroll
-        for (int i = 0; i < C::kKPT; i += 2) {
-          const float2 v = *reinterpret_cast<const float2*>(p + i);
-          s[i] += v.x;
-          s[i + 1] += v.y;
+          for (int i = 0; i < C::kKPT; i += 2) {
+            const float2 v = *reinterpret_cast<const float2*>(sred + SredAt(row, j0 + i));
+            s[i] += v.x;
+            s[i + 1] += v.y;
+          }
         }
       }
       float mx = -INFINITY;
@@ -411,8 +442,11 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
       m_run = m_new;
       if (ssub == 0) salpha[srow] = alpha;
     }
-    __syncthreads();
-
+  };
+  auto accumulate = [&](int b) {
+    const uint8_t* const tile = tile_of(b);
+    const __nv_bfloat16* const sp = p_of(b);
+    const float* const salpha = alpha_of(b);
     // Phase 4: O = O * alpha + P·V over this warp's rows and columns.
     {
 #pragma unroll
@@ -474,6 +508,37 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
           }
         }
       }
+    }
+  };
+
+  if constexpr (C::kTile.Pipelined()) {
+    // Two barriers a block: block b+1's scores are summed and its softmax
+    // runs while block b's P·V is in the tensor cores (P and alpha double
+    // buffered). Block b+2 is gathered meanwhile, into block b-1's stage.
+    // b = -1 only scores block 0 (blocks 0 and 1 were issued above).
+    for (int b = -1; b < nblocks; ++b) {
+      cuda::CpAsyncWait<C::kStages - 3>();
+      __syncthreads();  // block b+1 landed; P(b) written; partial scores read; block b-1 consumed
+      if (b >= 0) {
+        issue(b + C::kStages - 1);
+        cuda::CpAsyncCommit();
+      }
+      if (b + 1 < nblocks) score(b + 1);
+      __syncthreads();  // block b+1's partial scores written
+      if (b >= 0) accumulate(b);
+      if (b + 1 < nblocks) softmax(b + 1);
+    }
+  } else {
+    for (int b = 0; b < nblocks; ++b) {
+      cuda::CpAsyncWait<C::kStages - 2>();
+      __syncthreads();  // block b landed everywhere; block b-1 fully consumed
+      issue(b + C::kStages - 1);
+      cuda::CpAsyncCommit();
+      score(b);
+      __syncthreads();
+      softmax(b);
+      __syncthreads();
+      accumulate(b);
     }
   }
 

@@ -24,7 +24,6 @@ inline constexpr int kFp8RowBytes = 656;        // 512 e4m3 | 4 fp32 | 64 bf16
 inline constexpr int kFp8RopeOffset = kDimV + 16;  // the bf16 rope lanes in an FP8 row
 inline constexpr int kMaxKeysPerCta = 2048;     // resolved slots kept in smem
 inline constexpr int kMaxSplits = 256;          // merge kernel's smem weights
-inline constexpr int kSredStride = 40;          // floats per partial-score row
 inline constexpr int kPStride = 40;             // bf16 per probability row
 
 // Heads per CTA (16, 32, 64) and cache format fix the layout of the wide-tile
@@ -53,18 +52,28 @@ struct TileConfig {
   // Four partial scores a key are then summed instead of two.
   constexpr int ScoreMTiles() const { return !fp8 && head_tile == 64 ? 2 : 1; }
   // One 16-row slab of partial scores per warp and score m-tile.
-  constexpr int SredBytes() const { return kWarps * 16 * ScoreMTiles() * kSredStride * 4; }
+  // Rows of 32 floats, unpadded: the kernel swizzles the 8-key groups of a
+  // row by its index (SredAt) so that neither the fragment writes nor the
+  // softmax's reads conflict in the banks.
+  constexpr int SredBytes() const { return kWarps * 16 * ScoreMTiles() * kBlockKeys * 4; }
+  // bf16 tiles of 32 and more heads (three stages) run block b's P·V in the
+  // same barrier interval as block b+1's softmax, so their probabilities and
+  // rescale factors are double-buffered.
+  constexpr bool Pipelined() const { return !fp8 && head_tile >= 32; }
+  constexpr int PBuffers() const { return Pipelined() ? 2 : 1; }
   // Probabilities in bf16; fp8: one copy per 128-column scale block of V,
   // each key's probability times that key's scale for the block.
   constexpr int PCopies() const { return fp8 ? kDimV / 128 : 1; }
-  constexpr int PBytes() const { return PCopies() * head_tile * kPStride * 2; }
+  constexpr int PBytes() const { return PBuffers() * PCopies() * head_tile * kPStride * 2; }
   // Registers allow two 256-thread CTAs per SM at 16 heads (ptxas -v: 127
   // registers) and one above (164-255 registers). The kernel's
   // __launch_bounds__ asks for exactly this, and the planner counts it.
   constexpr int MaxCtasByRegisters() const { return head_tile == 16 ? 2 : 1; }
   // The final max and sum per head (2 * head_tile floats) reuse the partial
   // score area after the key loop.
-  constexpr int SmemBytes() const { return GatherBytes() + SredBytes() + PBytes() + head_tile * 4 + kMaxKeysPerCta * 4; }
+  constexpr int SmemBytes() const {
+    return GatherBytes() + SredBytes() + PBytes() + PBuffers() * head_tile * 4 + kMaxKeysPerCta * 4;
+  }
 };
 
 // The FP8 kernel for narrow head tiles (8 or 16 heads; sparse_mla_narrow.cu):
