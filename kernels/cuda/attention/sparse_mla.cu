@@ -70,7 +70,6 @@ struct Cfg {
   static constexpr int kNK = kWarps / kNM;
   static constexpr int kPassNT = 4 / kSMT;
   static constexpr int kMaxQSteps = (kKSteps + kNK - 1) / kNK;
-  static constexpr bool kEvenSlices = kKSteps % kNK == 0;  // every warp's k-slice is kMaxQSteps long
   // fp8 S phase: e4m3 k-steps per warp (4, 8 or 16: inside one scale block
   // or two whole ones), then its share of the rope k-steps.
   static constexpr int kNopeSteps = kNopeKSteps / kNK;
@@ -200,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
         qf[0][kk][2] = lo.y;
         qf[0][kk][3] = hi.y;
       }
-    } else if (C::kEvenSlices || kstep0 + kk < kstep1) {
+    } else if (kKSteps % C::kNK == 0 || kstep0 + kk < kstep1) {  // even slices: always
 #pragma unroll
       for (int mt = 0; mt < C::kSMT; ++mt) {
         cuda::LdMatrixX4(qf[mt][kk], qstage + (mrow0 + mt * 16 + (lane & 15)) * kRowBytes +
@@ -322,7 +321,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
               for (int e = 0; e < 4; ++e) sacc[mt][nt][e] = 0.0f;
 #pragma unroll
           for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
-            if (C::kEvenSlices || kstep0 + kk < kstep1) {
+            if (kKSteps % C::kNK == 0 || kstep0 + kk < kstep1) {
               const int off = (kstep0 + kk) * 32;
               uint32_t kb[C::kPassNT / 2][4];
 #pragma unroll
@@ -614,96 +613,6 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
   }
 }
 
-// Merges the splits of one (token, head): weights exp(lse_s - max), the
-// partial rows summed in split order. kCols output columns per thread: at
-// decode (few rows, <= 32 splits) one column per thread, and all of the
-// first 32 splits' partial values are loaded before the weights are known,
-// so the kernel waits for memory once (it sits between attention and the
-// un-absorption on the step's critical path); many rows take 4 columns per
-// thread (fewer, larger CTAs). Both sum in the same order (the weights'
-// total sequentially over the splits, then each column), so the variant
-// does not change a bit. Every split empty -> out 0, lse +inf. The merged
-// un-absorption (absorb_gemm.cu, MergeRowsIntoA) repeats this arithmetic
-// exactly; absorb_gemm_gpu_test checks the two agree bit for bit.
-constexpr int kMergeLoads = 32;          // partial values in flight per thread
-constexpr int kMergeFewRows = 1024;      // up to this many (token, head) rows: one column per thread
-
-template <int kCols>
-__global__ void __launch_bounds__(kDimV / kCols) MergeSplitsKernel(const float* __restrict__ ws_o,
-                                                                   const float* __restrict__ ws_lse, int splits,
-                                                                   int tokens, int heads, __nv_bfloat16* out,
-                                                                   int64_t o_ts, int64_t o_hs, float* lse) {
-  constexpr int kThreadsPerRow = kDimV / kCols;
-  constexpr int kWarps = kThreadsPerRow / 32;
-  constexpr int kBatch = kMergeLoads / kCols;  // splits per round of loads
-  __shared__ float sw[kMaxSplits];
-  __shared__ float smax[kWarps];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t th = blockIdx.x;
-  const int t = static_cast<int>(th / heads), h = static_cast<int>(th % heads);
-  const int64_t stride = static_cast<int64_t>(tokens) * heads;
-  const float* src = ws_o + th * kDimV + tid * kCols;
-  const int64_t split_stride = stride * kDimV;
-  float v[kBatch][kCols];
-  auto load = [&](int s0) {
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) v[i][c] = 0.0f;
-      if (s0 + i < splits) {
-        if constexpr (kCols == 4) {
-          const float4 x = *reinterpret_cast<const float4*>(src + (s0 + i) * split_stride);
-          v[i][0] = x.x, v[i][1] = x.y, v[i][2] = x.z, v[i][3] = x.w;
-        } else {
-          v[i][0] = src[(s0 + i) * split_stride];
-        }
-      }
-    }
-  };
-  load(0);
-  float mx = -INFINITY;
-  for (int s = tid; s < splits; s += kThreadsPerRow) {
-    const float l = ws_lse[s * stride + th];
-    sw[s] = l;
-    mx = fmaxf(mx, l);
-  }
-  mx = cuda::WarpMax(mx);
-  if (lane == 0) smax[warp] = mx;
-  __syncthreads();
-  mx = smax[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, smax[w]);
-  __nv_bfloat16* dst = out + t * o_ts + h * o_hs + tid * kCols;
-  if (mx == -INFINITY) {
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) dst[c] = __float2bfloat16_rn(0.0f);
-    if (tid == 0 && lse != nullptr) lse[th] = INFINITY;
-    return;
-  }
-  for (int s = tid; s < splits; s += kThreadsPerRow) sw[s] = expf(sw[s] - mx);  // empty splits: exp(-inf) = 0
-  __syncthreads();
-  float sum = 0.0f;
-  for (int s = 0; s < splits; ++s) sum += sw[s];
-  float acc[kCols];
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) acc[c] = 0.0f;
-  for (int s0 = 0; s0 < splits; s0 += kBatch) {
-    if (s0 > 0) load(s0);
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      if (s0 + i < splits) {
-        const float w = sw[s0 + i];
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) acc[c] = fmaf(w, v[i][c], acc[c]);
-      }
-    }
-  }
-  const float inv = 1.0f / sum;
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) dst[c] = __float2bfloat16_rn(acc[c] * inv);
-  if (tid == 0 && lse != nullptr) lse[th] = mx + logf(sum);
-}
-
 template <int HM, bool kFp8>
 absl::Status LaunchVariant(const MlaArgs& args, int64_t grid, cudaStream_t stream) {
   using C = Cfg<HM, kFp8>;
@@ -713,22 +622,11 @@ absl::Status LaunchVariant(const MlaArgs& args, int64_t grid, cudaStream_t strea
   return absl::OkStatus();
 }
 
-// The split-K merge, when the plan splits the list.
+// The split-K merge, when the plan splits the list (sparse_mla_merge.cu).
 absl::Status LaunchMerge(const MlaArgs& args, const SparseMlaPlan& plan, const SparseMlaParams& p,
                          cudaStream_t stream) {
   if (plan.num_splits <= 1 || p.defer_merge) return absl::OkStatus();
-  const int64_t rows = p.tokens * p.heads;
-  if (rows <= kMergeFewRows) {
-    MergeSplitsKernel<1><<<static_cast<unsigned>(rows), kDimV, 0, stream>>>(
-        args.ws_o, args.ws_lse, plan.num_splits, args.tokens, p.heads, p.out, p.out_token_stride, p.out_head_stride,
-        p.lse);
-  } else {
-    MergeSplitsKernel<4><<<static_cast<unsigned>(rows), kDimV / 4, 0, stream>>>(
-        args.ws_o, args.ws_lse, plan.num_splits, args.tokens, p.heads, p.out, p.out_token_stride, p.out_head_stride,
-        p.lse);
-  }
-  SPAR_CUDA_RETURN_IF_LAUNCH_FAILED("MergeSplitsKernel");
-  return absl::OkStatus();
+  return LaunchSplitMerge(args, plan.num_splits, stream);
 }
 
 constexpr absl::string_view kOp = "SparseMla";

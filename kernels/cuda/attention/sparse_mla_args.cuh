@@ -41,6 +41,10 @@ struct MlaArgs {
 // The FP8 kernel for 8- and 16-head tiles (sparse_mla_narrow.cu).
 absl::Status LaunchNarrowFp8(const MlaArgs& args, int head_tile, int64_t grid, cudaStream_t stream);
 
+// Merges the split partials (ws_o, ws_lse) of `splits` splits into out and
+// lse (sparse_mla_merge.cu).
+absl::Status LaunchSplitMerge(const MlaArgs& args, int splits, cudaStream_t stream);
+
 // The part of e4m3's 2^120 the FP8 paths' copies of P carry (p * scale *
 // 2^104 stays far inside bf16's range for any scale below 2^23), and the
 // part the output takes back.
