@@ -3,17 +3,21 @@
 # GPU, the TP 1 prefill and decode of a GLM-5 layer; issue 21's prefill) of
 # two builds, before / after a change to it:
 #   1. the after build's attention_sparse_mla_gpu_test (every head count and
-#      forced plan against kernels/ref; also attention_sparse_mla_gpu_test_<v>
-#      for each EXTRA variant bundled) and attention_sparse_mla_plan_test;
+#      forced plan against kernels/ref), attention_sparse_mla_plan_test and
+#      attention_absorb_gemm_gpu_test when bundled; for each EXTRA variant
+#      v, every *_gpu_test_<v> bundled;
 #   2. attention_bench of both builds (and attention_bench_<v> of the EXTRA
 #      variants, "v1 v2 ...") interleaved over ROUNDS (2): prefill of 4096
 #      tokens at PREFILL_HEADS (32,64,128), decode at BATCHES (1,64,128) x
-#      HEADS (16,32,64,128), graph replays;
+#      HEADS (16,32,64,128), graph replays, and the MLA absorptions
+#      (--absorb-only: each build's own choice, "engine", against its
+#      64-row tile);
 #   3. ncu of one bf16 64-head prefill launch of each build (NCU=0 skips):
 #      duration, tensor-pipe and shared-memory activity, stall reasons;
 #   4. prefill_ab.sh: the engine's 4096-token prefill chunk of one FP8 GLM-5
-#      MoE layer, before / after interleaved (PREFILL_ROUNDS, ROUNDS; 0 skips),
-#      with batch 64 decode in the same runs.
+#      MoE layer, before / after (and the EXTRA variants with an
+#      engine_bench_<v>) interleaved (PREFILL_ROUNDS, ROUNDS; 0 skips), with
+#      batch 64 decode in the same runs.
 # Build here (sm_90 machine code from compute_80): attention_bench and
 # engine_bench of the base tree and of this tree, this tree's
 # attention_sparse_mla_gpu_test and attention_sparse_mla_plan_test; copy them
@@ -33,8 +37,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee 
 (
   # shellcheck source=/dev/null
   source .bundle-mwa/env.sh
-  tests=(attention_sparse_mla_gpu_test attention_sparse_mla_plan_test)
-  for v in "${extra[@]}"; do tests+=("attention_sparse_mla_gpu_test_$v"); done
+  tests=(attention_sparse_mla_gpu_test attention_sparse_mla_plan_test attention_absorb_gemm_gpu_test)
+  for v in "${extra[@]}"; do
+    for t in "$B"/*_gpu_test_"$v"; do tests+=("${t##*/}"); done
+  done
   for t in "${tests[@]}"; do
     [[ -x $B/$t ]] || continue
     timeout 240 "$B/$t" --gtest_brief=1 >"$out/$t.log" 2>&1
@@ -50,6 +56,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee 
       timeout 200 "$B/attention_bench_$v" --decode-only --batches "${BATCHES:-1,64,128}" --heads "${HEADS:-16,32,64,128}" \
         >"$out/decode-$v-$r.log" 2>&1
       echo "decode $v-$r rc $?"
+      timeout 200 "$B/attention_bench_$v" --absorb-only >"$out/absorb-$v-$r.log" 2>&1
+      echo "absorb $v-$r rc $?"
     done
   done
   if [[ ${NCU:-1} != 0 ]]; then
@@ -73,7 +81,7 @@ print("| attention_bench, µs (rounds) | " + " | ".join(variants) + " | " +
       " | ".join(f"{v}/before" for v in variants[1:]) + " |")
 print("|---" * (2 * len(variants)) + "|")
 us = collections.defaultdict(lambda: collections.defaultdict(list))
-for kind in ("prefill", "decode"):
+for kind in ("prefill", "decode", "absorb"):
     for v in variants:
         for r in range(1, rounds + 1):
             try:
@@ -82,6 +90,10 @@ for kind in ("prefill", "decode"):
                 continue
             for line in lines:
                 c = [x.strip() for x in line.strip().strip("|").split("|")]
+                if kind == "absorb" and len(c) >= 5 and c[0] in ("q absorption", "un-absorption"):
+                    # | op | heads | tokens | engine us | 64-row tile us | ...: the build's own choice
+                    us[(kind, c[0], int(c[2]), int(c[1]))][v].append(float(c[3]))
+                    continue
                 if len(c) < 5 or c[0] not in ("bf16", "fp8", "fp8 widened"):
                     continue
                 # decode: the graph replay column (11th); prefill: per launch (5th)
@@ -98,6 +110,8 @@ for key in sorted(us):
           " | ".join(ratios) + " |")
 PY
 [[ ${PREFILL_ROUNDS:-${ROUNDS:-2}} == 0 ]] && exit 0
-BUNDLE=.bundle-mwa CHUNKS=4096 ROUNDS=${PREFILL_ROUNDS:-${ROUNDS:-2}} EXTRA_ARGS="--batches 64" OUT=$OUT \
+engines=()
+for v in "${variants[@]}"; do [[ -x $B/engine_bench_$v ]] && engines+=("$v"); done
+BUNDLE=.bundle-mwa VARIANTS="${engines[*]}" CHUNKS=4096 ROUNDS=${PREFILL_ROUNDS:-${ROUNDS:-2}} EXTRA_ARGS="--batches 64" OUT=$OUT \
   timeout 300 bash tools/device/prefill_ab.sh 2>&1 | tail -4
 grep -HE "prefill chunk|^\| 8192 \| 64 \|" "$OUT"/pab/eng_*.log | sed 's#.*/pab/##' | cut -c1-140

@@ -4,7 +4,8 @@
 # tools/device/bundle_setup.sh), interleaved over ROUNDS (2), at the
 # prefill chunks CHUNKS (2048,4096) of one GLM-5 MoE layer (batch 1, context
 # CONTEXT, decode timed too), with the tests TESTS names (gtest binaries in
-# the bundle, each "binary:filter") first. Logs under $OUT/pab.
+# the bundle, each "binary:filter") first; VARIANTS ("before after") names
+# the engine_bench_<v> builds to interleave. Logs under $OUT/pab.
 set -uo pipefail
 out=${OUT:-/tmp/out}/pab
 mkdir -p "$out"
@@ -21,7 +22,7 @@ timeout 120 $B/engine_bench_after --make-geometry glm5-full --make-layers 4 --mo
   --contexts 1024 --reps 3 > $out/make.log 2>&1; echo "make rc=$? at ${SECONDS}s"
 for r in $(seq 1 ${ROUNDS:-2}); do
   for c in ${CHUNKS:-2048 4096}; do
-    for v in before after; do
+    for v in ${VARIANTS:-before after}; do
       timeout 120 $B/engine_bench_$v --model $m --layers 3:4 --batches 1 --contexts ${CONTEXT:-8192} --prefill-chunk $c \
         ${EXTRA_ARGS:-} > $out/eng_${v}_${c}_$r.log 2>&1; echo "engine $v chunk $c round $r rc=$? at ${SECONDS}s"
     done
