@@ -25,6 +25,11 @@
 #   ../shared/scripts/bundle.sh .bundle-mwa DIR/*
 #   tar cJf .bundle-z/mwa.tar.xz .bundle-mwa
 # On the GPU host (carry .bundle-z): OUT=$OUT bash tools/device/mla_wide_ab.sh
+# Knobs: TESTS (1; 0 skips step 1), ROUNDS (2; 0 skips step 2), MLA and
+# ABSORB (the variants whose sparse MLA / absorption tables step 2 runs;
+# default every variant), NCU (1), PREFILL_ROUNDS (ROUNDS; 0 skips step 4).
+# Each attention_bench run takes ~20-30 s: split long lists over two calls
+# (e.g. ROUNDS=1 PREFILL_ROUNDS=0, then TESTS=0 ROUNDS=0 NCU=0 PREFILL_ROUNDS=2).
 # Logs under $OUT/mwa; a table last.
 set -uo pipefail
 [[ -d .bundle-mwa ]] || python3 -c 'import tarfile; tarfile.open(".bundle-z/mwa.tar.xz").extractall(".")'
@@ -33,12 +38,16 @@ mkdir -p "$out"
 B=.bundle-mwa/bin
 read -ra extra <<<"${EXTRA:-}"
 variants=(before after "${extra[@]}")
+read -ra mla <<<"${MLA:-${variants[*]}}"
+read -ra absorb <<<"${ABSORB:-${variants[*]}}"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 (
   # shellcheck source=/dev/null
   source .bundle-mwa/env.sh
-  tests=(attention_sparse_mla_gpu_test attention_sparse_mla_plan_test attention_absorb_gemm_gpu_test)
+  tests=()
+  [[ ${TESTS:-1} != 0 ]] && tests=(attention_sparse_mla_gpu_test attention_sparse_mla_plan_test attention_absorb_gemm_gpu_test)
   for v in "${extra[@]}"; do
+    [[ ${TESTS:-1} != 0 ]] || break
     for t in "$B"/*_gpu_test_"$v"; do tests+=("${t##*/}"); done
   done
   for t in "${tests[@]}"; do
@@ -48,7 +57,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee 
     grep -E '^\[  FAILED|Failure|Which is|Expected' "$out/$t.log" | head -8
   done
   for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
-    for v in "${variants[@]}"; do
+    for v in "${mla[@]}"; do
       [[ -x $B/attention_bench_$v ]] || continue
       timeout 200 "$B/attention_bench_$v" --prefill-only --prefill-heads "${PREFILL_HEADS:-32,64,128}" \
         >"$out/prefill-$v-$r.log" 2>&1
@@ -56,13 +65,16 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee 
       timeout 200 "$B/attention_bench_$v" --decode-only --batches "${BATCHES:-1,64,128}" --heads "${HEADS:-16,32,64,128}" \
         >"$out/decode-$v-$r.log" 2>&1
       echo "decode $v-$r rc $?"
+    done
+    for v in "${absorb[@]}"; do
+      [[ -x $B/attention_bench_$v ]] || continue
       timeout 200 "$B/attention_bench_$v" --absorb-only >"$out/absorb-$v-$r.log" 2>&1
       echo "absorb $v-$r rc $?"
     done
   done
   if [[ ${NCU:-1} != 0 ]]; then
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    for v in "${variants[@]}"; do
+    for v in "${mla[@]}"; do
       [[ -x $B/attention_bench_$v ]] || continue
       timeout 200 "$ncu" --kernel-name-base mangled -k regex:SparseMlaKernelILi64ELb0E --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
