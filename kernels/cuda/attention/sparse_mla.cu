@@ -94,11 +94,16 @@ struct Cfg {
   static_assert(!kFp8 || (kONT % 4 == 0 && 128 % kOCols == 0), "fp8 O phase: 32-column groups in one scale block");
 };
 
-// Index of (row, key) in the unpadded partial-score area. Each row's four
-// 8-key groups are permuted by the row's index mod 4, so an mma fragment's
-// stores (eight rows, each lane two keys) and a quarter-warp's 16-byte loads
-// (two rows, or one) fall in distinct banks.
-__device__ __forceinline__ int SredAt(int row, int key) { return row * kBlockKeys + (key ^ ((row & 3) << 3)); }
+// Index of (row, key) in the partial-score area, which keeps the mma
+// accumulators' own order (sparse_mla_config.h): 16-row slabs of eight
+// groups (8-key n-tile nt, rows 0-7 or 8-15), lane g * 4 + t's two keys at
+// 2 * lane of its group. A fragment store is 64 contiguous floats from a
+// per-lane base and compile-time offsets (no bank conflict, one address
+// register); a row's 8 keys of an n-tile are 8 contiguous floats (g * 8).
+__device__ __forceinline__ int SredAt(int row, int key) {
+  return (row >> 4) * kSredSlabFloats + ((key >> 3) * 2 + ((row >> 3) & 1)) * kSredGroupFloats + (row & 7) * 8 +
+         (key & 7);
+}
 
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const uint32_t b[2] = {b0, b1};
@@ -243,9 +248,11 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
     // Phase 2: partial scores of this warp's 16 * kSMT heads x 32 keys over its
     // k-slice, into its slab of the partial-score area.
     {
-      const int srow0 = ks * HM + mrow0 + (lane >> 2), skey0 = (lane & 3) * 2;  // this lane's first row and key
-      auto store = [&](int row, int key, float x, float y) {
-        *reinterpret_cast<float2*>(sred + SredAt(row, key)) = make_float2(x, y);
+      // This lane's pair in n-tile nt, rows 0-7 (half 0) or 8-15 of m-tile mt:
+      // SredAt(ks * HM + mrow0 + mt * 16 + half * 8 + g, nt * 8 + 2t).
+      float* const slab = sred + (ks * HM + mrow0) / 16 * kSredSlabFloats + lane * 2;
+      auto store = [&](int mt, int nt, int half, float x, float y) {
+        *reinterpret_cast<float2*>(slab + mt * kSredSlabFloats + (nt * 2 + half) * kSredGroupFloats) = make_float2(x, y);
       };
       if constexpr (kFp8) {
         float sacc[4][4];
@@ -304,8 +311,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
         }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
-          store(srow0, skey0 + nt * 8, sacc[nt][0], sacc[nt][1]);
-          store(srow0 + 8, skey0 + nt * 8, sacc[nt][2], sacc[nt][3]);
+          store(0, nt, 0, sacc[nt][0], sacc[nt][1]);
+          store(0, nt, 1, sacc[nt][2], sacc[nt][3]);
         }
       } else {
         // ldmatrix x4 at krow + 16 keys * j: n-tiles 2j (kb[j][0], kb[j][1]) and 2j + 1 (kb[j][2], kb[j][3]).
@@ -341,9 +348,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
           for (int mt = 0; mt < C::kSMT; ++mt)
 #pragma unroll
             for (int nt = 0; nt < C::kPassNT; ++nt) {
-              const int key = skey0 + (pass * C::kPassNT + nt) * 8;
-              store(srow0 + mt * 16, key, sacc[mt][nt][0], sacc[mt][nt][1]);
-              store(srow0 + mt * 16 + 8, key, sacc[mt][nt][2], sacc[mt][nt][3]);
+              store(mt, pass * C::kPassNT + nt, 0, sacc[mt][nt][0], sacc[mt][nt][1]);
+              store(mt, pass * C::kPassNT + nt, 1, sacc[mt][nt][2], sacc[mt][nt][3]);
             }
         }
       }
@@ -360,15 +366,18 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
       float s[C::kKPT];
 #pragma unroll
       for (int i = 0; i < C::kKPT; ++i) s[i] = 0.0f;
+      // Slice q's partials of this thread's keys: q whole slabs further on.
+      const float* const mine = sred + SredAt(srow, j0);
+      static_assert(HM % 16 == 0, "slices start on a slab");
 #pragma unroll
       for (int q = 0; q < C::kNK; ++q) {
-        const int row = q * HM + srow;
+        const float* const part = mine + q * (HM / 16) * kSredSlabFloats;
         if constexpr (C::kKPT == 8) {
           // Two 16-byte loads; odd rows take their halves in the other order
           // so that each load's quarter-warp (two rows) hits distinct banks.
           const int odd = srow & 1;
-          const float4 va = *reinterpret_cast<const float4*>(sred + SredAt(row, j0 + 4 * odd));
-          const float4 vb = *reinterpret_cast<const float4*>(sred + SredAt(row, j0 + 4 * (odd ^ 1)));
+          const float4 va = *reinterpret_cast<const float4*>(part + 4 * odd);
+          const float4 vb = *reinterpret_cast<const float4*>(part + 4 * (odd ^ 1));
           const float4 lo = odd ? vb : va, hi = odd ? va : vb;
           s[0] += lo.x;
           s[1] += lo.y;
@@ -381,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
         } else {
 #pragma unroll
           for (int i = 0; i < C::kKPT; i += 2) {
-            const float2 v = *reinterpret_cast<const float2*>(sred + SredAt(row, j0 + i));
+            const float2 v = *reinterpret_cast<const float2*>(part + i);
             s[i] += v.x;
             s[i + 1] += v.y;
           }

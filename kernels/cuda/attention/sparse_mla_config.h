@@ -25,6 +25,11 @@ inline constexpr int kFp8RopeOffset = kDimV + 16;  // the bf16 rope lanes in an 
 inline constexpr int kMaxKeysPerCta = 2048;     // resolved slots kept in smem
 inline constexpr int kMaxSplits = 256;          // merge kernel's smem weights
 inline constexpr int kPStride = 40;             // bf16 per probability row
+// Partial scores in the mma accumulator order: a group is one n-tile (8
+// keys) of 8 rows, 64 floats plus 4 of padding (which puts the 8-float runs
+// of two rows' four n-tiles in distinct banks); a slab is 16 rows x 32 keys.
+inline constexpr int kSredGroupFloats = 68;
+inline constexpr int kSredSlabFloats = 8 * kSredGroupFloats;
 
 // Heads per CTA (16, 32, 64) and cache format fix the layout of the wide-tile
 // kernel (sparse_mla.cu; FP8 rows use it for 32 and 64 heads only).
@@ -52,10 +57,8 @@ struct TileConfig {
   // Four partial scores a key are then summed instead of two.
   constexpr int ScoreMTiles() const { return !fp8 && head_tile == 64 ? 2 : 1; }
   // One 16-row slab of partial scores per warp and score m-tile.
-  // Rows of 32 floats, unpadded: the kernel swizzles the 8-key groups of a
-  // row by its index (SredAt) so that neither the fragment writes nor the
-  // softmax's reads conflict in the banks.
-  constexpr int SredBytes() const { return kWarps * 16 * ScoreMTiles() * kBlockKeys * 4; }
+  // One 16-row slab per warp and score m-tile.
+  constexpr int SredBytes() const { return kWarps * ScoreMTiles() * kSredSlabFloats * 4; }
   // bf16 tiles of 32 and more heads (three stages) run block b's P·V in the
   // same barrier interval as block b+1's softmax, so their probabilities and
   // rescale factors are double-buffered.
