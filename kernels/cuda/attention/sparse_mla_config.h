@@ -57,7 +57,6 @@ struct TileConfig {
   // Four partial scores a key are then summed instead of two.
   constexpr int ScoreMTiles() const { return !fp8 && head_tile == 64 ? 2 : 1; }
   // One 16-row slab of partial scores per warp and score m-tile.
-  // One 16-row slab per warp and score m-tile.
   constexpr int SredBytes() const { return kWarps * ScoreMTiles() * kSredSlabFloats * 4; }
   // bf16 tiles of 32 and more heads (three stages) run block b's P·V in the
   // same barrier interval as block b+1's softmax, so their probabilities and
