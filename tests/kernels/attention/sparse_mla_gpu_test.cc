@@ -313,54 +313,62 @@ TEST(SparseMla, MergeVariantsGiveTheSameBits) {
 
 // Rows whose entries are all invalid give out 0 and lse +inf, split or not;
 // a list of one slot repeated gives exactly that row's values (up to bf16).
+// 16 heads: the 16-head tiles; 64 heads: the 64-head tile (bf16 rows: the
+// pipelined loop, splits of one block and of none valid).
 TEST(SparseMla, EmptyRowsAndDuplicates) {
   SPAR_REQUIRE_GPU();
   for (LatentFormat format : {LatentFormat::kBF16, LatentFormat::kFp8Ds}) {
-    Cache cache;
-    MakeCache(cache, format, 64 * 8, 51);
-    Problem p;
-    p.tokens = 4;
-    p.heads = 16;
-    p.list_len = 130;
-    RandomQ(p, 52);
-    p.indices = RandomIndices(p.tokens, p.list_len, cache.num_slots, 53, false);
-    for (int j = 0; j < p.list_len; ++j) {
-      p.indices[0 * p.list_len + j] = -1;                                     // empty
-      p.indices[1 * p.list_len + j] = j % 2 ? -1 : static_cast<int32_t>(cache.num_slots + j);  // empty (out of range)
-      p.indices[2 * p.list_len + j] = 77;                                     // one slot 130 times
-      if (j < 100) p.indices[3 * p.list_len + j] = -1;                        // valid only at the end
-    }
-    const Result want = RunRef(p, cache);
-    for (const SparseMlaPlan& plan : {SparseMlaPlan{}, SparseMlaPlan{16, 5, 32}, SparseMlaPlan{16, 1, 160}}) {
-      const Result got = RunGpu(p, cache, plan);
-      ExpectClose(got, want, format, std::string(FormatName(format)) + " splits " + ::testing::PrintToString(got.plan.num_splits));
-      for (int h = 0; h < p.heads; ++h) {
-        EXPECT_TRUE(std::isinf(got.lse[0 * p.heads + h]) && got.lse[0 * p.heads + h] > 0);
-        EXPECT_TRUE(std::isinf(got.lse[1 * p.heads + h]) && got.lse[1 * p.heads + h] > 0);
+    for (int heads : {16, 64}) {
+      Cache cache;
+      MakeCache(cache, format, 64 * 8, 51);
+      Problem p;
+      p.tokens = 4;
+      p.heads = heads;
+      p.list_len = 130;
+      RandomQ(p, 52);
+      p.indices = RandomIndices(p.tokens, p.list_len, cache.num_slots, 53, false);
+      for (int j = 0; j < p.list_len; ++j) {
+        p.indices[0 * p.list_len + j] = -1;                                     // empty
+        p.indices[1 * p.list_len + j] = j % 2 ? -1 : static_cast<int32_t>(cache.num_slots + j);  // empty (out of range)
+        p.indices[2 * p.list_len + j] = 77;                                     // one slot 130 times
+        if (j < 100) p.indices[3 * p.list_len + j] = -1;                        // valid only at the end
       }
-      // Token 2 attends to one row: out = row 77's first 512 values.
-      std::vector<float> row(kLatentDim);
-      ref::DecodeLatentRow(format, cache.bytes.data() + 77 * LatentRowBytes(format), row.data());
-      double worst = 0;
-      for (int h = 0; h < p.heads; ++h) {
-        for (int d = 0; d < kLatentNopeDim; ++d) {
-          worst = std::max(worst, static_cast<double>(std::fabs(got.out[(2 * p.heads + h) * 512 + d] - row[d])));
+      const Result want = RunRef(p, cache);
+      for (const SparseMlaPlan& plan : {SparseMlaPlan{}, SparseMlaPlan{heads, 5, 32}, SparseMlaPlan{heads, 1, 160}}) {
+        const Result got = RunGpu(p, cache, plan);
+        ExpectClose(got, want, format,
+                    std::string(FormatName(format)) + " heads " + ::testing::PrintToString(heads) + " splits " +
+                        ::testing::PrintToString(got.plan.num_splits));
+        for (int h = 0; h < p.heads; ++h) {
+          EXPECT_TRUE(std::isinf(got.lse[0 * p.heads + h]) && got.lse[0 * p.heads + h] > 0);
+          EXPECT_TRUE(std::isinf(got.lse[1 * p.heads + h]) && got.lse[1 * p.heads + h] > 0);
         }
+        // Token 2 attends to one row: out = row 77's first 512 values.
+        std::vector<float> row(kLatentDim);
+        ref::DecodeLatentRow(format, cache.bytes.data() + 77 * LatentRowBytes(format), row.data());
+        double worst = 0;
+        for (int h = 0; h < p.heads; ++h) {
+          for (int d = 0; d < kLatentNopeDim; ++d) {
+            worst = std::max(worst, static_cast<double>(std::fabs(got.out[(2 * p.heads + h) * 512 + d] - row[d])));
+          }
+        }
+        EXPECT_LT(worst, 0.02) << "repeated slot";
       }
-      EXPECT_LT(worst, 0.02) << "repeated slot";
     }
   }
-  // list_len 0: every row empty.
+  // list_len 0: every row empty (no key block at all), 8 and 64 heads.
   Cache cache;
   MakeCache(cache, LatentFormat::kBF16, 64, 61);
-  Problem p;
-  p.tokens = 2;
-  p.heads = 8;
-  p.list_len = 0;
-  RandomQ(p, 62);
-  const Result got = RunGpu(p, cache);
-  for (float v : got.out) EXPECT_EQ(v, 0.0f);
-  for (float v : got.lse) EXPECT_TRUE(std::isinf(v) && v > 0);
+  for (int heads : {8, 64}) {
+    Problem p;
+    p.tokens = 2;
+    p.heads = heads;
+    p.list_len = 0;
+    RandomQ(p, 62);
+    const Result got = RunGpu(p, cache);
+    for (float v : got.out) EXPECT_EQ(v, 0.0f);
+    for (float v : got.lse) EXPECT_TRUE(std::isinf(v) && v > 0);
+  }
 }
 
 // Ragged batch of sequences in the dense mode (prefill tokens and decode
