@@ -106,7 +106,7 @@ for kind in ("prefill", "decode", "absorb"):
                     # | op | heads | tokens | engine us | 64-row tile us | ...: the build's own choice
                     us[(kind, c[0], int(c[2]), int(c[1]))][v].append(float(c[3]))
                     continue
-                if len(c) < 5 or c[0] not in ("bf16", "fp8", "fp8 widened"):
+                if len(c) < 5 or not (c[0].startswith("bf16") or c[0].startswith("fp8")):
                     continue
                 # decode: the graph replay column (11th); prefill: per launch (5th)
                 val = c[10] if kind == "decode" and len(c) >= 11 else c[4]
@@ -114,10 +114,8 @@ for kind in ("prefill", "decode", "absorb"):
 fmt = lambda xs: " / ".join(f"{x:.1f}" for x in xs) or "-"
 for key in sorted(us):
     d = us[key]
-    if not d["before"]:
-        continue
-    base = statistics.median(d["before"])
-    ratios = [f"{statistics.median(d[v]) / base:.3f}" if d[v] else "-" for v in variants[1:]]
+    base = statistics.median(d["before"]) if d["before"] else None
+    ratios = [f"{statistics.median(d[v]) / base:.3f}" if d[v] and base else "-" for v in variants[1:]]
     print(f"| {key[0]} {key[1]} {key[2]} x {key[3]} heads | " + " | ".join(fmt(d[v]) for v in variants) + " | " +
           " | ".join(ratios) + " |")
 PY
