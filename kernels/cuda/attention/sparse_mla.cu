@@ -1,6 +1,6 @@
 #include "kernels/cuda/common/arch.cuh"
-// Sparse MLA attention (absorbed form) and the split-K log-sum-exp merge.
-// FP8 rows with 8- or 16-head tiles go to sparse_mla_narrow.cu.
+// Sparse MLA attention (absorbed form). FP8 rows with 8- or 16-head tiles go
+// to sparse_mla_narrow.cu; the split-K log-sum-exp merge is sparse_mla_merge.cu.
 //
 // One CTA computes [HM heads, 576] @ [keys of one index-list range, 576]ᵀ for
 // one token, in blocks of 32 gathered rows:
@@ -10,6 +10,8 @@
 //   online softmax per head (exp2 domain), P rounded to bf16
 //   O += P·V, V = the first 512 lanes of the same smem rows (8 warps split
 //       O's 512 columns; accumulators stay in registers all along)
+// bf16 tiles of 32 and 64 heads run block b's P·V and block b+1's softmax
+// in one barrier interval (two barriers a block instead of three).
 // Each warp keeps its slice of Q in registers for the whole key loop, so Q
 // needs no shared memory and the K/V stages get it all (cp.async gather).
 //
@@ -89,7 +91,7 @@ struct Cfg {
   static_assert(kNK * HM == kWarps * 16 * kSMT, "one 16-row partial-score slab per warp and m-tile");
   static_assert(!kFp8 || kSMT == 1, "the fp8 S phase takes one m-tile a warp");
   static_assert(kPassNT % 2 == 0, "n-tiles loaded in pairs (ldmatrix x4)");
-  static_assert(kKPT <= 8 && kKPT % 2 == 0, "a softmax thread's keys lie in one swizzled 8-key group");
+  static_assert(kKPT <= 8 && kKPT % 2 == 0, "a softmax thread's keys lie in one 8-key group (SredAt)");
   static_assert(!kTile.Pipelined() || kStages >= 3, "the pipelined loop keeps blocks b, b+1 and b+2 in stages");
   static_assert(!kFp8 || (kONT % 4 == 0 && 128 % kOCols == 0), "fp8 O phase: 32-column groups in one scale block");
 };
