@@ -55,13 +55,13 @@ struct TileConfig {
   // from shared memory feeds two m-tiles, so the S phase reads K half as
   // often (at one m-tile a warp its ldmatrix traffic outweighs its MMAs).
   // Four partial scores a key are then summed instead of two.
-  constexpr int ScoreMTiles() const { return !fp8 && head_tile == 64 ? 2 : 1; }
+  constexpr int ScoreMTiles() const { return 1; }
   // One 16-row slab of partial scores per warp and score m-tile.
   constexpr int SredBytes() const { return kWarps * ScoreMTiles() * kSredSlabFloats * 4; }
   // bf16 tiles of 32 and more heads (three stages) run block b's P·V in the
   // same barrier interval as block b+1's softmax, so their probabilities and
   // rescale factors are double-buffered.
-  constexpr bool Pipelined() const { return !fp8 && head_tile >= 32; }
+  constexpr bool Pipelined() const { return !fp8 && head_tile == 64; }
   constexpr int PBuffers() const { return Pipelined() ? 2 : 1; }
   // Probabilities in bf16; fp8: one copy per 128-column scale block of V,
   // each key's probability times that key's scale for the block.
