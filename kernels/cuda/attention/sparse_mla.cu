@@ -4,14 +4,14 @@
 //
 // One CTA computes [HM heads, 576] @ [keys of one index-list range, 576]ᵀ for
 // one token, in blocks of 32 gathered rows:
-//   S = Q·Kᵀ (warp tiles of 16 or 32 heads x 32 keys; the 576-wide
+//   S = Q·Kᵀ (warp tiles of 16 heads x 32 keys; the 576-wide
 //       reduction is cut into kNK slices across warps, partial scores summed
 //       in a fixed order in smem)
 //   online softmax per head (exp2 domain), P rounded to bf16
 //   O += P·V, V = the first 512 lanes of the same smem rows (8 warps split
 //       O's 512 columns; accumulators stay in registers all along)
-// bf16 tiles of 32 and 64 heads run block b's P·V and block b+1's softmax
-// in one barrier interval (two barriers a block instead of three).
+// The bf16 64-head tile runs block b's P·V and block b+1's softmax in one
+// barrier interval (two barriers a block instead of three).
 // Each warp keeps its slice of Q in registers for the whole key loop, so Q
 // needs no shared memory and the K/V stages get it all (cp.async gather).
 //
@@ -64,13 +64,9 @@ struct Cfg {
   // The query tile is staged at the end of the gather area; stages below it
   // can be filled at the same time.
   static constexpr int kQOffset = kGatherBytes - HM * kRowBytes;
-  // S phase: kNM groups of 16 * kSMT heads x kNK slices of the 36 k-steps.
-  // With two m-tiles a warp the 32 keys go in two passes of 16 (kPassNT
-  // n-tiles of 8 keys each), so the accumulators stay at 16 registers.
-  static constexpr int kSMT = kTile.ScoreMTiles();
-  static constexpr int kNM = HM / (16 * kSMT);
+  // S phase: kNM groups of 16 heads x kNK slices of the 36 k-steps.
+  static constexpr int kNM = HM / 16;
   static constexpr int kNK = kWarps / kNM;
-  static constexpr int kPassNT = 4 / kSMT;
   static constexpr int kMaxQSteps = (kKSteps + kNK - 1) / kNK;
   // fp8 S phase: e4m3 k-steps per warp (4, 8 or 16: inside one scale block
   // or two whole ones), then its share of the rope k-steps.
@@ -88,9 +84,7 @@ struct Cfg {
   static_assert(kQOffset >= 0, "query tile must fit the gather area");
   static_assert(kSmem <= 166912, "must fit an A100's 163 KB per block");
   static_assert(kNM * kNK == kWarps && kOGM * kOGN == kWarps, "warp tiling");
-  static_assert(kNK * HM == kWarps * 16 * kSMT, "one 16-row partial-score slab per warp and m-tile");
-  static_assert(!kFp8 || kSMT == 1, "the fp8 S phase takes one m-tile a warp");
-  static_assert(kPassNT % 2 == 0, "n-tiles loaded in pairs (ldmatrix x4)");
+  static_assert(kNK * HM == kWarps * 16, "one 16-row partial-score slab per warp");
   static_assert(kKPT <= 8 && kKPT % 2 == 0, "a softmax thread's keys lie in one 8-key group (SredAt)");
   static_assert(!kTile.Pipelined() || kStages >= 3, "the pipelined loop keeps blocks b, b+1 and b+2 in stages");
   static_assert(!kFp8 || (kONT % 4 == 0 && 128 % kOCols == 0), "fp8 O phase: 32-column groups in one scale block");
@@ -188,11 +182,11 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
   // nope0 (whole 128-column scale blocks, or half of one), then the rope
   // k-steps [rope0, rope1).
   const int mg = warp % C::kNM, ks = warp / C::kNM;
-  const int mrow0 = mg * 16 * C::kSMT;  // this warp's first head row in the S phase
+  const int mrow0 = mg * 16;  // this warp's first head row in the S phase
   const int kstep0 = ks * kKSteps / C::kNK, kstep1 = (ks + 1) * kKSteps / C::kNK;
   const int nope0 = ks * C::kNopeSteps;
   const int rope0 = kNopeKSteps + ks * kRopeKSteps / C::kNK, rope1 = kNopeKSteps + (ks + 1) * kRopeKSteps / C::kNK;
-  uint32_t qf[C::kSMT][C::kMaxQSteps][4];
+  uint32_t qf[C::kMaxQSteps][4];
 #pragma unroll
   for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
     if constexpr (kFp8) {
@@ -201,17 +195,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
       if (kk < C::kNopeSteps || step < rope1) {
         const uint8_t* qrow = qstage + (mrow0 + (lane >> 2)) * kRowBytes + (step * 16 + (lane & 3) * 4) * 2;
         const uint2 lo = LoadShared<uint2>(qrow), hi = LoadShared<uint2>(qrow + 8 * kRowBytes);
-        qf[0][kk][0] = lo.x;
-        qf[0][kk][1] = hi.x;
-        qf[0][kk][2] = lo.y;
-        qf[0][kk][3] = hi.y;
+        qf[kk][0] = lo.x;
+        qf[kk][1] = hi.x;
+        qf[kk][2] = lo.y;
+        qf[kk][3] = hi.y;
       }
     } else if (kKSteps % C::kNK == 0 || kstep0 + kk < kstep1) {  // even slices: always
-#pragma unroll
-      for (int mt = 0; mt < C::kSMT; ++mt) {
-        cuda::LdMatrixX4(qf[mt][kk], qstage + (mrow0 + mt * 16 + (lane & 15)) * kRowBytes +
-                                         ((kstep0 + kk) * 16 + (lane >> 4) * 8) * 2);
-      }
+      cuda::LdMatrixX4(qf[kk], qstage + (mrow0 + (lane & 15)) * kRowBytes + ((kstep0 + kk) * 16 + (lane >> 4) * 8) * 2);
     }
   }
   __syncthreads();
@@ -247,14 +237,14 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
 
   auto score = [&](int b) {
     const uint8_t* const tile = tile_of(b);
-    // Phase 2: partial scores of this warp's 16 * kSMT heads x 32 keys over its
+    // Phase 2: partial scores of this warp's 16 heads x 32 keys over its
     // k-slice, into its slab of the partial-score area.
     {
-      // This lane's pair in n-tile nt, rows 0-7 (half 0) or 8-15 of m-tile mt:
-      // SredAt(ks * HM + mrow0 + mt * 16 + half * 8 + g, nt * 8 + 2t).
+      // This lane's pair in n-tile nt, rows 0-7 (half 0) or 8-15:
+      // SredAt(ks * HM + mrow0 + half * 8 + g, nt * 8 + 2t).
       float* const slab = sred + (ks * HM + mrow0) / 16 * kSredSlabFloats + lane * 2;
-      auto store = [&](int mt, int nt, int half, float x, float y) {
-        *reinterpret_cast<float2*>(slab + mt * kSredSlabFloats + (nt * 2 + half) * kSredGroupFloats) = make_float2(x, y);
+      auto store = [&](int nt, int half, float x, float y) {
+        *reinterpret_cast<float2*>(slab + (nt * 2 + half) * kSredGroupFloats) = make_float2(x, y);
       };
       if constexpr (kFp8) {
         float sacc[4][4];
@@ -282,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
               uint32_t lo, hi;
               cuda::E4m3x4ToScaledBf16x4(LoadShared<uint32_t>(krow + nt * 8 * kFp8RowBytes + (nope0 + kk) * 16), lo,
                                          hi);
-              Mma(part[nt], qf[0][kk], lo, hi);
+              Mma(part[nt], qf[kk], lo, hi);
             }
           }
           const int blk = (nope0 + c * kChunk) / 8;
@@ -307,52 +297,41 @@ __global__ void __launch_bounds__(kThreads, Cfg<HM, kFp8>::kTile.MaxCtasByRegist
               // krow holds + 4t; the lane's four bf16 lanes start at + 8t.
               const uint2 v = LoadShared<uint2>(krow + nt * 8 * kFp8RowBytes + kFp8RopeOffset +
                                                 (step - kNopeKSteps) * 32 + (lane & 3) * 4);
-              Mma(sacc[nt], qf[0][kk], v.x, v.y);
+              Mma(sacc[nt], qf[kk], v.x, v.y);
             }
           }
         }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
-          store(0, nt, 0, sacc[nt][0], sacc[nt][1]);
-          store(0, nt, 1, sacc[nt][2], sacc[nt][3]);
+          store(nt, 0, sacc[nt][0], sacc[nt][1]);
+          store(nt, 1, sacc[nt][2], sacc[nt][3]);
         }
       } else {
         // ldmatrix x4 at krow + 16 keys * j: n-tiles 2j (kb[j][0], kb[j][1]) and 2j + 1 (kb[j][2], kb[j][3]).
         const uint8_t* krow = tile + ((lane & 7) + ((lane >> 4) << 3)) * kRowBytes + ((lane >> 3) & 1) * 16;
+        float sacc[4][4];
 #pragma unroll
-        for (int pass = 0; pass < C::kSMT; ++pass) {
-          float sacc[C::kSMT][C::kPassNT][4];
+        for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-          for (int mt = 0; mt < C::kSMT; ++mt)
+          for (int e = 0; e < 4; ++e) sacc[nt][e] = 0.0f;
 #pragma unroll
-            for (int nt = 0; nt < C::kPassNT; ++nt)
+        for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
+          if (kKSteps % C::kNK == 0 || kstep0 + kk < kstep1) {
+            const int off = (kstep0 + kk) * 32;
+            uint32_t kb[2][4];
 #pragma unroll
-              for (int e = 0; e < 4; ++e) sacc[mt][nt][e] = 0.0f;
+            for (int j = 0; j < 2; ++j) cuda::LdMatrixX4(kb[j], krow + j * 16 * kRowBytes + off);
 #pragma unroll
-          for (int kk = 0; kk < C::kMaxQSteps; ++kk) {
-            if (kKSteps % C::kNK == 0 || kstep0 + kk < kstep1) {
-              const int off = (kstep0 + kk) * 32;
-              uint32_t kb[C::kPassNT / 2][4];
-#pragma unroll
-              for (int j = 0; j < C::kPassNT / 2; ++j) {
-                cuda::LdMatrixX4(kb[j], krow + (pass * C::kPassNT / 2 + j) * 16 * kRowBytes + off);
-              }
-#pragma unroll
-              for (int mt = 0; mt < C::kSMT; ++mt)
-#pragma unroll
-                for (int j = 0; j < C::kPassNT / 2; ++j) {
-                  Mma(sacc[mt][2 * j], qf[mt][kk], kb[j][0], kb[j][1]);
-                  Mma(sacc[mt][2 * j + 1], qf[mt][kk], kb[j][2], kb[j][3]);
-                }
+            for (int j = 0; j < 2; ++j) {
+              Mma(sacc[2 * j], qf[kk], kb[j][0], kb[j][1]);
+              Mma(sacc[2 * j + 1], qf[kk], kb[j][2], kb[j][3]);
             }
           }
+        }
 #pragma unroll
-          for (int mt = 0; mt < C::kSMT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < C::kPassNT; ++nt) {
-              store(mt, pass * C::kPassNT + nt, 0, sacc[mt][nt][0], sacc[mt][nt][1]);
-              store(mt, pass * C::kPassNT + nt, 1, sacc[mt][nt][2], sacc[mt][nt][3]);
-            }
+        for (int nt = 0; nt < 4; ++nt) {
+          store(nt, 0, sacc[nt][0], sacc[nt][1]);
+          store(nt, 1, sacc[nt][2], sacc[nt][3]);
         }
       }
     }
