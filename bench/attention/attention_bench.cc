@@ -99,7 +99,7 @@ struct MlaResult {
 // the first index_range rows as one sequence's context, widened and the
 // lists remapped inside the timed launch, then the bf16 kernel.
 // head_tile > 0: that head tile instead of the planner's, split as the
-// planner splits the same number of CTAs (each tile re-reads the rows).
+// planner would split it (PlanSparseMlaSplits).
 MlaResult TimeMla(LatentFormat f, const uint8_t* cache, int64_t cache_rows, int64_t tokens, int heads,
                   int64_t index_range, bool widen = false, int head_tile = 0) {
   // Enough index sets that the rotation's gathered rows exceed the L2 cache
@@ -165,13 +165,7 @@ MlaResult TimeMla(LatentFormat f, const uint8_t* cache, int64_t cache_rows, int6
     p.cache = reinterpret_cast<const uint8_t*>(wide);
     p.num_slots = ctx_blocks * 64;
   }
-  if (head_tile > 0) {
-    const int64_t tiles = (heads + head_tile - 1) / head_tile;
-    Check(PlanSparseMlaForDevice(tokens * tiles, head_tile, kTopk, p.format, &p.plan), "plan");
-    p.plan.head_tile = head_tile;
-  } else {
-    Check(PlanSparseMlaForDevice(tokens, heads, kTopk, p.format, &p.plan), "plan");
-  }
+  Check(PlanSparseMlaForDevice(tokens, heads, kTopk, p.format, &p.plan, head_tile), "plan");
   const size_t ws = SparseMlaWorkspaceBytes(p.plan, tokens, heads);
   void* wsp = nullptr;
   if (ws > 0) CheckCuda(cudaMalloc(&wsp, ws), "malloc ws");
@@ -363,12 +357,12 @@ int main(int argc, char** argv) {
                       100.0 * r.gbs * r.us / r.graph_us / copy_gbs);
         std::fputs(line, stdout);
         if ((batch == 64 && heads == 8) || (batch == 1 && heads == 64) || (batch >= 64 && heads >= 64)) summary += line;
-        // FP8 rows at 32+ heads (TP 1 / 2) on the narrow kernel's 16- and
-        // 8-head tiles instead of the wide tile: each tile re-reads the rows
-        // (from L2 when its siblings run together), each byte widened once
-        // per CTA.
+        // FP8 rows at 32+ heads (TP 1 / 2) on the head tiles the planner
+        // did not choose (the wide 32 / 64-head tile, the narrow kernel's 16
+        // and 8): the evidence behind PlanSparseMla's cut between them.
         if (f == LatentFormat::kFp8Ds && heads > 16) {
-          for (int tile : {16, 8}) {
+          for (int tile : {heads <= 32 ? 32 : 64, 16, 8}) {
+            if (tile == r.plan.head_tile) continue;
             const MlaResult n = TimeMla(f, cache_fp8, kRows, batch, heads, kRows, false, tile);
             std::snprintf(line, sizeof(line),
                           "| fp8 h%d | %d | %d | %dx%d | %.1f | %.1f | %.0f | %.0f%% | - | - | %.1f | %.0f%% |\n", tile,

@@ -629,9 +629,11 @@ bool SparseMlaSupported(int heads, LatentFormat format) {
 }
 
 absl::Status PlanSparseMlaForDevice(int64_t tokens, int heads, int list_len, LatentFormat format,
-                                    SparseMlaPlan* plan) {
+                                    SparseMlaPlan* plan, int head_tile) {
   const DeviceInfo dev = CurrentDeviceInfo();
-  *plan = PlanSparseMla(tokens, heads, list_len, dev.sm_count, dev.smem_per_sm, format == LatentFormat::kFp8Ds);
+  const bool fp8 = format == LatentFormat::kFp8Ds;
+  *plan = head_tile > 0 ? PlanSparseMlaSplits(tokens, heads, head_tile, list_len, dev.sm_count, dev.smem_per_sm, fp8)
+                        : PlanSparseMla(tokens, heads, list_len, dev.sm_count, dev.smem_per_sm, fp8);
   return absl::OkStatus();
 }
 

@@ -50,6 +50,12 @@ struct SparseMlaPlan {
 // multiprocessor (bytes), which fix how many CTAs run at once.
 SparseMlaPlan PlanSparseMla(int64_t tokens, int heads, int list_len, int num_sms, int smem_per_sm, bool fp8);
 
+// The split PlanSparseMla gives a head tile it has chosen; also how a bench
+// or test times a tile the planner did not choose (16, 32, 64; 8 with FP8
+// rows) as the planner would cut it.
+SparseMlaPlan PlanSparseMlaSplits(int64_t tokens, int heads, int head_tile, int list_len, int num_sms, int smem_per_sm,
+                                  bool fp8);
+
 // CTAs of one head-tile variant resident per multiprocessor (by shared memory).
 int SparseMlaCtasPerSm(int head_tile, bool fp8, int smem_per_sm);
 
@@ -58,9 +64,10 @@ int SparseMlaCtasPerSm(int head_tile, bool fp8, int smem_per_sm);
 size_t SparseMlaWorkspaceBytes(const SparseMlaPlan& plan, int64_t tokens, int heads);
 
 // The plan LaunchSparseMla would pick on the current device (queries the SM
-// count and the occupancy of the kernel the head count selects).
+// count and the occupancy of the kernel the head count selects); head_tile
+// > 0: that tile, split as PlanSparseMlaSplits cuts it.
 absl::Status PlanSparseMlaForDevice(int64_t tokens, int heads, int list_len, LatentFormat format,
-                                    SparseMlaPlan* plan);
+                                    SparseMlaPlan* plan, int head_tile = 0);
 
 struct SparseMlaParams {
   // Queries [tokens, heads, 576] bf16; element (t, h, d) at

@@ -15,6 +15,19 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // (the largest batch measured faster there than on the wide tile).
 constexpr int64_t kNarrowFp8MaxTokens = 128;
 
+struct Range {
+  int64_t min, max;
+};
+
+// Splits of an index list: enough that no CTA takes more than
+// kMaxKeysPerCta keys; at least two 32-key blocks per split, at most
+// kMaxSplits splits.
+Range SplitRange(int list_len) {
+  const int64_t nb = CeilDiv(std::max(list_len, 0), mla::kBlockKeys);
+  const int64_t min_splits = std::max<int64_t>(1, CeilDiv(list_len, mla::kMaxKeysPerCta));
+  return {min_splits, std::min<int64_t>(std::max(min_splits, nb / 2), mla::kMaxSplits)};
+}
+
 }  // namespace
 
 int SparseMlaCtasPerSm(int head_tile, bool fp8, int smem_per_sm) {
@@ -29,11 +42,7 @@ int SparseMlaCtasPerSm(int head_tile, bool fp8, int smem_per_sm) {
 }
 
 SparseMlaPlan PlanSparseMla(int64_t tokens, int heads, int list_len, int num_sms, int smem_per_sm, bool fp8) {
-  SparseMlaPlan plan;
-  const int64_t nb = CeilDiv(std::max(list_len, 0), mla::kBlockKeys);
-  const int64_t min_splits = std::max<int64_t>(1, CeilDiv(list_len, mla::kMaxKeysPerCta));
-  // At least two blocks per split, at most kMaxSplits splits.
-  const int64_t max_splits = std::min<int64_t>(std::max(min_splits, nb / 2), mla::kMaxSplits);
+  const int64_t max_splits = SplitRange(list_len).max;
   auto tiles = [&](int hm) { return CeilDiv(heads, hm); };
   // FP8 rows have an 8-head tile (sparse_mla_narrow.cu): no padded rows.
   int hm = fp8 && heads <= 8 ? 8 : heads <= 16 ? 16 : heads <= 32 ? 32 : 64;
@@ -49,13 +58,22 @@ SparseMlaPlan PlanSparseMla(int64_t tokens, int heads, int list_len, int num_sms
   // against 150.5, 128 x 64 266.3 against 269.1). Larger FP8 batches stay on
   // the wide tile (prefill chunks widen their rows to bf16 first).
   if (fp8 && hm > 16 && tokens <= kNarrowFp8MaxTokens) hm = 16;
+  return PlanSparseMlaSplits(tokens, heads, hm, list_len, num_sms, smem_per_sm, fp8);
+}
+
+SparseMlaPlan PlanSparseMlaSplits(int64_t tokens, int heads, int head_tile, int list_len, int num_sms, int smem_per_sm,
+                                  bool fp8) {
+  SparseMlaPlan plan;
+  const int hm = head_tile;
   plan.head_tile = hm;
+  const int64_t nb = CeilDiv(std::max(list_len, 0), mla::kBlockKeys);
+  const auto [min_splits, max_splits] = SplitRange(list_len);
   if (nb == 0 || tokens <= 0) {
     plan.num_splits = 1;
     plan.keys_per_split = mla::kBlockKeys;
     return plan;
   }
-  const int64_t base = tokens * tiles(hm);
+  const int64_t base = tokens * CeilDiv(heads, hm);
   const int64_t slots = static_cast<int64_t>(std::max(num_sms, 1)) * SparseMlaCtasPerSm(hm, fp8, smem_per_sm);
   // Cost model in units of one 32-key block: waves × (blocks per CTA + fixed
   // cost of the query load and epilogue + merge pass when split).

@@ -85,6 +85,23 @@ TEST(SparseMlaPlan, Fp8DecodeBatchesAtManyHeadsGetSixteenHeadTiles) {
   }
 }
 
+// The planner's split is PlanSparseMlaSplits' for the tile it chose, so a
+// bench timing another tile through PlanSparseMlaSplits cuts it alike.
+TEST(SparseMlaPlan, SplitsOfTheChosenTileAreThePlannersSplits) {
+  for (bool fp8 : {false, true}) {
+    for (int heads : {8, 16, 32, 64, 128}) {
+      for (int64_t tokens : {1, 4, 64, 200, 4096}) {
+        for (int len : {0, 64, 2048, 100000}) {
+          const SparseMlaPlan p = PlanSparseMla(tokens, heads, len, kA100Sms, kA100Smem, fp8);
+          const SparseMlaPlan q = PlanSparseMlaSplits(tokens, heads, p.head_tile, len, kA100Sms, kA100Smem, fp8);
+          EXPECT_EQ(p.num_splits, q.num_splits) << fp8 << " " << heads << " " << tokens << " " << len;
+          EXPECT_EQ(p.keys_per_split, q.keys_per_split) << fp8 << " " << heads << " " << tokens << " " << len;
+        }
+      }
+    }
+  }
+}
+
 // A forced 8-head tile exists for FP8 rows only; the refusal names the field
 // (checked before any CUDA call, so it runs without a GPU).
 TEST(SparseMlaPlan, EightHeadTileNeedsFp8Rows) {
