@@ -53,7 +53,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee 
   for t in "${tests[@]}"; do
     [[ -x $B/$t ]] || continue
     timeout 240 "$B/$t" --gtest_brief=1 >"$out/$t.log" 2>&1
-    echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED)' "$out/$t.log" | tr '\n' ' ')"
+    echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED)' "$out/$t.log" | tr '\n' ' ')" | tee -a "$out/tests.txt"
     grep -E '^\[  FAILED|Failure|Which is|Expected' "$out/$t.log" | head -8
   done
   for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
@@ -119,6 +119,10 @@ for key in sorted(us):
     print(f"| {key[0]} {key[1]} {key[2]} x {key[3]} heads | " + " | ".join(fmt(d[v]) for v in variants) + " | " +
           " | ".join(ratios) + " |")
 PY
+# The device returns only a few files of $OUT: every log in one archive, and
+# the tests' lines again after the table (the reply keeps the output's tail).
+tar czf "$OUT/mwa.tgz" -C "$out" .
+[[ -f $out/tests.txt ]] && cat "$out/tests.txt"
 [[ ${PREFILL_ROUNDS:-${ROUNDS:-2}} == 0 ]] && exit 0
 engines=()
 for v in "${variants[@]}"; do [[ -x $B/engine_bench_$v ]] && engines+=("$v"); done
