@@ -15,17 +15,16 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // (the largest batch measured faster there than on the wide tile).
 constexpr int64_t kNarrowFp8MaxTokens = 128;
 
-struct Range {
-  int64_t min, max;
+// An index list's 32-key blocks and how many splits it may take: enough
+// that no CTA takes more than kMaxKeysPerCta keys; at least two blocks per
+// split, at most kMaxSplits splits.
+struct ListSplits {
+  int64_t blocks, min_splits, max_splits;
 };
-
-// Splits of an index list: enough that no CTA takes more than
-// kMaxKeysPerCta keys; at least two 32-key blocks per split, at most
-// kMaxSplits splits.
-Range SplitRange(int list_len) {
+ListSplits SplitsOf(int list_len) {
   const int64_t nb = CeilDiv(std::max(list_len, 0), mla::kBlockKeys);
   const int64_t min_splits = std::max<int64_t>(1, CeilDiv(list_len, mla::kMaxKeysPerCta));
-  return {min_splits, std::min<int64_t>(std::max(min_splits, nb / 2), mla::kMaxSplits)};
+  return {nb, min_splits, std::min<int64_t>(std::max(min_splits, nb / 2), mla::kMaxSplits)};
 }
 
 }  // namespace
@@ -42,7 +41,7 @@ int SparseMlaCtasPerSm(int head_tile, bool fp8, int smem_per_sm) {
 }
 
 SparseMlaPlan PlanSparseMla(int64_t tokens, int heads, int list_len, int num_sms, int smem_per_sm, bool fp8) {
-  const int64_t max_splits = SplitRange(list_len).max;
+  const int64_t max_splits = SplitsOf(list_len).max_splits;
   auto tiles = [&](int hm) { return CeilDiv(heads, hm); };
   // FP8 rows have an 8-head tile (sparse_mla_narrow.cu): no padded rows.
   int hm = fp8 && heads <= 8 ? 8 : heads <= 16 ? 16 : heads <= 32 ? 32 : 64;
@@ -66,8 +65,7 @@ SparseMlaPlan PlanSparseMlaSplits(int64_t tokens, int heads, int head_tile, int 
   SparseMlaPlan plan;
   const int hm = head_tile;
   plan.head_tile = hm;
-  const int64_t nb = CeilDiv(std::max(list_len, 0), mla::kBlockKeys);
-  const auto [min_splits, max_splits] = SplitRange(list_len);
+  const auto [nb, min_splits, max_splits] = SplitsOf(list_len);
   if (nb == 0 || tokens <= 0) {
     plan.num_splits = 1;
     plan.keys_per_split = mla::kBlockKeys;
