@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/common/smem_residency.h"
+
 namespace spar::bench {
 
 inline void CheckCuda(cudaError_t e, const char* what) {
@@ -105,10 +107,15 @@ class L2Flusher {
   void* buf_ = nullptr;
 };
 
+// The GPU's name, and the shared memory an SM is run as when that is
+// emulated (SPAR_SMEM_PER_SM_KB, kernels/cuda/common/smem_residency.h), so
+// every log says which residency its figures had.
 inline std::string DeviceName() {
   cudaDeviceProp prop;
   CheckCuda(cudaGetDeviceProperties(&prop, 0), "props");
-  return prop.name;
+  const int64_t emulated = EmulatedSmemPerSm();
+  if (emulated <= 0) return prop.name;
+  return std::string(prop.name) + " [shared memory an SM emulated: " + std::to_string(emulated / 1024) + " KB]";
 }
 
 // --moe-bias RANGE of gemm_bench and w4a16_bench (the routing bias's range,

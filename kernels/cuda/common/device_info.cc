@@ -4,6 +4,8 @@
 
 #include <atomic>
 
+#include "kernels/cuda/common/smem_residency.h"
+
 namespace spar {
 namespace {
 
@@ -37,6 +39,8 @@ DeviceInfo CurrentDeviceInfo() {
     cudaGetLastError();
     return info;
   }
+  const int64_t emulated = EmulatedSmemPerSm();
+  if (emulated > 0 && emulated < smem) smem = static_cast<int>(emulated);
   c.smem_per_sm.store(smem, std::memory_order_release);
   c.sm_count.store(n, std::memory_order_release);
   info.sm_count = n;

@@ -9,7 +9,8 @@ namespace spar {
 
 struct DeviceInfo {
   int sm_count = 108;            // multiprocessors (A100: 108, H200: 132)
-  int smem_per_sm = 164 * 1024;  // shared memory per multiprocessor, bytes
+  int smem_per_sm = 164 * 1024;  // shared memory per multiprocessor, bytes (SPAR_SMEM_PER_SM_KB
+                                 // when smaller: smem_residency.h)
 };
 
 // The current device's figures (cudaGetDevice), cached per device; the A100

@@ -2,7 +2,9 @@
 // the kernel's limit is raised once per device (cudaFuncSetAttribute costs
 // microseconds of host time, as much as a decode GEMM runs), then it is
 // launched. One flag word per kernel instance (kKernel is the template
-// argument), so every instance configures itself on first use.
+// argument), so every instance configures itself on first use. With
+// SPAR_SMEM_PER_SM_KB set, the launch asks for more shared memory, so no more
+// of its blocks share an SM than on a GPU of that size (smem_residency.h).
 #ifndef SPAR_KERNELS_CUDA_COMMON_LAUNCH_SMEM_CUH_
 #define SPAR_KERNELS_CUDA_COMMON_LAUNCH_SMEM_CUH_
 
@@ -11,11 +13,16 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/cuda/common/smem_residency.h"
+
 namespace spar::cuda {
 
 template <auto kKernel, class Params>
 cudaError_t LaunchWithSmem(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, const Params& p) {
   static std::atomic<uint64_t> configured{0};  // bit d: done on device d
+  const int64_t launch_bytes = LaunchSmemBytes(smem_bytes);
+  if (launch_bytes < 0) return cudaErrorInvalidValue;  // no block fits the emulated SM
+  smem_bytes = static_cast<int>(launch_bytes);
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <utility>
 
+#include "kernels/cuda/common/smem_residency.h"
 #include "kernels/cuda/gemm/w4a16_configs.h"
 #include "kernels/cuda/gemm/w4a16_decode_kernel.cuh"
 
@@ -47,7 +48,8 @@ int BlocksPerSmIn(int id, bool fp4, std::integer_sequence<int, kIds...>) {
         constexpr W4Config c = kW4Configs[kIds];
         if constexpr (c.decode) {
           if (id == kIds) {
-            const int smem = fp4 ? DecodeSmemOf<kIds, true>() : DecodeSmemOf<kIds, false>();
+            // The launch's request (LaunchWithSmem pads it under SPAR_SMEM_PER_SM_KB).
+            const int smem = static_cast<int>(LaunchSmemBytes(fp4 ? DecodeSmemOf<kIds, true>() : DecodeSmemOf<kIds, false>()));
             const auto kernel = fp4 ? DecodeKernelOf<kIds, true>() : DecodeKernelOf<kIds, false>();
             if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
                 cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, c.warps * 32, smem) != cudaSuccess) {
