@@ -5,12 +5,15 @@
 #ifndef SPAR_KERNELS_CUDA_COMMON_DEVICE_INFO_H_
 #define SPAR_KERNELS_CUDA_COMMON_DEVICE_INFO_H_
 
+#include "kernels/cuda/common/smem_residency.h"
+
 namespace spar {
 
 struct DeviceInfo {
   int sm_count = 108;            // multiprocessors (A100: 108, H200: 132)
   int smem_per_sm = 164 * 1024;  // shared memory per multiprocessor, bytes (SPAR_SMEM_PER_SM_KB
                                  // when smaller: smem_residency.h)
+  SmemFigures smem;              // the GPU's own shared-memory figures (all zero when unknown)
 };
 
 // The current device's figures (cudaGetDevice), cached per device; the A100

@@ -1,14 +1,11 @@
 #include "kernels/cuda/common/smem_residency.h"
 
-#include <cuda_runtime.h>
-
-#include <atomic>
 #include <cstdlib>
+
+#include "kernels/cuda/common/device_info.h"
 
 namespace spar {
 namespace {
-
-constexpr int kMaxDevices = 64;
 
 int64_t ReadEmulatedSmem() {
   const char* v = std::getenv("SPAR_SMEM_PER_SM_KB");
@@ -17,37 +14,6 @@ int64_t ReadEmulatedSmem() {
   const long long kb = std::strtoll(v, &end, 10);
   if (end == v || *end != '\0' || kb <= 0 || kb > (int64_t{1} << 20)) return 0;
   return static_cast<int64_t>(kb) * 1024;
-}
-
-// The current device's figures, cached per device (all zero when it cannot
-// be queried: emulation then stays off).
-SmemFigures CurrentFigures() {
-  struct Cached {
-    std::atomic<int64_t> per_sm{0};
-    std::atomic<int64_t> reserved{0};
-    std::atomic<int64_t> max_per_block{0};
-  };
-  static Cached cache[kMaxDevices];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
-    cudaGetLastError();
-    return {};
-  }
-  Cached& c = cache[dev];
-  if (c.per_sm.load(std::memory_order_acquire) == 0) {
-    int per_sm = 0, reserved = 0, max_block = 0;
-    if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&max_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return {};
-    }
-    c.reserved.store(reserved, std::memory_order_relaxed);
-    c.max_per_block.store(max_block, std::memory_order_relaxed);
-    c.per_sm.store(per_sm, std::memory_order_release);
-  }
-  return {c.per_sm.load(std::memory_order_acquire), c.reserved.load(std::memory_order_relaxed),
-          c.max_per_block.load(std::memory_order_relaxed)};
 }
 
 }  // namespace
@@ -73,7 +39,7 @@ int64_t EmulatedSmemPerSm() {
 int64_t LaunchSmemBytes(int64_t smem_bytes) {
   const int64_t emulated = EmulatedSmemPerSm();
   if (emulated <= 0) return smem_bytes;
-  return SmemForResidency(smem_bytes, CurrentFigures(), emulated);
+  return SmemForResidency(smem_bytes, CurrentDeviceInfo().smem, emulated);
 }
 
 }  // namespace spar

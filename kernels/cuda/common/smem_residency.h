@@ -39,8 +39,8 @@ int64_t SmemForResidency(int64_t smem_bytes, const SmemFigures& real, int64_t em
 // is not a positive integer counts as unset).
 int64_t EmulatedSmemPerSm();
 
-// SmemForResidency for the current device (its figures cached per device)
-// and the process's EmulatedSmemPerSm(). Thread-safe.
+// SmemForResidency for the current device (CurrentDeviceInfo().smem) and the
+// process's EmulatedSmemPerSm(). Thread-safe.
 int64_t LaunchSmemBytes(int64_t smem_bytes);
 
 }  // namespace spar
